@@ -1,0 +1,331 @@
+#!/usr/bin/env bash
+# Start a throwaway PostgreSQL server for tests and demos.
+#
+# Usage: scripts/pg-start.sh STATE_DIR
+#
+# STATE_DIR is an empty or not-yet-existing directory (typically `mktemp -d`).
+# On success the only line on stdout is the connection URL, which is also
+# written to STATE_DIR/database_url. Progress goes to stderr.
+# Stop the server with scripts/pg-stop.sh STATE_DIR; the caller deletes STATE_DIR.
+#
+# Files in STATE_DIR:
+#   pgdata/        the cluster (fsync off: contents do not survive a crash)
+#   postgres.log   server log
+#   database_url   postgres://postgres@127.0.0.1:PORT/postgres
+#   port, pg_bindir, socket_dir   details used by pg-stop.sh and for debugging
+#   tmp_socket_dir only if STATE_DIR was too long for a unix socket path
+#
+# Environment (optional):
+#   PG_BINDIR         directory holding initdb/pg_ctl/postgres (skips discovery)
+#   PG_START_TIMEOUT  seconds to wait for the server to accept connections (60)
+set -euo pipefail
+
+readonly OS_USER_WHEN_ROOT=postgres
+readonly START_TIMEOUT=${PG_START_TIMEOUT:-60}
+readonly PORT_ATTEMPTS=5
+# sun_path is 108 bytes and "/.s.PGSQL.65535" takes 15 of them; stay well below.
+readonly MAX_SOCKET_DIR_LEN=80
+
+STATE_DIR=""
+PGDATA_DIR=""
+LOG_FILE=""
+BINDIR=""
+RUN_AS=""     # OS user that owns and runs the server; empty = current user
+PORT=""
+SOCKET_DIR=""
+STARTED=0     # set once pg_ctl start succeeded, so a later failure stops it
+
+log() { printf 'pg-start: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+usage() {
+    printf 'usage: %s STATE_DIR\n' "$(basename "$0")" >&2
+    exit 2
+}
+
+# ---------------------------------------------------------------- binaries
+
+has_server_binaries() {
+    [[ -n $1 && -x $1/initdb && -x $1/pg_ctl && -x $1/postgres ]]
+}
+
+# Prints the directory holding initdb, pg_ctl and postgres, or fails.
+find_bindir() {
+    local dir
+    if [[ -n ${PG_BINDIR:-} ]]; then
+        has_server_binaries "$PG_BINDIR" || return 1
+        printf '%s\n' "$PG_BINDIR"
+        return 0
+    fi
+    # pg_config is authoritative when the server package is installed; with
+    # only libpq-dev it points at a client-only dir, hence the check.
+    if command -v pg_config >/dev/null 2>&1; then
+        dir=$(pg_config --bindir 2>/dev/null || true)
+        if has_server_binaries "$dir"; then printf '%s\n' "$dir"; return 0; fi
+    fi
+    # Debian/Ubuntu layout: several major versions may coexist; take the newest.
+    local candidates=()
+    shopt -s nullglob
+    candidates=(/usr/lib/postgresql/*/bin)
+    shopt -u nullglob
+    if ((${#candidates[@]} > 0)); then
+        while IFS= read -r dir; do
+            if has_server_binaries "$dir"; then printf '%s\n' "$dir"; return 0; fi
+        done < <(printf '%s\n' "${candidates[@]}" | sort -rV)
+    fi
+    if command -v initdb >/dev/null 2>&1; then
+        dir=$(dirname "$(command -v initdb)")
+        if has_server_binaries "$dir"; then printf '%s\n' "$dir"; return 0; fi
+    fi
+    return 1
+}
+
+install_server() {
+    if ((EUID != 0)); then
+        die "PostgreSQL server binaries (initdb, pg_ctl, postgres) not found.
+  Install them, e.g. 'sudo apt-get install postgresql postgresql-contrib',
+  or set PG_BINDIR to the directory that contains them."
+    fi
+    command -v apt-get >/dev/null 2>&1 \
+        || die "PostgreSQL server not found and apt-get is unavailable; install PostgreSQL (with contrib) manually"
+
+    # Tests may start several servers at once: serialise installs so the
+    # second caller waits instead of failing on the dpkg lock.
+    local lock=/tmp/.booking-expire-pg-install.lock
+    exec 9>"$lock"
+    flock -w 900 9 || die "timed out waiting for another PostgreSQL install ($lock)"
+    if find_bindir >/dev/null; then exec 9>&-; return 0; fi
+
+    local install_log=$STATE_DIR/install.log
+    log "PostgreSQL server not found; installing postgresql + postgresql-contrib via apt-get (log: $install_log)"
+    if ! { apt-get -q update \
+            && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+                -o DPkg::Lock::Timeout=300 postgresql postgresql-contrib; } \
+            >"$install_log" 2>&1; then
+        tail -n 40 "$install_log" >&2 || true
+        die "apt-get install of postgresql failed (full log: $install_log)"
+    fi
+    exec 9>&-
+}
+
+# ---------------------------------------------------------------- OS user
+
+# PostgreSQL refuses to run as root, so as root we run it as 'postgres'.
+ensure_os_user() {
+    ((EUID == 0)) || return 0
+    RUN_AS=$OS_USER_WHEN_ROOT
+    id -u "$RUN_AS" >/dev/null 2>&1 && return 0
+    log "creating system user '$RUN_AS'"
+    local group_opt=(--user-group)
+    if getent group "$RUN_AS" >/dev/null; then group_opt=(--gid "$RUN_AS"); fi
+    # A concurrent pg-start may create the user first; that is fine.
+    useradd --system "${group_opt[@]}" --home-dir /var/lib/postgresql \
+        --no-create-home --shell /usr/sbin/nologin "$RUN_AS" 2>/dev/null \
+        || id -u "$RUN_AS" >/dev/null 2>&1 \
+        || die "could not create OS user '$RUN_AS'"
+}
+
+# Runs a command as the server's OS user.
+run_pg() {
+    if [[ -z $RUN_AS ]]; then
+        "$@"
+    elif command -v runuser >/dev/null 2>&1; then
+        runuser -u "$RUN_AS" -- "$@"
+    else
+        su "$RUN_AS" -s /bin/bash -c "$(printf '%q ' "$@")"
+    fi
+}
+
+# Writes stdin to a file owned by the server's OS user (readable by postgres
+# regardless of our umask).
+write_as_pg() { run_pg tee "$1" >/dev/null; }
+append_as_pg() { run_pg tee -a "$1" >/dev/null; }
+
+# ---------------------------------------------------------------- directories
+
+prepare_state_dir() {
+    if [[ -n $RUN_AS ]]; then
+        # mktemp -d gives 0700 root:root; the server user must own it.
+        chown "$RUN_AS:" "$STATE_DIR"
+        chmod 0755 "$STATE_DIR"
+        run_pg test -w "$STATE_DIR" -a -x "$STATE_DIR" \
+            || die "user '$RUN_AS' cannot reach $STATE_DIR (a parent directory is not traversable); use a directory under /tmp, e.g. mktemp -d"
+    fi
+}
+
+# Unix socket in STATE_DIR keeps parallel servers apart; fall back to a short
+# /tmp dir when STATE_DIR would exceed the socket path limit.
+prepare_socket_dir() {
+    local dir=$STATE_DIR/sock
+    if ((${#dir} > MAX_SOCKET_DIR_LEN)); then
+        dir=$(mktemp -d /tmp/pgsock.XXXXXX)
+        printf '%s\n' "$dir" >"$STATE_DIR/tmp_socket_dir"
+        log "STATE_DIR path is long; unix socket goes to $dir"
+    else
+        mkdir -p "$dir"
+    fi
+    if [[ -n $RUN_AS ]]; then chown "$RUN_AS:" "$dir"; fi
+    chmod 0755 "$dir"
+    SOCKET_DIR=$dir
+}
+
+# ---------------------------------------------------------------- cluster
+
+init_cluster() {
+    # C.UTF-8 gives sane UTF-8 character semantics without depending on
+    # generated locales; older systems without it get the plain C locale.
+    local locale_opt=(--no-locale)
+    if locale -a 2>/dev/null | grep -qix 'c\.utf-\?8'; then locale_opt=(--locale=C.UTF-8); fi
+
+    log "initdb (binaries: $BINDIR)"
+    # --no-sync: nothing here needs to survive a power cut, and it is much faster.
+    if ! run_pg "$BINDIR/initdb" -D "$PGDATA_DIR" -U postgres --auth=trust \
+            -E UTF8 "${locale_opt[@]}" --no-sync >"$STATE_DIR/initdb.log" 2>&1; then
+        tail -n 30 "$STATE_DIR/initdb.log" >&2 || true
+        die "initdb failed (log: $STATE_DIR/initdb.log)"
+    fi
+    # Keep our settings in a separate file so the port can be rewritten on retry.
+    printf "\ninclude 'throwaway.conf'\n" | append_as_pg "$PGDATA_DIR/postgresql.conf"
+}
+
+write_server_conf() {
+    write_as_pg "$PGDATA_DIR/throwaway.conf" <<EOF
+# Written by pg-start.sh: throwaway test server, durability deliberately off.
+listen_addresses = '127.0.0.1'
+port = $PORT
+unix_socket_directories = '$SOCKET_DIR'
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+max_connections = 300
+shared_preload_libraries = 'pg_stat_statements'
+pg_stat_statements.track = all
+log_min_messages = warning
+EOF
+}
+
+# Prints a free TCP port on 127.0.0.1. Another process may grab it before
+# postgres binds; start_server retries with a new port in that case.
+pick_port() {
+    if command -v python3 >/dev/null 2>&1 && python3 -c '
+import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])
+s.close()' 2>/dev/null; then
+        return 0
+    fi
+    local port _
+    for _ in $(seq 1 100); do
+        port=$((20000 + RANDOM % 40000))
+        # Connection refused means nobody listens there.
+        if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+            printf '%s\n' "$port"
+            return 0
+        fi
+    done
+    return 1
+}
+
+log_line_count() {
+    if [[ -f $LOG_FILE ]]; then wc -l <"$LOG_FILE"; else echo 0; fi
+}
+
+show_log_tail() {
+    [[ -f $LOG_FILE ]] || return 0
+    log "last lines of $LOG_FILE:"
+    tail -n 30 "$LOG_FILE" >&2 || true
+    if grep -q 'could not access file "pg_stat_statements' "$LOG_FILE"; then
+        log "hint: pg_stat_statements is missing; install the contrib package (postgresql-contrib)"
+    fi
+}
+
+start_server() {
+    local attempt before
+    for ((attempt = 1; attempt <= PORT_ATTEMPTS; attempt++)); do
+        PORT=$(pick_port) || die "could not find a free TCP port on 127.0.0.1"
+        write_server_conf
+        before=$(log_line_count)
+        log "starting server on 127.0.0.1:$PORT"
+        if run_pg "$BINDIR/pg_ctl" -D "$PGDATA_DIR" -l "$LOG_FILE" -w \
+                -t "$START_TIMEOUT" -s start >&2; then
+            STARTED=1
+            return 0
+        fi
+        # Lost the race for the port to another process: try another one.
+        if tail -n +"$((before + 1))" "$LOG_FILE" 2>/dev/null \
+                | grep -q -e 'could not bind' -e 'Address already in use'; then
+            log "port $PORT was taken meanwhile; retrying"
+            continue
+        fi
+        show_log_tail
+        # pg_ctl -w may time out while the server is still coming up.
+        run_pg "$BINDIR/pg_ctl" -D "$PGDATA_DIR" -m immediate -s stop >/dev/null 2>&1 || true
+        die "server failed to start (log: $LOG_FILE)"
+    done
+    die "no usable port after $PORT_ATTEMPTS attempts"
+}
+
+# pg_ctl -w already waits for readiness; this double-checks over TCP, which is
+# what clients actually use.
+wait_ready() {
+    local isready psql deadline=$((SECONDS + START_TIMEOUT))
+    isready=$(command -v "$BINDIR/pg_isready" pg_isready 2>/dev/null | head -n 1 || true)
+    psql=$(command -v "$BINDIR/psql" psql 2>/dev/null | head -n 1 || true)
+    while ((SECONDS < deadline)); do
+        if [[ -n $isready ]]; then
+            "$isready" -q -h 127.0.0.1 -p "$PORT" -U postgres -d postgres -t 2 && return 0
+        elif [[ -n $psql ]]; then
+            "$psql" -X -q -A -t -h 127.0.0.1 -p "$PORT" -U postgres -d postgres \
+                -c 'select 1' >/dev/null 2>&1 && return 0
+        else
+            return 0  # no client tools; rely on pg_ctl -w
+        fi
+        sleep 0.1
+    done
+    show_log_tail
+    die "server on port $PORT did not accept connections within ${START_TIMEOUT}s"
+}
+
+# If anything fails after the server is up, do not leave it running.
+on_exit() {
+    local rc=$?
+    if ((rc != 0 && STARTED == 1)); then
+        run_pg "$BINDIR/pg_ctl" -D "$PGDATA_DIR" -m immediate -s stop >/dev/null 2>&1 || true
+    fi
+}
+
+main() {
+    [[ $# -eq 1 && -n $1 ]] || usage
+    mkdir -p -- "$1" || die "cannot create $1"
+    STATE_DIR=$(cd -- "$1" && pwd -P)
+    PGDATA_DIR=$STATE_DIR/pgdata
+    LOG_FILE=$STATE_DIR/postgres.log
+    [[ ! -e $PGDATA_DIR ]] || die "$PGDATA_DIR already exists; use a fresh STATE_DIR (mktemp -d)"
+    # The server user may not be allowed into the caller's cwd (e.g. /root).
+    cd "$STATE_DIR"
+    trap on_exit EXIT
+
+    if [[ -n ${PG_BINDIR:-} ]] && ! has_server_binaries "$PG_BINDIR"; then
+        die "PG_BINDIR=$PG_BINDIR does not contain initdb, pg_ctl and postgres"
+    fi
+    BINDIR=$(find_bindir) || { install_server; BINDIR=$(find_bindir) \
+        || die "PostgreSQL installed but initdb/pg_ctl/postgres still not found"; }
+    printf '%s\n' "$BINDIR" >"$STATE_DIR/pg_bindir"
+
+    ensure_os_user
+    prepare_state_dir
+    prepare_socket_dir
+    printf '%s\n' "$SOCKET_DIR" >"$STATE_DIR/socket_dir"
+    init_cluster
+    start_server
+    wait_ready
+
+    local url="postgres://postgres@127.0.0.1:$PORT/postgres"
+    printf '%s\n' "$PORT" >"$STATE_DIR/port"
+    printf '%s\n' "$url" >"$STATE_DIR/database_url"
+    log "ready in ${SECONDS}s: $url"
+    printf '%s\n' "$url"
+}
+
+main "$@"

@@ -1,0 +1,26 @@
+-- crm.bookings: owned by the CRM; this is the reference DDL the job is built and
+-- tested against (SPEC §2). Exactly these columns and the two partial indexes that
+-- carry the claim's ORDER BY.
+CREATE SCHEMA IF NOT EXISTS crm;
+
+CREATE TABLE IF NOT EXISTS crm.bookings (
+    id                 uuid        PRIMARY KEY,
+    tenant_id          uuid        NOT NULL,
+    deal_id            uuid        NOT NULL,
+    property_object_id uuid        NOT NULL,
+    status             text        NOT NULL,
+    reserve_expires_at timestamptz NULL,
+    booking_expires_at timestamptz NULL,
+    expired_at         timestamptz NULL,
+    created_at         timestamptz NOT NULL,
+    updated_at         timestamptz NOT NULL,
+    version            integer     NOT NULL
+);
+
+CREATE INDEX IF NOT EXISTS ix_bookings_reserve_expires_at
+    ON crm.bookings (reserve_expires_at, id)
+    WHERE status IN ('Reserved', 'AwaitingPayment');
+
+CREATE INDEX IF NOT EXISTS ix_bookings_booking_expires_at
+    ON crm.bookings (booking_expires_at, id)
+    WHERE status = 'Booked';

@@ -1,0 +1,17 @@
+-- Poison tracking: bookings the cycle could not expire (the domain guard refused them,
+-- or the database rejected their write). Each is quarantined with exponential back-off
+-- (retry_at) so that it cannot block younger healthy rows, and stays visible and
+-- countable for operators (backlog). A row is removed when its booking finally expires.
+CREATE TABLE IF NOT EXISTS crm.booking_expiration_poison (
+    booking_id    uuid        PRIMARY KEY,
+    tenant_id     uuid        NOT NULL,
+    phase         text        NOT NULL,   -- 'Reserve' | 'Booking'
+    reason        text        NOT NULL,   -- guard rejection code, or 'database'
+    error         text        NOT NULL,   -- what was wrong, for the runbook
+    sqlstate      text        NULL,       -- set when the database rejected the write
+    attempts      integer     NOT NULL DEFAULT 1,
+    first_seen_at timestamptz NOT NULL,
+    last_seen_at  timestamptz NOT NULL,
+    retry_at      timestamptz NOT NULL,   -- not claimed again before this moment
+    last_run_id   uuid        NULL
+);

@@ -1,0 +1,241 @@
+//! The command line as typed: clap definitions with their environment fallbacks.
+//! Values are parsed here; cross-field checks and secrets live in `config`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::exit::EXIT_CODES_HELP;
+use crate::obs::LogFormat;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "booking-expire",
+    version,
+    about = "Expires overdue CRM bookings and publishes one booking-expired event per expiry \
+             through a transactional outbox",
+    long_about = "Expires overdue CRM bookings and publishes one booking-expired event per \
+                  expiry through a transactional outbox.\n\n\
+                  A Kubernetes CronJob runs `run-once` every minute: each run is one expiration \
+                  cycle over both phases (Reserve, Booking), claiming overdue active bookings \
+                  with FOR UPDATE SKIP LOCKED and committing, per batch, the status changes, \
+                  the audit rows, the deal-timeline entries and the outbox rows atomically.",
+    after_help = EXIT_CODES_HELP,
+    propagate_version = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+
+    /// Log line format on stderr
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run one expiration cycle: both phases, then print the result as one JSON line
+    #[command(
+        long_about = "Run one expiration cycle and exit.\n\n\
+                      AsOf is read once from the system clock (UTC). For each phase (Reserve: \
+                      Reserved/AwaitingPayment past reserve_expires_at; Booking: Booked past \
+                      booking_expires_at) it claims up to --batch-size of the oldest overdue \
+                      bookings with FOR UPDATE SKIP LOCKED and expires them in one transaction \
+                      per batch, writing one audit row, one deal-timeline entry and one outbox \
+                      row per booking. Rows the domain guard refuses or the database rejects \
+                      are quarantined as poison with back-off; the rest of the batch commits.\n\n\
+                      stdout: {\"RunId\",\"AsOf\",\"ReserveExpiredCount\",\"BookingExpiredCount\",\
+                      \"SkippedLockedCount\",\"PoisonCount\",\"DurationMs\"}",
+        after_help = EXIT_CODES_HELP
+    )]
+    RunOnce(RunOnceArgs),
+}
+
+/// How to reach PostgreSQL.
+#[derive(Debug, Args)]
+pub struct DatabaseArgs {
+    /// PostgreSQL connection URL or key=value string, e.g.
+    /// postgres://user:secret@db:5432/crm?sslmode=verify-full. sslmode: disable, prefer
+    /// (default), require, verify-ca, verify-full; sslrootcert=FILE adds a CA
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_name = "URL")]
+    pub database_url: Option<String>,
+
+    /// PEM file with the CA that signs the database server's certificate (overrides
+    /// sslrootcert in the URL)
+    #[arg(long, env = "PGSSLROOTCERT", value_name = "FILE")]
+    pub database_ca_file: Option<PathBuf>,
+
+    /// Give up connecting after this long (1s..=60s)
+    #[arg(long, env = "BOOKING_EXPIRATION_CONNECT_TIMEOUT", value_name = "DURATION",
+          default_value = "5s", value_parser = duration_in(Duration::from_secs(1), Duration::from_secs(60)))]
+    pub connect_timeout: Duration,
+
+    /// Cancel any single statement running longer than this (100ms..=60s)
+    #[arg(long, env = "BOOKING_EXPIRATION_STATEMENT_TIMEOUT", value_name = "DURATION",
+          default_value = "10s", value_parser = duration_in(Duration::from_millis(100), Duration::from_secs(60)))]
+    pub statement_timeout: Duration,
+
+    /// Give up waiting for any lock after this long (10ms..=60s)
+    #[arg(long, env = "BOOKING_EXPIRATION_LOCK_TIMEOUT", value_name = "DURATION",
+          default_value = "3s", value_parser = duration_in(Duration::from_millis(10), Duration::from_secs(60)))]
+    pub lock_timeout: Duration,
+}
+
+/// The size of a cycle.
+#[derive(Debug, Args)]
+pub struct BatchArgs {
+    /// Bookings claimed per batch, per phase (1..=10000)
+    #[arg(long, env = "BOOKING_EXPIRATION_BATCH_SIZE", value_name = "N", default_value_t = 200,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub batch_size: u32,
+
+    /// Batches per phase in one cycle (1..=1000); more drains a backlog in several short
+    /// transactions within the time budget
+    #[arg(long, env = "BOOKING_EXPIRATION_MAX_BATCHES", value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    pub max_batches: u32,
+}
+
+#[derive(Debug, Args)]
+pub struct RunOnceArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+
+    #[command(flatten)]
+    pub batch: BatchArgs,
+
+    /// Start no new batch after this much time since the start; keep it below the
+    /// schedule's interval (1s..=10m)
+    #[arg(long, env = "BOOKING_EXPIRATION_DEADLINE", value_name = "DURATION",
+          default_value = "25s", value_parser = duration_in(Duration::from_secs(1), Duration::from_secs(600)))]
+    pub deadline: Duration,
+}
+
+/// A clap value parser for a duration such as `250ms`, `5s` or `2m`, within bounds.
+fn duration_in(
+    min: Duration,
+    max: Duration,
+) -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync + 'static {
+    move |s| {
+        let d = parse_duration(s)?;
+        if d < min || d > max {
+            return Err(format!(
+                "{s} is out of range: allowed {} to {}",
+                show_duration(min),
+                show_duration(max)
+            ));
+        }
+        Ok(d)
+    }
+}
+
+/// Parses `<integer><unit>` with unit `ms`, `s` or `m`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    const EXPECTED: &str = "expected a whole number with a unit: ms, s or m (e.g. 500ms, 5s, 2m)";
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    if digits.is_empty() {
+        return Err(format!("{s:?}: {EXPECTED}"));
+    }
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{s:?} is too large: {EXPECTED}"))?;
+    let millis = match unit {
+        "ms" => Some(n),
+        "s" => n.checked_mul(1_000),
+        "m" => n.checked_mul(60_000),
+        _ => return Err(format!("{s:?}: {EXPECTED}")),
+    };
+    millis
+        .map(Duration::from_millis)
+        .ok_or_else(|| format!("{s:?} is too large: {EXPECTED}"))
+}
+
+fn show_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms.is_multiple_of(60_000) {
+        format!("{}m", ms / 60_000)
+    } else if ms.is_multiple_of(1_000) {
+        format!("{}s", ms / 1_000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+/// Prints a command-line error and returns the exit code: 0 for --help/--version,
+/// 64 (usage) otherwise. When the bad value came from an environment variable, says
+/// which, since clap's message only names the flag.
+pub fn usage_error(e: clap::Error) -> std::process::ExitCode {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        let _ = e.print();
+        return std::process::ExitCode::SUCCESS;
+    }
+    let _ = e.print();
+    if let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) {
+        let flag = arg.split_whitespace().next().unwrap_or(arg);
+        let typed = std::env::args_os().any(|a| {
+            a.to_str()
+                .is_some_and(|a| a == flag || a.starts_with(&format!("{flag}=")))
+        });
+        if let Some(env) = env_of(flag).filter(|env| !typed && std::env::var_os(env).is_some()) {
+            eprintln!("note: the value of {flag} came from the environment variable {env}");
+        }
+    }
+    std::process::ExitCode::from(crate::exit::Failure::Usage.code())
+}
+
+/// The environment variable behind a long flag, in any subcommand.
+fn env_of(flag: &str) -> Option<String> {
+    use clap::CommandFactory;
+    let long = flag.strip_prefix("--")?;
+    let cmd = Cli::command();
+    let commands = std::iter::once(&cmd).chain(cmd.get_subcommands());
+    commands
+        .flat_map(|c| c.get_arguments())
+        .find(|a| a.get_long() == Some(long))
+        .and_then(|a| a.get_env())
+        .map(|env| env.to_string_lossy().into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        for bad in [
+            "",
+            "5",
+            "s",
+            "5 h",
+            "-1s",
+            "1.5s",
+            "5sec",
+            "99999999999999999999s",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} parsed");
+        }
+    }
+
+    #[test]
+    fn durations_out_of_range_are_refused_with_the_range() {
+        let parse = duration_in(Duration::from_secs(1), Duration::from_secs(60));
+        assert_eq!(
+            parse("61s"),
+            Err("61s is out of range: allowed 1s to 1m".to_owned())
+        );
+        assert_eq!(parse("1m"), Ok(Duration::from_secs(60)));
+    }
+}

@@ -1,0 +1,336 @@
+//! Resolved, validated configuration built once from what was typed. Every error here
+//! names its input and exits 78 before anything touches the database.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::Result;
+
+use crate::cli::{BatchArgs, DatabaseArgs, RunOnceArgs};
+use crate::exit::{Failure, fail};
+
+/// libpq's `sslmode` values. tokio-postgres only knows the first three, so the verify
+/// modes are implemented by the TLS connector (`store::connect`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SslMode {
+    Disable,
+    Prefer,
+    Require,
+    VerifyCa,
+    VerifyFull,
+}
+
+impl FromStr for SslMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "disable" => SslMode::Disable,
+            "prefer" => SslMode::Prefer,
+            "require" => SslMode::Require,
+            "verify-ca" => SslMode::VerifyCa,
+            "verify-full" => SslMode::VerifyFull,
+            _ => {
+                return Err(format!(
+                    "sslmode={s:?} is not allowed: use disable, prefer, require, verify-ca or verify-full"
+                ));
+            }
+        })
+    }
+}
+
+/// How to reach PostgreSQL. `Debug` never shows the password (tokio-postgres's own
+/// `Config` prints it as `_`).
+#[derive(Clone)]
+pub struct DbConfig {
+    pub pg: postgres::Config,
+    pub ssl_mode: SslMode,
+    /// PEM bytes of an extra trusted CA, and where they came from.
+    pub root_cert: Option<(PathBuf, Vec<u8>)>,
+    pub statement_timeout: Duration,
+    pub lock_timeout: Duration,
+}
+
+impl fmt::Debug for DbConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DbConfig")
+            .field("pg", &self.pg)
+            .field("ssl_mode", &self.ssl_mode)
+            .field("root_cert", &self.root_cert.as_ref().map(|(p, _)| p))
+            .field("statement_timeout", &self.statement_timeout)
+            .field("lock_timeout", &self.lock_timeout)
+            .finish()
+    }
+}
+
+impl DbConfig {
+    pub fn from_args(args: &DatabaseArgs) -> Result<Self> {
+        let Some(url) = args
+            .database_url
+            .as_deref()
+            .filter(|u| !u.trim().is_empty())
+        else {
+            return Err(fail(
+                Failure::Config,
+                "no database: set --database-url or DATABASE_URL \
+                 (e.g. postgres://user:password@host:5432/crm)",
+            ));
+        };
+        let (rest, ssl) = split_ssl_params(url)?;
+        let mut pg = postgres::Config::from_str(&rest).map_err(|e| {
+            // The parser's message names the option, never the value: no secret leaks.
+            fail(
+                Failure::Config,
+                format!("invalid --database-url / DATABASE_URL: {e}"),
+            )
+        })?;
+        if pg.get_hosts().is_empty() {
+            return Err(fail(
+                Failure::Config,
+                "invalid --database-url / DATABASE_URL: no host given",
+            ));
+        }
+        if pg.get_user().is_none() {
+            return Err(fail(
+                Failure::Config,
+                "invalid --database-url / DATABASE_URL: no user given",
+            ));
+        }
+        let ssl_mode = match ssl.mode.as_deref() {
+            None => SslMode::Prefer,
+            Some(m) => m.parse().map_err(|e: String| {
+                fail(
+                    Failure::Config,
+                    format!("invalid --database-url / DATABASE_URL: {e}"),
+                )
+            })?,
+        };
+        let root_cert_path = args.database_ca_file.clone().or(ssl.root_cert);
+        let root_cert = match root_cert_path {
+            None => None,
+            Some(path) => {
+                let pem = std::fs::read(&path).map_err(|e| {
+                    fail(
+                        Failure::Config,
+                        format!(
+                            "cannot read the database CA file {} (--database-ca-file, \
+                             PGSSLROOTCERT or sslrootcert): {e}",
+                            path.display()
+                        ),
+                    )
+                })?;
+                native_tls::Certificate::from_pem(&pem).map_err(|e| {
+                    fail(
+                        Failure::Config,
+                        format!(
+                            "the database CA file {} is not a PEM certificate: {e}",
+                            path.display()
+                        ),
+                    )
+                })?;
+                Some((path, pem))
+            }
+        };
+        if matches!(ssl_mode, SslMode::VerifyCa | SslMode::VerifyFull) && root_cert.is_none() {
+            log::info!(
+                ssl_mode:? = ssl_mode;
+                "no sslrootcert given: the server certificate is verified against the system's CAs"
+            );
+        }
+        pg.ssl_mode(match ssl_mode {
+            SslMode::Disable => postgres::config::SslMode::Disable,
+            SslMode::Prefer => postgres::config::SslMode::Prefer,
+            _ => postgres::config::SslMode::Require,
+        });
+        if pg.get_connect_timeout().is_none() {
+            pg.connect_timeout(args.connect_timeout);
+        }
+        if pg.get_application_name().is_none() {
+            pg.application_name("booking-expire");
+        }
+        Ok(DbConfig {
+            pg,
+            ssl_mode,
+            root_cert,
+            statement_timeout: args.statement_timeout,
+            lock_timeout: args.lock_timeout,
+        })
+    }
+}
+
+#[derive(Debug, Default, PartialEq)]
+struct SslParams {
+    mode: Option<String>,
+    root_cert: Option<PathBuf>,
+}
+
+/// Takes `sslmode` and `sslrootcert` out of a URL (`postgres://…?sslmode=…`) or a
+/// key=value string, since tokio-postgres rejects what it does not implement itself.
+fn split_ssl_params(url: &str) -> Result<(String, SslParams)> {
+    let mut ssl = SslParams::default();
+    let mut take = |key: &str, value: String| -> bool {
+        match key {
+            "sslmode" => ssl.mode = Some(value),
+            "sslrootcert" => ssl.root_cert = Some(PathBuf::from(value)),
+            _ => return false,
+        }
+        true
+    };
+    let rest = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        match url.split_once('?') {
+            None => url.to_owned(),
+            Some((base, query)) => {
+                let mut kept = Vec::new();
+                for pair in query.split('&').filter(|p| !p.is_empty()) {
+                    let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+                    if !take(k, percent_decode(v)?) {
+                        kept.push(pair);
+                    }
+                }
+                if kept.is_empty() {
+                    base.to_owned()
+                } else {
+                    format!("{base}?{}", kept.join("&"))
+                }
+            }
+        }
+    } else {
+        let mut kept = Vec::new();
+        for token in url.split_whitespace() {
+            match token.split_once('=') {
+                Some((k, v)) if take(k, v.trim_matches('\'').to_owned()) => {}
+                _ => kept.push(token),
+            }
+        }
+        kept.join(" ")
+    };
+    Ok((rest, ssl))
+}
+
+fn percent_decode(s: &str) -> Result<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| {
+                    fail(
+                        Failure::Config,
+                        "invalid --database-url / DATABASE_URL: bad percent-encoding in a query parameter",
+                    )
+                })?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| {
+        fail(
+            Failure::Config,
+            "invalid --database-url / DATABASE_URL: a query parameter is not UTF-8",
+        )
+    })
+}
+
+/// The resolved configuration of `run-once`.
+#[derive(Debug, Clone)]
+pub struct RunOnceConfig {
+    pub db: DbConfig,
+    pub batch: Batch,
+    pub deadline: Duration,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Batch {
+    pub size: u32,
+    pub max_batches: u32,
+}
+
+impl From<&BatchArgs> for Batch {
+    fn from(args: &BatchArgs) -> Self {
+        Batch {
+            size: args.batch_size,
+            max_batches: args.max_batches,
+        }
+    }
+}
+
+impl RunOnceConfig {
+    pub fn from_args(args: &RunOnceArgs) -> Result<Self> {
+        Ok(RunOnceConfig {
+            db: DbConfig::from_args(&args.database)?,
+            batch: Batch::from(&args.batch),
+            deadline: args.deadline,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ssl_params_are_taken_out_of_a_url() {
+        let (rest, ssl) = split_ssl_params(
+            "postgres://u:p@h:5432/db?sslmode=verify-full&connect_timeout=3&sslrootcert=%2Fetc%2Fca.pem",
+        )
+        .unwrap();
+        assert_eq!(rest, "postgres://u:p@h:5432/db?connect_timeout=3");
+        assert_eq!(
+            ssl,
+            SslParams {
+                mode: Some("verify-full".into()),
+                root_cert: Some("/etc/ca.pem".into())
+            }
+        );
+        let (rest, ssl) = split_ssl_params("postgres://u@h/db?sslmode=require").unwrap();
+        assert_eq!(rest, "postgres://u@h/db");
+        assert_eq!(ssl.mode.as_deref(), Some("require"));
+    }
+
+    #[test]
+    fn ssl_params_are_taken_out_of_a_key_value_string() {
+        let (rest, ssl) =
+            split_ssl_params("host=h user=u sslmode=verify-ca sslrootcert='/ca.pem' dbname=crm")
+                .unwrap();
+        assert_eq!(rest, "host=h user=u dbname=crm");
+        assert_eq!(ssl.mode.as_deref(), Some("verify-ca"));
+        assert_eq!(ssl.root_cert, Some(PathBuf::from("/ca.pem")));
+    }
+
+    #[test]
+    fn bad_percent_encoding_is_refused() {
+        assert!(split_ssl_params("postgres://u@h/db?sslrootcert=%zz").is_err());
+    }
+
+    #[test]
+    fn ssl_modes_parse_like_libpq() {
+        assert_eq!("verify-full".parse(), Ok(SslMode::VerifyFull));
+        let err = "allow-all".parse::<SslMode>().unwrap_err();
+        assert!(err.contains("\"allow-all\""), "{err}");
+        assert!(err.contains("verify-full"), "{err}");
+    }
+
+    #[test]
+    fn debug_output_hides_the_password() {
+        let args = DatabaseArgs {
+            database_url: Some("postgres://app:hunter2-secret@db:5432/crm".into()),
+            database_ca_file: None,
+            connect_timeout: Duration::from_secs(5),
+            statement_timeout: Duration::from_secs(5),
+            lock_timeout: Duration::from_secs(1),
+        };
+        let cfg = DbConfig::from_args(&args).unwrap();
+        let shown = format!("{cfg:?}");
+        assert!(!shown.contains("hunter2-secret"), "{shown}");
+        assert_eq!(cfg.ssl_mode, SslMode::Prefer);
+    }
+}

@@ -1,0 +1,259 @@
+//! `run-once`: one expiration cycle. AsOf is read once; each phase runs up to
+//! `max_batches` batches, each in its own short transaction: claim → domain decision
+//! → one set-based write → quarantine the poison → commit.
+
+use std::time::Instant;
+
+use anyhow::Result;
+use chrono::{DateTime, Utc};
+use log::{error, info, warn};
+use postgres::Client;
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::config::RunOnceConfig;
+use crate::domain::{self, BookingRow, ExpiredEvent, Phase, rfc3339};
+use crate::exit::{ClassifyExt, Failure, fail};
+use crate::shutdown;
+use crate::store::{self, BatchWrite, CycleStatements, Need, Poison};
+
+/// The result of a cycle, printed as one JSON line on stdout (SPEC §3.6).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct CycleResult {
+    pub run_id: Uuid,
+    pub as_of: String,
+    pub reserve_expired_count: u64,
+    pub booking_expired_count: u64,
+    pub skipped_locked_count: u64,
+    pub poison_count: u64,
+    pub duration_ms: u64,
+}
+
+/// What one batch did.
+#[derive(Debug, Default)]
+struct BatchOutcome {
+    claimed: usize,
+    expired: u64,
+    skipped: u64,
+    poison: u64,
+}
+
+/// The system clock, UTC, at PostgreSQL's precision (microseconds), so AsOf is stored
+/// exactly as it was decided on.
+pub fn system_as_of() -> DateTime<Utc> {
+    let now = Utc::now();
+    DateTime::from_timestamp_micros(now.timestamp_micros()).unwrap_or(now)
+}
+
+/// Runs one cycle. On a signal it stops before the next batch (the batch in flight
+/// commits or rolls back whole) and fails with `Interrupted`, after printing what it
+/// did. On an infrastructure error the batch in flight rolls back.
+pub fn run_once(cfg: &RunOnceConfig, run_id: Uuid) -> Result<CycleResult> {
+    let started = Instant::now();
+    let as_of = system_as_of();
+    info!(as_of:% = rfc3339(as_of), batch_size = cfg.batch.size, max_batches = cfg.batch.max_batches;
+          "cycle started");
+
+    let mut db = store::connect(&cfg.db)?;
+    shutdown::on_signal(db.interrupter());
+    store::check_schema(&mut db.client, Need::Cycle)?;
+    let stmts = CycleStatements::prepare(&mut db.client)?;
+
+    let mut result = CycleResult {
+        run_id,
+        as_of: rfc3339(as_of),
+        reserve_expired_count: 0,
+        booking_expired_count: 0,
+        skipped_locked_count: 0,
+        poison_count: 0,
+        duration_ms: 0,
+    };
+    let outcome = run_phases(
+        &mut db.client,
+        &stmts,
+        cfg,
+        run_id,
+        as_of,
+        started,
+        &mut result,
+    );
+    result.duration_ms = started.elapsed().as_millis() as u64;
+    match outcome {
+        Ok(()) => {
+            info!(reserve_expired = result.reserve_expired_count,
+                  booking_expired = result.booking_expired_count,
+                  skipped_locked = result.skipped_locked_count,
+                  poison = result.poison_count,
+                  duration_ms = result.duration_ms;
+                  "cycle completed");
+            Ok(result)
+        }
+        Err(e) => {
+            // What committed before the failure stays committed: say so, then fail.
+            warn!(reserve_expired = result.reserve_expired_count,
+                  booking_expired = result.booking_expired_count,
+                  poison = result.poison_count,
+                  duration_ms = result.duration_ms;
+                  "cycle stopped early; batches committed before this point stay committed");
+            Err(e)
+        }
+    }
+}
+
+fn run_phases(
+    client: &mut Client,
+    stmts: &CycleStatements,
+    cfg: &RunOnceConfig,
+    run_id: Uuid,
+    as_of: DateTime<Utc>,
+    started: Instant,
+    result: &mut CycleResult,
+) -> Result<()> {
+    for phase in Phase::ALL {
+        for _ in 0..cfg.batch.max_batches {
+            if let Some(signal) = shutdown::requested() {
+                return Err(fail(
+                    Failure::Interrupted(signal),
+                    format!("interrupted by signal {signal}; no new batch started"),
+                ));
+            }
+            if started.elapsed() >= cfg.deadline {
+                warn!(phase:% = phase, deadline_ms = cfg.deadline.as_millis() as u64;
+                      "cycle deadline reached; the rest waits for the next cycle");
+                return Ok(());
+            }
+            let batch = run_batch(client, stmts, phase, cfg.batch.size, run_id, as_of)
+                .map_err(|e| interrupted_or(e, phase))?;
+            match phase {
+                Phase::Reserve => result.reserve_expired_count += batch.expired,
+                Phase::Booking => result.booking_expired_count += batch.expired,
+            }
+            result.skipped_locked_count += batch.skipped;
+            result.poison_count += batch.poison;
+            // A short batch means the phase's queue is drained (for us).
+            if batch.claimed < cfg.batch.size as usize {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A failure caused by our own cancel request after a signal is an interruption.
+fn interrupted_or(e: anyhow::Error, phase: Phase) -> anyhow::Error {
+    match shutdown::requested() {
+        Some(signal) => e.context(crate::exit::Classified {
+            failure: Failure::Interrupted(signal),
+            message: format!("interrupted by signal {signal}; the {phase} batch rolled back"),
+        }),
+        None => e,
+    }
+}
+
+fn run_batch(
+    client: &mut Client,
+    stmts: &CycleStatements,
+    phase: Phase,
+    batch_size: u32,
+    run_id: Uuid,
+    as_of: DateTime<Utc>,
+) -> Result<BatchOutcome> {
+    let context = |what: &str| format!("{phase} batch: {what}; the batch rolled back");
+    let mut tx = client
+        .transaction()
+        .classify(Failure::Temporary, context("cannot begin"))?;
+    let claimed = store::claim(&mut tx, stmts, phase, as_of, batch_size)
+        .map_err(|e| e.context(context("claim failed")))?;
+    let full = claimed.len() == batch_size as usize;
+    let skipped = store::count_skipped(&mut tx, stmts, phase, as_of, &claimed, full)
+        .map_err(|e| e.context(context("skipped-locked count failed")))?;
+    info!(phase:% = phase, count = claimed.len(), skipped_locked = skipped; "batch selected");
+    if claimed.is_empty() {
+        // Nothing written, nothing to commit; ending the transaction releases nothing.
+        drop(tx);
+        return Ok(BatchOutcome {
+            skipped,
+            ..BatchOutcome::default()
+        });
+    }
+
+    let (writes, mut poison) = decide(&claimed, phase, as_of, run_id);
+    let written = store::write_isolating(&mut tx, stmts, run_id, as_of, &writes)
+        .map_err(|e| e.context(context("write failed")))?;
+    for (index, rejection) in &written.rejected {
+        let w = &writes[*index];
+        error!(booking_id:% = w.expiry.booking_id, phase:% = phase, sqlstate = rejection.sqlstate.as_str(),
+               error = rejection.message.as_str(); "item failed: the database rejected the write, quarantined");
+        poison.push(Poison {
+            booking_id: w.expiry.booking_id,
+            tenant_id: w.expiry.tenant_id,
+            phase,
+            reason: "database",
+            error: rejection.message.clone(),
+            sqlstate: Some(rejection.sqlstate.clone()),
+        });
+    }
+    let stale = writes.len() - written.expired.len() - written.rejected.len();
+    if stale > 0 {
+        // Locked rows cannot change under us; this would mean another writer ignores
+        // row locks. The guard made the write a no-op for them.
+        warn!(phase:% = phase, count = stale; "rows changed after the claim were left as they are");
+    }
+    store::quarantine(&mut tx, stmts, run_id, as_of, &poison)
+        .map_err(|e| e.context(context("quarantine failed")))?;
+    tx.commit()
+        .classify(Failure::Temporary, context("commit failed"))?;
+
+    let expired: std::collections::HashSet<Uuid> = written.expired.iter().copied().collect();
+    for w in writes
+        .iter()
+        .filter(|w| expired.contains(&w.expiry.booking_id))
+    {
+        info!(booking_id:% = w.expiry.booking_id, deal_id:% = w.expiry.deal_id, phase:% = phase,
+              tenant_id:% = w.expiry.tenant_id, message_id:% = w.message_id; "booking expired");
+    }
+    Ok(BatchOutcome {
+        claimed: claimed.len(),
+        expired: written.expired.len() as u64,
+        skipped,
+        poison: poison.len() as u64,
+    })
+}
+
+/// The domain decision for each claimed row: what to write, and what is poison.
+fn decide(
+    claimed: &[BookingRow],
+    phase: Phase,
+    as_of: DateTime<Utc>,
+    run_id: Uuid,
+) -> (Vec<BatchWrite>, Vec<Poison>) {
+    let mut writes = Vec::with_capacity(claimed.len());
+    let mut poison = Vec::new();
+    for row in claimed {
+        match domain::expire(row, as_of) {
+            Ok(expiry) => {
+                let message_id = Uuid::now_v7();
+                writes.push(BatchWrite {
+                    payload: ExpiredEvent::of(&expiry).to_json(),
+                    headers: domain::event_headers(&expiry, message_id, run_id).into(),
+                    message_id,
+                    expiry,
+                });
+            }
+            Err(rejection) => {
+                error!(booking_id:% = row.id, phase:% = phase, reason = rejection.code(),
+                       error:% = rejection; "item failed: the guard refused the row, quarantined");
+                poison.push(Poison {
+                    booking_id: row.id,
+                    tenant_id: row.tenant_id,
+                    phase,
+                    reason: rejection.code(),
+                    error: rejection.to_string(),
+                    sqlstate: None,
+                });
+            }
+        }
+    }
+    (writes, poison)
+}

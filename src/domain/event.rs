@@ -1,0 +1,168 @@
+//! The integration event `pin.crm.booking-expired` (contract version 1): its payload and
+//! its CloudEvents headers (Kafka binding, binary mode).
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::{Expiry, Phase};
+
+pub const EVENT_TYPE: &str = "pin.crm.booking-expired";
+pub const TOPIC: &str = "pin.crm.booking-expired.v1";
+pub const AGGREGATE_TYPE: &str = "Booking";
+pub const CE_SOURCE: &str = "/pin/crm/booking-expiration";
+pub const CONTRACT_VERSION: u32 = 1;
+
+/// The event's value: exactly these six fields, identifiers only (no PII).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ExpiredEvent {
+    pub booking_id: Uuid,
+    pub tenant_id: Uuid,
+    pub deal_id: Uuid,
+    pub property_object_id: Uuid,
+    pub phase: &'static str,
+    /// RFC 3339 with offset.
+    pub expired_at: String,
+}
+
+impl ExpiredEvent {
+    pub fn of(expiry: &Expiry) -> Self {
+        ExpiredEvent {
+            booking_id: expiry.booking_id,
+            tenant_id: expiry.tenant_id,
+            deal_id: expiry.deal_id,
+            property_object_id: expiry.property_object_id,
+            phase: expiry.phase.as_str(),
+            expired_at: rfc3339(expiry.expired_at),
+        }
+    }
+
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("the event payload always serializes")
+    }
+}
+
+/// RFC 3339 with microseconds (PostgreSQL's precision) and `Z` as the UTC offset.
+pub fn rfc3339(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::Micros, true)
+}
+
+/// The CloudEvents headers of one event, captured when the outbox row is written.
+/// `message_id` is the outbox row's id and the event's `ce_id`; `run_id` the cycle's
+/// correlation id and the W3C trace id.
+pub fn event_headers(
+    expiry: &Expiry,
+    message_id: Uuid,
+    run_id: Uuid,
+) -> serde_json::Map<String, serde_json::Value> {
+    let pairs: [(&str, String); 10] = [
+        ("ce_specversion", "1.0".to_owned()),
+        ("ce_id", message_id.to_string()),
+        ("ce_type", EVENT_TYPE.to_owned()),
+        ("ce_source", CE_SOURCE.to_owned()),
+        ("ce_subject", expiry.booking_id.to_string()),
+        ("ce_time", rfc3339(expiry.expired_at)),
+        ("content-type", "application/json".to_owned()),
+        ("ce_contractversion", CONTRACT_VERSION.to_string()),
+        ("ce_correlationid", run_id.to_string()),
+        ("traceparent", traceparent(run_id, message_id)),
+    ];
+    pairs
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), serde_json::Value::String(v)))
+        .collect()
+}
+
+/// A W3C `traceparent`: the run is the trace, each event a span of it. The span id is
+/// the random tail of the message id, so it is unique per event and reproducible.
+pub fn traceparent(run_id: Uuid, message_id: Uuid) -> String {
+    let span = match message_id.as_u64_pair().1 {
+        0 => 1,
+        s => s,
+    };
+    format!("00-{}-{span:016x}-01", run_id.simple())
+}
+
+impl Phase {
+    /// The deal-timeline entry the domain event BookingExpired produces.
+    pub fn timeline_kind(self) -> &'static str {
+        match self {
+            Phase::Reserve => "BookingReserveExpired",
+            Phase::Booking => "BookingExpired",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::booking::Status;
+    use chrono::TimeZone;
+
+    fn expiry() -> Expiry {
+        Expiry {
+            booking_id: Uuid::parse_str("0f8fad5b-d9cb-469f-a165-70867728950e").unwrap(),
+            tenant_id: Uuid::from_u128(2),
+            deal_id: Uuid::from_u128(3),
+            property_object_id: Uuid::from_u128(4),
+            phase: Phase::Booking,
+            from: Status::Booked,
+            to: Status::BookingExpired,
+            deadline: Utc.with_ymd_and_hms(2026, 11, 29, 17, 0, 0).unwrap(),
+            expired_at: Utc.with_ymd_and_hms(2026, 11, 29, 18, 0, 0).unwrap()
+                + chrono::Duration::microseconds(123_456),
+            expected_version: 1,
+        }
+    }
+
+    #[test]
+    fn payload_has_exactly_the_six_contract_fields() {
+        let json = ExpiredEvent::of(&expiry()).to_json();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "BookingId": "0f8fad5b-d9cb-469f-a165-70867728950e",
+                "TenantId": "00000000-0000-0000-0000-000000000002",
+                "DealId": "00000000-0000-0000-0000-000000000003",
+                "PropertyObjectId": "00000000-0000-0000-0000-000000000004",
+                "Phase": "Booking",
+                "ExpiredAt": "2026-11-29T18:00:00.123456Z",
+            })
+        );
+    }
+
+    #[test]
+    fn headers_follow_the_cloudevents_binary_mode() {
+        let message_id = Uuid::parse_str("019ad0c4-0000-7000-8000-00000000abcd").unwrap();
+        let run_id = Uuid::parse_str("6c0e1f6e-57c3-4bd2-9d0c-3b1ef1a2b3c4").unwrap();
+        let headers = event_headers(&expiry(), message_id, run_id);
+        let get = |k: &str| headers[k].as_str().unwrap().to_owned();
+        assert_eq!(headers.len(), 10);
+        assert_eq!(get("ce_specversion"), "1.0");
+        assert_eq!(get("ce_id"), message_id.to_string());
+        assert_eq!(get("ce_type"), "pin.crm.booking-expired");
+        assert_eq!(get("ce_source"), "/pin/crm/booking-expiration");
+        assert_eq!(get("ce_subject"), "0f8fad5b-d9cb-469f-a165-70867728950e");
+        assert_eq!(get("ce_time"), "2026-11-29T18:00:00.123456Z");
+        assert_eq!(get("content-type"), "application/json");
+        assert_eq!(get("ce_contractversion"), "1");
+        assert_eq!(get("ce_correlationid"), run_id.to_string());
+        assert_eq!(
+            get("traceparent"),
+            "00-6c0e1f6e57c34bd29d0c3b1ef1a2b3c4-800000000000abcd-01"
+        );
+    }
+
+    #[test]
+    fn a_zero_span_id_is_never_produced() {
+        let tp = traceparent(Uuid::from_u128(9), Uuid::from_u128(0));
+        assert!(tp.ends_with("-0000000000000001-01"), "{tp}");
+    }
+
+    #[test]
+    fn timeline_kinds_differ_per_phase() {
+        assert_eq!(Phase::Reserve.timeline_kind(), "BookingReserveExpired");
+        assert_eq!(Phase::Booking.timeline_kind(), "BookingExpired");
+    }
+}

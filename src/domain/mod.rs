@@ -1,0 +1,12 @@
+//! The booking expiration domain: statuses, phases, the `Expire(AsOf)` transition with
+//! its guards, and the integration event it raises.
+//!
+//! Pure by design: nothing here reads a clock, does I/O or logs. Time (`as_of`) and
+//! identities (run id, message id) come in as arguments, so `run-once` and `dry-run`
+//! reach exactly the same decision for the same row and the same moment.
+
+pub(crate) mod booking;
+mod event;
+
+pub use booking::{BookingRow, Expiry, Phase, expire};
+pub use event::{AGGREGATE_TYPE, EVENT_TYPE, ExpiredEvent, TOPIC, event_headers, rfc3339};

@@ -1,0 +1,93 @@
+//! Logs go to stderr; stdout is for data only. `LOG_FORMAT=json` gives one JSON object
+//! per line. Every line carries the run id. Fields come from the `log` crate's
+//! key-values (`info!(phase = "Reserve"; "batch selected")`).
+
+use std::io::Write;
+
+use chrono::{SecondsFormat, Utc};
+use log::kv::{Key, Value, VisitSource};
+use serde_json::{Map, Value as Json};
+use uuid::Uuid;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Installs the logger. `RUST_LOG` may change the filter; by default this program logs
+/// at info and its libraries at warn.
+pub fn init_logging(format: LogFormat, run_id: Uuid) {
+    let env = env_logger::Env::default()
+        .filter_or("RUST_LOG", "warn,booking_expire=info")
+        .write_style_or("LOG_STYLE", "never");
+    let mut builder = env_logger::Builder::from_env(env);
+    builder.target(env_logger::Target::Stderr);
+    match format {
+        LogFormat::Json => builder.format(move |buf, record| {
+            let mut line = Map::new();
+            line.insert("ts".into(), now().into());
+            line.insert("level".into(), record.level().as_str().into());
+            line.insert("run_id".into(), run_id.to_string().into());
+            line.insert("msg".into(), record.args().to_string().into());
+            let mut fields = JsonFields(&mut line);
+            let _ = record.key_values().visit(&mut fields);
+            serde_json::to_writer(&mut *buf, &Json::Object(line))?;
+            writeln!(buf)
+        }),
+        LogFormat::Text => builder.format(move |buf, record| {
+            write!(
+                buf,
+                "{} {:<5} run_id={} {}",
+                now(),
+                record.level(),
+                run_id,
+                record.args()
+            )?;
+            let mut fields = TextFields(String::new());
+            let _ = record.key_values().visit(&mut fields);
+            writeln!(buf, "{}", fields.0)
+        }),
+    };
+    // A second init (tests calling into the library twice) is harmless.
+    let _ = builder.try_init();
+}
+
+fn now() -> String {
+    Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+struct JsonFields<'a>(&'a mut Map<String, Json>);
+
+impl<'kvs> VisitSource<'kvs> for JsonFields<'_> {
+    fn visit_pair(&mut self, key: Key<'kvs>, value: Value<'kvs>) -> Result<(), log::kv::Error> {
+        let json = if let Some(v) = value.to_i64() {
+            Json::from(v)
+        } else if let Some(v) = value.to_u64() {
+            Json::from(v)
+        } else if let Some(v) = value.to_f64() {
+            Json::from(v)
+        } else if let Some(v) = value.to_bool() {
+            Json::from(v)
+        } else {
+            Json::from(value.to_string())
+        };
+        self.0.insert(key.as_str().to_owned(), json);
+        Ok(())
+    }
+}
+
+struct TextFields(String);
+
+impl<'kvs> VisitSource<'kvs> for TextFields {
+    fn visit_pair(&mut self, key: Key<'kvs>, value: Value<'kvs>) -> Result<(), log::kv::Error> {
+        let value = value.to_string();
+        // Quote values a reader could otherwise split wrongly.
+        if value.is_empty() || value.contains(|c: char| c.is_whitespace() || c == '"') {
+            self.0.push_str(&format!(" {key}={value:?}"));
+        } else {
+            self.0.push_str(&format!(" {key}={value}"));
+        }
+        Ok(())
+    }
+}

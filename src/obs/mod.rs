@@ -1,0 +1,5 @@
+//! Observability: log lines on stderr (text or JSON lines), each carrying the run id.
+
+mod log;
+
+pub use self::log::{LogFormat, init_logging};
