@@ -166,6 +166,28 @@ struct SslParams {
     root_cert: Option<PathBuf>,
 }
 
+/// The URL parameters tokio-postgres understands besides the TLS ones we handle.
+const KNOWN_PARAMS: &[&str] = &[
+    "user",
+    "password",
+    "dbname",
+    "options",
+    "application_name",
+    "host",
+    "hostaddr",
+    "port",
+    "connect_timeout",
+    "tcp_user_timeout",
+    "keepalives",
+    "keepalives_idle",
+    "keepalives_interval",
+    "keepalives_retries",
+    "target_session_attrs",
+    "channel_binding",
+    "load_balance_hosts",
+    "sslnegotiation",
+];
+
 /// Takes `sslmode` and `sslrootcert` out of a URL (`postgres://…?sslmode=…`) or a
 /// key=value string, since tokio-postgres rejects what it does not implement itself.
 fn split_ssl_params(url: &str) -> Result<(String, SslParams)> {
@@ -185,9 +207,20 @@ fn split_ssl_params(url: &str) -> Result<(String, SslParams)> {
                 let mut kept = Vec::new();
                 for pair in query.split('&').filter(|p| !p.is_empty()) {
                     let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-                    if !take(k, percent_decode(v)?) {
-                        kept.push(pair);
+                    if take(k, percent_decode(v)?) {
+                        continue;
                     }
+                    if !KNOWN_PARAMS.contains(&k) {
+                        return Err(fail(
+                            Failure::Config,
+                            format!(
+                                "invalid --database-url / DATABASE_URL: unknown parameter `{k}` \
+                                 (known: sslmode, sslrootcert, {})",
+                                KNOWN_PARAMS.join(", ")
+                            ),
+                        ));
+                    }
+                    kept.push(pair);
                 }
                 if kept.is_empty() {
                     base.to_owned()

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use crate::config::RunOnceConfig;
 use crate::domain::{self, BookingRow, ExpiredEvent, Phase, rfc3339};
-use crate::exit::{ClassifyExt, Failure, fail};
+use crate::exit::{Classified, ClassifyExt, Failure, fail};
 use crate::shutdown;
 use crate::store::{self, BatchWrite, CycleStatements, Need, Poison};
 
@@ -69,6 +69,12 @@ pub fn run_once(cfg: &RunOnceConfig, run_id: Uuid) -> Result<CycleResult> {
         poison_count: 0,
         duration_ms: 0,
     };
+    // The hard end of the budget: a statement still running at the deadline is
+    // cancelled and its batch rolls back, so a cycle never outlives its minute.
+    let deadline = shutdown::Deadline::start(
+        cfg.deadline.saturating_sub(started.elapsed()),
+        db.interrupter(),
+    );
     let outcome = run_phases(
         &mut db.client,
         &stmts,
@@ -77,7 +83,21 @@ pub fn run_once(cfg: &RunOnceConfig, run_id: Uuid) -> Result<CycleResult> {
         as_of,
         started,
         &mut result,
-    );
+    )
+    .map_err(|e| {
+        if deadline.fired() {
+            e.context(Classified {
+                failure: Failure::Temporary,
+                message: format!(
+                    "the cycle deadline of {}ms passed mid-batch",
+                    cfg.deadline.as_millis()
+                ),
+            })
+        } else {
+            e
+        }
+    });
+    drop(deadline);
     result.duration_ms = started.elapsed().as_millis() as u64;
     match outcome {
         Ok(()) => {
@@ -123,8 +143,7 @@ fn run_phases(
                       "cycle deadline reached; the rest waits for the next cycle");
                 return Ok(());
             }
-            let batch = run_batch(client, stmts, phase, cfg.batch.size, run_id, as_of)
-                .map_err(|e| interrupted_or(e, phase))?;
+            let batch = run_batch(client, stmts, phase, cfg.batch.size, run_id, as_of)?;
             match phase {
                 Phase::Reserve => result.reserve_expired_count += batch.expired,
                 Phase::Booking => result.booking_expired_count += batch.expired,
@@ -138,17 +157,6 @@ fn run_phases(
         }
     }
     Ok(())
-}
-
-/// A failure caused by our own cancel request after a signal is an interruption.
-fn interrupted_or(e: anyhow::Error, phase: Phase) -> anyhow::Error {
-    match shutdown::requested() {
-        Some(signal) => e.context(crate::exit::Classified {
-            failure: Failure::Interrupted(signal),
-            message: format!("interrupted by signal {signal}; the {phase} batch rolled back"),
-        }),
-        None => e,
-    }
 }
 
 fn run_batch(

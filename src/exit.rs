@@ -87,10 +87,13 @@ where
     }
 }
 
-/// The exit code for an error: the outermost explicit classification wins, then the
-/// kind of a PostgreSQL error, else 70 (a bug).
+/// The exit code for an error: after a signal, whatever the work failed with (our own
+/// cancel request, most likely) it is an interruption; otherwise the outermost explicit
+/// classification wins, then the kind of a PostgreSQL error, else 70 (a bug).
 pub fn exit_code(err: &anyhow::Error) -> ExitCode {
-    let code = if let Some(c) = err.downcast_ref::<Classified>() {
+    let code = if let Some(signal) = crate::shutdown::requested() {
+        Failure::Interrupted(signal).code()
+    } else if let Some(c) = err.downcast_ref::<Classified>() {
         c.failure.code()
     } else if let Some(e) = err.downcast_ref::<postgres::Error>() {
         database_failure(e).code()

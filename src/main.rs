@@ -1,20 +1,11 @@
 //! booking-expire: parse, run, map the error to an exit code in one place.
 
-mod cli;
-mod config;
-mod cycle;
-mod domain;
-mod exit;
-mod obs;
-mod shutdown;
-mod store;
-
 use std::process::ExitCode;
 
+use booking_expire::cli::{self, Cli, Command};
+use booking_expire::{config, cycle, exit, obs, shutdown};
 use clap::Parser;
 use uuid::Uuid;
-
-use crate::cli::{Cli, Command};
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {

@@ -74,3 +74,42 @@ pub fn install() -> anyhow::Result<()> {
         })?;
     Ok(())
 }
+
+/// Interrupts the statement in flight when `after` has passed, unless dropped first:
+/// the hard end of a cycle's time budget.
+pub struct Deadline {
+    done: Option<std::sync::mpsc::Sender<()>>,
+    fired: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Deadline {
+    pub fn start(after: std::time::Duration, interrupt: impl Fn() + Send + 'static) -> Self {
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        let fired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = fired.clone();
+        std::thread::spawn(move || {
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = wait.recv_timeout(after) {
+                flag.store(true, Ordering::SeqCst);
+                log::warn!(deadline_ms = after.as_millis() as u64;
+                           "deadline passed with a statement in flight, cancelling it");
+                interrupt();
+            }
+        });
+        Deadline {
+            done: Some(done),
+            fired,
+        }
+    }
+
+    /// Whether the deadline passed and the interrupt was sent.
+    pub fn fired(&self) -> bool {
+        self.fired.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Deadline {
+    fn drop(&mut self) {
+        // Wakes the timer thread, which then ends without interrupting.
+        drop(self.done.take());
+    }
+}

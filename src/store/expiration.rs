@@ -44,7 +44,7 @@ const BOOKING_COLUMNS: &str = "b.id, b.tenant_id, b.deal_id, b.property_object_i
 
 /// The claim: the oldest overdue rows of a phase, locked, skipping rows another holder
 /// has locked. `$1` = AsOf, `$2` = the batch size.
-pub(crate) fn claim_sql(phase: Phase) -> String {
+pub fn claim_sql(phase: Phase) -> String {
     format!(
         "SELECT {BOOKING_COLUMNS} FROM crm.bookings b \
           WHERE {} AND {NOT_QUARANTINED} \

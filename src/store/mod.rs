@@ -7,6 +7,7 @@ mod schema;
 
 pub use connect::connect;
 pub use expiration::{
-    BatchWrite, CycleStatements, Poison, claim, count_skipped, quarantine, write_isolating,
+    BatchWrite, CycleStatements, Poison, claim, claim_sql, count_skipped, quarantine,
+    write_isolating,
 };
 pub use schema::{Need, check_schema};

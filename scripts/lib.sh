@@ -1,0 +1,55 @@
+# Shared helpers for the project's scripts. Source it; it defines functions only.
+
+SCRIPTS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+# ensure_apt_packages PACKAGE... — installs the Debian packages that are missing,
+# when running as root (a fresh CI machine); otherwise says what to install.
+ensure_apt_packages() {
+    local missing=() pkg
+    for pkg in "$@"; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
+    done
+    [[ ${#missing[@]} -eq 0 ]] && return 0
+    if [[ $(id -u) -ne 0 ]]; then
+        echo "missing Debian packages: ${missing[*]} (install them, e.g. sudo apt-get install ${missing[*]})" >&2
+        return 1
+    fi
+    echo "installing ${missing[*]}" >&2
+    local log
+    log=$(mktemp)
+    if ! { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+        tail -n 30 "$log" >&2
+        rm -f "$log"
+        return 1
+    fi
+    rm -f "$log"
+}
+
+# ensure_build_deps — what `cargo build` needs besides Rust: OpenSSL headers for
+# native-tls, pkg-config to find them, and psql for the migration script.
+ensure_build_deps() {
+    ensure_apt_packages pkg-config libssl-dev postgresql-client
+}
+
+# start_postgres — exports DATABASE_URL of a throwaway server in a new temporary
+# directory (PG_STATE), unless the caller already set DATABASE_URL: then that server
+# is used and nothing is started.
+start_postgres() {
+    PG_STATE=""
+    if [[ -n ${DATABASE_URL:-} ]]; then
+        echo "using the PostgreSQL of DATABASE_URL" >&2
+        return 0
+    fi
+    PG_STATE=$(mktemp -d)
+    DATABASE_URL=$("$SCRIPTS_DIR/pg-start.sh" "$PG_STATE")
+    export DATABASE_URL
+}
+
+# stop_postgres — stops and removes what start_postgres started, if anything.
+stop_postgres() {
+    if [[ -n ${PG_STATE:-} ]]; then
+        "$SCRIPTS_DIR/pg-stop.sh" "$PG_STATE" || true
+        rm -rf "$PG_STATE"
+        PG_STATE=""
+    fi
+}

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, lints, unit tests and the integration tests that
+# run the real binary against a real PostgreSQL.
+#
+# Usage: scripts/test.sh [extra cargo test arguments]
+#
+# Starts a throwaway PostgreSQL (and stops it afterwards) unless DATABASE_URL is set,
+# in which case the tests create and drop their own databases on that server.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
+
+ensure_build_deps
+# CI starts from a fresh clone each time: keep Cargo's build cache outside it.
+if [[ -n ${CI:-} && -z ${CARGO_TARGET_DIR:-} ]]; then
+    export CARGO_TARGET_DIR=/var/tmp/booking-expire-target
+fi
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+echo "== cargo fmt --check" >&2
+cargo fmt --all -- --check
+echo "== cargo clippy" >&2
+cargo clippy --all-targets --locked -- -D warnings
+
+trap stop_postgres EXIT
+start_postgres
+
+echo "== cargo test" >&2
+cargo test --locked --all-targets "$@"

@@ -1,0 +1,12 @@
+//! booking-expire: expires overdue CRM bookings and publishes one booking-expired event
+//! per expiry through a transactional outbox. The binary (`main.rs`) only parses,
+//! dispatches and maps errors to exit codes; everything else lives in these rooms.
+
+pub mod cli;
+pub mod config;
+pub mod cycle;
+pub mod domain;
+pub mod exit;
+pub mod obs;
+pub mod shutdown;
+pub mod store;

@@ -1,0 +1,382 @@
+//! Shared test harness: a fresh, migrated database per test on the PostgreSQL that
+//! `scripts/test.sh` started (or the one `DATABASE_URL` names), the real binary, and
+//! helpers to seed bookings and read back what the job wrote.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use postgres::{Client, NoTls};
+use serde_json::Value;
+use uuid::Uuid;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_booking-expire");
+
+fn admin_url() -> String {
+    std::env::var("DATABASE_URL").expect(
+        "DATABASE_URL is not set: run the suite with scripts/test.sh, which starts a \
+         throwaway PostgreSQL, or point DATABASE_URL at a server where this user may \
+         create databases",
+    )
+}
+
+/// A database of its own for one test, with every migration of `sql/` applied;
+/// dropped when the test ends.
+pub struct TestDb {
+    pub name: String,
+    pub url: String,
+}
+
+impl TestDb {
+    pub fn new() -> Self {
+        let db = Self::empty();
+        db.migrate();
+        db
+    }
+
+    /// A database without the schema.
+    pub fn empty() -> Self {
+        let name = format!("be_test_{}", Uuid::new_v4().simple());
+        let mut admin = Client::connect(&admin_url(), NoTls).expect("connect as admin");
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .expect("create test database");
+        let url = with_database(&admin_url(), &name);
+        TestDb { name, url }
+    }
+
+    pub fn migrate(&self) {
+        let mut c = self.client();
+        for file in migrations() {
+            let sql = std::fs::read_to_string(&file).unwrap();
+            c.batch_execute(&sql)
+                .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        }
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(&self.url, NoTls).expect("connect to the test database")
+    }
+
+    /// The binary, pointed at this database, with a clean environment.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
+            .env_clear()
+            .env("DATABASE_URL", &self.url)
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default());
+        cmd
+    }
+
+    pub fn run(&self, args: &[&str]) -> Run {
+        Run::of(self.command(args).output().expect("run the binary"))
+    }
+
+    /// One `run-once` that must succeed; returns its result JSON.
+    pub fn run_once(&self, extra: &[&str]) -> CycleResult {
+        let mut args = vec!["run-once"];
+        args.extend_from_slice(extra);
+        let run = self.run(&args);
+        assert_eq!(run.code, 0, "run-once failed:\n{}", run.stderr);
+        run.result()
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Ok(mut admin) = Client::connect(&admin_url(), NoTls) {
+            let _ = admin.batch_execute(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ));
+        }
+    }
+}
+
+fn migrations() -> Vec<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("sql");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sql"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Replaces the database name of a URL (`…/postgres` → `…/name`), keeping the query.
+pub fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, format!("?{q}")),
+        None => (url, String::new()),
+    };
+    let scheme_end = base.find("://").map(|i| i + 3).unwrap_or(0);
+    let path_start = base[scheme_end..]
+        .find('/')
+        .map(|i| i + scheme_end)
+        .unwrap_or(base.len());
+    format!("{}/{name}{query}", &base[..path_start])
+}
+
+/// A finished process: exit code and both streams.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    pub fn of(out: Output) -> Self {
+        use std::os::unix::process::ExitStatusExt;
+        let code = out
+            .status
+            .code()
+            .unwrap_or_else(|| 128 + out.status.signal().unwrap_or(0));
+        Run {
+            code,
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    pub fn result(&self) -> CycleResult {
+        let lines: Vec<&str> = self.stdout.lines().collect();
+        assert_eq!(
+            lines.len(),
+            1,
+            "stdout must be one JSON line: {:?}",
+            self.stdout
+        );
+        CycleResult::parse(lines[0])
+    }
+}
+
+/// The cycle result JSON, with its exact field names checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CycleResult {
+    pub run_id: Uuid,
+    pub as_of: DateTime<Utc>,
+    pub reserve: i64,
+    pub booking: i64,
+    pub skipped: i64,
+    pub poison: i64,
+    pub duration_ms: i64,
+}
+
+impl CycleResult {
+    pub fn parse(line: &str) -> Self {
+        let v: Value = serde_json::from_str(line).expect("result is JSON");
+        let obj = v.as_object().expect("result is an object");
+        let mut keys: Vec<&str> = obj.keys().map(String::as_str).collect();
+        keys.sort();
+        assert_eq!(
+            keys,
+            [
+                "AsOf",
+                "BookingExpiredCount",
+                "DurationMs",
+                "PoisonCount",
+                "ReserveExpiredCount",
+                "RunId",
+                "SkippedLockedCount"
+            ]
+        );
+        let int = |k: &str| {
+            obj[k]
+                .as_i64()
+                .unwrap_or_else(|| panic!("{k} is an integer"))
+        };
+        CycleResult {
+            run_id: obj["RunId"].as_str().unwrap().parse().unwrap(),
+            as_of: DateTime::parse_from_rfc3339(obj["AsOf"].as_str().unwrap())
+                .unwrap()
+                .with_timezone(&Utc),
+            reserve: int("ReserveExpiredCount"),
+            booking: int("BookingExpiredCount"),
+            skipped: int("SkippedLockedCount"),
+            poison: int("PoisonCount"),
+            duration_ms: int("DurationMs"),
+        }
+    }
+
+    /// (ReserveExpiredCount, BookingExpiredCount, SkippedLockedCount, PoisonCount)
+    pub fn counts(&self) -> (i64, i64, i64, i64) {
+        (self.reserve, self.booking, self.skipped, self.poison)
+    }
+}
+
+/// A booking to seed. Deadlines are given relative to now, in seconds.
+#[derive(Debug, Clone)]
+pub struct Seed {
+    pub id: Uuid,
+    pub tenant_id: Uuid,
+    pub deal_id: Uuid,
+    pub property_object_id: Uuid,
+    pub status: &'static str,
+    pub reserve_in: Option<i64>,
+    pub booking_in: Option<i64>,
+    pub expired_at_set: bool,
+    pub version: i32,
+}
+
+impl Seed {
+    pub fn new(status: &'static str, reserve_in: Option<i64>, booking_in: Option<i64>) -> Self {
+        Seed {
+            id: Uuid::new_v4(),
+            tenant_id: Uuid::new_v4(),
+            deal_id: Uuid::new_v4(),
+            property_object_id: Uuid::new_v4(),
+            status,
+            reserve_in,
+            booking_in,
+            expired_at_set: false,
+            version: 1,
+        }
+    }
+    pub fn reserved(reserve_in: i64) -> Self {
+        Seed::new("Reserved", Some(reserve_in), None)
+    }
+    pub fn booked(booking_in: i64) -> Self {
+        Seed::new("Booked", Some(-86_400), Some(booking_in))
+    }
+}
+
+/// Inserts the bookings in one statement; returns their ids in order.
+pub fn seed(c: &mut Client, rows: &[Seed]) -> Vec<Uuid> {
+    let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
+    let tenants: Vec<Uuid> = rows.iter().map(|r| r.tenant_id).collect();
+    let deals: Vec<Uuid> = rows.iter().map(|r| r.deal_id).collect();
+    let objects: Vec<Uuid> = rows.iter().map(|r| r.property_object_id).collect();
+    let statuses: Vec<&str> = rows.iter().map(|r| r.status).collect();
+    let reserve: Vec<Option<f64>> = rows
+        .iter()
+        .map(|r| r.reserve_in.map(|s| s as f64))
+        .collect();
+    let booking: Vec<Option<f64>> = rows
+        .iter()
+        .map(|r| r.booking_in.map(|s| s as f64))
+        .collect();
+    let expired: Vec<bool> = rows.iter().map(|r| r.expired_at_set).collect();
+    let versions: Vec<i32> = rows.iter().map(|r| r.version).collect();
+    c.execute(
+        "INSERT INTO crm.bookings (id, tenant_id, deal_id, property_object_id, status,
+             reserve_expires_at, booking_expires_at, expired_at, created_at, updated_at, version)
+         SELECT id, t, d, o, s,
+                now() + r * interval '1 second', now() + b * interval '1 second',
+                CASE WHEN e THEN now() - interval '1 day' END,
+                now() - interval '2 days', now() - interval '2 days', v
+           FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[], $5::text[],
+                       $6::float8[], $7::float8[], $8::bool[], $9::int4[])
+             AS x(id, t, d, o, s, r, b, e, v)",
+        &[
+            &ids, &tenants, &deals, &objects, &statuses, &reserve, &booking, &expired, &versions,
+        ],
+    )
+    .expect("seed bookings");
+    ids
+}
+
+/// `n` bookings of one kind.
+pub fn seed_many(c: &mut Client, n: usize, make: impl Fn(usize) -> Seed) -> Vec<Uuid> {
+    let rows: Vec<Seed> = (0..n).map(make).collect();
+    seed(c, &rows)
+}
+
+/// A booking as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Booking {
+    pub id: Uuid,
+    pub tenant_id: Uuid,
+    pub deal_id: Uuid,
+    pub property_object_id: Uuid,
+    pub status: String,
+    pub expired_at: Option<DateTime<Utc>>,
+    pub updated_at: DateTime<Utc>,
+    pub version: i32,
+}
+
+pub fn booking(c: &mut Client, id: Uuid) -> Booking {
+    let r = c
+        .query_one(
+            "SELECT id, tenant_id, deal_id, property_object_id, status, expired_at, updated_at, version
+               FROM crm.bookings WHERE id = $1",
+            &[&id],
+        )
+        .unwrap();
+    Booking {
+        id: r.get(0),
+        tenant_id: r.get(1),
+        deal_id: r.get(2),
+        property_object_id: r.get(3),
+        status: r.get(4),
+        expired_at: r.get(5),
+        updated_at: r.get(6),
+        version: r.get(7),
+    }
+}
+
+pub fn status_of(c: &mut Client, id: Uuid) -> String {
+    booking(c, id).status
+}
+
+pub fn count(c: &mut Client, sql: &str) -> i64 {
+    c.query_one(sql, &[]).unwrap().get(0)
+}
+
+/// A text digest of every row of every table of the schema `crm`: equal digests mean
+/// nothing was written.
+pub fn checksum(c: &mut Client) -> String {
+    let tables: Vec<String> = c
+        .query(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'crm' ORDER BY tablename",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let mut out = String::new();
+    for t in tables {
+        let row = c
+            .query_one(
+                &format!(
+                    "SELECT count(*), coalesce(md5(string_agg(x::text, '|' ORDER BY x::text)), '')
+                       FROM crm.{t} x"
+                ),
+                &[],
+            )
+            .unwrap();
+        let (n, digest): (i64, String) = (row.get(0), row.get(1));
+        out.push_str(&format!("{t}:{n}:{digest}\n"));
+    }
+    out
+}
+
+/// Waits until `probe` is true, or panics after `limit`.
+pub fn wait_until(limit: Duration, what: &str, mut probe: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !probe() {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Starts the binary in the background with piped output.
+pub fn spawn(mut cmd: Command) -> Child {
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the binary")
+}
+
+pub fn send_signal(child: &Child, signal: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{signal}"), &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
