@@ -50,6 +50,39 @@ pub enum Command {
         after_help = EXIT_CODES_HELP
     )]
     RunOnce(RunOnceArgs),
+
+    /// Publish pending outbox rows to Kafka (at least once) and mark them published
+    #[command(
+        long_about = "Publish pending outbox rows to Kafka, at least once, and mark them published.\n\n\
+                      One relay at a time (a PostgreSQL advisory lock; a second relay exits 0 at \
+                      once). Rows go oldest first, at most one in flight per key; a row is marked \
+                      published only after the broker acknowledged it (acks=all, idempotent \
+                      producer). A row that can never be delivered (e.g. too large) is marked \
+                      failed and does not block the rest. Published rows older than --retention \
+                      are purged in bounded batches.",
+        after_help = EXIT_CODES_HELP
+    )]
+    RelayOutbox(RelayArgs),
+
+    /// Show what a cycle at moment T would expire and publish; changes nothing
+    #[command(
+        long_about = "Show what a cycle at moment T would expire and which events it would \
+                      publish. Runs the same candidate predicate and the same domain decision as \
+                      run-once in a READ ONLY transaction that takes no row locks and never waits \
+                      on one; writes nothing.",
+        after_help = EXIT_CODES_HELP
+    )]
+    DryRun(DryRunArgs),
+
+    /// Report overdue bookings, quarantined poison rows and outbox lag
+    #[command(
+        long_about = "Report, per phase, the active bookings whose deadline has passed and the age \
+                      of the oldest; the poison rows in quarantine; the outbox's pending count, \
+                      oldest pending age and failed count. Read-only. --fail-above N exits 1 when \
+                      the overdue count exceeds N, for alerts and probes.",
+        after_help = EXIT_CODES_HELP
+    )]
+    Backlog(BacklogArgs),
 }
 
 /// How to reach PostgreSQL.
@@ -112,6 +145,154 @@ pub struct RunOnceArgs {
     pub deadline: Duration,
 }
 
+/// How to reach Kafka.
+#[derive(Debug, Args)]
+pub struct KafkaArgs {
+    /// Kafka bootstrap servers, comma-separated host:port
+    #[arg(long, env = "KAFKA_BROKERS", value_name = "HOST:PORT,...")]
+    pub brokers: Option<String>,
+
+    /// How to talk to the brokers
+    #[arg(long, env = "KAFKA_SECURITY_PROTOCOL", value_enum, default_value_t = SecurityProtocol::Plaintext)]
+    pub kafka_security_protocol: SecurityProtocol,
+
+    /// PEM file with the CA that signs the brokers' certificates (SSL, SASL_SSL)
+    #[arg(long, env = "KAFKA_CA_FILE", value_name = "FILE")]
+    pub kafka_ca_file: Option<PathBuf>,
+
+    /// SASL mechanism (SASL_SSL, SASL_PLAINTEXT)
+    #[arg(long, env = "KAFKA_SASL_MECHANISM", value_enum, default_value_t = SaslMechanism::ScramSha512)]
+    pub kafka_sasl_mechanism: SaslMechanism,
+
+    /// SASL user name
+    #[arg(long, env = "KAFKA_USERNAME", value_name = "USER")]
+    pub kafka_username: Option<String>,
+
+    /// SASL password; prefer the environment variable (never logged)
+    #[arg(
+        long,
+        env = "KAFKA_PASSWORD",
+        hide_env_values = true,
+        value_name = "PASSWORD"
+    )]
+    pub kafka_password: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SecurityProtocol {
+    #[value(name = "plaintext", alias = "PLAINTEXT")]
+    Plaintext,
+    #[value(name = "ssl", alias = "SSL")]
+    Ssl,
+    #[value(name = "sasl_ssl", alias = "SASL_SSL")]
+    SaslSsl,
+    #[value(name = "sasl_plaintext", alias = "SASL_PLAINTEXT")]
+    SaslPlaintext,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SaslMechanism {
+    #[value(name = "SCRAM-SHA-512")]
+    ScramSha512,
+    #[value(name = "SCRAM-SHA-256")]
+    ScramSha256,
+    #[value(name = "PLAIN")]
+    Plain,
+}
+
+#[derive(Debug, Args)]
+pub struct RelayArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
+
+    /// Outbox rows fetched and sent per batch (1..=10000)
+    #[arg(long, env = "OUTBOX_RELAY_BATCH_SIZE", value_name = "N", default_value_t = 500,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub batch_size: u32,
+
+    /// Stop starting new batches after this long (1s..=1h)
+    #[arg(long, env = "OUTBOX_RELAY_DEADLINE", value_name = "DURATION",
+          default_value = "25s", value_parser = duration_in(Duration::from_secs(1), Duration::from_secs(3600)))]
+    pub deadline: Duration,
+
+    /// Keep running this long after the outbox is empty, woken by each cycle's commit
+    /// (LISTEN/NOTIFY), so events reach Kafka within a second of the commit (0s = exit
+    /// when empty; at most 1h)
+    #[arg(long, env = "OUTBOX_RELAY_FOLLOW", value_name = "DURATION",
+          default_value = "0s", value_parser = duration_in(Duration::ZERO, Duration::from_secs(3600)))]
+    pub follow: Duration,
+
+    /// How long the producer tries to deliver one message before giving up (1s..=5m)
+    #[arg(long, env = "OUTBOX_RELAY_MESSAGE_TIMEOUT", value_name = "DURATION",
+          default_value = "10s", value_parser = duration_in(Duration::from_secs(1), Duration::from_secs(300)))]
+    pub message_timeout: Duration,
+
+    /// Delete published rows older than this (1h..=365d)
+    #[arg(long, env = "OUTBOX_RETENTION", value_name = "DURATION",
+          default_value = "7d", value_parser = duration_in(Duration::from_secs(3600), Duration::from_secs(365 * 86_400)))]
+    pub retention: Duration,
+
+    /// Published rows deleted per purge statement (1..=100000)
+    #[arg(long, env = "OUTBOX_PURGE_BATCH_SIZE", value_name = "N", default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub purge_batch_size: u32,
+
+    /// Partitions every topic must have (a different count changes the key → partition map)
+    #[arg(long, env = "OUTBOX_TOPIC_PARTITIONS", value_name = "N", default_value_t = 6,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub expected_partitions: u32,
+}
+
+#[derive(Debug, Args)]
+pub struct DryRunArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+
+    #[command(flatten)]
+    pub batch: BatchArgs,
+
+    /// The moment to evaluate: RFC 3339 with an offset (2026-11-29T18:00:00Z,
+    /// 2026-11-29T21:00:00+03:00) or `now`
+    #[arg(long, value_name = "T")]
+    pub as_of: String,
+
+    /// List every candidate, not only what one cycle would take
+    #[arg(long)]
+    pub all: bool,
+
+    /// JSON lines: one per booking with the exact event payload, then a summary line
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportFormat {
+    Table,
+    Json,
+    Prometheus,
+}
+
+#[derive(Debug, Args)]
+pub struct BacklogArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+
+    /// Output format
+    #[arg(long, value_enum, default_value_t = ReportFormat::Table)]
+    pub format: ReportFormat,
+
+    /// Same as --format json
+    #[arg(long, conflicts_with = "format")]
+    pub json: bool,
+
+    /// Exit 1 when the overdue count (both phases) exceeds N
+    #[arg(long, value_name = "N")]
+    pub fail_above: Option<u64>,
+}
+
 /// A clap value parser for a duration such as `250ms`, `5s` or `2m`, within bounds.
 fn duration_in(
     min: Duration,
@@ -130,9 +311,10 @@ fn duration_in(
     }
 }
 
-/// Parses `<integer><unit>` with unit `ms`, `s` or `m`.
+/// Parses `<integer><unit>` with unit `ms`, `s`, `m`, `h` or `d`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    const EXPECTED: &str = "expected a whole number with a unit: ms, s or m (e.g. 500ms, 5s, 2m)";
+    const EXPECTED: &str =
+        "expected a whole number with a unit: ms, s, m, h or d (e.g. 500ms, 5s, 2m, 7d)";
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (digits, unit) = t.split_at(split);
@@ -146,6 +328,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "ms" => Some(n),
         "s" => n.checked_mul(1_000),
         "m" => n.checked_mul(60_000),
+        "h" => n.checked_mul(3_600_000),
+        "d" => n.checked_mul(86_400_000),
         _ => return Err(format!("{s:?}: {EXPECTED}")),
     };
     millis
@@ -155,9 +339,13 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 
 fn show_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms.is_multiple_of(60_000) {
+    if ms > 0 && ms.is_multiple_of(86_400_000) {
+        format!("{}d", ms / 86_400_000)
+    } else if ms > 0 && ms.is_multiple_of(3_600_000) {
+        format!("{}h", ms / 3_600_000)
+    } else if ms > 0 && ms.is_multiple_of(60_000) {
         format!("{}m", ms / 60_000)
-    } else if ms.is_multiple_of(1_000) {
+    } else if ms > 0 && ms.is_multiple_of(1_000) {
         format!("{}s", ms / 1_000)
     } else {
         format!("{ms}ms")
@@ -215,6 +403,8 @@ mod tests {
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("3h"), Ok(Duration::from_secs(3 * 3600)));
+        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
         for bad in [
             "",
             "5",

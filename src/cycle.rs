@@ -187,6 +187,10 @@ fn run_batch(
     }
 
     let (writes, mut poison) = decide(&claimed, phase, as_of, run_id);
+    for p in &poison {
+        error!(booking_id:% = p.booking_id, phase:% = phase, reason = p.reason,
+               error = p.error.as_str(); "item failed: the guard refused the row, quarantined");
+    }
     let written = store::write_isolating(&mut tx, stmts, run_id, as_of, &writes)
         .map_err(|e| e.context(context("write failed")))?;
     for (index, rejection) in &written.rejected {
@@ -229,8 +233,9 @@ fn run_batch(
     })
 }
 
-/// The domain decision for each claimed row: what to write, and what is poison.
-fn decide(
+/// The domain decision for each claimed row: what to write (with the exact event it
+/// publishes), and what is poison. `dry-run` calls this very function.
+pub fn decide(
     claimed: &[BookingRow],
     phase: Phase,
     as_of: DateTime<Utc>,
@@ -250,8 +255,6 @@ fn decide(
                 });
             }
             Err(rejection) => {
-                error!(booking_id:% = row.id, phase:% = phase, reason = rejection.code(),
-                       error:% = rejection; "item failed: the guard refused the row, quarantined");
                 poison.push(Poison {
                     booking_id: row.id,
                     tenant_id: row.tenant_id,

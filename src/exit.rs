@@ -6,6 +6,8 @@ use std::process::ExitCode;
 /// What went wrong, in the terms an operator or a CronJob acts on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failure {
+    /// A check asked for on the command line did not hold (`backlog --fail-above`) (1).
+    Threshold,
     /// Bad command line (64).
     Usage,
     /// A dependency (PostgreSQL, Kafka) cannot be reached (69).
@@ -22,6 +24,7 @@ pub enum Failure {
 impl Failure {
     pub fn code(self) -> u8 {
         match self {
+            Failure::Threshold => 1,
             Failure::Usage => 64,
             Failure::Unavailable => 69,
             Failure::Temporary => 75,

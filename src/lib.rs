@@ -8,5 +8,7 @@ pub mod cycle;
 pub mod domain;
 pub mod exit;
 pub mod obs;
+pub mod relay;
+pub mod report;
 pub mod shutdown;
 pub mod store;

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use booking_expire::cli::{self, Cli, Command};
-use booking_expire::{config, cycle, exit, obs, shutdown};
+use booking_expire::{config, cycle, exit, obs, relay, report, shutdown};
 use clap::Parser;
 use uuid::Uuid;
 
@@ -37,5 +37,8 @@ fn run(command: Command, run_id: Uuid) -> anyhow::Result<()> {
             println!("{}", serde_json::to_string(&result)?);
             Ok(())
         }
+        Command::RelayOutbox(args) => relay::relay_outbox(&args, run_id),
+        Command::DryRun(args) => report::dry_run(&args, run_id),
+        Command::Backlog(args) => report::backlog(&args),
     }
 }

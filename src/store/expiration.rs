@@ -42,16 +42,22 @@ const NOT_QUARANTINED: &str = "NOT EXISTS (SELECT 1 FROM crm.booking_expiration_
 const BOOKING_COLUMNS: &str = "b.id, b.tenant_id, b.deal_id, b.property_object_id, b.status, \
      b.reserve_expires_at, b.booking_expires_at, b.expired_at, b.version";
 
-/// The claim: the oldest overdue rows of a phase, locked, skipping rows another holder
-/// has locked. `$1` = AsOf, `$2` = the batch size.
-pub fn claim_sql(phase: Phase) -> String {
+/// The candidates of a phase, oldest deadline first: the one predicate that both the
+/// claim (`run-once`) and `dry-run` use. `$1` = AsOf, `$2` = the limit.
+pub fn candidates_sql(phase: Phase) -> String {
     format!(
         "SELECT {BOOKING_COLUMNS} FROM crm.bookings b \
           WHERE {} AND {NOT_QUARANTINED} \
-          ORDER BY b.{col}, b.id LIMIT $2 FOR UPDATE OF b SKIP LOCKED",
+          ORDER BY b.{col}, b.id LIMIT $2",
         overdue_predicate(phase),
         col = deadline_column(phase),
     )
+}
+
+/// The claim: the candidates, locked until the transaction ends, skipping rows another
+/// holder has locked.
+pub fn claim_sql(phase: Phase) -> String {
+    format!("{} FOR UPDATE OF b SKIP LOCKED", candidates_sql(phase))
 }
 
 /// Eligible rows at or before the last claimed key (or anywhere, when the claim did not
@@ -150,7 +156,7 @@ fn index(phase: Phase) -> usize {
     }
 }
 
-pub(crate) fn booking_row(row: &postgres::Row) -> BookingRow {
+pub fn booking_row(row: &postgres::Row) -> BookingRow {
     BookingRow {
         id: row.get(0),
         tenant_id: row.get(1),

@@ -11,6 +11,10 @@ use crate::exit::{ClassifyExt, Failure, fail};
 pub enum Need {
     /// run-once: bookings, outbox, audit, timeline, poison.
     Cycle,
+    /// relay-outbox: the outbox only.
+    Relay,
+    /// dry-run and backlog: bookings, poison, outbox.
+    Report,
 }
 
 const BOOKINGS: (&str, &[&str]) = (
@@ -92,6 +96,8 @@ impl Need {
     fn tables(self) -> &'static [(&'static str, &'static [&'static str])] {
         match self {
             Need::Cycle => &[BOOKINGS, OUTBOX, AUDIT, TIMELINE, POISON],
+            Need::Relay => &[OUTBOX],
+            Need::Report => &[BOOKINGS, POISON, OUTBOX],
         }
     }
 }
