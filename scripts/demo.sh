@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The main job end to end on throwaway services: start PostgreSQL, apply sql/, seed
-# bookings, run one expiration cycle, and show what changed and what the outbox holds.
+# The main job end to end on throwaway services: start PostgreSQL and Kafka, apply
+# sql/, seed bookings, run one expiration cycle, relay the outbox to Kafka, and show
+# what a consumer reads.
 #
-# Usage: scripts/demo.sh    (uses DATABASE_URL instead, if set: it must be a scratch
-#                            database, since the demo migrates and seeds it)
+# Usage: scripts/demo.sh    (uses DATABASE_URL / KAFKA_BROKERS instead, if set: the
+#                            database must be a scratch one, since the demo migrates
+#                            and seeds it)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -15,8 +17,11 @@ echo "== building booking-expire" >&2
 cargo build --locked --quiet
 BIN=${CARGO_TARGET_DIR:-target}/debug/booking-expire
 
-trap stop_postgres EXIT
+trap stop_services EXIT
 start_postgres
+start_kafka
+TOPIC=pin.crm.booking-expired.v1
+scripts/kafka-topic.sh "$KAFKA_BROKERS" "$TOPIC" 6 >/dev/null 2>&1
 scripts/migrate.sh "$DATABASE_URL"
 psql "$DATABASE_URL" -X -q -v ON_ERROR_STOP=1 -f scripts/demo-seed.sql
 
@@ -42,3 +47,16 @@ show "SELECT jsonb_pretty(payload) AS payload, jsonb_pretty(headers) AS headers 
 
 echo "== a second cycle finds nothing more to do"
 "$BIN" run-once 2>/dev/null
+
+echo; echo "== booking-expire relay-outbox: outbox -> Kafka (acks=all, idempotent)"
+"$BIN" relay-outbox --brokers "$KAFKA_BROKERS" 2>/dev/null
+show "SELECT count(*) FILTER (WHERE published_at IS NOT NULL) AS published,
+             count(*) FILTER (WHERE published_at IS NULL) AS pending FROM crm.outbox"
+
+echo "== what a consumer of $TOPIC reads (partition | headers | key | value)"
+scripts/kafka/run-class.sh org.apache.kafka.tools.consumer.ConsoleConsumer \
+    --bootstrap-server "$KAFKA_BROKERS" --topic "$TOPIC" --from-beginning \
+    --max-messages "$(psql "$DATABASE_URL" -X -A -t -c 'SELECT count(*) FROM crm.outbox')" --timeout-ms 20000 \
+    --formatter-property print.partition=true --formatter-property print.headers=true \
+    --formatter-property print.key=true --formatter-property key.separator=' | ' \
+    --formatter-property headers.separator=' ' 2>/dev/null

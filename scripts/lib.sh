@@ -25,10 +25,11 @@ ensure_apt_packages() {
     rm -f "$log"
 }
 
-# ensure_build_deps — what `cargo build` needs besides Rust: OpenSSL headers for
-# native-tls, pkg-config to find them, and psql for the migration script.
+# ensure_build_deps — what `cargo build` needs besides Rust: OpenSSL and zlib headers
+# (native-tls, librdkafka), a C toolchain and make (librdkafka is built from source),
+# pkg-config to find them, and psql for the migration script.
 ensure_build_deps() {
-    ensure_apt_packages pkg-config libssl-dev postgresql-client
+    ensure_apt_packages pkg-config libssl-dev zlib1g-dev make gcc g++ postgresql-client
 }
 
 # start_postgres — exports DATABASE_URL of a throwaway server in a new temporary
@@ -52,4 +53,33 @@ stop_postgres() {
         rm -rf "$PG_STATE"
         PG_STATE=""
     fi
+}
+
+# start_kafka — exports KAFKA_BROKERS of a throwaway Apache Kafka broker (KRaft, one
+# node) in a new temporary directory (KAFKA_STATE), unless the caller already set
+# KAFKA_BROKERS: then that broker is used and nothing is started.
+start_kafka() {
+    KAFKA_STATE=""
+    if [[ -n ${KAFKA_BROKERS:-} ]]; then
+        echo "using the Kafka of KAFKA_BROKERS" >&2
+        return 0
+    fi
+    KAFKA_STATE=$(mktemp -d)
+    KAFKA_BROKERS=$("$SCRIPTS_DIR/kafka-start.sh" "$KAFKA_STATE")
+    export KAFKA_BROKERS
+}
+
+# stop_kafka — stops and removes what start_kafka started, if anything.
+stop_kafka() {
+    if [[ -n ${KAFKA_STATE:-} ]]; then
+        "$SCRIPTS_DIR/kafka-stop.sh" "$KAFKA_STATE" >/dev/null 2>&1 || true
+        rm -rf "$KAFKA_STATE"
+        KAFKA_STATE=""
+    fi
+}
+
+# stop_services — for an EXIT trap.
+stop_services() {
+    stop_kafka
+    stop_postgres
 }

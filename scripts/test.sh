@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, unit tests and the integration tests that
-# run the real binary against a real PostgreSQL.
+# run the real binary against a real PostgreSQL and a real Apache Kafka broker.
 #
 # Usage: scripts/test.sh [extra cargo test arguments]
 #
-# Starts a throwaway PostgreSQL (and stops it afterwards) unless DATABASE_URL is set,
-# in which case the tests create and drop their own databases on that server.
+# Starts a throwaway PostgreSQL and a throwaway Kafka (and stops them afterwards)
+# unless DATABASE_URL / KAFKA_BROKERS are set: then the tests create and drop their
+# own databases on that server and their own topics on that broker. Some relay tests
+# start brokers of their own, to stop and kill them.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -24,8 +26,9 @@ cargo fmt --all -- --check
 echo "== cargo clippy" >&2
 cargo clippy --all-targets --locked -- -D warnings
 
-trap stop_postgres EXIT
+trap stop_services EXIT
 start_postgres
+start_kafka
 
 echo "== cargo test" >&2
 cargo test --locked --all-targets "$@"

@@ -7,6 +7,7 @@ pub mod config;
 pub mod cycle;
 pub mod domain;
 pub mod exit;
+pub mod kafka;
 pub mod obs;
 pub mod relay;
 pub mod report;

@@ -37,7 +37,12 @@ fn run(command: Command, run_id: Uuid) -> anyhow::Result<()> {
             println!("{}", serde_json::to_string(&result)?);
             Ok(())
         }
-        Command::RelayOutbox(args) => relay::relay_outbox(&args, run_id),
+        Command::RelayOutbox(args) => {
+            let cfg = config::RelayConfig::from_args(&args)?;
+            let result = relay::relay_outbox(&cfg, run_id)?;
+            println!("{}", serde_json::to_string(&result)?);
+            Ok(())
+        }
         Command::DryRun(args) => report::dry_run(&args, run_id),
         Command::Backlog(args) => report::backlog(&args),
     }

@@ -1,13 +1,18 @@
 //! All SQL lives here: connecting (TLS, session timeouts), the schema check, the claim,
-//! the set-based batch write and poison tracking.
+//! the set-based batch write and poison tracking, the outbox relay's queue.
 
 mod connect;
 mod expiration;
+mod outbox;
 mod schema;
 
 pub use connect::connect;
 pub use expiration::{
-    BatchWrite, CycleStatements, Poison, claim, claim_sql, count_skipped, quarantine,
-    write_isolating,
+    BatchWrite, CycleStatements, Poison, booking_row, candidates_sql, claim, claim_sql,
+    count_skipped, quarantine, write_isolating,
+};
+pub use outbox::{
+    OUTBOX_CHANNEL, OutboxRow, listen, mark_attempts_failed, mark_published, pending,
+    purge_published, try_relay_lock,
 };
 pub use schema::{Need, check_schema};

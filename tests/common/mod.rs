@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod kafka;
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -379,4 +381,45 @@ pub fn send_signal(child: &Child, signal: &str) {
         .status()
         .unwrap();
     assert!(status.success());
+}
+
+/// A background process whose output goes to files, so a chatty process never blocks
+/// on a full pipe while the test waits for something else.
+pub struct Background {
+    pub child: Child,
+    stdout: PathBuf,
+    stderr: PathBuf,
+}
+
+impl Background {
+    pub fn start(mut cmd: Command) -> Self {
+        let base = std::env::temp_dir().join(format!("be-out-{}", Uuid::new_v4().simple()));
+        let stdout = base.with_extension("stdout");
+        let stderr = base.with_extension("stderr");
+        cmd.stdout(std::fs::File::create(&stdout).unwrap())
+            .stderr(std::fs::File::create(&stderr).unwrap());
+        let child = cmd.spawn().expect("spawn the binary");
+        Background {
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    pub fn wait(mut self) -> Run {
+        use std::os::unix::process::ExitStatusExt;
+        let status = self.child.wait().unwrap();
+        let read = |p: &PathBuf| {
+            let s = String::from_utf8_lossy(&std::fs::read(p).unwrap()).into_owned();
+            let _ = std::fs::remove_file(p);
+            s
+        };
+        Run {
+            code: status
+                .code()
+                .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
+            stdout: read(&self.stdout),
+            stderr: read(&self.stderr),
+        }
+    }
 }

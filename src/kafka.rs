@@ -1,0 +1,275 @@
+//! The rdkafka producer: configuration (idempotent, acks=all, Java-compatible murmur2
+//! partitioning, no topic auto-creation), the topic check, and sending a batch while
+//! waiting for every delivery report. Knows nothing of the outbox.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use anyhow::Result;
+use rdkafka::ClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{DeliveryResult, Header, Message, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
+
+use crate::config::{KafkaConfig, KafkaSecurity};
+use crate::exit::{Failure, fail};
+
+/// One message to send.
+#[derive(Debug, Clone)]
+pub struct OutMessage {
+    pub topic: String,
+    pub key: String,
+    pub payload: Vec<u8>,
+    pub headers: Vec<(String, String)>,
+}
+
+/// What the broker said about one message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Delivery {
+    /// Acknowledged by every in-sync replica (acks=all).
+    Acked { partition: i32, offset: i64 },
+    /// Not delivered. `permanent`: it never will be (e.g. too large), so retrying it
+    /// would only block the rest; otherwise the next run retries it.
+    Failed { permanent: bool, error: String },
+}
+
+/// Collects delivery reports by the message's index in the batch.
+#[derive(Default)]
+struct Reports(Mutex<Vec<Option<Delivery>>>);
+
+impl ClientContext for Reports {}
+
+impl ProducerContext for Reports {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, index: usize) {
+        let delivery = match result {
+            Ok(msg) => Delivery::Acked {
+                partition: msg.partition(),
+                offset: msg.offset(),
+            },
+            Err((e, _)) => failed(e),
+        };
+        let mut reports = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(slot) = reports.get_mut(index) {
+            *slot = Some(delivery);
+        }
+    }
+}
+
+fn failed(e: &KafkaError) -> Delivery {
+    let permanent = matches!(
+        e.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::MessageSizeTooLarge
+                | RDKafkaErrorCode::InvalidMessageSize
+                | RDKafkaErrorCode::InvalidMessage
+                | RDKafkaErrorCode::InvalidRecord
+        )
+    );
+    Delivery::Failed {
+        permanent,
+        error: e.to_string(),
+    }
+}
+
+pub struct KafkaProducer {
+    producer: BaseProducer<Reports>,
+    brokers: String,
+    message_timeout: Duration,
+    /// Topics already checked this run, with their partition counts.
+    checked: HashMap<String, usize>,
+}
+
+impl KafkaProducer {
+    pub fn new(cfg: &KafkaConfig) -> Result<Self> {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &cfg.brokers)
+            .set("client.id", "booking-expire-relay")
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            // Java's default partitioner for keyed messages: consumers and other
+            // producers agree on which partition a BookingId lives in.
+            .set("partitioner", "murmur2_random")
+            .set(
+                "message.timeout.ms",
+                cfg.message_timeout.as_millis().to_string(),
+            )
+            .set("allow.auto.create.topics", "false")
+            .set("linger.ms", "5")
+            .set("socket.connection.setup.timeout.ms", "5000")
+            .set("reconnect.backoff.max.ms", "1000");
+        match &cfg.security {
+            KafkaSecurity::Plaintext => {
+                c.set("security.protocol", "plaintext");
+            }
+            KafkaSecurity::Ssl { ca_file } => {
+                c.set("security.protocol", "ssl");
+                if let Some(ca) = ca_file {
+                    c.set("ssl.ca.location", ca.to_string_lossy());
+                }
+            }
+            KafkaSecurity::Sasl {
+                tls,
+                ca_file,
+                mechanism,
+                username,
+                password,
+            } => {
+                c.set(
+                    "security.protocol",
+                    if *tls { "sasl_ssl" } else { "sasl_plaintext" },
+                )
+                .set("sasl.mechanism", *mechanism)
+                .set("sasl.username", username)
+                .set("sasl.password", password.expose());
+                if let Some(ca) = ca_file {
+                    c.set("ssl.ca.location", ca.to_string_lossy());
+                }
+            }
+        }
+        let producer: BaseProducer<Reports> =
+            c.create_with_context(Reports::default()).map_err(|e| {
+                fail(
+                    Failure::Config,
+                    format!("cannot set up the Kafka producer: {e}"),
+                )
+            })?;
+        Ok(KafkaProducer {
+            producer,
+            brokers: cfg.brokers.clone(),
+            message_timeout: cfg.message_timeout,
+            checked: HashMap::new(),
+        })
+    }
+
+    /// Fails fast and clearly when `topic` does not exist (rather than waiting out
+    /// librdkafka's metadata timeout) or has another partition count than expected.
+    pub fn check_topic(&mut self, topic: &str, expected_partitions: usize) -> Result<()> {
+        if self.checked.contains_key(topic) {
+            return Ok(());
+        }
+        let timeout = self.message_timeout.min(Duration::from_secs(5));
+        let metadata = self
+            .producer
+            .client()
+            .fetch_metadata(Some(topic), timeout)
+            .map_err(|e| {
+                fail(
+                    Failure::Unavailable,
+                    format!(
+                        "cannot reach Kafka at {} within {}s: {e}",
+                        self.brokers,
+                        timeout.as_secs()
+                    ),
+                )
+            })?;
+        let Some(t) = metadata.topics().iter().find(|t| t.name() == topic) else {
+            return Err(missing_topic(topic));
+        };
+        if let Some(err) = t.error() {
+            let code = RDKafkaErrorCode::from(err);
+            return Err(match code {
+                RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic => {
+                    missing_topic(topic)
+                }
+                RDKafkaErrorCode::TopicAuthorizationFailed => fail(
+                    Failure::Config,
+                    format!("not authorized to write to Kafka topic {topic}"),
+                ),
+                other => fail(
+                    Failure::Temporary,
+                    format!("Kafka reports topic {topic} unusable: {other}"),
+                ),
+            });
+        }
+        let partitions = t.partitions().len();
+        if partitions != expected_partitions {
+            return Err(fail(
+                Failure::Config,
+                format!(
+                    "Kafka topic {topic} has {partitions} partitions, expected {expected_partitions}: \
+                     keys would map to other partitions (set --expected-partitions if the change is intended)"
+                ),
+            ));
+        }
+        self.checked.insert(topic.to_owned(), partitions);
+        Ok(())
+    }
+
+    /// Sends the batch and waits for every delivery report (each arrives within
+    /// `message.timeout.ms`). Returns one `Delivery` per message, in order.
+    pub fn send_batch(&self, messages: &[OutMessage]) -> Vec<Delivery> {
+        *self
+            .producer
+            .context()
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = vec![None; messages.len()];
+        let mut refused: Vec<(usize, Delivery)> = Vec::new();
+        for (index, m) in messages.iter().enumerate() {
+            let mut headers = OwnedHeaders::new_with_capacity(m.headers.len());
+            for (k, v) in &m.headers {
+                headers = headers.insert(Header {
+                    key: k,
+                    value: Some(v.as_bytes()),
+                });
+            }
+            let mut record = BaseRecord::with_opaque_to(&m.topic, index)
+                .key(m.key.as_bytes())
+                .payload(&m.payload)
+                .headers(headers);
+            loop {
+                match self.producer.send(record) {
+                    Ok(()) => break,
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                        // The local queue is full: serve delivery reports, then retry.
+                        self.producer.poll(Duration::from_millis(50));
+                        record = back;
+                    }
+                    Err((e, _)) => {
+                        refused.push((index, failed(&e)));
+                        break;
+                    }
+                }
+            }
+        }
+        // Every enqueued message gets a report within message.timeout.ms; the margin
+        // covers the broker's answer to the last retry.
+        let _ = self
+            .producer
+            .flush(self.message_timeout + Duration::from_secs(2));
+        let mut reports = std::mem::take(
+            &mut *self
+                .producer
+                .context()
+                .0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        for (index, delivery) in refused {
+            reports[index] = Some(delivery);
+        }
+        reports
+            .into_iter()
+            .map(|r| {
+                r.unwrap_or(Delivery::Failed {
+                    permanent: false,
+                    error: "no delivery report before the timeout".to_owned(),
+                })
+            })
+            .collect()
+    }
+}
+
+fn missing_topic(topic: &str) -> anyhow::Error {
+    fail(
+        Failure::Config,
+        format!(
+            "Kafka topic {topic} does not exist (topic auto-creation is off: create it, \
+             e.g. with 6 partitions)"
+        ),
+    )
+}
