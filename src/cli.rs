@@ -255,23 +255,80 @@ pub struct DryRunArgs {
     pub batch: BatchArgs,
 
     /// The moment to evaluate: RFC 3339 with an offset (2026-11-29T18:00:00Z,
-    /// 2026-11-29T21:00:00+03:00) or `now`
-    #[arg(long, value_name = "T")]
-    pub as_of: String,
+    /// 2026-11-29T21:00:00+03:00) or `now` (the system clock, as run-once reads it).
+    /// Fractions below a microsecond are dropped, as PostgreSQL stores time
+    #[arg(long, value_name = "T", value_parser = parse_as_of)]
+    pub as_of: AsOf,
 
-    /// List every candidate, not only what one cycle would take
+    /// List every candidate, not only what one cycle would take (--batch-size ×
+    /// --max-batches per phase)
     #[arg(long)]
     pub all: bool,
 
-    /// JSON lines: one per booking with the exact event payload, then a summary line
+    /// JSON lines on stdout: one per booking with the exact event payload and headers a
+    /// cycle would publish (ce_id, traceparent and ce_correlationid are this dry run's
+    /// own: run-once assigns fresh ones), then a summary line
     #[arg(long)]
     pub json: bool,
 }
 
+/// `--as-of`: a given moment, or `now`, read from the system clock when the command
+/// runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsOf {
+    Now,
+    At(chrono::DateTime<chrono::Utc>),
+}
+
+const AS_OF_EXPECTED: &str = "expected RFC 3339 with an offset, e.g. 2026-11-29T18:00:00Z \
+                              or 2026-11-29T21:00:00+03:00, or now";
+
+/// Parses `--as-of`: `now`, or RFC 3339 with an explicit offset (a time without one
+/// is ambiguous, so it is refused rather than guessed as UTC or local time).
+pub fn parse_as_of(s: &str) -> Result<AsOf, String> {
+    use chrono::format::ParseErrorKind;
+    use chrono::{DateTime, NaiveDateTime, Utc};
+    if s == "now" {
+        return Ok(AsOf::Now);
+    }
+    match DateTime::parse_from_rfc3339(s) {
+        Ok(at) => {
+            let at = at.with_timezone(&Utc);
+            // PostgreSQL keeps microseconds; deciding on more would let the domain and
+            // the query disagree about a deadline within the same microsecond.
+            Ok(AsOf::At(
+                DateTime::from_timestamp_micros(at.timestamp_micros()).unwrap_or(at),
+            ))
+        }
+        Err(e) => {
+            let no_offset = ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f"]
+                .iter()
+                .any(|f| NaiveDateTime::parse_from_str(s, f).is_ok());
+            let detail = if s.is_empty() {
+                "it is empty; "
+            } else if no_offset {
+                "it has no UTC offset; "
+            } else if matches!(
+                e.kind(),
+                ParseErrorKind::OutOfRange | ParseErrorKind::Impossible
+            ) {
+                "not a real date and time (a field is out of range); "
+            } else {
+                ""
+            };
+            Err(format!("{detail}{AS_OF_EXPECTED}"))
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ReportFormat {
+    /// Aligned text for people
     Table,
+    /// One JSON object
     Json,
+    /// Prometheus text exposition format: gauges, e.g. for a node-exporter textfile or a
+    /// Pushgateway
     Prometheus,
 }
 
@@ -288,7 +345,8 @@ pub struct BacklogArgs {
     #[arg(long, conflicts_with = "format")]
     pub json: bool,
 
-    /// Exit 1 when the overdue count (both phases) exceeds N
+    /// After printing the report, exit 1 when the overdue count (both phases, poison
+    /// included) exceeds N: for alerts and probes
     #[arg(long, value_name = "N")]
     pub fail_above: Option<u64>,
 }

@@ -1,17 +1,42 @@
 //! Operator reports: `dry-run` (what a cycle at moment T would do) and `backlog` (how
-//! far behind the job is). Read-only: they never write and never take a row lock.
+//! far behind the job is). Read-only: each runs in one READ ONLY transaction of plain
+//! SELECTs, so it never writes, never takes a row lock and never waits on one, and it
+//! works under a read-only database role.
 
-use anyhow::Result;
-use uuid::Uuid;
+mod backlog;
+mod dry_run;
+mod format;
 
-use crate::cli::{BacklogArgs, DryRunArgs};
+use postgres::error::SqlState;
 
-/// `dry-run --as-of T`.
-pub fn dry_run(_args: &DryRunArgs, _run_id: Uuid) -> Result<()> {
-    anyhow::bail!("dry-run is not built yet")
-}
+pub use backlog::backlog;
+pub use dry_run::dry_run;
 
-/// `backlog`.
-pub fn backlog(_args: &BacklogArgs) -> Result<()> {
-    anyhow::bail!("backlog is not built yet")
+use crate::exit::{Classified, Failure};
+
+/// Says in an operator's words why a report's query failed, when the reason is one a
+/// report is expected to meet during an incident: a table lock held by someone else
+/// (a migration, a VACUUM FULL), or a query slower than the statement timeout.
+fn explain(e: anyhow::Error, command: &str) -> anyhow::Error {
+    let code = e
+        .chain()
+        .find_map(|c| c.downcast_ref::<postgres::Error>())
+        .and_then(|e| e.code())
+        .cloned();
+    let message = match code {
+        Some(SqlState::LOCK_NOT_AVAILABLE) => format!(
+            "{command}: another session holds a lock on a table the report reads (a \
+             migration? ALTER TABLE, VACUUM FULL, LOCK TABLE); gave up after --lock-timeout \
+             instead of waiting; nothing was changed, retry later"
+        ),
+        Some(SqlState::QUERY_CANCELED) if crate::shutdown::requested().is_none() => format!(
+            "{command}: a query took longer than --statement-timeout and was cancelled; \
+             nothing was changed"
+        ),
+        _ => return e,
+    };
+    e.context(Classified {
+        failure: Failure::Temporary,
+        message,
+    })
 }

@@ -39,7 +39,7 @@ pub(crate) fn deadline_column(phase: Phase) -> &'static str {
 const NOT_QUARANTINED: &str = "NOT EXISTS (SELECT 1 FROM crm.booking_expiration_poison p \
      WHERE p.booking_id = b.id AND p.retry_at > $1)";
 
-const BOOKING_COLUMNS: &str = "b.id, b.tenant_id, b.deal_id, b.property_object_id, b.status, \
+pub(crate) const BOOKING_COLUMNS: &str = "b.id, b.tenant_id, b.deal_id, b.property_object_id, b.status, \
      b.reserve_expires_at, b.booking_expires_at, b.expired_at, b.version";
 
 /// The candidates of a phase, oldest deadline first: the one predicate that both the

@@ -4,6 +4,7 @@
 mod connect;
 mod expiration;
 mod outbox;
+mod report;
 mod schema;
 
 pub use connect::connect;
@@ -14,5 +15,10 @@ pub use expiration::{
 pub use outbox::{
     OUTBOX_CHANNEL, OutboxRow, listen, mark_attempts_failed, mark_published, pending,
     purge_published, try_relay_lock,
+};
+pub use report::{
+    OUTBOX_FAILED_SQL, OUTBOX_PENDING_SQL, OutboxLag, Overdue, Quarantined, begin_read_only,
+    candidates, count_candidates, outbox_lag, overdue, overdue_sql, poison_count, poison_sql,
+    quarantined, quarantined_sql,
 };
 pub use schema::{Need, check_schema};

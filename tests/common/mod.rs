@@ -383,6 +383,141 @@ pub fn send_signal(child: &Child, signal: &str) {
     assert!(status.success());
 }
 
+// ---- Helpers of the operator reports' tests (dry-run, backlog) ----
+
+impl TestDb {
+    /// A copy of this database with the same rows (`CREATE DATABASE … TEMPLATE`), so
+    /// two commands can be compared on the same state. No session may be connected to
+    /// this database meanwhile.
+    pub fn copy(&self) -> TestDb {
+        let name = format!("be_test_{}", Uuid::new_v4().simple());
+        let mut admin = Client::connect(&admin_url(), NoTls).expect("connect as admin");
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name} TEMPLATE {}", self.name))
+            .expect("copy the test database");
+        let url = with_database(&admin_url(), &name);
+        TestDb { name, url }
+    }
+}
+
+/// Replaces the user of a URL (`postgres://old@host/db` → `postgres://new@host/db`).
+pub fn with_user(url: &str, user: &str) -> String {
+    let scheme_end = url.find("://").map(|i| i + 3).expect("a URL");
+    let rest = &url[scheme_end..];
+    let host = rest.find('@').map_or(rest, |at| &rest[at + 1..]);
+    format!("{}{user}@{host}", &url[..scheme_end])
+}
+
+/// The JSON objects of a JSON-lines output.
+pub fn json_lines(stdout: &str) -> Vec<Value> {
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+/// Quarantines a booking as the cycle would, until `retry_in` seconds from now.
+pub fn put_in_quarantine(
+    c: &mut Client,
+    booking: &Seed,
+    phase: &str,
+    reason: &str,
+    attempts: i32,
+    retry_in: i64,
+) {
+    c.execute(
+        "INSERT INTO crm.booking_expiration_poison
+             (booking_id, tenant_id, phase, reason, error, sqlstate, attempts,
+              first_seen_at, last_seen_at, retry_at, last_run_id)
+         VALUES ($1, $2, $3, $4, 'seeded by a test', NULL, $5,
+                 now() - interval '1 hour', now() - interval '1 minute',
+                 now() + $6 * interval '1 second', NULL)",
+        &[
+            &booking.id,
+            &booking.tenant_id,
+            &phase,
+            &reason,
+            &attempts,
+            &(retry_in as f64),
+        ],
+    )
+    .expect("quarantine a booking");
+}
+
+/// The relay's view of an outbox row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutboxState {
+    Pending,
+    Published,
+    Failed,
+}
+
+/// Writes one outbox row per entry of `ages` (seconds since it was written); returns
+/// their ids.
+pub fn insert_outbox_rows(c: &mut Client, state: OutboxState, ages: &[i64]) -> Vec<Uuid> {
+    let ids: Vec<Uuid> = ages.iter().map(|_| Uuid::now_v7()).collect();
+    let ages: Vec<f64> = ages.iter().map(|a| *a as f64).collect();
+    let (published, failed) = match state {
+        OutboxState::Pending => (false, false),
+        OutboxState::Published => (true, false),
+        OutboxState::Failed => (false, true),
+    };
+    c.execute(
+        "INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload, headers,
+                                 occurred_at, published_at, failed_at, attempts)
+         SELECT id, 'Booking', gen_random_uuid()::text, 'pin.crm.booking-expired',
+                'pin.crm.booking-expired.v1', '{}'::jsonb, '{}'::jsonb,
+                now() - age * interval '1 second',
+                CASE WHEN $3 THEN now() END, CASE WHEN $4 THEN now() END,
+                CASE WHEN $3 OR $4 THEN 1 ELSE 0 END
+           FROM unnest($1::uuid[], $2::float8[]) AS x(id, age)",
+        &[&ids, &ages, &published, &failed],
+    )
+    .expect("insert outbox rows");
+    ids
+}
+
+/// A LOGIN role that may only read the three tables the reports need, with read-only
+/// transactions by default, as an operator's account would be (README, "During an
+/// incident"). Roles are cluster-wide: it is dropped,
+/// with its grants, when this value goes out of scope (before the database).
+pub struct ReadOnlyRole {
+    pub name: String,
+    /// The test database's URL with this role as the user.
+    pub url: String,
+    db_url: String,
+}
+
+impl ReadOnlyRole {
+    pub fn new(db: &TestDb) -> Self {
+        let name = format!("ro_{}", Uuid::new_v4().simple());
+        let mut c = db.client();
+        c.batch_execute(&format!(
+            "CREATE ROLE {name} LOGIN;
+             ALTER ROLE {name} SET default_transaction_read_only = on;
+             GRANT USAGE ON SCHEMA crm TO {name};
+             GRANT SELECT ON crm.bookings, crm.booking_expiration_poison, crm.outbox TO {name};"
+        ))
+        .expect("create a read-only role");
+        ReadOnlyRole {
+            url: with_user(&db.url, &name),
+            name,
+            db_url: db.url.clone(),
+        }
+    }
+}
+
+impl Drop for ReadOnlyRole {
+    fn drop(&mut self) {
+        if let Ok(mut c) = Client::connect(&self.db_url, NoTls) {
+            let _ = c.batch_execute(&format!("DROP OWNED BY {}", self.name));
+        }
+        if let Ok(mut admin) = Client::connect(&admin_url(), NoTls) {
+            let _ = admin.batch_execute(&format!("DROP ROLE IF EXISTS {}", self.name));
+        }
+    }
+}
+
 /// A background process whose output goes to files, so a chatty process never blocks
 /// on a full pipe while the test waits for something else.
 pub struct Background {

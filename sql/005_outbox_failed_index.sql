@@ -1,0 +1,6 @@
+-- Rows the relay gave up on (failed_at set) stay in the outbox, visible; `backlog`
+-- counts them through this partial index, which stays as small as the failures,
+-- whatever the number of published rows.
+CREATE INDEX IF NOT EXISTS ix_outbox_failed
+    ON crm.outbox (failed_at)
+    WHERE failed_at IS NOT NULL;

@@ -1,0 +1,219 @@
+//! The operator reports' SQL (`dry-run`, `backlog`). Everything here runs in a READ ONLY
+//! transaction and is a plain SELECT: no `FOR UPDATE`/`FOR SHARE`, so a report never
+//! takes a row lock and never waits on one, and it works under a read-only role.
+//!
+//! `dry-run` reads its candidates with the cycle's own [`candidates_sql`], the very
+//! predicate the claim wraps in `FOR UPDATE SKIP LOCKED`; the backlog counts use the
+//! phase's overdue predicate, which the partial indexes serve.
+
+use anyhow::{Context, Result};
+use chrono::{DateTime, Utc};
+use postgres::{Client, GenericClient, IsolationLevel, Transaction};
+
+use super::expiration::{
+    BOOKING_COLUMNS, booking_row, candidates_sql, deadline_column, overdue_predicate,
+};
+use crate::domain::{BookingRow, Phase};
+
+/// A READ ONLY, REPEATABLE READ transaction: every query of a report sees one snapshot,
+/// and the server refuses any write in it.
+pub fn begin_read_only(client: &mut Client) -> Result<Transaction<'_>, postgres::Error> {
+    client
+        .build_transaction()
+        .isolation_level(IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+}
+
+/// The candidates of `phase` at `as_of`, oldest deadline first, exactly as the claim of
+/// `run-once` selects them (the same SQL, without the lock); `None` = no limit.
+pub fn candidates(
+    client: &mut impl GenericClient,
+    phase: Phase,
+    as_of: DateTime<Utc>,
+    limit: Option<i64>,
+) -> Result<Vec<BookingRow>> {
+    let rows = client
+        .query(&candidates_sql(phase), &[&as_of, &limit])
+        .with_context(|| format!("cannot read the {phase} candidates"))?;
+    Ok(rows.iter().map(booking_row).collect())
+}
+
+/// How many candidates `phase` has at `as_of` in all (the candidate query, unlimited).
+pub fn count_candidates(
+    client: &mut impl GenericClient,
+    phase: Phase,
+    as_of: DateTime<Utc>,
+) -> Result<u64> {
+    let sql = format!("SELECT count(*) FROM ({}) c", candidates_sql(phase));
+    let row = client
+        .query_one(&sql, &[&as_of, &None::<i64>])
+        .with_context(|| format!("cannot count the {phase} candidates"))?;
+    Ok(row.get::<_, i64>(0).max(0) as u64)
+}
+
+/// An overdue active booking the cycle leaves alone until `retry_at`: poison in
+/// quarantine.
+#[derive(Debug, Clone)]
+pub struct Quarantined {
+    pub booking: BookingRow,
+    pub reason: String,
+    pub error: String,
+    pub attempts: i32,
+    pub retry_at: DateTime<Utc>,
+}
+
+/// Overdue bookings of `phase` at `as_of` that the candidate predicate leaves out
+/// because they are quarantined (`retry_at > as_of`), oldest deadline first, and how
+/// many there are in all. `$1` = AsOf, `$2` = the limit (NULL = none).
+pub fn quarantined_sql(phase: Phase) -> String {
+    format!(
+        "SELECT {BOOKING_COLUMNS}, p.reason, p.error, p.attempts, p.retry_at, count(*) OVER () \
+           FROM crm.bookings b JOIN crm.booking_expiration_poison p ON p.booking_id = b.id \
+          WHERE {} AND p.retry_at > $1 \
+          ORDER BY b.{col}, b.id LIMIT $2",
+        overdue_predicate(phase),
+        col = deadline_column(phase),
+    )
+}
+
+pub fn quarantined(
+    client: &mut impl GenericClient,
+    phase: Phase,
+    as_of: DateTime<Utc>,
+    limit: Option<i64>,
+) -> Result<(Vec<Quarantined>, u64)> {
+    let rows = client
+        .query(&quarantined_sql(phase), &[&as_of, &limit])
+        .with_context(|| format!("cannot read the quarantined {phase} bookings"))?;
+    let total = rows
+        .first()
+        .map_or(0, |r| r.get::<_, i64>(13).max(0) as u64);
+    let listed = rows
+        .iter()
+        .map(|r| Quarantined {
+            booking: booking_row(r),
+            reason: r.get(9),
+            error: r.get(10),
+            attempts: r.get(11),
+            retry_at: r.get(12),
+        })
+        .collect();
+    Ok((listed, total))
+}
+
+/// Overdue active bookings of a phase and the oldest deadline among them. `$1` = the
+/// moment. Served by the phase's partial index (an index-only scan when the visibility
+/// map allows), whatever the number of historical rows.
+pub fn overdue_sql(phase: Phase) -> String {
+    format!(
+        "SELECT count(*), min(b.{col}) FROM crm.bookings b WHERE {}",
+        overdue_predicate(phase),
+        col = deadline_column(phase),
+    )
+}
+
+/// Poison rows whose booking is still active: isolated by the cycle, still waiting.
+/// The join goes through the bookings' primary key, one probe per poison row.
+pub fn poison_sql() -> String {
+    let active: Vec<String> = Phase::ALL
+        .iter()
+        .flat_map(|p| p.active_statuses())
+        .map(|s| format!("'{s}'"))
+        .collect();
+    format!(
+        "SELECT count(*) FROM crm.booking_expiration_poison p \
+           JOIN crm.bookings b ON b.id = p.booking_id \
+          WHERE b.status IN ({})",
+        active.join(", ")
+    )
+}
+
+/// The relay's queue (partial index `ix_outbox_pending`) and its oldest row.
+pub const OUTBOX_PENDING_SQL: &str = "\
+SELECT count(*), min(occurred_at) FROM crm.outbox
+ WHERE published_at IS NULL AND failed_at IS NULL";
+
+/// Rows the relay gave up on (partial index `ix_outbox_failed`).
+pub const OUTBOX_FAILED_SQL: &str = "\
+SELECT count(*) FROM crm.outbox WHERE failed_at IS NOT NULL";
+
+/// The overdue active bookings of one phase.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Overdue {
+    pub count: u64,
+    pub oldest_deadline: Option<DateTime<Utc>>,
+}
+
+pub fn overdue(
+    client: &mut impl GenericClient,
+    phase: Phase,
+    as_of: DateTime<Utc>,
+) -> Result<Overdue> {
+    let row = client
+        .query_one(&overdue_sql(phase), &[&as_of])
+        .with_context(|| format!("cannot count the overdue {phase} bookings"))?;
+    Ok(Overdue {
+        count: row.get::<_, i64>(0).max(0) as u64,
+        oldest_deadline: row.get(1),
+    })
+}
+
+pub fn poison_count(client: &mut impl GenericClient) -> Result<u64> {
+    let row = client
+        .query_one(&poison_sql(), &[])
+        .context("cannot count the poison rows")?;
+    Ok(row.get::<_, i64>(0).max(0) as u64)
+}
+
+/// How far the outbox relay is behind.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OutboxLag {
+    pub pending: u64,
+    pub oldest_pending_at: Option<DateTime<Utc>>,
+    pub failed: u64,
+}
+
+pub fn outbox_lag(client: &mut impl GenericClient) -> Result<OutboxLag> {
+    let pending = client
+        .query_one(OUTBOX_PENDING_SQL, &[])
+        .context("cannot count the pending outbox rows")?;
+    let failed = client
+        .query_one(OUTBOX_FAILED_SQL, &[])
+        .context("cannot count the failed outbox rows")?;
+    Ok(OutboxLag {
+        pending: pending.get::<_, i64>(0).max(0) as u64,
+        oldest_pending_at: pending.get(1),
+        failed: failed.get::<_, i64>(0).max(0) as u64,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_queries_never_lock() {
+        for phase in Phase::ALL {
+            for sql in [
+                quarantined_sql(phase),
+                overdue_sql(phase),
+                candidates_sql(phase),
+            ] {
+                assert!(!sql.contains(" FOR "), "{sql}");
+            }
+        }
+        for sql in [&poison_sql(), OUTBOX_PENDING_SQL, OUTBOX_FAILED_SQL] {
+            assert!(!sql.contains(" FOR "), "{sql}");
+        }
+    }
+
+    #[test]
+    fn the_poison_count_names_every_active_status() {
+        for phase in Phase::ALL {
+            for status in phase.active_statuses() {
+                assert!(poison_sql().contains(&format!("'{status}'")), "{status}");
+            }
+        }
+    }
+}
