@@ -18,6 +18,10 @@
 # Environment (optional):
 #   PG_BINDIR         directory holding initdb/pg_ctl/postgres (skips discovery)
 #   PG_START_TIMEOUT  seconds to wait for the server to accept connections (60)
+#   PG_SSL_CERT_DIR   directory with server.crt (PEM, chain allowed) and server.key:
+#                     the server gets ssl = on with them, and TCP connections
+#                     without TLS are refused (pg_hba: hostssl only); the unix
+#                     socket stays open without TLS for local administration
 set -euo pipefail
 
 readonly OS_USER_WHEN_ROOT=postgres
@@ -202,6 +206,32 @@ shared_preload_libraries = 'pg_stat_statements'
 pg_stat_statements.track = all
 log_min_messages = warning
 EOF
+    if [[ -n ${PG_SSL_CERT_DIR:-} ]]; then
+        append_as_pg "$PGDATA_DIR/throwaway.conf" <<'EOF'
+ssl = on
+ssl_cert_file = 'server.crt'
+ssl_key_file = 'server.key'
+EOF
+    fi
+}
+
+# PG_SSL_CERT_DIR: the certificate and key go into the data directory, owned by the
+# server's user (PostgreSQL refuses a key others can read), and pg_hba.conf only
+# lets TCP clients in over TLS, so a client that connects at all used TLS.
+setup_ssl() {
+    [[ -n ${PG_SSL_CERT_DIR:-} ]] || return 0
+    local f
+    for f in server.crt server.key; do
+        [[ -r $PG_SSL_CERT_DIR/$f ]] || die "PG_SSL_CERT_DIR=$PG_SSL_CERT_DIR has no readable $f"
+    done
+    write_as_pg "$PGDATA_DIR/server.crt" <"$PG_SSL_CERT_DIR/server.crt"
+    (umask 077 && write_as_pg "$PGDATA_DIR/server.key" <"$PG_SSL_CERT_DIR/server.key")
+    run_pg chmod 0600 "$PGDATA_DIR/server.key"
+    write_as_pg "$PGDATA_DIR/pg_hba.conf" <<'EOF'
+# Written by pg-start.sh (PG_SSL_CERT_DIR): TCP only over TLS; the socket without.
+local   all  all                trust
+hostssl all  all  127.0.0.1/32  trust
+EOF
 }
 
 # Prints a free TCP port on 127.0.0.1. Another process may grab it before
@@ -318,6 +348,7 @@ main() {
     prepare_socket_dir
     printf '%s\n' "$SOCKET_DIR" >"$STATE_DIR/socket_dir"
     init_cluster
+    setup_ssl
     start_server
     wait_ready
 

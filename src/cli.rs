@@ -138,11 +138,19 @@ pub struct RunOnceArgs {
     #[command(flatten)]
     pub batch: BatchArgs,
 
+
     /// Start no new batch after this much time since the start; keep it below the
     /// schedule's interval (1s..=10m)
     #[arg(long, env = "BOOKING_EXPIRATION_DEADLINE", value_name = "DURATION",
           default_value = "25s", value_parser = duration_in(Duration::from_secs(1), Duration::from_secs(600)))]
     pub deadline: Duration,
+
+    /// Refuse to expire anything (exit 78) when the system clock and the database
+    /// clock differ by more than this: a node with a wrong clock would expire bookings
+    /// early or late (100ms..=5m)
+    #[arg(long, env = "BOOKING_EXPIRATION_MAX_CLOCK_SKEW", value_name = "DURATION",
+          default_value = "2s", value_parser = duration_in(Duration::from_millis(100), Duration::from_secs(300)))]
+    pub max_clock_skew: Duration,
 }
 
 /// How to reach Kafka.
@@ -207,6 +215,7 @@ pub struct RelayArgs {
 
     #[command(flatten)]
     pub kafka: KafkaArgs,
+
 
     /// Outbox rows fetched and sent per batch (1..=10000)
     #[arg(long, env = "OUTBOX_RELAY_BATCH_SIZE", value_name = "N", default_value_t = 500,
@@ -395,7 +404,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("{s:?} is too large: {EXPECTED}"))
 }
 
-fn show_duration(d: Duration) -> String {
+/// A duration as the flags are written: `500ms`, `5s`, `2m`, `3h`, `7d`.
+pub fn show_duration(d: Duration) -> String {
     let ms = d.as_millis();
     if ms > 0 && ms.is_multiple_of(86_400_000) {
         format!("{}d", ms / 86_400_000)
@@ -430,15 +440,96 @@ pub fn usage_error(e: clap::Error) -> std::process::ExitCode {
             eprintln!("note: the value of {flag} came from the environment variable {env}");
         }
     }
+    match e.kind() {
+        // clap names neither the flag nor the variable whose value is not UTF-8.
+        ErrorKind::InvalidUtf8 => {
+            for input in non_utf8_inputs() {
+                eprintln!("note: {input} is not valid UTF-8");
+            }
+        }
+        // `--batch-size -1`: clap reads `-1` as a flag of its own and does not say whose
+        // value it was meant to be.
+        ErrorKind::UnknownArgument => {
+            if let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg)
+                && let Some(flag) = flag_before_negative(arg)
+            {
+                eprintln!(
+                    "note: {arg} was read as a flag, not as the value of {flag}, which takes no negative value"
+                );
+            }
+        }
+        _ => {}
+    }
     std::process::ExitCode::from(crate::exit::Failure::Usage.code())
 }
 
-/// The environment variable behind a long flag, in any subcommand.
+/// The flag typed right before `value` when `value` looks like a negative number.
+fn flag_before_negative(value: &str) -> Option<String> {
+    let digits = value.strip_prefix('-')?;
+    if !digits.starts_with(|c: char| c.is_ascii_digit()) {
+        return None;
+    }
+    let args: Vec<_> = std::env::args_os().collect();
+    let at = args.iter().position(|a| a.to_str() == Some(value))?;
+    args.get(at.checked_sub(1)?)?
+        .to_str()
+        .filter(|flag| flag.starts_with("--") && !flag.contains('='))
+        .map(str::to_owned)
+}
+
+/// The command-line values and the environment variables of this program that are not
+/// UTF-8, named as the user typed or set them.
+fn non_utf8_inputs() -> Vec<String> {
+    use clap::CommandFactory;
+    let args: Vec<_> = std::env::args_os().collect();
+    let mut inputs = Vec::new();
+    for (i, arg) in args.iter().enumerate().skip(1) {
+        if arg.to_str().is_some() {
+            continue;
+        }
+        let shown = arg.to_string_lossy();
+        let flag = match shown.split_once('=') {
+            Some((flag, _)) if flag.starts_with("--") => Some(flag.to_owned()),
+            _ => args[i - 1]
+                .to_str()
+                .filter(|prev| prev.starts_with("--") && !prev.contains('='))
+                .map(str::to_owned),
+        };
+        inputs.push(match flag {
+            Some(flag) => format!("the value of {flag}"),
+            None => format!("argument {i} ({shown:?})"),
+        });
+    }
+    let cmd = Cli::command();
+    let mut envs: Vec<String> = std::iter::once(&cmd)
+        .chain(cmd.get_subcommands())
+        .flat_map(|c| c.get_arguments())
+        .filter_map(|a| a.get_env())
+        .map(|env| env.to_string_lossy().into_owned())
+        .collect();
+    envs.sort();
+    envs.dedup();
+    for env in envs {
+        if std::env::var_os(&env).is_some_and(|v| v.to_str().is_none()) {
+            inputs.push(format!("the environment variable {env}"));
+        }
+    }
+    inputs
+}
+
+/// The environment variable behind a long flag of the subcommand typed (two
+/// subcommands may read the same flag from different variables), or of any.
 fn env_of(flag: &str) -> Option<String> {
     use clap::CommandFactory;
     let long = flag.strip_prefix("--")?;
     let cmd = Cli::command();
-    let commands = std::iter::once(&cmd).chain(cmd.get_subcommands());
+    let typed = std::env::args_os()
+        .skip(1)
+        .find_map(|a| cmd.find_subcommand(&a).map(|s| s.get_name().to_owned()));
+    let commands = std::iter::once(&cmd).chain(
+        cmd.get_subcommands()
+            .filter(|s| typed.as_deref().is_none_or(|t| t == s.get_name())),
+    );
     commands
         .flat_map(|c| c.get_arguments())
         .find(|a| a.get_long() == Some(long))

@@ -281,6 +281,9 @@ pub struct RunOnceConfig {
     pub db: DbConfig,
     pub batch: Batch,
     pub deadline: Duration,
+    /// The largest difference between the system clock and the database clock at
+    /// which the cycle still expires bookings.
+    pub max_clock_skew: Duration,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -304,6 +307,7 @@ impl RunOnceConfig {
             db: DbConfig::from_args(&args.database)?,
             batch: Batch::from(&args.batch),
             deadline: args.deadline,
+            max_clock_skew: args.max_clock_skew,
         })
     }
 }

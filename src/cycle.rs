@@ -57,6 +57,7 @@ pub fn run_once(cfg: &RunOnceConfig, run_id: Uuid) -> Result<CycleResult> {
 
     let mut db = store::connect(&cfg.db)?;
     shutdown::on_signal(db.interrupter());
+    check_clock(&mut db.client, cfg.max_clock_skew)?;
     store::check_schema(&mut db.client, Need::Cycle)?;
     let stmts = CycleStatements::prepare(&mut db.client)?;
 
@@ -119,6 +120,34 @@ pub fn run_once(cfg: &RunOnceConfig, run_id: Uuid) -> Result<CycleResult> {
             Err(e)
         }
     }
+}
+
+/// The clock guard: AsOf comes from this node's clock, so a node whose clock is wrong
+/// must not expire anything (bookings would expire early, or late).
+fn check_clock(client: &mut Client, max: std::time::Duration) -> Result<()> {
+    let skew = store::measure_clock_skew(client)
+        .classify(Failure::Temporary, "cannot read the database clock")?;
+    info!(system_ahead_ms = skew.system_ahead_by.num_milliseconds(),
+          round_trip_ms = skew.round_trip.as_millis() as u64,
+          max_clock_skew_ms = max.as_millis() as u64; "clock skew measured");
+    if skew.certain() <= max {
+        return Ok(());
+    }
+    let measured = skew.system_ahead_by.abs().to_std().unwrap_or_default();
+    let direction = if skew.system_ahead_by > chrono::TimeDelta::zero() {
+        "ahead"
+    } else {
+        "behind"
+    };
+    Err(fail(
+        Failure::Config,
+        format!(
+            "system clock and database clock differ by {:.1}s (the system clock is {direction}, \
+             allowed {}): refusing to expire bookings; fix the node's time sync",
+            measured.as_secs_f64(),
+            crate::cli::show_duration(max),
+        ),
+    ))
 }
 
 fn run_phases(

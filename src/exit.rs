@@ -43,7 +43,7 @@ Exit codes:
   69   unavailable: PostgreSQL or Kafka cannot be reached
   70   internal error (a bug; please report it)
   75   temporary failure: the batch was rolled back, the next run retries
-  78   configuration: bad URL, credentials, TLS files, or schema not migrated
+  78   configuration: bad URL, credentials, TLS, schema or privileges, clock skew
   130  interrupted by SIGINT after the in-flight batch committed or rolled back
   143  terminated by SIGTERM after the in-flight batch committed or rolled back";
 

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use rdkafka::ClientContext;
@@ -35,11 +35,51 @@ pub enum Delivery {
     Failed { permanent: bool, error: String },
 }
 
-/// Collects delivery reports by the message's index in the batch.
+/// Collects delivery reports by the message's index in the batch, and the broker
+/// errors librdkafka reports on the side (a failed TLS handshake, refused credentials),
+/// which say why a broker cannot be reached.
 #[derive(Default)]
-struct Reports(Mutex<Vec<Option<Delivery>>>);
+struct Reports {
+    deliveries: Mutex<Vec<Option<Delivery>>>,
+    broker_error: Mutex<Option<BrokerError>>,
+}
 
-impl ClientContext for Reports {}
+/// An error librdkafka reported about a broker connection.
+#[derive(Debug, Clone)]
+struct BrokerError {
+    code: Option<RDKafkaErrorCode>,
+    reason: String,
+}
+
+impl BrokerError {
+    /// A TLS or authentication failure: retrying with the same settings cannot help.
+    fn is_configuration(&self) -> bool {
+        matches!(
+            self.code,
+            Some(RDKafkaErrorCode::SSL | RDKafkaErrorCode::Authentication)
+        )
+    }
+}
+
+impl ClientContext for Reports {
+    /// Remembers the failure that explains an unreachable broker; librdkafka's own log
+    /// line has already said it once (the default would log every repeat).
+    fn error(&self, error: KafkaError, reason: &str) {
+        let code = error.rdkafka_error_code();
+        if code == Some(RDKafkaErrorCode::AllBrokersDown) {
+            // A summary of the failures that explain it.
+            return;
+        }
+        let new = BrokerError {
+            code,
+            reason: reason.to_owned(),
+        };
+        let mut last = self.broker_error.lock().unwrap_or_else(|e| e.into_inner());
+        if !last.as_ref().is_some_and(BrokerError::is_configuration) || new.is_configuration() {
+            *last = Some(new);
+        }
+    }
+}
 
 impl ProducerContext for Reports {
     type DeliveryOpaque = usize;
@@ -52,7 +92,7 @@ impl ProducerContext for Reports {
             },
             Err((e, _)) => failed(e),
         };
-        let mut reports = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut reports = self.deliveries.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(slot) = reports.get_mut(index) {
             *slot = Some(delivery);
         }
@@ -78,6 +118,7 @@ fn failed(e: &KafkaError) -> Delivery {
 pub struct KafkaProducer {
     producer: BaseProducer<Reports>,
     brokers: String,
+    security: KafkaSecurity,
     message_timeout: Duration,
     /// Topics already checked this run, with their partition counts.
     checked: HashMap<String, usize>,
@@ -98,7 +139,9 @@ impl KafkaProducer {
                 cfg.message_timeout.as_millis().to_string(),
             )
             .set("allow.auto.create.topics", "false")
-            .set("linger.ms", "5")
+            // The relay enqueues a whole batch at once and then waits for its reports:
+            // lingering would only delay every batch (and every event in --follow).
+            .set("linger.ms", "0")
             .set("socket.connection.setup.timeout.ms", "5000")
             .set("reconnect.backoff.max.ms", "1000");
         match &cfg.security {
@@ -140,6 +183,7 @@ impl KafkaProducer {
         Ok(KafkaProducer {
             producer,
             brokers: cfg.brokers.clone(),
+            security: cfg.security.clone(),
             message_timeout: cfg.message_timeout,
             checked: HashMap::new(),
         })
@@ -156,16 +200,7 @@ impl KafkaProducer {
             .producer
             .client()
             .fetch_metadata(Some(topic), timeout)
-            .map_err(|e| {
-                fail(
-                    Failure::Unavailable,
-                    format!(
-                        "cannot reach Kafka at {} within {}s: {e}",
-                        self.brokers,
-                        timeout.as_secs()
-                    ),
-                )
-            })?;
+            .map_err(|e| self.unreachable(&e, timeout))?;
         let Some(t) = metadata.topics().iter().find(|t| t.name() == topic) else {
             return Err(missing_topic(topic));
         };
@@ -199,13 +234,85 @@ impl KafkaProducer {
         Ok(())
     }
 
+    /// Why the brokers could not be reached, from the broker errors librdkafka
+    /// reported meanwhile: a failed TLS handshake or refused credentials are
+    /// configuration (78), anything else means Kafka is unavailable (69).
+    fn unreachable(&self, e: &KafkaError, timeout: Duration) -> anyhow::Error {
+        // Broker errors arrive as events on the main queue: serve them.
+        self.producer.poll(Duration::from_millis(100));
+        let broker_error = self
+            .producer
+            .context()
+            .broker_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let brokers = &self.brokers;
+        match (broker_error, &self.security) {
+            (Some(b), security) if b.code == Some(RDKafkaErrorCode::SSL) => {
+                let trusted = match security {
+                    KafkaSecurity::Ssl {
+                        ca_file: Some(ca), ..
+                    }
+                    | KafkaSecurity::Sasl {
+                        ca_file: Some(ca), ..
+                    } => format!("the CA in {}", ca.display()),
+                    _ => "the system's trusted CAs".to_owned(),
+                };
+                fail(
+                    Failure::Config,
+                    format!(
+                        "TLS handshake with Kafka at {brokers} failed (the brokers' certificates \
+                         must be signed by {trusted} and name the broker's host; \
+                         --kafka-ca-file / KAFKA_CA_FILE): {}",
+                        b.reason
+                    ),
+                )
+            }
+            (
+                Some(b),
+                KafkaSecurity::Sasl {
+                    mechanism,
+                    username,
+                    ..
+                },
+            ) if b.code == Some(RDKafkaErrorCode::Authentication) => fail(
+                Failure::Config,
+                format!(
+                    "Kafka authentication failed at {brokers}: the brokers refused SASL user \
+                     {username:?} ({mechanism}; check KAFKA_USERNAME and KAFKA_PASSWORD): {}",
+                    b.reason
+                ),
+            ),
+            (Some(b), _) => fail(
+                if b.is_configuration() {
+                    Failure::Config
+                } else {
+                    Failure::Unavailable
+                },
+                format!(
+                    "cannot reach Kafka at {brokers} within {}s: {e} (last broker error: {})",
+                    timeout.as_secs(),
+                    b.reason
+                ),
+            ),
+            (None, _) => fail(
+                Failure::Unavailable,
+                format!(
+                    "cannot reach Kafka at {brokers} within {}s: {e}",
+                    timeout.as_secs()
+                ),
+            ),
+        }
+    }
+
     /// Sends the batch and waits for every delivery report (each arrives within
     /// `message.timeout.ms`). Returns one `Delivery` per message, in order.
     pub fn send_batch(&self, messages: &[OutMessage]) -> Vec<Delivery> {
         *self
             .producer
             .context()
-            .0
+            .deliveries
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = vec![None; messages.len()];
         let mut refused: Vec<(usize, Delivery)> = Vec::new();
@@ -237,15 +344,26 @@ impl KafkaProducer {
             }
         }
         // Every enqueued message gets a report within message.timeout.ms; the margin
-        // covers the broker's answer to the last retry.
-        let _ = self
-            .producer
-            .flush(self.message_timeout + Duration::from_secs(2));
+        // covers the broker's answer to the last retry. Not `flush()`: rdkafka's
+        // `BaseProducer::flush` polls in 100 ms slices that only end when the slice does,
+        // so each batch would wait at least 100 ms for reports that arrive in a few.
+        let until = Instant::now() + self.message_timeout + Duration::from_secs(2);
+        let mut in_flight = self.producer.in_flight_count();
+        while in_flight > 0 && Instant::now() < until {
+            // One event per call (a delivery report event covers a message set); sleep
+            // only when none was waiting.
+            self.producer.poll(Duration::ZERO);
+            let now = self.producer.in_flight_count();
+            if now == in_flight {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            in_flight = now;
+        }
         let mut reports = std::mem::take(
             &mut *self
                 .producer
                 .context()
-                .0
+                .deliveries
                 .lock()
                 .unwrap_or_else(|e| e.into_inner()),
         );

@@ -4,15 +4,20 @@
 use anyhow::Result;
 use native_tls::TlsConnector;
 use postgres::Client;
-use postgres_native_tls::MakeTlsConnector;
+use postgres::tls::{MakeTlsConnect, TlsConnect};
+use postgres_native_tls::TlsStream;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::config::{DbConfig, SslMode};
-use crate::exit::{ClassifyExt, Failure};
+use crate::exit::{ClassifyExt, Failure, fail};
 
 /// An open session and what is needed to interrupt its statement in flight.
 pub struct Db {
     pub client: Client,
-    pub tls: MakeTlsConnector,
+    pub tls: LazyTls,
 }
 
 impl Db {
@@ -30,7 +35,7 @@ impl Db {
 
 pub fn connect(cfg: &DbConfig) -> Result<Db> {
     let tls = tls_connector(cfg)?;
-    let mut client = cfg.pg.connect(tls.clone()).map_err(connect_failure)?;
+    let mut client = connect_within(cfg, tls.clone())?;
     // Session limits: a statement or a lock wait never eats the whole cycle, and a
     // transaction left idle by a stuck client never keeps rows locked for long.
     client
@@ -45,50 +50,212 @@ pub fn connect(cfg: &DbConfig) -> Result<Db> {
     Ok(Db { client, tls })
 }
 
-fn tls_connector(cfg: &DbConfig) -> Result<MakeTlsConnector> {
-    let mut builder = TlsConnector::builder();
-    match cfg.ssl_mode {
+fn tls_connector(cfg: &DbConfig) -> Result<LazyTls> {
+    let (accept_invalid_certs, accept_invalid_hostnames) = match cfg.ssl_mode {
         // libpq semantics: prefer/require encrypt without verifying, unless a CA was
         // given, in which case require verifies the chain (as verify-ca does).
         SslMode::Disable | SslMode::Prefer | SslMode::Require if cfg.root_cert.is_none() => {
-            builder.danger_accept_invalid_certs(true);
+            (true, false)
         }
-        SslMode::Disable | SslMode::Prefer | SslMode::Require | SslMode::VerifyCa => {
-            builder.danger_accept_invalid_hostnames(true);
-        }
-        SslMode::VerifyFull => {}
-    }
-    if let Some((_, pem)) = &cfg.root_cert {
-        let cert = native_tls::Certificate::from_pem(pem).classify(
+        SslMode::Disable | SslMode::Prefer | SslMode::Require | SslMode::VerifyCa => (false, true),
+        SslMode::VerifyFull => (false, false),
+    };
+    let root = match &cfg.root_cert {
+        Some((_, pem)) => Some(native_tls::Certificate::from_pem(pem).classify(
             Failure::Config,
             "the database CA file is not a PEM certificate",
-        )?;
-        builder.add_root_certificate(cert);
-    }
-    let connector = builder
-        .build()
-        .classify(Failure::Config, "cannot set up TLS for the database")?;
-    Ok(MakeTlsConnector::new(connector))
+        )?),
+        None => None,
+    };
+    Ok(LazyTls(Arc::new(TlsSettings {
+        accept_invalid_certs,
+        accept_invalid_hostnames,
+        root,
+    })))
 }
 
-/// Why a connection could not be opened: refused credentials, an unknown database or
-/// a failed TLS handshake are configuration (78); anything else means the server is
-/// unreachable (69). The password is never part of the message.
-fn connect_failure(e: postgres::Error) -> anyhow::Error {
-    let failure = match e.as_db_error() {
-        Some(db) if matches!(&db.code().code()[..2], "28" | "3D" | "42") => Failure::Config,
-        Some(_) => Failure::Unavailable,
-        None => {
-            let tls = std::error::Error::source(&e)
-                .is_some_and(|s| s.downcast_ref::<native_tls::Error>().is_some());
-            if tls {
-                Failure::Config
-            } else {
-                Failure::Unavailable
-            }
+/// The session's TLS, set up only when the server agrees to TLS: building a connector
+/// loads the system's CA bundle (about 40 ms of a 50 ms cycle), which a server without
+/// TLS under `sslmode=prefer` never needs, nor does `sslmode=disable`.
+#[derive(Clone)]
+pub struct LazyTls(Arc<TlsSettings>);
+
+struct TlsSettings {
+    accept_invalid_certs: bool,
+    accept_invalid_hostnames: bool,
+    root: Option<native_tls::Certificate>,
+}
+
+impl LazyTls {
+    fn build(&self) -> Result<TlsConnector, native_tls::Error> {
+        let mut builder = TlsConnector::builder();
+        builder
+            .danger_accept_invalid_certs(self.0.accept_invalid_certs)
+            .danger_accept_invalid_hostnames(self.0.accept_invalid_hostnames);
+        if let Some(root) = &self.0.root {
+            builder.add_root_certificate(root.clone());
         }
+        builder.build()
+    }
+}
+
+impl<S> MakeTlsConnect<S> for LazyTls
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    type Stream = TlsStream<S>;
+    type TlsConnect = LazyTlsConnect;
+    type Error = native_tls::Error;
+
+    fn make_tls_connect(&mut self, domain: &str) -> Result<LazyTlsConnect, native_tls::Error> {
+        Ok(LazyTlsConnect {
+            tls: self.clone(),
+            domain: domain.to_owned(),
+        })
+    }
+}
+
+/// One connection attempt of [`LazyTls`].
+pub struct LazyTlsConnect {
+    tls: LazyTls,
+    domain: String,
+}
+
+impl<S> TlsConnect<S> for LazyTlsConnect
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    type Stream = TlsStream<S>;
+    type Error = native_tls::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<TlsStream<S>, native_tls::Error>> + Send>>;
+
+    fn connect(self, stream: S) -> Self::Future {
+        match self.tls.build() {
+            Ok(connector) => {
+                postgres_native_tls::TlsConnector::new(connector, &self.domain).connect(stream)
+            }
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+        }
+    }
+}
+
+/// Why a connection could not be opened. A refused login or an unknown database is
+/// configuration (78), another server error means it is unavailable (69). Without a
+/// server error, the type of the cause decides: an I/O error or a closed connection is
+/// the network (69); a failed TLS handshake, a server without TLS under a verifying
+/// `sslmode`, or a missing password is configuration (78). The password is never part
+/// of the message.
+fn connect_failure(cfg: &DbConfig, e: postgres::Error) -> anyhow::Error {
+    const CONTEXT: &str = "cannot connect to PostgreSQL";
+    if let Some(db) = e.as_db_error() {
+        let failure = if matches!(&db.code().code()[..2], "28" | "3D" | "42") {
+            Failure::Config
+        } else {
+            Failure::Unavailable
+        };
+        return Err::<(), _>(e).classify(failure, CONTEXT).unwrap_err();
+    }
+    let io = has_io_error(&e);
+    if let Some(tls) = find_in_chain::<native_tls::Error>(&e).filter(|_| !io) {
+        // One flat line: native-tls repeats the OpenSSL error in its sources.
+        return fail(
+            Failure::Config,
+            format!(
+                "{CONTEXT}: TLS handshake failed ({}): {tls}",
+                tls_expectation(cfg)
+            ),
+        );
+    }
+    let failure = if io || e.is_closed() {
+        Failure::Unavailable
+    } else {
+        Failure::Config
     };
-    Err::<(), _>(e)
-        .classify(failure, "cannot connect to PostgreSQL")
-        .unwrap_err()
+    Err::<(), _>(e).classify(failure, CONTEXT).unwrap_err()
+}
+
+/// What the TLS handshake required of the server's certificate, for the error message.
+fn tls_expectation(cfg: &DbConfig) -> String {
+    let trusted = match &cfg.root_cert {
+        Some((path, _)) => format!("the CA in {}", path.display()),
+        None => "the system's trusted CAs".to_owned(),
+    };
+    let hosts: Vec<String> = cfg
+        .pg
+        .get_hosts()
+        .iter()
+        .map(|h| match h {
+            postgres::config::Host::Tcp(name) => name.clone(),
+            postgres::config::Host::Unix(path) => path.display().to_string(),
+        })
+        .collect();
+    match cfg.ssl_mode {
+        SslMode::VerifyFull => format!(
+            "sslmode=verify-full: the server certificate must be signed by {trusted} \
+             and name the host {}",
+            hosts.join(" or ")
+        ),
+        SslMode::VerifyCa => {
+            format!("sslmode=verify-ca: the server certificate must be signed by {trusted}")
+        }
+        mode if cfg.root_cert.is_some() => format!(
+            "sslmode={}: with a CA given, the server certificate must be signed by {trusted}",
+            mode_name(mode)
+        ),
+        mode => format!(
+            "sslmode={}: the server certificate is not verified",
+            mode_name(mode)
+        ),
+    }
+}
+
+fn mode_name(mode: SslMode) -> &'static str {
+    match mode {
+        SslMode::Disable => "disable",
+        SslMode::Prefer => "prefer",
+        SslMode::Require => "require",
+        SslMode::VerifyCa => "verify-ca",
+        SslMode::VerifyFull => "verify-full",
+    }
+}
+
+fn find_in_chain<'a, T: std::error::Error + 'static>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a T> {
+    std::iter::successors(Some(e), |e| e.source()).find_map(|e| e.downcast_ref::<T>())
+}
+
+fn has_io_error(e: &(dyn std::error::Error + 'static)) -> bool {
+    find_in_chain::<std::io::Error>(e).is_some()
+}
+
+/// `--connect-timeout` bounds the whole attempt, startup and TLS exchange included:
+/// tokio-postgres applies it to the TCP connect only, so a server that accepts and
+/// then never answers would otherwise hang the run past every deadline.
+fn connect_within(cfg: &DbConfig, tls: LazyTls) -> Result<Client> {
+    let hosts = cfg.pg.get_hosts().len().max(1) as u32;
+    let limit = cfg
+        .pg
+        .get_connect_timeout()
+        .copied()
+        .unwrap_or(std::time::Duration::from_secs(5))
+        * hosts;
+    let (done, result) = std::sync::mpsc::channel();
+    let pg = cfg.pg.clone();
+    std::thread::Builder::new()
+        .name("connect".into())
+        .spawn(move || {
+            let _ = done.send(pg.connect(tls));
+        })
+        .classify(Failure::Temporary, "cannot start the connecting thread")?;
+    match result.recv_timeout(limit) {
+        Ok(connected) => connected.map_err(|e| connect_failure(cfg, e)),
+        Err(_) => Err(fail(
+            Failure::Unavailable,
+            format!(
+                "cannot connect to PostgreSQL: no answer within {}ms (--connect-timeout)",
+                limit.as_millis()
+            ),
+        )),
+    }
 }

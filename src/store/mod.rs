@@ -1,12 +1,14 @@
 //! All SQL lives here: connecting (TLS, session timeouts), the schema check, the claim,
 //! the set-based batch write and poison tracking, the outbox relay's queue.
 
+mod clock;
 mod connect;
 mod expiration;
 mod outbox;
 mod report;
 mod schema;
 
+pub use clock::{ClockSkew, measure_clock_skew};
 pub use connect::connect;
 pub use expiration::{
     BatchWrite, CycleStatements, Poison, booking_row, candidates_sql, claim, claim_sql,

@@ -1,5 +1,6 @@
-//! "Is the schema migrated?", answered from the catalog before any work, so a database
-//! without it fails with 78 and a list of what is missing instead of a mid-cycle error.
+//! "Is the schema migrated, and may this role do what the subcommand does?", answered
+//! from the catalog before any work, so a database without the schema or a role without
+//! the grants fails with 78 and a list of what is missing instead of a mid-cycle error.
 
 use anyhow::Result;
 use postgres::GenericClient;
@@ -73,6 +74,7 @@ const TIMELINE: (&str, &[&str]) = (
         "kind",
         "occurred_at",
         "correlation_id",
+        "details",
     ],
 );
 const POISON: (&str, &[&str]) = (
@@ -92,6 +94,121 @@ const POISON: (&str, &[&str]) = (
     ],
 );
 
+/// A privilege on a table of `crm`: on the whole table, or on the listed columns.
+#[derive(Debug, Clone, Copy)]
+struct Privilege {
+    privilege: &'static str,
+    table: &'static str,
+    columns: &'static [&'static str],
+}
+
+const fn on(privilege: &'static str, table: &'static str) -> Privilege {
+    Privilege {
+        privilege,
+        table,
+        columns: &[],
+    }
+}
+
+const fn on_columns(
+    privilege: &'static str,
+    table: &'static str,
+    columns: &'static [&'static str],
+) -> Privilege {
+    Privilege {
+        privilege,
+        table,
+        columns,
+    }
+}
+
+/// The columns of a booking the claim and the reports read.
+const BOOKING_READ: &[&str] = &[
+    "id",
+    "tenant_id",
+    "deal_id",
+    "property_object_id",
+    "status",
+    "reserve_expires_at",
+    "booking_expires_at",
+    "expired_at",
+    "version",
+];
+
+/// What `run-once` does: claim (read and row-lock) and expire bookings, append audit,
+/// timeline and outbox rows, keep the quarantine. As granted in `sql/007_roles.sql`.
+const CYCLE_PRIVILEGES: &[Privilege] = &[
+    on_columns("SELECT", "bookings", BOOKING_READ),
+    on_columns(
+        "UPDATE",
+        "bookings",
+        &["status", "expired_at", "updated_at", "version"],
+    ),
+    on_columns(
+        "INSERT",
+        "booking_audit",
+        &[
+            "booking_id",
+            "tenant_id",
+            "from_status",
+            "to_status",
+            "version",
+            "actor",
+            "run_id",
+            "at",
+        ],
+    ),
+    on_columns(
+        "INSERT",
+        "deal_timeline",
+        &[
+            "deal_id",
+            "tenant_id",
+            "booking_id",
+            "kind",
+            "occurred_at",
+            "correlation_id",
+            "details",
+        ],
+    ),
+    on_columns(
+        "INSERT",
+        "outbox",
+        &[
+            "id",
+            "aggregatetype",
+            "aggregateid",
+            "type",
+            "topic",
+            "payload",
+            "headers",
+            "occurred_at",
+        ],
+    ),
+    on("SELECT", "booking_expiration_poison"),
+    on("INSERT", "booking_expiration_poison"),
+    on("UPDATE", "booking_expiration_poison"),
+    on("DELETE", "booking_expiration_poison"),
+];
+
+/// What `relay-outbox` does: read the outbox, mark rows, purge published ones.
+const RELAY_PRIVILEGES: &[Privilege] = &[
+    on("SELECT", "outbox"),
+    on_columns(
+        "UPDATE",
+        "outbox",
+        &["published_at", "attempts", "last_error", "failed_at"],
+    ),
+    on("DELETE", "outbox"),
+];
+
+/// What `dry-run` and `backlog` read.
+const REPORT_PRIVILEGES: &[Privilege] = &[
+    on_columns("SELECT", "bookings", BOOKING_READ),
+    on("SELECT", "booking_expiration_poison"),
+    on("SELECT", "outbox"),
+];
+
 impl Need {
     fn tables(self) -> &'static [(&'static str, &'static [&'static str])] {
         match self {
@@ -100,12 +217,35 @@ impl Need {
             Need::Report => &[BOOKINGS, POISON, OUTBOX],
         }
     }
+
+    fn privileges(self) -> &'static [Privilege] {
+        match self {
+            Need::Cycle => CYCLE_PRIVILEGES,
+            Need::Relay => RELAY_PRIVILEGES,
+            Need::Report => REPORT_PRIVILEGES,
+        }
+    }
+
+    /// Who needs it, and the group role of `sql/007_roles.sql` that grants it.
+    fn who(self) -> (&'static str, &'static str) {
+        match self {
+            Need::Cycle => ("run-once", "crm_booking_expiration_worker"),
+            Need::Relay => ("relay-outbox", "crm_outbox_relay"),
+            Need::Report => ("dry-run and backlog", "crm_booking_expiration_readonly"),
+        }
+    }
 }
 
-/// Fails with "schema not migrated: …" naming every missing table and column. Reads
-/// `pg_catalog`, which (unlike `information_schema`) lists columns whatever the role's
-/// privileges are.
+/// Fails with "schema not migrated: …" naming every missing table and column, then with
+/// "role … lacks privileges …" naming every missing grant. Reads `pg_catalog`, which
+/// (unlike `information_schema`) lists columns whatever the role's privileges are.
 pub fn check_schema(client: &mut impl GenericClient, need: Need) -> Result<()> {
+    check_tables(client, need)?;
+    check_not_null(client, need)?;
+    check_privileges(client, need)
+}
+
+fn check_tables(client: &mut impl GenericClient, need: Need) -> Result<()> {
     let (mut tables, mut columns) = (Vec::new(), Vec::new());
     for (table, cols) in need.tables() {
         for col in *cols {
@@ -150,5 +290,162 @@ pub fn check_schema(client: &mut impl GenericClient, need: Need) -> Result<()> {
                 missing.join(", ")
             ),
         ))
+    }
+}
+
+/// Fails with "role … lacks privileges …" naming each privilege the subcommand needs and
+/// the current role does not have (directly, through a group role, or as superuser).
+fn check_privileges(client: &mut impl GenericClient, need: Need) -> Result<()> {
+    let (mut privileges, mut tables, mut columns) = (Vec::new(), Vec::new(), Vec::new());
+    for p in need.privileges() {
+        if p.columns.is_empty() {
+            privileges.push(p.privilege);
+            tables.push(p.table);
+            columns.push("");
+        }
+        for col in p.columns {
+            privileges.push(p.privilege);
+            tables.push(p.table);
+            columns.push(*col);
+        }
+    }
+    let rows = client
+        .query(
+            "SELECT w.priv, w.tbl, w.col, current_user::text
+               FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS w(priv, tbl, col, n)
+              WHERE NOT CASE WHEN w.col = ''
+                             THEN has_table_privilege(format('crm.%I', w.tbl), w.priv)
+                             ELSE has_column_privilege(format('crm.%I', w.tbl), w.col, w.priv)
+                        END
+              ORDER BY w.n",
+            &[&privileges, &tables, &columns],
+        )
+        .classify(Failure::Temporary, "cannot read the role's privileges")?;
+    let Some(user) = rows.first().map(|r| r.get::<_, String>(3)) else {
+        return Ok(());
+    };
+    let missing: Vec<(String, String, String)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let (who, role) = need.who();
+    Err(fail(
+        Failure::Config,
+        format!(
+            "role {user} lacks privileges for {who}: {} \
+             (GRANT {role} TO {user}; see sql/007_roles.sql)",
+            describe_missing(&missing)
+        ),
+    ))
+}
+
+/// "UPDATE on crm.bookings (status, version), DELETE on crm.outbox", in the given order.
+fn describe_missing(missing: &[(String, String, String)]) -> String {
+    let mut parts: Vec<(String, Vec<&str>)> = Vec::new();
+    for (privilege, table, column) in missing {
+        let what = format!("{privilege} on crm.{table}");
+        let columns = match parts.last_mut() {
+            Some((last, columns)) if *last == what => columns,
+            _ => {
+                parts.push((what, Vec::new()));
+                &mut parts.last_mut().expect("just pushed").1
+            }
+        };
+        if !column.is_empty() {
+            columns.push(column);
+        }
+    }
+    parts
+        .into_iter()
+        .map(|(what, columns)| {
+            if columns.is_empty() {
+                what
+            } else {
+                format!("{what} ({})", columns.join(", "))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The columns of `crm.bookings` the job reads as never NULL (SPEC §2): a schema that
+/// allows NULL there would make a row unreadable mid-cycle, so it is refused up front.
+const BOOKINGS_NOT_NULL: &[&str] = &[
+    "id",
+    "tenant_id",
+    "deal_id",
+    "property_object_id",
+    "status",
+    "version",
+];
+
+fn check_not_null(client: &mut impl GenericClient, need: Need) -> Result<()> {
+    if matches!(need, Need::Relay) {
+        return Ok(());
+    }
+    let rows = client
+        .query(
+            "SELECT a.attname::text FROM pg_catalog.pg_attribute a
+               JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
+               JOIN pg_catalog.pg_namespace s ON s.oid = c.relnamespace
+              WHERE s.nspname = 'crm' AND c.relname = 'bookings'
+                AND a.attname = ANY($1) AND NOT a.attnotnull
+              ORDER BY a.attnum",
+            &[&BOOKINGS_NOT_NULL],
+        )
+        .classify(Failure::Temporary, "cannot read the schema catalog")?;
+    let nullable: Vec<String> = rows
+        .iter()
+        .map(|r| format!("crm.bookings.{}", r.get::<_, String>(0)))
+        .collect();
+    if nullable.is_empty() {
+        return Ok(());
+    }
+    Err(fail(
+        Failure::Config,
+        format!(
+            "schema not as expected: {} may hold NULL; the job needs NOT NULL there (SPEC §2)",
+            nullable.join(", ")
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_privileges_are_grouped_by_table_in_order() {
+        let row = |p: &str, t: &str, c: &str| (p.to_owned(), t.to_owned(), c.to_owned());
+        assert_eq!(
+            describe_missing(&[
+                row("UPDATE", "bookings", "status"),
+                row("UPDATE", "bookings", "version"),
+                row("INSERT", "outbox", "id"),
+                row("DELETE", "booking_expiration_poison", ""),
+            ]),
+            "UPDATE on crm.bookings (status, version), INSERT on crm.outbox (id), \
+             DELETE on crm.booking_expiration_poison"
+        );
+    }
+
+    #[test]
+    fn every_privilege_names_a_table_the_subcommand_checks() {
+        for need in [Need::Cycle, Need::Relay, Need::Report] {
+            for p in need.privileges() {
+                let (_, cols) = need
+                    .tables()
+                    .iter()
+                    .find(|(t, _)| *t == p.table)
+                    .unwrap_or_else(|| panic!("{need:?}: {} is not checked", p.table));
+                for c in p.columns {
+                    assert!(
+                        cols.contains(c),
+                        "{need:?}: crm.{}.{c} is not checked",
+                        p.table
+                    );
+                }
+            }
+        }
     }
 }

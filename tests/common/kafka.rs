@@ -60,6 +60,26 @@ impl OwnBroker {
         assert_eq!(brokers, self.brokers, "restarted on the same address");
     }
 
+    /// SIGSTOP: the broker keeps its connections open and answers nothing, as in a long
+    /// GC pause or a frozen VM, until [`OwnBroker::resume`].
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// SIGCONT after [`OwnBroker::pause`].
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = std::fs::read_to_string(self.dir.join("kafka.pid")).unwrap();
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), pid.trim()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal} {pid}");
+    }
+
     fn stop_script(&self, extra: &[&str]) {
         let status = Command::new(scripts().join("kafka-stop.sh"))
             .arg(&self.dir)

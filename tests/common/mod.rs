@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod kafka;
+pub mod tls;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
@@ -556,5 +557,226 @@ impl Background {
             stdout: read(&self.stdout),
             stderr: read(&self.stderr),
         }
+    }
+}
+
+// ---- Helpers of the fault, signal, soak and bad-input tests ----
+
+/// The migrations of `sql/`, applied to the database at `url` (one that no `TestDb`
+/// owns, e.g. the `postgres` database of a server a test started itself).
+pub fn migrate_url(url: &str) {
+    let mut c = Client::connect(url, NoTls).expect("connect to migrate");
+    for file in migrations() {
+        let sql = std::fs::read_to_string(&file).unwrap();
+        c.batch_execute(&sql)
+            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    }
+}
+
+/// A gate on one statement of the job: a trigger makes it wait for advisory lock `key`,
+/// which the returned session holds until [`open_gate`] (or until it is dropped).
+/// `trigger` is the trigger's definition up to `EXECUTE`, e.g.
+/// `TRIGGER g AFTER INSERT ON crm.deal_timeline FOR EACH STATEMENT`, or a
+/// `CONSTRAINT TRIGGER … DEFERRABLE INITIALLY DEFERRED FOR EACH ROW` to block a COMMIT.
+pub fn hold_gate(url: &str, key: i64, trigger: &str) -> Client {
+    let mut gate = Client::connect(url, NoTls).expect("connect the gate");
+    gate.batch_execute(&format!(
+        "CREATE FUNCTION crm.gate_{key}() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN PERFORM pg_advisory_xact_lock({key}); RETURN NULL; END $$;
+         CREATE {trigger} EXECUTE FUNCTION crm.gate_{key}();
+         SELECT pg_advisory_lock({key});"
+    ))
+    .expect("install the gate");
+    gate
+}
+
+pub fn open_gate(gate: &mut Client, key: i64) {
+    gate.batch_execute(&format!("SELECT pg_advisory_unlock({key})"))
+        .expect("open the gate");
+}
+
+/// Whether a session of the job (application_name `booking-expire`) on database
+/// `db_name` waits for a lock in a statement whose text contains `query_part`.
+pub fn job_waits_in(c: &mut Client, db_name: &str, query_part: &str) -> bool {
+    c.query_one(
+        "SELECT count(*) FROM pg_stat_activity
+          WHERE datname = $1 AND application_name = 'booking-expire'
+            AND wait_event_type = 'Lock' AND strpos(query, $2) > 0",
+        &[&db_name, &query_part],
+    )
+    .unwrap()
+    .get::<_, i64>(0)
+        > 0
+}
+
+/// Sessions of the job connected to database `db_name`.
+pub fn job_sessions(c: &mut Client, db_name: &str) -> i64 {
+    c.query_one(
+        "SELECT count(*) FROM pg_stat_activity
+          WHERE datname = $1 AND application_name = 'booking-expire'",
+        &[&db_name],
+    )
+    .unwrap()
+    .get(0)
+}
+
+/// Locks held or awaited by the job's sessions on database `db_name`.
+pub fn job_locks(c: &mut Client, db_name: &str) -> i64 {
+    c.query_one(
+        "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+          WHERE a.datname = $1 AND a.application_name = 'booking-expire'",
+        &[&db_name],
+    )
+    .unwrap()
+    .get(0)
+}
+
+/// Waits until the job has no session (hence no lock) left on the database, and
+/// checks that every row of `crm.bookings` can be locked at once.
+pub fn assert_locks_released(c: &mut Client, db_name: &str) {
+    wait_until(Duration::from_secs(15), "the job's sessions to end", || {
+        job_sessions(c, db_name) == 0
+    });
+    assert_eq!(job_locks(c, db_name), 0, "no lock left by the job");
+    let all = count(c, "SELECT count(*) FROM crm.bookings");
+    let mut tx = c.transaction().unwrap();
+    let lockable = tx
+        .query("SELECT id FROM crm.bookings FOR UPDATE NOWAIT", &[])
+        .expect("every booking lockable at once")
+        .len() as i64;
+    assert_eq!(lockable, all);
+    tx.rollback().unwrap();
+}
+
+/// The invariants of the expiry write, whatever happened before: every expired
+/// booking (status *Expired with `expired_at` set) has exactly one outbox row, one
+/// audit row and one timeline entry, and nothing else has any.
+pub fn assert_each_expiry_written_once(c: &mut Client) -> i64 {
+    let expired = count(
+        c,
+        "SELECT count(*) FROM crm.bookings
+          WHERE status IN ('ReserveExpired', 'BookingExpired') AND expired_at IS NOT NULL",
+    );
+    for (sql, what) in [
+        (
+            "SELECT count(*) FROM crm.outbox o JOIN crm.bookings b ON b.id::text = o.aggregateid
+              WHERE b.status IN ('ReserveExpired', 'BookingExpired')",
+            "outbox rows of expired bookings",
+        ),
+        (
+            "SELECT count(DISTINCT aggregateid) FROM crm.outbox",
+            "bookings with an outbox row",
+        ),
+        ("SELECT count(*) FROM crm.outbox", "outbox rows"),
+        ("SELECT count(*) FROM crm.booking_audit", "audit rows"),
+        (
+            "SELECT count(DISTINCT booking_id) FROM crm.booking_audit",
+            "bookings with an audit row",
+        ),
+        ("SELECT count(*) FROM crm.deal_timeline", "timeline entries"),
+    ] {
+        assert_eq!(count(c, sql), expired, "{what}");
+    }
+    expired
+}
+
+/// A TCP listener on 127.0.0.1 that never accepts: the kernel completes the
+/// handshake, then nothing ever answers (a hung server, a half-dead proxy).
+pub fn silent_listener() -> (std::net::TcpListener, u16) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    (listener, port)
+}
+
+/// A PostgreSQL server of the test's own (scripts/pg-start.sh in a temporary
+/// directory), to restart or stop; its `postgres` database is migrated.
+pub struct OwnPostgres {
+    pub dir: PathBuf,
+    pub url: String,
+}
+
+fn scripts_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts")
+}
+
+impl OwnPostgres {
+    pub fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!("be-pg-{}", Uuid::new_v4().simple()));
+        let out = Command::new(scripts_dir().join("pg-start.sh"))
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pg-start.sh failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let url = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        migrate_url(&url);
+        OwnPostgres { dir, url }
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(&self.url, NoTls).expect("connect to the own server")
+    }
+
+    /// `pg_ctl restart -m fast`: every session is terminated, the server comes back on
+    /// the same port.
+    pub fn restart(&self) {
+        self.pg_ctl(&["-m", "fast", "-w", "restart"]);
+    }
+
+    pub fn stop(&self) {
+        self.pg_ctl(&["-m", "fast", "-w", "stop"]);
+    }
+
+    /// As pg-stop.sh does: the cluster's tools run as its owner when we are root.
+    fn pg_ctl(&self, args: &[&str]) {
+        let bindir = std::fs::read_to_string(self.dir.join("pg_bindir")).unwrap();
+        let pg_ctl = PathBuf::from(bindir.trim()).join("pg_ctl");
+        let data = self.dir.join("pgdata");
+        let log = self.dir.join("postgres.log");
+        let mut cmd = if is_root() {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&pg_ctl);
+            c
+        } else {
+            Command::new(&pg_ctl)
+        };
+        // -l: the restarted server logs to the file, never to our pipes.
+        let out = cmd
+            .arg("-D")
+            .arg(&data)
+            .arg("-l")
+            .arg(&log)
+            .args(args)
+            .current_dir(&self.dir)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pg_ctl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+impl Drop for OwnPostgres {
+    fn drop(&mut self) {
+        let _ = Command::new(scripts_dir().join("pg-stop.sh"))
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
