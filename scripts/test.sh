@@ -25,6 +25,8 @@ echo "== cargo fmt --check" >&2
 cargo fmt --all -- --check
 echo "== cargo clippy" >&2
 cargo clippy --all-targets --locked -- -D warnings
+echo "== scripts/check-deploy.sh: manifests, Dockerfile, runtime libraries, alert rules" >&2
+scripts/check-deploy.sh
 
 trap stop_services EXIT
 start_postgres

@@ -130,6 +130,16 @@ pub struct BatchArgs {
     pub max_batches: u32,
 }
 
+/// Where to push the run's metrics.
+#[derive(Debug, Args)]
+pub struct MetricsArgs {
+    /// Prometheus Pushgateway to push this run's metrics to when it ends, success or
+    /// failure (http://host:port[/path-prefix]; unset or empty = no push). A failed push
+    /// is logged and never fails the run
+    #[arg(long, env = "PUSHGATEWAY_URL", value_name = "URL")]
+    pub pushgateway_url: Option<String>,
+}
+
 #[derive(Debug, Args)]
 pub struct RunOnceArgs {
     #[command(flatten)]
@@ -138,6 +148,8 @@ pub struct RunOnceArgs {
     #[command(flatten)]
     pub batch: BatchArgs,
 
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 
     /// Start no new batch after this much time since the start; keep it below the
     /// schedule's interval (1s..=10m)
@@ -216,6 +228,8 @@ pub struct RelayArgs {
     #[command(flatten)]
     pub kafka: KafkaArgs,
 
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 
     /// Outbox rows fetched and sent per batch (1..=10000)
     #[arg(long, env = "OUTBOX_RELAY_BATCH_SIZE", value_name = "N", default_value_t = 500,

@@ -18,7 +18,7 @@ use crate::shutdown;
 use crate::store::{self, BatchWrite, CycleStatements, Need, Poison};
 
 /// The result of a cycle, printed as one JSON line on stdout (SPEC §3.6).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct CycleResult {
     pub run_id: Uuid,
@@ -46,10 +46,13 @@ pub fn system_as_of() -> DateTime<Utc> {
     DateTime::from_timestamp_micros(now.timestamp_micros()).unwrap_or(now)
 }
 
-/// Runs one cycle. On a signal it stops before the next batch (the batch in flight
-/// commits or rolls back whole) and fails with `Interrupted`, after printing what it
-/// did. On an infrastructure error the batch in flight rolls back.
-pub fn run_once(cfg: &RunOnceConfig, run_id: Uuid) -> Result<CycleResult> {
+/// Runs one cycle of run `result.run_id`, counting into `result` as batches commit, so
+/// what committed is known also when the cycle fails (as `Read::read_to_end` keeps what
+/// it read). On a signal it stops before the next batch (the batch in flight commits or
+/// rolls back whole) and fails with `Interrupted`, after logging what it did. On an
+/// infrastructure error the batch in flight rolls back.
+pub fn run_once(cfg: &RunOnceConfig, result: &mut CycleResult) -> Result<()> {
+    let run_id = result.run_id;
     let started = Instant::now();
     let as_of = system_as_of();
     info!(as_of:% = rfc3339(as_of), batch_size = cfg.batch.size, max_batches = cfg.batch.max_batches;
@@ -61,43 +64,27 @@ pub fn run_once(cfg: &RunOnceConfig, run_id: Uuid) -> Result<CycleResult> {
     store::check_schema(&mut db.client, Need::Cycle)?;
     let stmts = CycleStatements::prepare(&mut db.client)?;
 
-    let mut result = CycleResult {
-        run_id,
-        as_of: rfc3339(as_of),
-        reserve_expired_count: 0,
-        booking_expired_count: 0,
-        skipped_locked_count: 0,
-        poison_count: 0,
-        duration_ms: 0,
-    };
+    result.as_of = rfc3339(as_of);
     // The hard end of the budget: a statement still running at the deadline is
     // cancelled and its batch rolls back, so a cycle never outlives its minute.
     let deadline = shutdown::Deadline::start(
         cfg.deadline.saturating_sub(started.elapsed()),
         db.interrupter(),
     );
-    let outcome = run_phases(
-        &mut db.client,
-        &stmts,
-        cfg,
-        run_id,
-        as_of,
-        started,
-        &mut result,
-    )
-    .map_err(|e| {
-        if deadline.fired() {
-            e.context(Classified {
-                failure: Failure::Temporary,
-                message: format!(
-                    "the cycle deadline of {}ms passed mid-batch",
-                    cfg.deadline.as_millis()
-                ),
-            })
-        } else {
-            e
-        }
-    });
+    let outcome =
+        run_phases(&mut db.client, &stmts, cfg, run_id, as_of, started, result).map_err(|e| {
+            if deadline.fired() {
+                e.context(Classified {
+                    failure: Failure::Temporary,
+                    message: format!(
+                        "the cycle deadline of {}ms passed mid-batch",
+                        cfg.deadline.as_millis()
+                    ),
+                })
+            } else {
+                e
+            }
+        });
     drop(deadline);
     result.duration_ms = started.elapsed().as_millis() as u64;
     match outcome {
@@ -108,7 +95,7 @@ pub fn run_once(cfg: &RunOnceConfig, run_id: Uuid) -> Result<CycleResult> {
                   poison = result.poison_count,
                   duration_ms = result.duration_ms;
                   "cycle completed");
-            Ok(result)
+            Ok(())
         }
         Err(e) => {
             // What committed before the failure stays committed: say so, then fail.

@@ -1,8 +1,11 @@
 //! booking-expire: parse, run, map the error to an exit code in one place.
 
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
-use booking_expire::cli::{self, Cli, Command};
+use booking_expire::cli::{self, Cli, Command, MetricsArgs};
+use booking_expire::config::DbConfig;
+use booking_expire::obs::metrics::{self, Pushgateway};
 use booking_expire::{config, cycle, exit, obs, relay, report, shutdown};
 use clap::Parser;
 use uuid::Uuid;
@@ -31,19 +34,50 @@ fn main() -> ExitCode {
 fn run(command: Command, run_id: Uuid) -> anyhow::Result<()> {
     shutdown::install()?;
     match command {
-        Command::RunOnce(args) => {
-            let cfg = config::RunOnceConfig::from_args(&args)?;
-            let result = cycle::run_once(&cfg, run_id)?;
-            println!("{}", serde_json::to_string(&result)?);
-            Ok(())
-        }
-        Command::RelayOutbox(args) => {
-            let cfg = config::RelayConfig::from_args(&args)?;
-            let result = relay::relay_outbox(&cfg, run_id)?;
-            println!("{}", serde_json::to_string(&result)?);
-            Ok(())
-        }
+        Command::RunOnce(args) => run_pushed(
+            &args.metrics,
+            cycle::CycleResult {
+                run_id,
+                ..Default::default()
+            },
+            |result| match config::RunOnceConfig::from_args(&args) {
+                Ok(cfg) => (Some(cfg.db.clone()), cycle::run_once(&cfg, result)),
+                Err(e) => (None, Err(e)),
+            },
+            metrics::push_cycle,
+        ),
+        Command::RelayOutbox(args) => run_pushed(
+            &args.metrics,
+            relay::RelayResult {
+                run_id,
+                ..Default::default()
+            },
+            |result| match config::RelayConfig::from_args(&args) {
+                Ok(cfg) => (Some(cfg.db.clone()), relay::relay_outbox(&cfg, result)),
+                Err(e) => (None, Err(e)),
+            },
+            metrics::push_relay,
+        ),
         Command::DryRun(args) => report::dry_run(&args, run_id),
         Command::Backlog(args) => report::backlog(&args),
     }
+}
+
+/// Runs a command that reports metrics, pushes them (success or failure, never
+/// changing the outcome), then prints the result as one JSON line.
+fn run_pushed<R: serde::Serialize>(
+    metrics: &MetricsArgs,
+    mut result: R,
+    work: impl FnOnce(&mut R) -> (Option<DbConfig>, anyhow::Result<()>),
+    push: impl FnOnce(&Pushgateway, Option<&DbConfig>, &R, &anyhow::Result<()>, Duration),
+) -> anyhow::Result<()> {
+    let pushgateway = Pushgateway::from_args(metrics)?;
+    let started = Instant::now();
+    let (db, outcome) = work(&mut result);
+    if let Some(gateway) = &pushgateway {
+        push(gateway, db.as_ref(), &result, &outcome, started.elapsed());
+    }
+    outcome?;
+    println!("{}", serde_json::to_string(&result)?);
+    Ok(())
 }

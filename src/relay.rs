@@ -36,19 +36,17 @@ pub struct RelayResult {
     pub duration_ms: u64,
 }
 
-pub fn relay_outbox(cfg: &RelayConfig, run_id: Uuid) -> Result<RelayResult> {
+/// Relays the outbox, counting into `result` as rows are marked, so what was published
+/// is known also when the run fails.
+pub fn relay_outbox(cfg: &RelayConfig, result: &mut RelayResult) -> Result<()> {
     let started = Instant::now();
-    let mut result = RelayResult {
-        run_id,
-        ..RelayResult::default()
-    };
     let mut db = store::connect(&cfg.db)?;
     store::check_schema(&mut db.client, Need::Relay)?;
     if !store::try_relay_lock(&mut db.client)? {
         info!("another relay holds the outbox lock; this one has nothing to do");
         result.skipped = true;
         result.duration_ms = started.elapsed().as_millis() as u64;
-        return Ok(result);
+        return Ok(());
     }
     // On SIGTERM the batch in flight still gets its delivery reports and its marks
     // (so nothing is sent twice needlessly); then no new batch starts.
@@ -60,14 +58,14 @@ pub fn relay_outbox(cfg: &RelayConfig, run_id: Uuid) -> Result<RelayResult> {
     info!(brokers = cfg.kafka.brokers.as_str(), batch_size = cfg.batch_size,
           follow_ms = cfg.follow.as_millis() as u64; "relay started");
 
-    let outcome = drain(&mut db.client, &mut producer, cfg, started, &mut result)
-        .and_then(|()| purge(&mut db.client, cfg, &mut result));
+    let outcome = drain(&mut db.client, &mut producer, cfg, started, result)
+        .and_then(|()| purge(&mut db.client, cfg, result));
     result.duration_ms = started.elapsed().as_millis() as u64;
     match outcome {
         Ok(()) => {
             info!(published = result.published, failed = result.failed, purged = result.purged,
                   duration_ms = result.duration_ms; "relay completed");
-            Ok(result)
+            Ok(())
         }
         Err(e) => {
             warn!(published = result.published, failed = result.failed,

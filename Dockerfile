@@ -1,0 +1,47 @@
+# syntax=docker/dockerfile:1
+#
+# booking-expire's image: built on Debian 12 (bookworm), run on distroless cc-debian12,
+# the same Debian's glibc and OpenSSL 3 with nothing else: no shell, no package manager.
+#
+#   docker build -t registry.example.com/pin/booking-expire:0.1.0 .
+#
+# scripts/check-deploy.sh checks this file's key properties, and that the binary's
+# shared libraries are exactly what the runtime stage provides (it unpacks the Debian 12
+# packages distroless cc-debian12 is made of and runs the binary on them).
+
+# The toolchain the project is tested with; bookworm = the runtime's Debian.
+ARG RUST_VERSION=1.95
+
+FROM docker.io/library/rust:${RUST_VERSION}-bookworm AS build
+# What `cargo build` needs besides Rust (as scripts/lib.sh ensure_build_deps):
+# OpenSSL and zlib headers, a C/C++ toolchain and make for librdkafka, pkg-config.
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        pkg-config libssl-dev zlib1g-dev make gcc g++ \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+# The whole crate (.dockerignore leaves out target/, .git and what only deploys), so
+# every target Cargo.toml declares is there for the manifest to parse.
+COPY . .
+# --locked: exactly the dependency versions the tests ran with.
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked \
+ && install -D -m 0755 target/release/booking-expire /out/usr/local/bin/booking-expire
+# The binary links libz.so.1 (librdkafka), which distroless cc-debian12 does not ship
+# (its base has libc6 and libssl3 only; zlib1g joined the base in debian13): bring
+# Debian 12's own from this stage, at the path the dynamic loader searches.
+RUN multiarch="$(gcc -print-multiarch)" \
+ && install -D -m 0644 "$(readlink -f "/usr/lib/${multiarch}/libz.so.1")" \
+        "/out/usr/lib/${multiarch}/libz.so.1"
+
+# Numeric user 65532 (nonroot), so Kubernetes' runAsNonRoot can verify it.
+FROM gcr.io/distroless/cc-debian12:nonroot
+COPY --from=build /out/ /
+USER 65532:65532
+# Fails the build if a shared library is missing (exec form: there is no shell here).
+RUN ["/usr/local/bin/booking-expire", "--version"]
+# Exec form: the binary is PID 1 and gets SIGTERM itself (it finishes or rolls back the
+# batch in flight and exits 143). The CronJob passes the subcommand as args.
+ENTRYPOINT ["/usr/local/bin/booking-expire"]
+CMD ["--help"]

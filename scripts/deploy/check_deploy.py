@@ -1,0 +1,327 @@
+#!/usr/bin/env python3
+"""The deployment's values, checked exactly: cronjob.yaml, the operator Jobs and the
+Dockerfile. The Kubernetes schemas themselves are checked by kubernetes-validate
+(scripts/check-deploy.sh); this checks what the schemas cannot: the schedule, the
+timing arithmetic, the restricted pod-security profile, the resources, the Secret; and
+that every alert reads a metric the code pushes and links a runbook section that exists.
+
+Usage: check_deploy.py REPO_DIR   (needs PyYAML: the venv of scripts/check-deploy.sh)
+Prints one PASS/FAIL line per check and a summary; exits 1 on any failure.
+"""
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import yaml
+
+IMAGE_USER = 65532
+SECRET = "booking-expire"
+OPERATOR_SECRET = "booking-expire-operator"
+
+# The timing the CronJob is built on (cronjob.yaml's header explains each number).
+CONTROLLER_LAG = 2  # the CronJob controller creates the Job at most this late
+POD_START = 5  # the pod's containers start at most this long after the Job
+PUSH = 4  # the metrics push after a run: <= 2 s read, <= 2 s push
+
+passed = 0
+failed = 0
+
+
+def check(name, ok, detail=""):
+    global passed, failed
+    if ok:
+        passed += 1
+        print(f"PASS  {name}")
+    else:
+        failed += 1
+        print(f"FAIL  {name}" + (f": {detail}" if detail else ""))
+
+
+def equal(name, got, want):
+    check(name, got == want, f"got {got!r}, want {want!r}")
+
+
+def dig(doc, *path):
+    for key in path:
+        if isinstance(doc, dict):
+            doc = doc.get(key)
+        elif isinstance(doc, list) and isinstance(key, int) and key < len(doc):
+            doc = doc[key]
+        else:
+            return None
+    return doc
+
+
+def seconds(value):
+    """`40s`, `2m`, `500ms` -> seconds (the binary's duration syntax)."""
+    m = re.fullmatch(r"(\d+)(ms|s|m|h)", value or "")
+    if not m:
+        return None
+    n, unit = int(m.group(1)), m.group(2)
+    return n * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[unit]
+
+
+def flags(container):
+    """A container's `--name=value` args as a dict (the subcommand is args[0])."""
+    out = {}
+    for arg in (container.get("args") or [])[1:]:
+        name, _, value = arg.partition("=")
+        out[name] = value
+    return out
+
+
+def check_pod(what, pod, secret):
+    """The restricted pod-security profile, no token, the Secret, the resources."""
+    equal(f"{what}: restartPolicy", pod.get("restartPolicy"), "Never")
+    equal(f"{what}: no service-account token", pod.get("automountServiceAccountToken"), False)
+    equal(f"{what}: no service links in the environment", pod.get("enableServiceLinks"), False)
+    equal(f"{what}: no volumes (nothing shared but the Secret)", pod.get("volumes"), None)
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        check(f"{what}: no {key}", not pod.get(key), f"{key}: {pod.get(key)!r}")
+    sc = pod.get("securityContext") or {}
+    equal(f"{what}: pod runAsNonRoot", sc.get("runAsNonRoot"), True)
+    equal(f"{what}: pod runAsUser (numeric, the image's nonroot)", sc.get("runAsUser"), IMAGE_USER)
+    equal(f"{what}: pod runAsGroup", sc.get("runAsGroup"), IMAGE_USER)
+    equal(f"{what}: pod seccompProfile", sc.get("seccompProfile"), {"type": "RuntimeDefault"})
+    images = set()
+    for c in pod.get("containers") or []:
+        name = f"{what}/{c.get('name')}"
+        images.add(c.get("image"))
+        csc = c.get("securityContext") or {}
+        equal(f"{name}: allowPrivilegeEscalation", csc.get("allowPrivilegeEscalation"), False)
+        equal(f"{name}: privileged", csc.get("privileged"), False)
+        equal(f"{name}: readOnlyRootFilesystem", csc.get("readOnlyRootFilesystem"), True)
+        equal(f"{name}: runAsNonRoot", csc.get("runAsNonRoot"), True)
+        equal(f"{name}: capabilities (drop ALL, add none)", csc.get("capabilities"), {"drop": ["ALL"]})
+        check(f"{name}: runs as the pod's user", "runAsUser" not in csc or csc["runAsUser"] == IMAGE_USER)
+        equal(f"{name}: no command (the image's exec-form ENTRYPOINT)", c.get("command"), None)
+        equal(f"{name}: configuration from the Secret", c.get("envFrom"), [{"secretRef": {"name": secret}}])
+        for env in c.get("env") or []:
+            check(
+                f"{name}: env {env.get('name')} holds no secret",
+                not re.search(r"URL|PASSWORD|USER|BROKERS", env.get("name", "")),
+                "connection settings and credentials belong in the Secret",
+            )
+        res = c.get("resources") or {}
+        for kind in ("requests", "limits"):
+            for r in ("cpu", "memory"):
+                check(f"{name}: resources.{kind}.{r}", bool(dig(res, kind, r)), f"{res!r}")
+        check(
+            f"{name}: memory request <= limit",
+            mebibytes(dig(res, "requests", "memory")) <= mebibytes(dig(res, "limits", "memory")),
+            f"{res!r}",
+        )
+    equal(f"{what}: one image for every container", len(images), 1)
+    return images
+
+
+def mebibytes(q):
+    m = re.fullmatch(r"(\d+)(Mi|Gi)", q or "")
+    if not m:
+        return float("inf")
+    return int(m.group(1)) * (1024 if m.group(2) == "Gi" else 1)
+
+
+def check_cronjob(path):
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    equal("cronjob.yaml: one document", len(docs), 1)
+    cj = docs[0]
+    equal("CronJob: apiVersion/kind", (cj.get("apiVersion"), cj.get("kind")), ("batch/v1", "CronJob"))
+    spec = cj.get("spec") or {}
+    equal("CronJob: every minute", spec.get("schedule"), "* * * * *")
+    equal("CronJob: timeZone", spec.get("timeZone"), "Etc/UTC")
+    equal("CronJob: concurrencyPolicy", spec.get("concurrencyPolicy"), "Forbid")
+    equal("CronJob: startingDeadlineSeconds", spec.get("startingDeadlineSeconds"), 30)
+    check(
+        "CronJob: a late start is tried within the minute, and the controller sees it (10 <= d < 60)",
+        10 <= (spec.get("startingDeadlineSeconds") or 0) < 60,
+    )
+    equal("CronJob: successfulJobsHistoryLimit", spec.get("successfulJobsHistoryLimit"), 3)
+    equal("CronJob: failedJobsHistoryLimit", spec.get("failedJobsHistoryLimit"), 5)
+    job = dig(spec, "jobTemplate", "spec") or {}
+    equal("Job: backoffLimit (the next minute is the retry)", job.get("backoffLimit"), 0)
+    equal("Job: activeDeadlineSeconds", job.get("activeDeadlineSeconds"), 55)
+    equal("Job: ttlSecondsAfterFinished", job.get("ttlSecondsAfterFinished"), 3600)
+    equal(
+        "Job: podFailurePolicy ignores disruptions",
+        job.get("podFailurePolicy"),
+        {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]},
+    )
+    pod = dig(job, "template", "spec") or {}
+    equal("pod: terminationGracePeriodSeconds", pod.get("terminationGracePeriodSeconds"), 3)
+    containers = {c.get("name"): c for c in pod.get("containers") or []}
+    equal("pod: containers", list(containers), ["run-once", "relay-outbox"])
+    images = check_pod("CronJob pod", pod, SECRET)
+    run_once = containers.get("run-once") or {}
+    relay = containers.get("relay-outbox") or {}
+    equal("run-once: subcommand", (run_once.get("args") or [None])[0], "run-once")
+    equal("relay-outbox: subcommand", (relay.get("args") or [None])[0], "relay-outbox")
+    ro, rl = flags(run_once), flags(relay)
+    equal("run-once: flags", ro, {"--log-format": "json", "--batch-size": "200", "--max-batches": "10", "--deadline": "25s"})
+    equal("relay-outbox: flags", rl, {"--log-format": "json", "--follow": "40s", "--message-timeout": "5s", "--batch-size": "500"})
+    for name, c, memory in (("run-once", run_once, ("32Mi", "64Mi")), ("relay-outbox", relay, ("32Mi", "128Mi"))):
+        equal(
+            f"{name}: memory request/limit (from the measured peaks)",
+            (dig(c, "resources", "requests", "memory"), dig(c, "resources", "limits", "memory")),
+            memory,
+        )
+
+    # The arithmetic of cronjob.yaml's header.
+    deadline = job.get("activeDeadlineSeconds") or 0
+    grace = pod.get("terminationGracePeriodSeconds") or 0
+    cycle = seconds(ro.get("--deadline"))
+    follow = seconds(rl.get("--follow"))
+    message = seconds(rl.get("--message-timeout"))
+    check(
+        "timing: a hung run and its grace end before the next minute "
+        f"(lag {CONTROLLER_LAG} + deadline {deadline} + grace {grace} <= 60)",
+        CONTROLLER_LAG + deadline + grace <= 60,
+    )
+    check(
+        f"timing: the relay listens past run-once's last commit by >= 10 s (follow {follow} >= deadline {cycle} + 10)",
+        None not in (follow, cycle) and follow >= cycle + 10,
+    )
+    check(
+        "timing: a healthy relay ends before activeDeadlineSeconds "
+        f"(start {POD_START} + follow {follow} + batch {message} + push {PUSH} < {deadline})",
+        None not in (follow, message) and POD_START + follow + message + PUSH < deadline,
+    )
+    check(
+        f"timing: run-once's budget is below SPEC's 30 s (--deadline {cycle})",
+        cycle is not None and cycle < 30,
+    )
+    return images
+
+
+def check_operator_jobs(path):
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    jobs = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "Job"}
+    equal("operator Jobs", sorted(jobs), ["booking-expire-backlog", "booking-expire-dry-run"])
+    images = set()
+    for name, component, command in (
+        ("booking-expire-backlog", "backlog", "backlog"),
+        ("booking-expire-dry-run", "dry-run", "dry-run"),
+    ):
+        job = jobs.get(name) or {}
+        spec = job.get("spec") or {}
+        equal(f"{name}: apiVersion", job.get("apiVersion"), "batch/v1")
+        equal(f"{name}: selectable by its component label", dig(job, "metadata", "labels", "app.kubernetes.io/component"), component)
+        equal(f"{name}: backoffLimit", spec.get("backoffLimit"), 0)
+        check(f"{name}: activeDeadlineSeconds set", (spec.get("activeDeadlineSeconds") or 0) > 0)
+        check(f"{name}: ttlSecondsAfterFinished set", (spec.get("ttlSecondsAfterFinished") or 0) > 0)
+        pod = dig(spec, "template", "spec") or {}
+        images |= check_pod(name, pod, OPERATOR_SECRET)
+        equal(f"{name}: subcommand", dig(pod, "containers", 0, "args", 0), command)
+    dry = dig(jobs.get("booking-expire-dry-run") or {}, "spec", "template", "spec", "containers", 0) or {}
+    equal("dry-run: --as-of from AS_OF", dry.get("args"), ["dry-run", "--as-of=$(AS_OF)", "--all"])
+    equal("dry-run: AS_OF defaults to now", dry.get("env"), [{"name": "AS_OF", "value": "now"}])
+    return images
+
+
+def check_dockerfile(path):
+    text = path.read_text()
+    # Instructions, with continuation lines joined and comments dropped.
+    lines = []
+    for raw in re.sub(r"\\\n", " ", text).splitlines():
+        line = raw.strip()
+        if line and not line.startswith("#"):
+            lines.append(line)
+    froms = [l for l in lines if l.upper().startswith("FROM ")]
+    equal("Dockerfile: multi-stage (build, runtime)", len(froms), 2)
+    build = re.fullmatch(r"FROM\s+(\S+)\s+AS\s+build", froms[0], re.I) if froms else None
+    check("Dockerfile: the build stage is named build", build is not None, froms[:1])
+    builder = build.group(1) if build else ""
+    check(
+        "Dockerfile: builder is the official Rust image on Debian 12 (bookworm)",
+        re.fullmatch(r"(docker\.io/library/)?rust:\$\{RUST_VERSION\}-bookworm", builder) is not None,
+        builder,
+    )
+    version = re.search(r"^ARG RUST_VERSION=(\d+)\.(\d+)$", text, re.M)
+    check(
+        "Dockerfile: RUST_VERSION pinned, >= 1.85 (edition 2024)",
+        version is not None and (int(version.group(1)), int(version.group(2))) >= (1, 85),
+    )
+    runtime = froms[-1].split()[1] if froms else ""
+    equal("Dockerfile: runtime is distroless cc on Debian 12, nonroot", runtime, "gcr.io/distroless/cc-debian12:nonroot")
+    check(
+        "Dockerfile: cargo build --release --locked",
+        any(re.search(r"cargo build --release --locked\b", l) for l in lines),
+    )
+    final = lines[lines.index(froms[-1]):] if froms else []
+    check("Dockerfile: the runtime copies from the build stage", any(l.startswith("COPY --from=build ") for l in final))
+    users = [l.split()[1] for l in final if l.upper().startswith("USER ")]
+    check(
+        f"Dockerfile: numeric non-root USER {IMAGE_USER}",
+        bool(users) and re.fullmatch(rf"{IMAGE_USER}(:{IMAGE_USER})?", users[-1]) is not None,
+        users,
+    )
+    entry = [l for l in final if l.upper().startswith("ENTRYPOINT ")]
+    try:
+        entrypoint = json.loads(entry[-1].split(None, 1)[1]) if entry else None
+    except json.JSONDecodeError:
+        entrypoint = "shell form"
+    equal("Dockerfile: exec-form ENTRYPOINT", entrypoint, ["/usr/local/bin/booking-expire"])
+    check(
+        "Dockerfile: the runtime stage runs the binary once at build time (missing libraries fail the build)",
+        '["/usr/local/bin/booking-expire", "--version"]' in text,
+    )
+    check(
+        "Dockerfile: brings libz.so.1, which cc-debian12 lacks",
+        re.search(r"install -D -m 0644 .*libz\.so\.1", " ".join(lines)) is not None,
+    )
+
+
+def anchor(heading):
+    """GitHub's anchor of a Markdown heading."""
+    slug = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return slug.replace(" ", "-")
+
+
+def check_runbook_links(root):
+    """Every alert links a runbook section that exists."""
+    rules = yaml.safe_load((root / "monitoring/booking-expiration.rules.yml").read_text())
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            url = dig(rule, "annotations", "runbook_url") or ""
+            path, _, section = url.partition("#")
+            doc = root / path
+            headings = (
+                {anchor(l.lstrip("#")) for l in doc.read_text().splitlines() if l.startswith("#")}
+                if path and doc.is_file()
+                else set()
+            )
+            check(
+                f"{rule['alert']}: runbook {url}",
+                bool(headings) and (not section or section in headings),
+                "no such file or section",
+            )
+
+
+def check_rule_metrics(root):
+    """Every metric an alert reads is one the code pushes (a rename would silence it)."""
+    pushed = set(re.findall(r'"(crm_booking_expiration_\w+)"', (root / "src/obs/metrics.rs").read_text()))
+    rules = yaml.safe_load((root / "monitoring/booking-expiration.rules.yml").read_text())
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            for name in sorted(set(re.findall(r"crm_booking_expiration_\w+", rule["expr"]))):
+                if name == "crm_booking_expiration":  # the job label's value
+                    continue
+                check(f"{rule['alert']}: reads {name}, which is pushed", name in pushed)
+
+
+def main():
+    root = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
+    images = check_cronjob(root / "cronjob.yaml")
+    images |= check_operator_jobs(root / "docs/runbooks/operator-jobs.yaml")
+    equal("the CronJob and the operator Jobs run one image", len(images), 1)
+    check_dockerfile(root / "Dockerfile")
+    check_runbook_links(root)
+    check_rule_metrics(root)
+    print(f"deploy values: {passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
