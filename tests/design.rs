@@ -1,10 +1,11 @@
-//! Tests that lock the design in: the claim is served by the partial indexes, and a
-//! batch write costs a fixed number of statements whatever its size.
+//! Tests that lock the design in: the claim is served by the partial indexes, the
+//! skipped count reads only up to the claimed key (also in a drain's generic plan), and
+//! a batch costs a fixed number of statements whatever its size.
 
 mod common;
 
 use booking_expire::domain::Phase;
-use booking_expire::store::claim_sql;
+use booking_expire::store::{claim_sql, skipped_sql};
 use common::*;
 
 #[test]
@@ -112,4 +113,146 @@ fn a_batch_write_costs_the_same_statements_for_1_or_1000_rows() {
             "{rows} rows"
         );
     }
+}
+
+#[test]
+fn the_skipped_count_reads_only_up_to_the_claimed_key_in_its_generic_plan() {
+    // A drain runs the same prepared statement batch after batch, and after five the
+    // session switches to the generic plan: the bound to the last claimed key must
+    // still be an index condition there, or every batch reads the whole backlog.
+    let db = TestDb::new();
+    let mut c = db.client();
+    c.batch_execute(
+        "INSERT INTO crm.bookings
+         SELECT gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), gen_random_uuid(),
+                (ARRAY['Reserved','AwaitingPayment','Booked'])[1 + i % 3],
+                now() - interval '1 day' + i * interval '1 second',
+                now() - interval '1 day' + i * interval '1 second', NULL, now(), now(), 1
+           FROM generate_series(1, 30000) i;
+         ANALYZE crm.bookings;",
+    )
+    .unwrap();
+    c.batch_execute("SET plan_cache_mode = force_generic_plan")
+        .unwrap();
+    for (phase, index) in [
+        (Phase::Reserve, "ix_bookings_reserve_expires_at"),
+        (Phase::Booking, "ix_bookings_booking_expires_at"),
+    ] {
+        let claimed: Vec<uuid::Uuid> = Vec::new();
+        let plan: String = c
+            .query(
+                &format!("EXPLAIN {}", skipped_sql(phase)),
+                &[
+                    &chrono::Utc::now(),
+                    &claimed,
+                    &Some(chrono::Utc::now() - chrono::Duration::hours(20)),
+                    &Some(uuid::Uuid::nil()),
+                ],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get::<_, String>(0))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(plan.contains(index), "{phase}:\n{plan}");
+        let index_cond = plan
+            .lines()
+            .find(|l| l.contains("Index Cond"))
+            .unwrap_or_else(|| panic!("{phase}: no index condition:\n{plan}"));
+        assert!(
+            index_cond.contains("ROW("),
+            "{phase}: the bound to the claimed key is not an index condition:\n{plan}"
+        );
+    }
+}
+
+/// Calls per statement text that the binary made in this database, from
+/// pg_stat_statements (statement-level counts, also of BEGIN, SAVEPOINT, COMMIT and of
+/// statements run by triggers).
+fn statement_calls(c: &mut postgres::Client) -> Option<Vec<(String, i64)>> {
+    let dealloc = |c: &mut postgres::Client| -> i64 {
+        c.query_one("SELECT dealloc FROM pg_stat_statements_info", &[])
+            .unwrap()
+            .get(0)
+    };
+    let before = dealloc(c);
+    let rows = c
+        .query(
+            "SELECT query, calls FROM pg_stat_statements
+              WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+                AND query NOT LIKE '%pg_stat_statements%'",
+            &[],
+        )
+        .unwrap();
+    // Entries evicted meanwhile (other tests fill the table too) make the counts
+    // unreliable: the caller tries again.
+    if dealloc(c) != before {
+        return None;
+    }
+    Some(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+#[test]
+fn a_batch_issues_the_same_statements_for_1_or_1000_rows() {
+    // Every statement a cycle sends — session set-up, claim, skipped count, savepoint,
+    // write, release, commit — counted by PostgreSQL itself.
+    let mut per_size = Vec::new();
+    for rows in [1_usize, 1_000] {
+        let calls = (0..3)
+            .find_map(|_| {
+                let db = TestDb::new();
+                let mut c = db.client();
+                if let Err(e) = c
+                    .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+                    .and_then(|()| c.batch_execute("SELECT 1 FROM pg_stat_statements LIMIT 1"))
+                {
+                    let e = e
+                        .as_db_error()
+                        .map_or_else(|| e.to_string(), |d| d.message().to_owned());
+                    panic!(
+                        "this test counts statements with pg_stat_statements, which it cannot use \
+                         on the server of DATABASE_URL ({e}): it needs the contrib package, \
+                         shared_preload_libraries = 'pg_stat_statements', \
+                         pg_stat_statements.track = all and the right to CREATE EXTENSION, \
+                         as scripts/pg-start.sh configures"
+                    );
+                }
+                let track: String = c
+                    .query_one("SHOW pg_stat_statements.track", &[])
+                    .unwrap()
+                    .get(0);
+                assert_eq!(
+                    track, "all",
+                    "this test needs pg_stat_statements.track = all (statements run by \
+                     triggers count too), as scripts/pg-start.sh configures"
+                );
+                seed_many(&mut c, rows, |i| Seed::booked(-10_000 + i as i64));
+                let before = statement_calls(&mut c)?;
+                let result = db.run_once(&["--batch-size", "1000"]);
+                assert_eq!(result.booking, rows as i64);
+                let after = statement_calls(&mut c)?;
+                let mut made: Vec<(String, i64)> = after
+                    .into_iter()
+                    .map(|(q, n)| {
+                        let earlier = before.iter().find(|(b, _)| *b == q).map_or(0, |b| b.1);
+                        (q, n - earlier)
+                    })
+                    .filter(|(_, n)| *n > 0)
+                    .collect();
+                made.sort();
+                Some(made)
+            })
+            .expect("pg_stat_statements evicted entries during three attempts in a row");
+        per_size.push((rows, calls));
+    }
+    let (_, one) = &per_size[0];
+    let (_, thousand) = &per_size[1];
+    assert!(
+        one.iter().any(|(q, _)| q.starts_with("SAVEPOINT")),
+        "the count must see the batch's own statements:\n{one:#?}"
+    );
+    assert_eq!(
+        one, thousand,
+        "statements of a 1-row and a 1000-row batch differ"
+    );
 }

@@ -12,7 +12,7 @@ pub use clock::{ClockSkew, measure_clock_skew};
 pub use connect::connect;
 pub use expiration::{
     BatchWrite, CycleStatements, Poison, booking_row, candidates_sql, claim, claim_sql,
-    count_skipped, quarantine, write_isolating,
+    count_skipped, quarantine, skipped_sql, write_isolating,
 };
 pub use outbox::{
     OUTBOX_CHANNEL, OutboxRow, listen, mark_attempts_failed, mark_published, pending,

@@ -1,0 +1,424 @@
+#!/usr/bin/env bash
+# Benchmarks booking-expire against the best alternatives (issue 7): the same cycle as
+# set-based SQL run by psql (what a DBA would schedule with pg_cron), a `psql | kcat`
+# pipeline and Kafka's own producer perf tool for the relay. Not part of CI's pass/fail.
+#
+# Usage: scripts/bench.sh                     # everything, about 2½ minutes on 2 cores
+#        BENCH_ONLY="cycle rss" scripts/bench.sh
+#
+# Tables go to stdout, progress to stderr. Every contender runs on its own copy of the
+# same data (CREATE DATABASE … TEMPLATE), runs are interleaved (ours, peer, ours, peer
+# …), and the tables show medians with the range. docs/performance.md has the latest
+# figures and what they mean.
+#
+# Environment (all optional):
+#   BENCH_RUNS=7                runs per contender of the cycle bench (a, b)
+#   BENCH_DRAIN_RUNS=5          runs per contender of the drain and relay benches (c, d)
+#   BENCH_HISTORY="10000 100000 1000000"   historical rows of the cycle bench (b)
+#   BENCH_ONLY="cycle drain relay latency rss"   which parts to run
+#   BENCH_BIN                   the binary to measure (default: cargo build --release)
+#   DATABASE_URL, KAFKA_BROKERS use these servers instead of throwaway ones; the bench
+#                               creates and drops databases named bench_* there, and
+#                               creates topic pin.crm.booking-expired.v1 if missing
+set -euo pipefail
+
+[[ -z ${BENCH_BIN:-} ]] || BENCH_BIN=$(realpath "$BENCH_BIN")
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
+
+RUNS=${BENCH_RUNS:-7}
+DRAIN_RUNS=${BENCH_DRAIN_RUNS:-5}
+HISTORY=${BENCH_HISTORY:-10000 100000 1000000}
+ONLY=${BENCH_ONLY:-cycle drain relay latency rss}
+ACTIVE=10000          # active bookings with future deadlines, beside the history
+BATCH=200             # rows per batch and phase, ours and the peer's
+DRAIN_OVERDUE=50000   # overdue rows per phase for the drain bench (100k in all)
+RELAY_ROWS=100000     # pending outbox rows for the relay bench
+LATENCY_CYCLES=8      # run-once cycles of the latency bench, 25 + 25 events each
+TOPIC=pin.crm.booking-expired.v1
+
+progress() { printf '[bench %s] %s\n' "$(date +%T)" "$*" >&2; }
+die() { printf '[bench] error: %s\n' "$*" >&2; exit 1; }
+wants() { [[ " $ONLY " == *" $1 "* ]]; }
+
+WORK=$(mktemp -d)
+RELAY_PID=""
+cleanup() {
+    local rc=$?
+    [[ -z $RELAY_PID ]] || kill "$RELAY_PID" 2>/dev/null || true
+    if [[ -n ${DATABASE_URL:-} ]]; then
+        for db in $(psql -X -At -d "$DATABASE_URL" -c \
+                "SELECT datname FROM pg_database WHERE datname LIKE 'bench\_%'" 2>/dev/null); do
+            psql -X -q -d "$DATABASE_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
+        done
+    fi
+    stop_services
+    rm -rf "$WORK"
+    exit "$rc"
+}
+trap cleanup EXIT
+
+# ---------------------------------------------------------------- setup
+
+STARTED=$SECONDS
+ensure_build_deps
+ensure_apt_packages time kcat
+if [[ -n ${BENCH_BIN:-} ]]; then
+    BIN=$BENCH_BIN
+else
+    progress "cargo build --release"
+    cargo build --release --locked --quiet
+    BIN=$PWD/target/release/booking-expire
+fi
+[[ -x $BIN ]] || die "no binary at $BIN"
+
+start_postgres
+# The broker with a full JIT (kafka-start.sh's default stops at C1 to start faster).
+if [[ -z ${KAFKA_BROKERS:-} ]]; then export KAFKA_JVM_OPTS=${KAFKA_JVM_OPTS:--XX:+UseSerialGC}; fi
+if wants relay || wants latency; then start_kafka; fi
+export PGOPTIONS="-c client_min_messages=warning"
+
+# URL of database $1 on the server of DATABASE_URL (as tests/common does).
+db_url() {
+    local base=${DATABASE_URL%%\?*} query=""
+    [[ $DATABASE_URL != *\?* ]] || query="?${DATABASE_URL#*\?}"
+    local scheme=${base%%://*} rest=${base#*://}
+    printf '%s://%s/%s%s\n' "$scheme" "${rest%%/*}" "$1" "$query"
+}
+admin() { psql -X -q -v ON_ERROR_STOP=1 -d "$DATABASE_URL" "$@"; }
+sql() { local db=$1; shift; psql -X -q -At -v ON_ERROR_STOP=1 -d "$(db_url "$db")" "$@"; }
+
+# template NAME SEED_FILE VAR=VALUE… — a migrated database filled by a seed file, frozen
+# and analyzed, to copy for each run.
+template() {
+    local name=$1 seed=$2; shift 2
+    local vars=() v
+    for v in "$@"; do vars+=(-v "$v"); done
+    local t0=$SECONDS
+    admin -c "DROP DATABASE IF EXISTS $name" -c "CREATE DATABASE $name"
+    scripts/migrate.sh "$(db_url "$name")" 2>/dev/null
+    sql "$name" "${vars[@]}" -f "$seed" >/dev/null
+    progress "template $name ($*) in $((SECONDS - t0))s"
+}
+
+# copy TEMPLATE — a fresh copy named bench_run, with its catalog caches warm (a first
+# connection builds them), as a database that a CronJob uses every minute has.
+copy() {
+    admin -c "DROP DATABASE IF EXISTS bench_run" \
+          -c "CREATE DATABASE bench_run TEMPLATE $1 STRATEGY FILE_COPY" \
+          -c "CHECKPOINT"
+    sql bench_run -c "SELECT 1" >/dev/null
+}
+
+# measure KEY CMD… — runs CMD (stdout in $WORK/out, stderr in $WORK/err), records its
+# wall time (µs) in $WORK/res/KEY.us and its peak RSS (KiB) in $WORK/res/KEY.rss.
+mkdir -p "$WORK/res"
+measure() {
+    local key=$1; shift
+    local t0=$EPOCHREALTIME t1
+    if ! /usr/bin/time -f %M -o "$WORK/rss" "$@" >"$WORK/out" 2>"$WORK/err"; then
+        tail -n 20 "$WORK/err" >&2
+        die "$key: '$*' failed"
+    fi
+    t1=$EPOCHREALTIME
+    echo $(( ${t1//[.,]/} - ${t0//[.,]/} )) >>"$WORK/res/$key.us"
+    tail -n 1 "$WORK/rss" >>"$WORK/res/$key.rss"
+}
+
+# summary KEY.EXT min|median|max
+summary() {
+    sort -n "$WORK/res/$1" | awk -v what="$2" '{ v[NR] = $1 }
+        END { if (what == "min") print v[1]; else if (what == "max") print v[NR];
+              else print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'
+}
+ms() { awk -v us="$(summary "$1.us" "${2:-median}")" 'BEGIN { printf "%.1f", us / 1000 }'; }
+per_s() { awk -v n="$2" -v us="$(summary "$1.us" "${3:-median}")" 'BEGIN { printf "%.0f", n / (us / 1e6) }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+verdict() { if awk -v v="$1" -v t="$3" "BEGIN { exit !(v $2 t) }"; then echo "met"; else echo "MISSED"; fi; }
+mib() { awk -v kb="$(summary "$1.rss" max)" 'BEGIN { printf "%.1f", kb / 1024 }'; }
+
+expect_result() { # expect_result FIELD VALUE — in ours' JSON result on stdout
+    grep -q "\"$1\":$2[,}]" "$WORK/out" || die "expected $1=$2, got: $(cat "$WORK/out")"
+}
+expect_rows() { # expect_rows DB N — outbox, audit and timeline each got N rows
+    local got
+    got=$(sql "$1" -c "SELECT (SELECT count(*) FROM crm.outbox) || ' ' || (SELECT count(*) FROM crm.booking_audit) || ' ' || (SELECT count(*) FROM crm.deal_timeline)")
+    [[ $got == "$2 $2 $2" ]] || die "expected $2 outbox, audit and timeline rows, got $got"
+}
+
+RESULTS=$WORK/tables
+: >"$RESULTS"
+table() { cat >>"$RESULTS"; }
+
+# ---------------------------------------------------------------- (a), (b) one cycle
+
+bench_cycle() {
+    local h i who
+    for h in $HISTORY; do
+        template "bench_cycle_$h" scripts/bench/seed.sql history="$h" active=$ACTIVE overdue=$BATCH
+    done
+    for h in $HISTORY; do
+        progress "cycle, $h historical rows: $RUNS × (run-once, peer)"
+        for ((i = 1; i <= RUNS; i++)); do
+            for who in ours peer; do
+                copy "bench_cycle_$h"
+                if [[ $who == ours ]]; then
+                    measure "cycle_${h}_ours" env DATABASE_URL="$(db_url bench_run)" "$BIN" run-once --batch-size $BATCH
+                    expect_result ReserveExpiredCount $BATCH
+                    expect_result BookingExpiredCount $BATCH
+                else
+                    measure "cycle_${h}_peer" psql -X -q -v batch_size=$BATCH -d "$(db_url bench_run)" -f scripts/bench/peer.sql
+                fi
+                expect_rows bench_run $((2 * BATCH))
+            done
+        done
+    done
+    local first=${HISTORY%% *} last=${HISTORY##* } o p
+    {
+        echo "(a, b) One cycle: the whole run-once process (start, connect, both phases, $BATCH rows each)"
+        echo "       against the peer's psql process (one set-based statement per phase), $ACTIVE active"
+        echo "       future bookings besides the history; wall time in ms, median [min–max] of $RUNS runs"
+        echo
+        printf '%-12s %-22s %-22s %-10s %s\n' "history" "run-once" "peer (psql)" "ours/peer" "target (a) ≤ 1.5"
+        for h in $HISTORY; do
+            o=$(ms "cycle_${h}_ours"); p=$(ms "cycle_${h}_peer")
+            printf '%-12s %-22s %-22s %-10s %s\n' "$h" \
+                "$o [$(ms "cycle_${h}_ours" min)-$(ms "cycle_${h}_ours" max)]" \
+                "$p [$(ms "cycle_${h}_peer" min)-$(ms "cycle_${h}_peer" max)]" \
+                "$(ratio "$o" "$p")" "$(verdict "$(ratio "$o" "$p")" '<=' 1.5)"
+        done
+        echo
+        if [[ $first != "$last" ]]; then
+            o=$(ratio "$(ms "cycle_${last}_ours")" "$(ms "cycle_${first}_ours")")
+            p=$(ratio "$(ms "cycle_${last}_peer")" "$(ms "cycle_${first}_peer")")
+            echo "(b) growth with history, $last vs $first rows: run-once ×$o, peer ×$p;" \
+                 "target ≤ 1.2: $(verdict "$o" '<=' 1.2)"
+            echo
+        fi
+    } | table
+}
+
+# ---------------------------------------------------------------- (c) drain a backlog
+
+bench_drain() {
+    local i who total=$((2 * DRAIN_OVERDUE))
+    template bench_drain scripts/bench/seed.sql history=10000 active=$ACTIVE overdue=$DRAIN_OVERDUE
+    progress "drain $total overdue rows: $DRAIN_RUNS × (run-once --max-batches 1000, peer loop)"
+    for ((i = 1; i <= DRAIN_RUNS; i++)); do
+        for who in ours peer; do
+            copy bench_drain
+            if [[ $who == ours ]]; then
+                measure drain_ours env DATABASE_URL="$(db_url bench_run)" "$BIN" run-once \
+                    --batch-size $BATCH --max-batches 1000 --deadline 10m
+                expect_result ReserveExpiredCount $DRAIN_OVERDUE
+                expect_result BookingExpiredCount $DRAIN_OVERDUE
+            else
+                measure drain_peer psql -X -q -v batch_size=$BATCH -d "$(db_url bench_run)" -f scripts/bench/peer-drain.sql
+            fi
+            expect_rows bench_run $total
+        done
+    done
+    local o p
+    o=$(per_s drain_ours $total); p=$(per_s drain_peer $total)
+    {
+        echo "(c) Drain: $total overdue bookings, batches of $BATCH, each batch its own transaction;"
+        echo "    expiries/s of the whole process, median [slowest–fastest] of $DRAIN_RUNS runs"
+        echo
+        printf '%-34s %-26s %s\n' "contender" "expiries/s" "s"
+        printf '%-34s %-26s %s\n' "run-once --max-batches 1000" \
+            "$o [$(per_s drain_ours $total max)-$(per_s drain_ours $total min)]" "$(ms drain_ours | awk '{ printf "%.1f", $1 / 1000 }')"
+        printf '%-34s %-26s %s\n' "peer (DO loop, COMMIT per batch)" \
+            "$p [$(per_s drain_peer $total max)-$(per_s drain_peer $total min)]" "$(ms drain_peer | awk '{ printf "%.1f", $1 / 1000 }')"
+        echo
+        echo "ours/peer throughput $(ratio "$o" "$p"); target (c) ≥ 0.7: $(verdict "$(ratio "$o" "$p")" '>=' 0.7)"
+        echo
+    } | table
+}
+
+# ---------------------------------------------------------------- (d) relay
+
+topic_end() { # the sum of the topic's end offsets
+    local args=() p
+    for p in 0 1 2 3 4 5; do args+=(-t "$TOPIC:$p:-1"); done
+    kcat -Q -b "$KAFKA_BROKERS" "${args[@]}" | awk '{ s += $NF } END { print s + 0 }'
+}
+
+ensure_topic() {
+    # LogAppendTime: a consumer reads when each event reached the topic (latency).
+    scripts/kafka-topic.sh "$KAFKA_BROKERS" "$TOPIC" 6 \
+        --config message.timestamp.type=LogAppendTime >/dev/null 2>&1 \
+        || die "cannot create topic $TOPIC at $KAFKA_BROKERS"
+}
+
+bench_relay() {
+    local i before size perf_line
+    ensure_topic
+    template bench_outbox scripts/bench/outbox-seed.sql rows=$RELAY_ROWS
+    size=$(sql bench_outbox -c "SELECT round(avg(octet_length(payload::text))) FROM crm.outbox")
+    local select="SELECT aggregateid || '|' || payload::text FROM crm.outbox
+                   WHERE published_at IS NULL AND failed_at IS NULL ORDER BY seq"
+    progress "relay $RELAY_ROWS pending rows: $DRAIN_RUNS × (relay-outbox, psql | kcat, ProducerPerformance)"
+    : >"$WORK/perf-rates"
+    for ((i = 1; i <= DRAIN_RUNS; i++)); do
+        copy bench_outbox
+        before=$(topic_end)
+        measure relay_ours env DATABASE_URL="$(db_url bench_run)" "$BIN" relay-outbox \
+            --brokers "$KAFKA_BROKERS" --deadline 10m
+        expect_result Published $RELAY_ROWS
+        [[ $(( $(topic_end) - before )) -eq $RELAY_ROWS ]] || die "relay-outbox: topic did not grow by $RELAY_ROWS"
+
+        copy bench_outbox
+        before=$(topic_end)
+        # shellcheck disable=SC2016 # the inner bash expands its own arguments
+        measure relay_pipe bash -o pipefail -c 'psql -X -At -d "$1" -c "$2" \
+            | kcat -P -b "$3" -t "$4" -K "|" -X enable.idempotence=true -X acks=all \
+                   -X partitioner=murmur2_random' _ "$(db_url bench_run)" "$select" "$KAFKA_BROKERS" "$TOPIC"
+        [[ $(( $(topic_end) - before )) -eq $RELAY_ROWS ]] || die "psql | kcat: topic did not grow by $RELAY_ROWS"
+
+        measure relay_perf env KAFKA_TOOL_OPTS="-Xmx1g" scripts/kafka/run-class.sh \
+            org.apache.kafka.tools.ProducerPerformance --bootstrap-server "$KAFKA_BROKERS" \
+            --topic "$TOPIC" --num-records $RELAY_ROWS --record-size "$size" --throughput -1 \
+            --command-property acks=all --command-property enable.idempotence=true
+        cp "$WORK/out" "$WORK/relay-perf.out"
+        # What at-least-once costs the database at the least: every pending row read and
+        # marked published, each in one statement (the relay does it per batch).
+        copy bench_outbox
+        # shellcheck disable=SC2016 # the inner bash expands its own arguments
+        measure relay_floor bash -o pipefail -c 'psql -X -At -d "$1" -c "$2" >/dev/null \
+            && psql -X -q -d "$1" -c "UPDATE crm.outbox SET published_at = now(), attempts = attempts + 1,
+                                             last_error = NULL
+                                       WHERE published_at IS NULL AND failed_at IS NULL"' \
+            _ "$(db_url bench_run)" "SELECT id, aggregateid, topic, payload::text, headers FROM crm.outbox
+                                      WHERE published_at IS NULL AND failed_at IS NULL ORDER BY seq"
+
+        perf_line=$(grep "records sent" "$WORK/relay-perf.out" | tail -n 1)
+        [[ $perf_line == "$RELAY_ROWS records sent"* ]] || die "ProducerPerformance: $perf_line"
+        awk '{ print $4 }' <<<"$perf_line" >>"$WORK/perf-rates"
+    done
+    local o p c
+    o=$(per_s relay_ours $RELAY_ROWS); p=$(per_s relay_pipe $RELAY_ROWS)
+    c=$(sort -n "$WORK/perf-rates" | awk '{ v[NR] = $1 } END { printf "%.0f", v[int((NR + 1) / 2)] }')
+    {
+        echo "(d) Relay: $RELAY_ROWS pending outbox rows to a 6-partition topic, acks=all, idempotent"
+        echo "    producer, murmur2 partitioning; events/s of the whole process, median [slowest–fastest]"
+        echo "    of $DRAIN_RUNS runs; payload $size bytes on average"
+        echo
+        printf '%-50s %s\n' "contender" "events/s"
+        printf '%-50s %s\n' "relay-outbox (headers, marks rows published)" \
+            "$o [$(per_s relay_ours $RELAY_ROWS max)-$(per_s relay_ours $RELAY_ROWS min)]"
+        printf '%-50s %s\n' "psql | kcat (no headers, marks nothing)" \
+            "$p [$(per_s relay_pipe $RELAY_ROWS max)-$(per_s relay_pipe $RELAY_ROWS min)]"
+        printf '%-50s %s\n' "ProducerPerformance, JVM start included" \
+            "$(per_s relay_perf $RELAY_ROWS) [$(per_s relay_perf $RELAY_ROWS max)-$(per_s relay_perf $RELAY_ROWS min)]"
+        printf '%-50s %s\n' "ProducerPerformance, as it reports (ceiling)" "$c"
+        printf '%-50s %s\n' "database floor: read + mark, one statement each" \
+            "$(per_s relay_floor $RELAY_ROWS) [$(per_s relay_floor $RELAY_ROWS max)-$(per_s relay_floor $RELAY_ROWS min)]"
+        echo
+        echo "ours/pipeline $(ratio "$o" "$p"), ours/ceiling $(ratio "$o" "$c");" \
+             "target (d) ≥ 0.5 × pipeline: $(verdict "$(ratio "$o" "$p")" '>=' 0.5)"
+        echo
+    } | table
+}
+
+# ---------------------------------------------------------------- (d) latency
+
+bench_latency() {
+    local i start_ms events=$((LATENCY_CYCLES * 50))
+    ensure_topic
+    [[ -n $(admin -At -c "SELECT 1 FROM pg_database WHERE datname = 'bench_cycle_10000'") ]] \
+        || template bench_cycle_10000 scripts/bench/seed.sql history=10000 active=$ACTIVE overdue=$BATCH
+    copy bench_cycle_10000
+    progress "latency: relay-outbox --follow, $LATENCY_CYCLES run-once cycles of 25 + 25 expiries, 0.5 s apart"
+    # The shipped mode: a relay following the outbox beside the CronJob's run-once.
+    DATABASE_URL=$(db_url bench_run) "$BIN" relay-outbox --brokers "$KAFKA_BROKERS" --follow 60s \
+        >"$WORK/follow-out" 2>"$WORK/follow-err" &
+    RELAY_PID=$!
+    sleep 2
+    kill -0 "$RELAY_PID" 2>/dev/null || { cat "$WORK/follow-err" >&2; die "relay-outbox --follow exited"; }
+    start_ms=$(( ${EPOCHREALTIME//[.,]/} / 1000 ))
+    for ((i = 1; i <= LATENCY_CYCLES; i++)); do
+        measure latency_cycle env DATABASE_URL="$(db_url bench_run)" "$BIN" run-once --batch-size 25
+        sleep 0.5
+    done
+    # Each event's LogAppendTime (when it reached the topic) and its payload's ExpiredAt
+    # (the cycle's AsOf, a little before its commit).
+    timeout 60 kcat -C -b "$KAFKA_BROKERS" -t "$TOPIC" -o "s@$start_ms" -c "$events" \
+        -q -f '%T\t%s\n' >"$WORK/arrivals" || die "the consumer did not read $events events within 60 s"
+    awk '/^VmHWM/ { print $2 }' "/proc/$RELAY_PID/status" >>"$WORK/res/relay_follow.rss"
+    kill -TERM "$RELAY_PID" 2>/dev/null || true
+    wait "$RELAY_PID" 2>/dev/null || true
+    RELAY_PID=""
+    local stats
+    stats=$(admin -At -F ' ' <<EOF
+CREATE TEMP TABLE arrival (appended_ms bigint, payload text);
+\copy arrival FROM '$WORK/arrivals'
+SELECT count(*),
+       round(percentile_cont(0.5) WITHIN GROUP (ORDER BY l)),
+       round(percentile_cont(0.99) WITHIN GROUP (ORDER BY l)),
+       round(max(l))
+  FROM (SELECT appended_ms - extract(epoch FROM (payload::jsonb ->> 'ExpiredAt')::timestamptz) * 1000 AS l
+          FROM arrival) x;
+EOF
+)
+    local n p50 p99 max
+    read -r n p50 p99 max <<<"$stats"
+    {
+        echo "(d) Latency in the shipped mode: relay-outbox --follow beside $LATENCY_CYCLES run-once cycles"
+        echo "    (25 + 25 expiries each, 0.5 s apart); from the cycle's AsOf (before its commit) to the"
+        echo "    event's LogAppendTime on the topic, over $n events"
+        echo
+        echo "p50 ${p50} ms, p99 ${p99} ms, max ${max} ms; target (d) p99 ≤ 2000 ms: $(verdict "$p99" '<=' 2000)"
+        echo
+    } | table
+}
+
+# ---------------------------------------------------------------- (e) peak RSS
+
+bench_rss() {
+    local i
+    [[ -n $(admin -At -c "SELECT 1 FROM pg_database WHERE datname = 'bench_drain'") ]] \
+        || template bench_drain scripts/bench/seed.sql history=10000 active=$ACTIVE overdue=$DRAIN_OVERDUE
+    progress "peak RSS of backlog and dry-run on $((2 * DRAIN_OVERDUE)) overdue rows"
+    copy bench_drain
+    for ((i = 1; i <= 3; i++)); do
+        measure rss_backlog env DATABASE_URL="$(db_url bench_run)" "$BIN" backlog --json
+        measure rss_dry_run env DATABASE_URL="$(db_url bench_run)" "$BIN" dry-run --as-of now --json
+        measure rss_dry_run_all env DATABASE_URL="$(db_url bench_run)" "$BIN" dry-run --as-of now --all --json
+    done
+    local rows=() key label
+    for key in "cycle_${HISTORY##* }_ours:run-once, one cycle (${HISTORY##* } history)" \
+               "drain_ours:run-once, drain of $((2 * DRAIN_OVERDUE))" \
+               "relay_ours:relay-outbox, $RELAY_ROWS rows" \
+               "relay_follow:relay-outbox --follow (latency bench)" \
+               "rss_backlog:backlog --json ($((2 * DRAIN_OVERDUE)) overdue)" \
+               "rss_dry_run:dry-run --as-of now --json" \
+               "rss_dry_run_all:dry-run --all --json ($((2 * DRAIN_OVERDUE)) candidates)"; do
+        [[ -s $WORK/res/${key%%:*}.rss ]] && rows+=("$key")
+    done
+    {
+        echo "(e) Peak RSS (max of the runs above), target < 50 MiB"
+        echo
+        printf '%-52s %-10s %s\n' "subcommand" "MiB" "target"
+        for key in "${rows[@]}"; do
+            label=${key#*:}
+            printf '%-52s %-10s %s\n' "$label" "$(mib "${key%%:*}")" "$(verdict "$(mib "${key%%:*}")" '<' 50)"
+        done
+        echo
+    } | table
+}
+
+wants cycle && bench_cycle
+wants drain && bench_drain
+wants relay && bench_relay
+wants latency && bench_latency
+wants rss && bench_rss
+
+{
+    echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'))," \
+         "$(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo);" \
+         "PostgreSQL $(admin -At -c 'SHOW server_version' | cut -d' ' -f1);" \
+         "kcat $(dpkg-query -W -f='${Version}' kcat 2>/dev/null || echo '?');" \
+         "bench took $((SECONDS - STARTED)) s"
+} | table
+cat "$RESULTS"
