@@ -385,20 +385,9 @@ fn backlog_queries_use_the_partial_indexes_with_much_history() {
     let db = TestDb::new();
     let mut c = db.client();
     // Much history, a little active work, a few poison rows, a long published outbox.
+    seed_history(&mut c, 30_000, -99);
     c.batch_execute(
-        "INSERT INTO crm.bookings
-         SELECT gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), gen_random_uuid(),
-                (ARRAY['ReserveExpired','BookingExpired','Cancelled','Completed'])[1 + i % 4],
-                now() - interval '30 days', now() - interval '20 days', now() - interval '20 days',
-                now() - interval '40 days', now() - interval '20 days', 3
-           FROM generate_series(1, 30000) i;
-         INSERT INTO crm.bookings
-         SELECT gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), gen_random_uuid(),
-                (ARRAY['Reserved','AwaitingPayment','Booked'])[1 + i % 3],
-                now() + (i - 100) * interval '1 minute', now() + (i - 100) * interval '2 minutes',
-                NULL, now(), now(), 1
-           FROM generate_series(1, 1000) i;
-         INSERT INTO crm.booking_expiration_poison
+        "INSERT INTO crm.booking_expiration_poison
                 (booking_id, tenant_id, phase, reason, error, attempts, first_seen_at,
                  last_seen_at, retry_at)
          SELECT id, tenant_id, 'Reserve', 'database', 'x', 1, now(), now(),

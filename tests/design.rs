@@ -13,22 +13,8 @@ fn the_claim_of_each_phase_uses_its_partial_index() {
     let db = TestDb::new();
     let mut c = db.client();
     // Much history, a little active work: the shape the indexes exist for.
-    c.batch_execute(
-        "INSERT INTO crm.bookings
-         SELECT gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), gen_random_uuid(),
-                (ARRAY['ReserveExpired','BookingExpired','Cancelled','Completed'])[1 + i % 4],
-                now() - interval '30 days', now() - interval '20 days', now() - interval '20 days',
-                now() - interval '40 days', now() - interval '20 days', 3
-           FROM generate_series(1, 30000) i;
-         INSERT INTO crm.bookings
-         SELECT gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), gen_random_uuid(),
-                (ARRAY['Reserved','AwaitingPayment','Booked'])[1 + i % 3],
-                now() + i * interval '1 minute', now() + i * interval '2 minutes', NULL,
-                now(), now(), 1
-           FROM generate_series(1, 1000) i;
-         ANALYZE crm.bookings;",
-    )
-    .unwrap();
+    seed_history(&mut c, 30_000, 1);
+    c.batch_execute("ANALYZE crm.bookings").unwrap();
     for (phase, index) in [
         (Phase::Reserve, "ix_bookings_reserve_expires_at"),
         (Phase::Booking, "ix_bookings_booking_expires_at"),

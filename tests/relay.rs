@@ -65,6 +65,12 @@ fn insert_outbox(
     id
 }
 
+/// Small events `{"n": n}` for `ns`, each under a key of its own.
+fn insert_small(c: &mut postgres::Client, topic: &str, ns: std::ops::Range<i32>) -> Vec<Uuid> {
+    ns.map(|n| insert_outbox(c, topic, &Uuid::new_v4().to_string(), &json!({"n": n})))
+        .collect()
+}
+
 fn pending(c: &mut postgres::Client) -> i64 {
     count(
         c,
@@ -453,32 +459,14 @@ fn an_oversized_message_is_marked_failed_while_the_rest_deliver() {
     create_topic(&brokers, &topic, 6, &[]);
     let db = TestDb::new();
     let mut c = db.client();
-    let small: Vec<Uuid> = (0..3)
-        .map(|n| {
-            insert_outbox(
-                &mut c,
-                &topic,
-                &Uuid::new_v4().to_string(),
-                &json!({"n": n}),
-            )
-        })
-        .collect();
+    let small = insert_small(&mut c, &topic, 0..3);
     let huge = insert_outbox(
         &mut c,
         &topic,
         &Uuid::new_v4().to_string(),
         &json!({"blob": "x".repeat(2 * 1024 * 1024)}),
     );
-    let after: Vec<Uuid> = (3..5)
-        .map(|n| {
-            insert_outbox(
-                &mut c,
-                &topic,
-                &Uuid::new_v4().to_string(),
-                &json!({"n": n}),
-            )
-        })
-        .collect();
+    let after = insert_small(&mut c, &topic, 3..5);
 
     let result = relay_ok(&db, &brokers, &[]);
     assert_eq!(result["Published"], json!(5));
@@ -521,12 +509,7 @@ fn a_following_relay_publishes_a_new_commit_without_a_restart() {
         ) == 1
     });
     // A cycle commits while the relay waits.
-    let id = insert_outbox(
-        &mut c,
-        &topic,
-        &Uuid::new_v4().to_string(),
-        &json!({"n": 1}),
-    );
+    let id = insert_small(&mut c, &topic, 1..2)[0];
     wait_until(
         Duration::from_secs(15),
         "the new row to be published",
@@ -552,14 +535,7 @@ fn published_rows_past_the_retention_are_purged_in_batches() {
     create_topic(&brokers, &topic, 6, &[]);
     let db = TestDb::new();
     let mut c = db.client();
-    for n in 0..9 {
-        insert_outbox(
-            &mut c,
-            &topic,
-            &Uuid::new_v4().to_string(),
-            &json!({"n": n}),
-        );
-    }
+    insert_small(&mut c, &topic, 0..9);
     // 5 published 8 days ago, 2 published yesterday, 1 failed long ago, 1 pending.
     c.batch_execute(
         "WITH o AS (SELECT id, row_number() OVER (ORDER BY seq) AS n FROM crm.outbox)

@@ -144,33 +144,9 @@ const CYCLE_PRIVILEGES: &[Privilege] = &[
         "bookings",
         &["status", "expired_at", "updated_at", "version"],
     ),
-    on_columns(
-        "INSERT",
-        "booking_audit",
-        &[
-            "booking_id",
-            "tenant_id",
-            "from_status",
-            "to_status",
-            "version",
-            "actor",
-            "run_id",
-            "at",
-        ],
-    ),
-    on_columns(
-        "INSERT",
-        "deal_timeline",
-        &[
-            "deal_id",
-            "tenant_id",
-            "booking_id",
-            "kind",
-            "occurred_at",
-            "correlation_id",
-            "details",
-        ],
-    ),
+    // The audit and timeline columns checked above are exactly those the cycle writes.
+    on_columns("INSERT", "booking_audit", AUDIT.1),
+    on_columns("INSERT", "deal_timeline", TIMELINE.1),
     on_columns(
         "INSERT",
         "outbox",

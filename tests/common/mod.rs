@@ -780,3 +780,29 @@ impl Drop for OwnPostgres {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// Much history and a little active work, the shape the partial indexes exist for:
+/// `terminal` finished bookings, then 1,000 active ones whose deadlines start
+/// `first_deadline_min` minutes from now, one minute (reserve) and two (booking) apart.
+pub fn seed_history(c: &mut Client, terminal: i32, first_deadline_min: i32) {
+    c.execute(
+        "INSERT INTO crm.bookings
+         SELECT gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), gen_random_uuid(),
+                (ARRAY['ReserveExpired','BookingExpired','Cancelled','Completed'])[1 + i % 4],
+                now() - interval '30 days', now() - interval '20 days', now() - interval '20 days',
+                now() - interval '40 days', now() - interval '20 days', 3
+           FROM generate_series(1, $1) i",
+        &[&terminal],
+    )
+    .expect("seed history");
+    c.execute(
+        "INSERT INTO crm.bookings
+         SELECT gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), gen_random_uuid(),
+                (ARRAY['Reserved','AwaitingPayment','Booked'])[1 + i % 3],
+                now() + (i - 1 + $1) * interval '1 minute',
+                now() + (i - 1 + $1) * interval '2 minutes', NULL, now(), now(), 1
+           FROM generate_series(1, 1000) i",
+        &[&first_deadline_min],
+    )
+    .expect("seed active bookings");
+}
