@@ -4,43 +4,41 @@
 //! the write is skipped.
 
 use std::collections::HashMap;
+use std::io::Write;
 
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use log::info;
-use postgres::Client;
+use postgres::{Client, Transaction};
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::format::{self, Table};
+use super::format::{self, Stdout, StreamTable, TIME_WIDTH, Table, UUID_WIDTH};
 use crate::cli::{AsOf, DryRunArgs};
 use crate::config::{Batch, DbConfig};
 use crate::cycle;
 use crate::domain::{BookingRow, Phase, TOPIC, rfc3339};
 use crate::exit::{ClassifyExt, Failure};
 use crate::shutdown;
-use crate::store::{self, BatchWrite, Need, Poison, Quarantined};
+use crate::store::{self, BatchWrite, CHUNK_ROWS, Need, Poison, Quarantined};
 
-/// What a cycle at AsOf would do in one phase.
-struct PhasePlan {
-    phase: Phase,
-    /// The expiries, in claim order, each with the exact event it would publish.
-    writes: Vec<BatchWrite>,
-    /// Candidates the guard would refuse, with the row they were read as.
-    rejected: Vec<(BookingRow, Poison)>,
-    /// Overdue rows the cycle leaves alone because they are quarantined.
-    quarantined: Vec<Quarantined>,
-    quarantined_total: u64,
-    /// Candidates beyond what this cycle would claim.
-    left_for_later: u64,
-}
-
-struct Plan {
+/// What the report is about: one cycle, or every candidate, at AsOf.
+struct Scope {
     run_id: Uuid,
     as_of: DateTime<Utc>,
     /// Candidates per phase one cycle takes; `None` with `--all`.
     limit: Option<i64>,
-    phases: Vec<PhasePlan>,
+    batch: Batch,
+}
+
+/// What a cycle at AsOf would do in one phase, counted as it is printed.
+#[derive(Debug, Default, Clone, Copy)]
+struct Counts {
+    candidates: u64,
+    would_expire: u64,
+    rejected: u64,
+    quarantined: u64,
+    left_for_later: u64,
 }
 
 /// `dry-run --as-of T`.
@@ -60,135 +58,296 @@ pub fn dry_run(args: &DryRunArgs, run_id: Uuid) -> Result<()> {
     let mut db = store::connect(&db_cfg)?;
     shutdown::on_signal(db.interrupter());
     store::check_schema(&mut db.client, Need::Report)?;
-    let plan = read_plan(&mut db.client, run_id, as_of, limit)
-        .map_err(|e| super::explain(e, "dry-run"))?;
-
-    let text = if args.json {
-        json_lines(&plan)?
-    } else {
-        table(&plan, batch)
+    let scope = Scope {
+        run_id,
+        as_of,
+        limit,
+        batch,
     };
-    format::print(&text)
+    // Printed as it is read, chunk by chunk, so memory stays flat whatever the number
+    // of candidates. Nothing is printed before the first query has answered.
+    let mut out = Stdout::new();
+    let mut report: Box<dyn Report> = if args.json {
+        Box::new(JsonLines)
+    } else {
+        Box::new(TableReport::default())
+    };
+    stream(&mut db.client, &scope, report.as_mut(), &mut out)
+        .map_err(|e| super::explain(e, "dry-run"))?;
+    out.finish()
 }
 
-fn read_plan(
+/// Reads and prints the plan of each phase in one READ ONLY snapshot: the candidates
+/// through a portal in chunks of [`CHUNK_ROWS`], each chunk decided by
+/// `cycle::decide` and printed before the next is read; the guard's refusals (rare)
+/// are held until the phase's expiries are out; the quarantined rows follow.
+fn stream(
     client: &mut Client,
-    run_id: Uuid,
-    as_of: DateTime<Utc>,
-    limit: Option<i64>,
-) -> Result<Plan> {
+    scope: &Scope,
+    report: &mut dyn Report,
+    out: &mut Stdout,
+) -> Result<()> {
     let mut tx = store::begin_read_only(client)
         .classify(Failure::Temporary, "cannot begin a read-only transaction")?;
     let mut phases = Vec::new();
     for phase in Phase::ALL {
-        let rows = store::candidates(&mut tx, phase, as_of, limit)?;
-        // A short read means there is nothing beyond it; only a full one needs a count.
-        let left_for_later = match limit {
-            Some(n) if rows.len() as i64 >= n => {
-                store::count_candidates(&mut tx, phase, as_of)?.saturating_sub(rows.len() as u64)
-            }
-            _ => 0,
-        };
-        let (writes, poison) = cycle::decide(&rows, phase, as_of, run_id);
-        let by_id: HashMap<Uuid, &BookingRow> = rows.iter().map(|r| (r.id, r)).collect();
-        let rejected = poison
-            .into_iter()
-            .map(|p| (by_id[&p.booking_id].clone(), p))
-            .collect();
-        let (quarantined, quarantined_total) = store::quarantined(&mut tx, phase, as_of, limit)?;
-        info!(phase:% = phase, would_expire = writes.len(), candidates = rows.len(),
-              quarantined = quarantined_total; "dry run: phase read");
-        phases.push(PhasePlan {
-            phase,
-            writes,
-            rejected,
-            quarantined,
-            quarantined_total,
-            left_for_later,
-        });
+        let counts = stream_phase(&mut tx, scope, phase, report, out)?;
+        if out.closed() {
+            break;
+        }
+        info!(phase:% = phase, would_expire = counts.would_expire,
+              candidates = counts.candidates, quarantined = counts.quarantined;
+              "dry run: phase read");
+        phases.push((phase, counts));
+    }
+    if !out.closed() {
+        report.end(scope, &phases, out)?;
     }
     tx.commit()
         .classify(Failure::Temporary, "cannot end the read-only transaction")?;
-    Ok(Plan {
-        run_id,
-        as_of,
-        limit,
-        phases,
-    })
+    Ok(())
 }
 
-fn table(plan: &Plan, batch: Batch) -> String {
-    let mut out = String::new();
-    let scope = match plan.limit {
-        Some(n) => format!(
-            "one cycle, up to {n} candidates per phase (--batch-size {} × --max-batches {})",
-            batch.size, batch.max_batches
-        ),
-        None => "every candidate (--all)".to_owned(),
-    };
-    out.push_str(&format!(
-        "dry-run at AsOf {}: {scope}; nothing is written\n",
-        rfc3339(plan.as_of)
-    ));
-    for p in &plan.phases {
-        let phase = p.phase;
-        out.push('\n');
-        if p.writes.is_empty() {
-            out.push_str(&format!("{phase} phase: nothing would expire\n"));
-        } else {
-            out.push_str(&format!("{phase} phase: would expire\n"));
-            let mut t = Table::new(&[
-                "BookingId",
-                "TenantId",
-                "DealId",
-                "Status",
-                "Deadline",
-                "OverdueBy",
-            ]);
-            for w in &p.writes {
-                let e = &w.expiry;
-                t.row(vec![
-                    e.booking_id.to_string(),
-                    e.tenant_id.to_string(),
-                    e.deal_id.to_string(),
-                    format!("{} → {}", e.from, e.to),
-                    format::time(e.deadline),
-                    format::duration(plan.as_of - e.deadline),
-                ]);
-            }
-            t.render(&mut out);
+fn stream_phase(
+    tx: &mut Transaction<'_>,
+    scope: &Scope,
+    phase: Phase,
+    report: &mut dyn Report,
+    out: &mut Stdout,
+) -> Result<Counts> {
+    let mut counts = Counts::default();
+    let mut rejected = Vec::new();
+    store::candidates_in_chunks(tx, phase, scope.as_of, scope.limit, CHUNK_ROWS, |rows| {
+        counts.candidates += rows.len() as u64;
+        let (writes, poison) = cycle::decide(&rows, phase, scope.as_of, scope.run_id);
+        counts.would_expire += writes.len() as u64;
+        counts.rejected += poison.len() as u64;
+        if !poison.is_empty() {
+            let by_id: HashMap<Uuid, &BookingRow> = rows.iter().map(|r| (r.id, r)).collect();
+            rejected.extend(
+                poison
+                    .into_iter()
+                    .map(|p| (by_id[&p.booking_id].clone(), p)),
+            );
         }
-        if !p.rejected.is_empty() {
-            out.push_str(&format!(
+        report.expiries(scope, phase, &writes, out)?;
+        Ok(!out.closed())
+    })?;
+    if out.closed() {
+        return Ok(counts);
+    }
+    // A short read means there is nothing beyond it; only a full one needs a count.
+    counts.left_for_later = match scope.limit {
+        Some(n) if counts.candidates as i64 >= n => {
+            store::count_candidates(tx, phase, scope.as_of)?.saturating_sub(counts.candidates)
+        }
+        _ => 0,
+    };
+    report.expiries_done(scope, phase, out)?;
+    report.rejected(scope, phase, &rejected, out)?;
+    drop(rejected);
+    let mut listed = 0;
+    counts.quarantined =
+        store::quarantined_in_chunks(tx, phase, scope.as_of, scope.limit, CHUNK_ROWS, |q| {
+            listed += q.len() as u64;
+            report.quarantined(scope, phase, &q, out)?;
+            Ok(!out.closed())
+        })?;
+    if !out.closed() {
+        report.phase_done(scope, phase, &counts, listed, out)?;
+    }
+    Ok(counts)
+}
+
+/// How the plan is printed, in the order it is read: per phase its expiries (chunk by
+/// chunk), then the guard's refusals, then the quarantined rows (chunk by chunk), then
+/// the phase's end; at last the end of the report.
+trait Report {
+    fn expiries(
+        &mut self,
+        s: &Scope,
+        phase: Phase,
+        writes: &[BatchWrite],
+        out: &mut Stdout,
+    ) -> Result<()>;
+    fn expiries_done(&mut self, s: &Scope, phase: Phase, out: &mut Stdout) -> Result<()>;
+    fn rejected(
+        &mut self,
+        s: &Scope,
+        phase: Phase,
+        rejected: &[(BookingRow, Poison)],
+        out: &mut Stdout,
+    ) -> Result<()>;
+    fn quarantined(
+        &mut self,
+        s: &Scope,
+        phase: Phase,
+        q: &[Quarantined],
+        out: &mut Stdout,
+    ) -> Result<()>;
+    fn phase_done(
+        &mut self,
+        s: &Scope,
+        phase: Phase,
+        counts: &Counts,
+        listed_in_quarantine: u64,
+        out: &mut Stdout,
+    ) -> Result<()>;
+    fn end(&mut self, s: &Scope, phases: &[(Phase, Counts)], out: &mut Stdout) -> Result<()>;
+}
+
+/// The table for people. Its first line goes out with the first output, after the
+/// first query has answered; the expiries stream under columns whose widths are known
+/// up front (see [`expiry_table`]); the few refused and quarantined rows are collected
+/// per phase and aligned to their widest cell, as before.
+#[derive(Default)]
+struct TableReport {
+    started: bool,
+    /// The expiry table of the phase under way, once its heading is out.
+    expiries: Option<StreamTable>,
+    quarantined: Option<Table>,
+    buf: String,
+}
+
+impl TableReport {
+    /// Writes what `fill` puts in the buffer, after the report's first line if it is
+    /// not out yet.
+    fn write(&mut self, s: &Scope, out: &mut Stdout, fill: impl FnOnce(&mut String)) -> Result<()> {
+        self.buf.clear();
+        if !self.started {
+            self.started = true;
+            let what = match s.limit {
+                Some(n) => format!(
+                    "one cycle, up to {n} candidates per phase (--batch-size {} × --max-batches {})",
+                    s.batch.size, s.batch.max_batches
+                ),
+                None => "every candidate (--all)".to_owned(),
+            };
+            self.buf.push_str(&format!(
+                "dry-run at AsOf {}: {what}; nothing is written\n",
+                rfc3339(s.as_of)
+            ));
+        }
+        fill(&mut self.buf);
+        out.text(&self.buf)
+    }
+}
+
+/// The expiries of a phase: every column's width is known before the first row (UUIDs,
+/// the phase's transitions, [`format::time`] at microseconds); OverdueBy, the last
+/// column, needs none.
+fn expiry_table(phase: Phase) -> StreamTable {
+    let to = phase.expired_status();
+    let status = phase
+        .active_statuses()
+        .iter()
+        .map(|from| format!("{from} → {to}").chars().count())
+        .max()
+        .unwrap_or(0);
+    StreamTable::new(&[
+        ("BookingId", UUID_WIDTH),
+        ("TenantId", UUID_WIDTH),
+        ("DealId", UUID_WIDTH),
+        ("Status", status),
+        ("Deadline", TIME_WIDTH),
+        ("OverdueBy", 0),
+    ])
+}
+
+impl Report for TableReport {
+    fn expiries(
+        &mut self,
+        s: &Scope,
+        phase: Phase,
+        writes: &[BatchWrite],
+        out: &mut Stdout,
+    ) -> Result<()> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let mut table = self.expiries.take();
+        self.write(s, out, |buf| {
+            let t = table.get_or_insert_with(|| {
+                buf.push_str(&format!("\n{phase} phase: would expire\n"));
+                let t = expiry_table(phase);
+                t.header(buf);
+                t
+            });
+            for w in writes {
+                let e = &w.expiry;
+                t.row(
+                    &[
+                        e.booking_id.to_string(),
+                        e.tenant_id.to_string(),
+                        e.deal_id.to_string(),
+                        format!("{} → {}", e.from, e.to),
+                        format::time(e.deadline),
+                        format::duration(s.as_of - e.deadline),
+                    ],
+                    buf,
+                );
+            }
+        })?;
+        self.expiries = table;
+        Ok(())
+    }
+
+    fn expiries_done(&mut self, s: &Scope, phase: Phase, out: &mut Stdout) -> Result<()> {
+        if self.expiries.take().is_some() {
+            return Ok(());
+        }
+        self.write(s, out, |buf| {
+            buf.push_str(&format!("\n{phase} phase: nothing would expire\n"));
+        })
+    }
+
+    fn rejected(
+        &mut self,
+        s: &Scope,
+        phase: Phase,
+        rejected: &[(BookingRow, Poison)],
+        out: &mut Stdout,
+    ) -> Result<()> {
+        if rejected.is_empty() {
+            return Ok(());
+        }
+        let mut t = Table::new(&[
+            "BookingId",
+            "TenantId",
+            "DealId",
+            "Status",
+            "Deadline",
+            "Reason",
+            "Error",
+        ]);
+        for (row, poison) in rejected {
+            t.row(vec![
+                row.id.to_string(),
+                row.tenant_id.to_string(),
+                row.deal_id.to_string(),
+                row.status.clone(),
+                row.deadline(phase).map_or("-".to_owned(), format::time),
+                poison.reason.to_owned(),
+                poison.error.clone(),
+            ]);
+        }
+        self.write(s, out, |buf| {
+            buf.push_str(&format!(
                 "{phase} phase: the guard would reject (run-once quarantines these)\n"
             ));
-            let mut t = Table::new(&[
-                "BookingId",
-                "TenantId",
-                "DealId",
-                "Status",
-                "Deadline",
-                "Reason",
-                "Error",
-            ]);
-            for (row, poison) in &p.rejected {
-                t.row(vec![
-                    row.id.to_string(),
-                    row.tenant_id.to_string(),
-                    row.deal_id.to_string(),
-                    row.status.clone(),
-                    row.deadline(phase).map_or("-".to_owned(), format::time),
-                    poison.reason.to_owned(),
-                    poison.error.clone(),
-                ]);
-            }
-            t.render(&mut out);
-        }
-        if !p.quarantined.is_empty() {
-            out.push_str(&format!(
-                "{phase} phase: overdue but in quarantine as poison (not claimed before RetryAt)\n"
-            ));
-            let mut t = Table::new(&[
+            t.render(buf);
+        })
+    }
+
+    fn quarantined(
+        &mut self,
+        s: &Scope,
+        phase: Phase,
+        q: &[Quarantined],
+        _out: &mut Stdout,
+    ) -> Result<()> {
+        let t = self.quarantined.get_or_insert_with(|| {
+            Table::new(&[
                 "BookingId",
                 "TenantId",
                 "DealId",
@@ -198,41 +357,202 @@ fn table(plan: &Plan, batch: Batch) -> String {
                 "Reason",
                 "Attempts",
                 "RetryAt",
+            ])
+        });
+        for q in q {
+            let row = &q.booking;
+            t.row(vec![
+                row.id.to_string(),
+                row.tenant_id.to_string(),
+                row.deal_id.to_string(),
+                row.status.clone(),
+                row.deadline(phase).map_or("-".to_owned(), format::time),
+                row.deadline(phase)
+                    .map_or("-".to_owned(), |d| format::duration(s.as_of - d)),
+                q.reason.clone(),
+                q.attempts.to_string(),
+                format::time(q.retry_at),
             ]);
-            for q in &p.quarantined {
-                let row = &q.booking;
-                t.row(vec![
-                    row.id.to_string(),
-                    row.tenant_id.to_string(),
-                    row.deal_id.to_string(),
-                    row.status.clone(),
-                    row.deadline(phase).map_or("-".to_owned(), format::time),
-                    row.deadline(phase)
-                        .map_or("-".to_owned(), |d| format::duration(plan.as_of - d)),
-                    q.reason.clone(),
-                    q.attempts.to_string(),
-                    format::time(q.retry_at),
-                ]);
-            }
-            t.render(&mut out);
-            let more = p.quarantined_total - p.quarantined.len() as u64;
-            if more > 0 {
-                out.push_str(&format!(
-                    "… and {more} more in quarantine (--all lists every one)\n"
-                ));
-            }
         }
-        out.push_str(&format!(
-            "{phase}: {} would expire, {} rejected by the guard, {} in quarantine, \
-             {} left for later cycles (AsOf {})\n",
-            p.writes.len(),
-            p.rejected.len(),
-            p.quarantined_total,
-            p.left_for_later,
-            rfc3339(plan.as_of)
-        ));
+        Ok(())
     }
-    out
+
+    fn phase_done(
+        &mut self,
+        s: &Scope,
+        phase: Phase,
+        counts: &Counts,
+        listed_in_quarantine: u64,
+        out: &mut Stdout,
+    ) -> Result<()> {
+        let quarantined = self.quarantined.take();
+        self.write(s, out, |buf| {
+            if let Some(t) = quarantined {
+                buf.push_str(&format!(
+                    "{phase} phase: overdue but in quarantine as poison (not claimed before RetryAt)\n"
+                ));
+                t.render(buf);
+                let more = counts.quarantined.saturating_sub(listed_in_quarantine);
+                if more > 0 {
+                    buf.push_str(&format!(
+                        "… and {more} more in quarantine (--all lists every one)\n"
+                    ));
+                }
+            }
+            buf.push_str(&format!(
+                "{phase}: {} would expire, {} rejected by the guard, {} in quarantine, \
+                 {} left for later cycles (AsOf {})\n",
+                counts.would_expire,
+                counts.rejected,
+                counts.quarantined,
+                counts.left_for_later,
+                rfc3339(s.as_of)
+            ));
+        })
+    }
+
+    fn end(&mut self, _: &Scope, _: &[(Phase, Counts)], _: &mut Stdout) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// One JSON line per expiry, refusal and quarantined row, as each is read; the summary
+/// line last, from the counts.
+struct JsonLines;
+
+fn json_line(out: &mut Stdout, value: &impl Serialize) -> Result<()> {
+    serde_json::to_writer(&mut *out, value)?;
+    out.write_all(b"\n").map_err(format::write_error)
+}
+
+impl Report for JsonLines {
+    fn expiries(
+        &mut self,
+        s: &Scope,
+        phase: Phase,
+        writes: &[BatchWrite],
+        out: &mut Stdout,
+    ) -> Result<()> {
+        for w in writes {
+            let e = &w.expiry;
+            json_line(
+                out,
+                &ExpiryLine {
+                    phase: phase.as_str(),
+                    booking_id: e.booking_id,
+                    tenant_id: e.tenant_id,
+                    deal_id: e.deal_id,
+                    from: e.from.as_str(),
+                    to: e.to.as_str(),
+                    deadline: rfc3339(e.deadline),
+                    overdue_by_seconds: format::seconds(s.as_of - e.deadline),
+                    topic: TOPIC,
+                    event: &w.payload,
+                    headers: &w.headers,
+                },
+            )?;
+        }
+        Ok(())
+    }
+
+    fn expiries_done(&mut self, _: &Scope, _: Phase, _: &mut Stdout) -> Result<()> {
+        Ok(())
+    }
+
+    fn rejected(
+        &mut self,
+        _: &Scope,
+        phase: Phase,
+        rejected: &[(BookingRow, Poison)],
+        out: &mut Stdout,
+    ) -> Result<()> {
+        for (row, poison) in rejected {
+            json_line(
+                out,
+                &RejectedLine {
+                    phase: phase.as_str(),
+                    booking_id: row.id,
+                    tenant_id: row.tenant_id,
+                    deal_id: row.deal_id,
+                    status: &row.status,
+                    deadline: row.deadline(phase).map(rfc3339),
+                    rejected: poison.reason,
+                    error: &poison.error,
+                },
+            )?;
+        }
+        Ok(())
+    }
+
+    fn quarantined(
+        &mut self,
+        s: &Scope,
+        phase: Phase,
+        q: &[Quarantined],
+        out: &mut Stdout,
+    ) -> Result<()> {
+        for q in q {
+            let row = &q.booking;
+            json_line(
+                out,
+                &QuarantinedLine {
+                    phase: phase.as_str(),
+                    booking_id: row.id,
+                    tenant_id: row.tenant_id,
+                    deal_id: row.deal_id,
+                    status: &row.status,
+                    deadline: row.deadline(phase).map(rfc3339),
+                    overdue_by_seconds: row.deadline(phase).map(|d| format::seconds(s.as_of - d)),
+                    quarantined: Quarantine {
+                        reason: &q.reason,
+                        error: &q.error,
+                        attempts: q.attempts,
+                        retry_at: rfc3339(q.retry_at),
+                    },
+                },
+            )?;
+        }
+        Ok(())
+    }
+
+    fn phase_done(
+        &mut self,
+        _: &Scope,
+        _: Phase,
+        _: &Counts,
+        _: u64,
+        _: &mut Stdout,
+    ) -> Result<()> {
+        Ok(())
+    }
+
+    fn end(&mut self, s: &Scope, phases: &[(Phase, Counts)], out: &mut Stdout) -> Result<()> {
+        let phase = |phase: Phase| {
+            let (_, c) = phases
+                .iter()
+                .find(|(p, _)| *p == phase)
+                .expect("every phase is planned");
+            PhaseSummary {
+                would_expire: c.would_expire,
+                rejected: c.rejected,
+                quarantined: c.quarantined,
+                left_for_later_cycles: c.left_for_later,
+            }
+        };
+        json_line(
+            out,
+            &SummaryLine {
+                summary: Summary {
+                    run_id: s.run_id,
+                    as_of: rfc3339(s.as_of),
+                    all: s.limit.is_none(),
+                    per_phase_limit: s.limit,
+                    reserve: phase(Phase::Reserve),
+                    booking: phase(Phase::Booking),
+                },
+            },
+        )
+    }
 }
 
 #[derive(Serialize)]
@@ -310,102 +630,4 @@ struct PhaseSummary {
     rejected: u64,
     quarantined: u64,
     left_for_later_cycles: u64,
-}
-
-fn push_line(out: &mut String, value: &impl Serialize) -> Result<()> {
-    out.push_str(&serde_json::to_string(value)?);
-    out.push('\n');
-    Ok(())
-}
-
-fn json_lines(plan: &Plan) -> Result<String> {
-    let mut out = String::new();
-    let summary = |p: &PhasePlan| PhaseSummary {
-        would_expire: p.writes.len() as u64,
-        rejected: p.rejected.len() as u64,
-        quarantined: p.quarantined_total,
-        left_for_later_cycles: p.left_for_later,
-    };
-    for p in &plan.phases {
-        let phase = p.phase;
-        let name = phase.as_str();
-        for w in &p.writes {
-            let e = &w.expiry;
-            push_line(
-                &mut out,
-                &ExpiryLine {
-                    phase: name,
-                    booking_id: e.booking_id,
-                    tenant_id: e.tenant_id,
-                    deal_id: e.deal_id,
-                    from: e.from.as_str(),
-                    to: e.to.as_str(),
-                    deadline: rfc3339(e.deadline),
-                    overdue_by_seconds: format::seconds(plan.as_of - e.deadline),
-                    topic: TOPIC,
-                    event: &w.payload,
-                    headers: &w.headers,
-                },
-            )?;
-        }
-        for (row, poison) in &p.rejected {
-            push_line(
-                &mut out,
-                &RejectedLine {
-                    phase: name,
-                    booking_id: row.id,
-                    tenant_id: row.tenant_id,
-                    deal_id: row.deal_id,
-                    status: &row.status,
-                    deadline: row.deadline(phase).map(rfc3339),
-                    rejected: poison.reason,
-                    error: &poison.error,
-                },
-            )?;
-        }
-        for q in &p.quarantined {
-            let row = &q.booking;
-            push_line(
-                &mut out,
-                &QuarantinedLine {
-                    phase: name,
-                    booking_id: row.id,
-                    tenant_id: row.tenant_id,
-                    deal_id: row.deal_id,
-                    status: &row.status,
-                    deadline: row.deadline(phase).map(rfc3339),
-                    overdue_by_seconds: row
-                        .deadline(phase)
-                        .map(|d| format::seconds(plan.as_of - d)),
-                    quarantined: Quarantine {
-                        reason: &q.reason,
-                        error: &q.error,
-                        attempts: q.attempts,
-                        retry_at: rfc3339(q.retry_at),
-                    },
-                },
-            )?;
-        }
-    }
-    let phase = |phase: Phase| {
-        plan.phases
-            .iter()
-            .find(|p| p.phase == phase)
-            .map(summary)
-            .expect("every phase is planned")
-    };
-    push_line(
-        &mut out,
-        &SummaryLine {
-            summary: Summary {
-                run_id: plan.run_id,
-                as_of: rfc3339(plan.as_of),
-                all: plan.limit.is_none(),
-                per_phase_limit: plan.limit,
-                reserve: phase(Phase::Reserve),
-                booking: phase(Phase::Booking),
-            },
-        },
-    )?;
-    Ok(out)
 }

@@ -1,7 +1,7 @@
 //! What both reports print with: aligned plain-text tables (no colour, so they paste
 //! into an incident channel as they are), times, durations, and stdout.
 
-use std::io::Write;
+use std::io::{self, BufWriter, StdoutLock, Write};
 
 use anyhow::Result;
 use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
@@ -33,21 +33,70 @@ impl Table {
                 *w = (*w).max(cell.chars().count());
             }
         }
-        let headers: Vec<String> = self.headers.iter().map(|h| h.to_string()).collect();
-        for row in std::iter::once(&headers).chain(&self.rows) {
-            let mut line = String::new();
-            for (i, (cell, w)) in row.iter().zip(&widths).enumerate() {
-                if i > 0 {
-                    line.push_str("  ");
-                }
-                line.push_str(cell);
-                line.extend(std::iter::repeat_n(' ', w - cell.chars().count()));
-            }
-            out.push_str(line.trim_end());
-            out.push('\n');
+        push_line(out, &self.headers, &widths);
+        for row in &self.rows {
+            push_line(out, row, &widths);
         }
     }
 }
+
+/// A table written row by row, for listings too long to hold: each column is as wide as
+/// its header or the width given up front, whichever is wider, so a row is printed as it
+/// comes and the layout does not depend on the other rows. A longer cell is never cut;
+/// it shifts the rest of its row. Like [`Table`]: two spaces apart, no trailing blanks
+/// (so the last column's width does not matter).
+pub struct StreamTable {
+    headers: Vec<&'static str>,
+    widths: Vec<usize>,
+}
+
+impl StreamTable {
+    /// `columns`: each header with the width its cells take at most.
+    pub fn new(columns: &[(&'static str, usize)]) -> Self {
+        StreamTable {
+            headers: columns.iter().map(|(h, _)| *h).collect(),
+            widths: columns
+                .iter()
+                .map(|(h, w)| h.chars().count().max(*w))
+                .collect(),
+        }
+    }
+
+    pub fn header(&self, out: &mut String) {
+        push_line(out, &self.headers, &self.widths);
+    }
+
+    pub fn row(&self, cells: &[String], out: &mut String) {
+        debug_assert_eq!(cells.len(), self.widths.len());
+        push_line(out, cells, &self.widths);
+    }
+}
+
+/// One table line: cells padded to their column's width, two spaces apart, no
+/// trailing blanks.
+fn push_line(out: &mut String, cells: &[impl AsRef<str>], widths: &[usize]) {
+    let start = out.len();
+    for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+        let cell = cell.as_ref();
+        if i > 0 {
+            out.push_str("  ");
+        }
+        out.push_str(cell);
+        out.extend(std::iter::repeat_n(
+            ' ',
+            w.saturating_sub(cell.chars().count()),
+        ));
+    }
+    let end = start + out[start..].trim_end().len();
+    out.truncate(end);
+    out.push('\n');
+}
+
+/// The widest [`time`] of a PostgreSQL timestamp (microseconds), years 1–9999.
+pub const TIME_WIDTH: usize = "2026-11-29T18:00:00.000000Z".len();
+
+/// The width of a UUID as it is printed (hyphenated).
+pub const UUID_WIDTH: usize = uuid::fmt::Hyphenated::LENGTH;
 
 /// A moment for people: UTC, fractions of a second only when there are any.
 pub fn time(at: DateTime<Utc>) -> String {
@@ -87,13 +136,78 @@ pub fn seconds(d: TimeDelta) -> f64 {
 /// Writes the report to stdout at once. A reader that went away (`| head`) is not an
 /// error of the report.
 pub fn print(text: &str) -> Result<()> {
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(anyhow::Error::new(e).context("cannot write the report to stdout"))
+    let mut out = Stdout::new();
+    out.text(text)?;
+    out.finish()
+}
+
+/// The report's stdout, locked and buffered, for a report written as it is read. A
+/// reader that went away (`| head`) is not an error of the report: writing then stops
+/// quietly and [`Stdout::closed`] says so, so the report can stop reading too.
+pub struct Stdout {
+    out: BufWriter<StdoutLock<'static>>,
+    closed: bool,
+}
+
+impl Stdout {
+    pub fn new() -> Self {
+        Stdout {
+            out: BufWriter::with_capacity(64 * 1024, io::stdout().lock()),
+            closed: false,
         }
-        _ => Ok(()),
     }
+
+    /// Whether the reader went away: nothing more will be written.
+    pub fn closed(&self) -> bool {
+        self.closed
+    }
+
+    pub fn text(&mut self, text: &str) -> Result<()> {
+        self.write_all(text.as_bytes()).map_err(write_error)
+    }
+
+    /// Flushes what is buffered; the end of the report.
+    pub fn finish(mut self) -> Result<()> {
+        self.flush().map_err(write_error)
+    }
+
+    fn tolerate<T>(&mut self, result: io::Result<T>, closed: T) -> io::Result<T> {
+        match result {
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+                self.closed = true;
+                Ok(closed)
+            }
+            other => other,
+        }
+    }
+}
+
+impl Default for Stdout {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.closed {
+            return Ok(buf.len());
+        }
+        let written = self.out.write(buf);
+        self.tolerate(written, buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        let flushed = self.out.flush();
+        self.tolerate(flushed, ())
+    }
+}
+
+pub fn write_error(e: io::Error) -> anyhow::Error {
+    anyhow::Error::new(e).context("cannot write the report to stdout")
 }
 
 #[cfg(test)]
@@ -135,6 +249,21 @@ mod tests {
             "A     Status                     C\n\
              x     Reserved → ReserveExpired\n\
              long  y                          z\n"
+        );
+    }
+
+    #[test]
+    fn streamed_tables_align_to_the_widths_given_up_front() {
+        let t = StreamTable::new(&[("A", 4), ("Status", 3), ("C", 0)]);
+        let mut out = String::new();
+        t.header(&mut out);
+        t.row(&["x".into(), "Reserved".into(), "".into()], &mut out);
+        t.row(&["long".into(), "y".into(), "z".into()], &mut out);
+        assert_eq!(
+            out,
+            "A     Status  C\n\
+             x     Reserved\n\
+             long  y       z\n"
         );
     }
 }

@@ -19,8 +19,8 @@ pub use outbox::{
     purge_published, try_relay_lock,
 };
 pub use report::{
-    OUTBOX_FAILED_SQL, OUTBOX_PENDING_SQL, OutboxLag, Overdue, Quarantined, begin_read_only,
-    candidates, count_candidates, outbox_lag, overdue, overdue_sql, poison_count, poison_sql,
-    quarantined, quarantined_sql,
+    CHUNK_ROWS, OUTBOX_FAILED_SQL, OUTBOX_PENDING_SQL, OutboxLag, Overdue, Quarantined,
+    begin_read_only, candidates_in_chunks, count_candidates, outbox_lag, overdue, overdue_sql,
+    poison_count, poison_sql, quarantined_in_chunks, quarantined_sql,
 };
 pub use schema::{Need, check_schema};

@@ -8,7 +8,8 @@
 
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
-use postgres::{Client, GenericClient, IsolationLevel, Transaction};
+use postgres::types::ToSql;
+use postgres::{Client, GenericClient, IsolationLevel, Row, Transaction};
 
 use super::expiration::{
     BOOKING_COLUMNS, booking_row, candidates_sql, deadline_column, overdue_predicate,
@@ -25,18 +26,68 @@ pub fn begin_read_only(client: &mut Client) -> Result<Transaction<'_>, postgres:
         .start()
 }
 
+/// Rows a streaming report reads per round trip: enough to amortise the round trip,
+/// few enough that a chunk and what is decided from it stay small.
+pub const CHUNK_ROWS: i32 = 1000;
+
+/// Runs `sql` through a portal of the report's transaction and hands its rows to `each`
+/// `chunk` at a time, each chunk dropped before the next is read, so memory does not grow
+/// with the result. `each` returns `false` to stop early (the reader went away).
+fn in_chunks(
+    tx: &mut Transaction<'_>,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+    chunk: i32,
+    mut each: impl FnMut(&[Row]) -> Result<bool>,
+) -> Result<(), ChunkError> {
+    let portal = tx.bind(sql, params).map_err(ChunkError::Sql)?;
+    loop {
+        let rows = tx.query_portal(&portal, chunk).map_err(ChunkError::Sql)?;
+        let last = rows.len() < chunk as usize;
+        if !rows.is_empty() && !each(&rows).map_err(ChunkError::Each)? {
+            return Ok(());
+        }
+        if last {
+            return Ok(());
+        }
+    }
+}
+
+/// Why [`in_chunks`] stopped: its query (which gets the caller's context), or the
+/// caller's own handler (which already has it).
+enum ChunkError {
+    Sql(postgres::Error),
+    Each(anyhow::Error),
+}
+
+impl ChunkError {
+    fn context(self, what: impl FnOnce() -> String) -> anyhow::Error {
+        match self {
+            ChunkError::Sql(e) => anyhow::Error::new(e).context(what()),
+            ChunkError::Each(e) => e,
+        }
+    }
+}
+
 /// The candidates of `phase` at `as_of`, oldest deadline first, exactly as the claim of
-/// `run-once` selects them (the same SQL, without the lock); `None` = no limit.
-pub fn candidates(
-    client: &mut impl GenericClient,
+/// `run-once` selects them (the same SQL, without the lock); `None` = no limit. They
+/// come `chunk` rows at a time (see [`in_chunks`]), in claim order.
+pub fn candidates_in_chunks(
+    tx: &mut Transaction<'_>,
     phase: Phase,
     as_of: DateTime<Utc>,
     limit: Option<i64>,
-) -> Result<Vec<BookingRow>> {
-    let rows = client
-        .query(&candidates_sql(phase), &[&as_of, &limit])
-        .with_context(|| format!("cannot read the {phase} candidates"))?;
-    Ok(rows.iter().map(booking_row).collect())
+    chunk: i32,
+    mut each: impl FnMut(Vec<BookingRow>) -> Result<bool>,
+) -> Result<()> {
+    in_chunks(
+        tx,
+        &candidates_sql(phase),
+        &[&as_of, &limit],
+        chunk,
+        |rows| each(rows.iter().map(booking_row).collect()),
+    )
+    .map_err(|e| e.context(|| format!("cannot read the {phase} candidates")))
 }
 
 /// How many candidates `phase` has at `as_of` in all (the candidate query, unlimited).
@@ -77,29 +128,39 @@ pub fn quarantined_sql(phase: Phase) -> String {
     )
 }
 
-pub fn quarantined(
-    client: &mut impl GenericClient,
+/// The quarantined bookings of [`quarantined_sql`], `chunk` rows at a time (see
+/// [`in_chunks`]), each chunk with the total there is; returns the total (0 = none).
+pub fn quarantined_in_chunks(
+    tx: &mut Transaction<'_>,
     phase: Phase,
     as_of: DateTime<Utc>,
     limit: Option<i64>,
-) -> Result<(Vec<Quarantined>, u64)> {
-    let rows = client
-        .query(&quarantined_sql(phase), &[&as_of, &limit])
-        .with_context(|| format!("cannot read the quarantined {phase} bookings"))?;
-    let total = rows
-        .first()
-        .map_or(0, |r| r.get::<_, i64>(13).max(0) as u64);
-    let listed = rows
-        .iter()
-        .map(|r| Quarantined {
-            booking: booking_row(r),
-            reason: r.get(9),
-            error: r.get(10),
-            attempts: r.get(11),
-            retry_at: r.get(12),
-        })
-        .collect();
-    Ok((listed, total))
+    chunk: i32,
+    mut each: impl FnMut(Vec<Quarantined>) -> Result<bool>,
+) -> Result<u64> {
+    let mut total = 0;
+    in_chunks(
+        tx,
+        &quarantined_sql(phase),
+        &[&as_of, &limit],
+        chunk,
+        |rows| {
+            total = rows[0].get::<_, i64>(13).max(0) as u64;
+            each(
+                rows.iter()
+                    .map(|r| Quarantined {
+                        booking: booking_row(r),
+                        reason: r.get(9),
+                        error: r.get(10),
+                        attempts: r.get(11),
+                        retry_at: r.get(12),
+                    })
+                    .collect(),
+            )
+        },
+    )
+    .map_err(|e| e.context(|| format!("cannot read the quarantined {phase} bookings")))?;
+    Ok(total)
 }
 
 /// Overdue active bookings of a phase and the oldest deadline among them. `$1` = the
