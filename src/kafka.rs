@@ -11,6 +11,7 @@ use rdkafka::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{DeliveryResult, Header, Message, OwnedHeaders};
+use rdkafka::metadata::Metadata;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 
 use crate::config::{KafkaConfig, KafkaSecurity};
@@ -196,11 +197,7 @@ impl KafkaProducer {
             return Ok(());
         }
         let timeout = self.message_timeout.min(Duration::from_secs(5));
-        let metadata = self
-            .producer
-            .client()
-            .fetch_metadata(Some(topic), timeout)
-            .map_err(|e| self.unreachable(&e, timeout))?;
+        let metadata = self.fetch_metadata(topic, timeout)?;
         let Some(t) = metadata.topics().iter().find(|t| t.name() == topic) else {
             return Err(missing_topic(topic));
         };
@@ -232,6 +229,36 @@ impl KafkaProducer {
         }
         self.checked.insert(topic.to_owned(), partitions);
         Ok(())
+    }
+
+    /// The topic's metadata, asked for in short slices up to `timeout`: a failed TLS
+    /// handshake or refused credentials end the wait at once (retrying the same
+    /// settings cannot help), anything else is retried until `timeout`.
+    fn fetch_metadata(&self, topic: &str, timeout: Duration) -> Result<Metadata> {
+        let until = std::time::Instant::now() + timeout;
+        loop {
+            let slice = until
+                .saturating_duration_since(std::time::Instant::now())
+                .min(Duration::from_millis(500));
+            match self.producer.client().fetch_metadata(Some(topic), slice) {
+                Ok(metadata) => return Ok(metadata),
+                Err(e) => {
+                    // Broker errors arrive as events on the main queue: serve them.
+                    self.producer.poll(Duration::ZERO);
+                    let configuration = self
+                        .producer
+                        .context()
+                        .broker_error
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .as_ref()
+                        .is_some_and(BrokerError::is_configuration);
+                    if configuration || std::time::Instant::now() >= until {
+                        return Err(self.unreachable(&e, timeout));
+                    }
+                }
+            }
+        }
     }
 
     /// Why the brokers could not be reached, from the broker errors librdkafka
