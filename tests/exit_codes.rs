@@ -326,12 +326,7 @@ fn a_statement_timeout_rolls_the_batch_back_and_exits_75() {
     let db = TestDb::new();
     let mut c = db.client();
     seed_many(&mut c, 3, |_| Seed::reserved(-60));
-    c.batch_execute(
-        "CREATE FUNCTION crm.slow() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN PERFORM pg_sleep(2); RETURN NEW; END $$;
-         CREATE TRIGGER slow BEFORE INSERT ON crm.outbox FOR EACH STATEMENT EXECUTE FUNCTION crm.slow();",
-    )
-    .unwrap();
+    slow_outbox_writes(&mut c, 2.0);
     let before = checksum(&mut c);
     let run = db.run(&["run-once", "--statement-timeout", "500ms"]);
     assert_eq!(run.code, 75, "{}", run.stderr);
@@ -393,12 +388,7 @@ fn sigterm_between_batches_lets_the_batch_in_flight_commit_whole() {
     let mut c = db.client();
     // Many small batches, each slowed by a trigger so the signal lands mid-cycle.
     seed_many(&mut c, 60, |i| Seed::booked(-600 + i as i64));
-    c.batch_execute(
-        "CREATE FUNCTION crm.slow() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN PERFORM pg_sleep(0.3); RETURN NULL; END $$;
-         CREATE TRIGGER slow AFTER INSERT ON crm.outbox FOR EACH STATEMENT EXECUTE FUNCTION crm.slow();",
-    )
-    .unwrap();
+    slow_outbox_writes(&mut c, 0.3);
     let child = spawn(db.command(&["run-once", "--batch-size", "5", "--max-batches", "12"]));
     wait_until(Duration::from_secs(20), "the first batch to commit", || {
         count(&mut c, "SELECT count(*) FROM crm.outbox") > 0

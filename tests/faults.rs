@@ -74,12 +74,7 @@ fn kill_9_during_a_multi_batch_cycle_keeps_whole_batches_and_a_rerun_finishes() 
     let db = TestDb::new();
     let mut c = db.client();
     seed_many(&mut c, 60, |i| Seed::booked(-600 + i as i64));
-    c.batch_execute(
-        "CREATE FUNCTION crm.slow() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN PERFORM pg_sleep(0.2); RETURN NULL; END $$;
-         CREATE TRIGGER slow AFTER INSERT ON crm.outbox FOR EACH STATEMENT EXECUTE FUNCTION crm.slow();",
-    )
-    .unwrap();
+    slow_outbox_writes(&mut c, 0.2);
     let mut child = spawn(db.command(&["run-once", "--batch-size", "5", "--max-batches", "12"]));
     wait_until(Duration::from_secs(20), "two batches to commit", || {
         count(&mut c, "SELECT count(*) FROM crm.outbox") >= 10

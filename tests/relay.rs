@@ -321,15 +321,7 @@ fn broker_killed_mid_relay_loses_nothing_and_duplicates_only_by_ce_id() {
         run.code,
         run.stderr
     );
-    let marked_before: Vec<String> = c
-        .query(
-            "SELECT id::text FROM crm.outbox WHERE published_at IS NOT NULL",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let marked_before = marked_published(&mut c);
     assert!(marked_before.len() < 30_000, "killed mid-relay");
 
     broker.restart();

@@ -222,12 +222,7 @@ fn signals_at_random_moments_keep_whole_batches_and_lose_nothing() {
         }
     });
     // Each batch's write takes a little time, so a cycle spans about a second.
-    c.batch_execute(
-        "CREATE FUNCTION crm.slow() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN PERFORM pg_sleep(0.02); RETURN NULL; END $$;
-         CREATE TRIGGER slow AFTER INSERT ON crm.outbox FOR EACH STATEMENT EXECUTE FUNCTION crm.slow();",
-    )
-    .unwrap();
+    slow_outbox_writes(&mut c, 0.02);
     let seed = std::env::var("SIGNAL_SWEEP_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -325,15 +320,7 @@ fn insert_pending(c: &mut postgres::Client, topic: &str, n: i32) {
 /// Rows marked published ⊆ rows in the topic; copies identical.
 fn assert_marked_are_in_the_topic(c: &mut postgres::Client, got: &[Received]) {
     let in_topic: HashSet<String> = got.iter().map(|m| m.headers["ce_id"].clone()).collect();
-    let marked: HashSet<String> = c
-        .query(
-            "SELECT id::text FROM crm.outbox WHERE published_at IS NOT NULL",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let marked = marked_published(c);
     assert!(
         marked.is_subset(&in_topic),
         "marked but not delivered: {:?}",

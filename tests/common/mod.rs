@@ -806,3 +806,27 @@ pub fn seed_history(c: &mut Client, terminal: i32, first_deadline_min: i32) {
     )
     .expect("seed active bookings");
 }
+
+/// Makes every statement that inserts outbox rows take `seconds` longer (a statement
+/// trigger), so a cycle's batches take measurable time.
+pub fn slow_outbox_writes(c: &mut Client, seconds: f64) {
+    c.batch_execute(&format!(
+        "CREATE FUNCTION crm.slow() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN PERFORM pg_sleep({seconds}); RETURN NULL; END $$;
+         CREATE TRIGGER slow AFTER INSERT ON crm.outbox
+           FOR EACH STATEMENT EXECUTE FUNCTION crm.slow();"
+    ))
+    .expect("slow down outbox writes");
+}
+
+/// The ids (text) of the outbox rows marked published.
+pub fn marked_published(c: &mut Client) -> std::collections::HashSet<String> {
+    c.query(
+        "SELECT id::text FROM crm.outbox WHERE published_at IS NOT NULL",
+        &[],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
