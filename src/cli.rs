@@ -319,9 +319,7 @@ pub fn parse_as_of(s: &str) -> Result<AsOf, String> {
             let at = at.with_timezone(&Utc);
             // PostgreSQL keeps microseconds; deciding on more would let the domain and
             // the query disagree about a deadline within the same microsecond.
-            Ok(AsOf::At(
-                DateTime::from_timestamp_micros(at.timestamp_micros()).unwrap_or(at),
-            ))
+            Ok(AsOf::At(crate::clock::to_micros(at)))
         }
         Err(e) => {
             let no_offset = ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f"]

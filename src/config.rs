@@ -146,8 +146,22 @@ impl DbConfig {
             SslMode::Prefer => postgres::config::SslMode::Prefer,
             _ => postgres::config::SslMode::Require,
         });
-        if pg.get_connect_timeout().is_none() {
-            pg.connect_timeout(args.connect_timeout);
+        match pg.get_connect_timeout() {
+            None => {
+                pg.connect_timeout(args.connect_timeout);
+            }
+            Some(t) if *t > MAX_URL_TIMEOUT => {
+                return Err(fail(
+                    Failure::Config,
+                    format!(
+                        "invalid --database-url / DATABASE_URL: connect_timeout={} is too large \
+                         (at most {} seconds; or leave it out and use --connect-timeout)",
+                        t.as_secs(),
+                        MAX_URL_TIMEOUT.as_secs()
+                    ),
+                ));
+            }
+            Some(_) => {}
         }
         if pg.get_application_name().is_none() {
             pg.application_name("booking-expire");
@@ -161,6 +175,10 @@ impl DbConfig {
         })
     }
 }
+
+/// The largest `connect_timeout` a URL may set: larger values overflow the connection's
+/// deadline arithmetic (a panic with several hosts), and no attempt should take longer.
+const MAX_URL_TIMEOUT: Duration = Duration::from_secs(3600);
 
 #[derive(Debug, Default, PartialEq)]
 struct SslParams {

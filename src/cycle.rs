@@ -11,11 +11,12 @@ use postgres::Client;
 use serde::Serialize;
 use uuid::Uuid;
 
+use crate::clock::Clock;
 use crate::config::RunOnceConfig;
 use crate::domain::{self, BookingRow, ExpiredEvent, Phase, rfc3339};
 use crate::exit::{Classified, ClassifyExt, Failure, fail};
 use crate::shutdown;
-use crate::store::{self, BatchWrite, CycleStatements, Need, Poison};
+use crate::store::{self, BatchWrite, CycleStatements, Db, Need, Poison};
 
 /// The result of a cycle, printed as one JSON line on stdout (SPEC §3.6).
 #[derive(Debug, Clone, Default, Serialize)]
@@ -39,22 +40,14 @@ struct BatchOutcome {
     poison: u64,
 }
 
-/// The system clock, UTC, at PostgreSQL's precision (microseconds), so AsOf is stored
-/// exactly as it was decided on.
-pub fn system_as_of() -> DateTime<Utc> {
-    let now = Utc::now();
-    DateTime::from_timestamp_micros(now.timestamp_micros()).unwrap_or(now)
-}
-
 /// Runs one cycle of run `result.run_id`, counting into `result` as batches commit, so
 /// what committed is known also when the cycle fails (as `Read::read_to_end` keeps what
 /// it read). On a signal it stops before the next batch (the batch in flight commits or
 /// rolls back whole) and fails with `Interrupted`, after logging what it did. On an
 /// infrastructure error the batch in flight rolls back.
-pub fn run_once(cfg: &RunOnceConfig, result: &mut CycleResult) -> Result<()> {
-    let run_id = result.run_id;
+pub fn run_once(cfg: &RunOnceConfig, clock: &dyn Clock, result: &mut CycleResult) -> Result<()> {
     let started = Instant::now();
-    let as_of = system_as_of();
+    let as_of = clock.now();
     info!(as_of:% = rfc3339(as_of), batch_size = cfg.batch.size, max_batches = cfg.batch.max_batches;
           "cycle started");
 
@@ -63,7 +56,22 @@ pub fn run_once(cfg: &RunOnceConfig, result: &mut CycleResult) -> Result<()> {
     check_clock(&mut db.client, cfg.max_clock_skew)?;
     store::check_schema(&mut db.client, Need::Cycle)?;
     let stmts = CycleStatements::prepare(&mut db.client)?;
+    run_cycle(&mut db, &stmts, cfg, as_of, started, result)
+}
 
+/// The cycle proper at `as_of`, on a session that is open, checked (clock, schema) and
+/// has the cycle's statements prepared: `run_once` makes one per run, a long-lived
+/// caller (the long-horizon simulation) keeps one across cycles. `started` is when the
+/// cycle's time budget began.
+pub fn run_cycle(
+    db: &mut Db,
+    stmts: &CycleStatements,
+    cfg: &RunOnceConfig,
+    as_of: DateTime<Utc>,
+    started: Instant,
+    result: &mut CycleResult,
+) -> Result<()> {
+    let run_id = result.run_id;
     result.as_of = rfc3339(as_of);
     // The hard end of the budget: a statement still running at the deadline is
     // cancelled and its batch rolls back, so a cycle never outlives its minute.
@@ -72,7 +80,7 @@ pub fn run_once(cfg: &RunOnceConfig, result: &mut CycleResult) -> Result<()> {
         db.interrupter(),
     );
     let outcome =
-        run_phases(&mut db.client, &stmts, cfg, run_id, as_of, started, result).map_err(|e| {
+        run_phases(&mut db.client, stmts, cfg, run_id, as_of, started, result).map_err(|e| {
             if deadline.fired() {
                 e.context(Classified {
                     failure: Failure::Temporary,
@@ -137,6 +145,10 @@ fn check_clock(client: &mut Client, max: std::time::Duration) -> Result<()> {
     ))
 }
 
+/// Both phases, each up to `max_batches` batches. A phase that fails does not stop the
+/// other: its batch rolled back, the error is kept, the next phase runs, and the cycle
+/// then fails with the first error (a poison row in one phase must never hold back the
+/// other's expiries). A signal, the deadline or a lost connection stop everything.
 fn run_phases(
     client: &mut Client,
     stmts: &CycleStatements,
@@ -146,33 +158,102 @@ fn run_phases(
     started: Instant,
     result: &mut CycleResult,
 ) -> Result<()> {
+    let mut first_error: Option<anyhow::Error> = None;
     for phase in Phase::ALL {
-        for _ in 0..cfg.batch.max_batches {
-            if let Some(signal) = shutdown::requested() {
-                return Err(fail(
-                    Failure::Interrupted(signal),
-                    format!("interrupted by signal {signal}; no new batch started"),
-                ));
-            }
-            if started.elapsed() >= cfg.deadline {
-                warn!(phase:% = phase, deadline_ms = cfg.deadline.as_millis() as u64;
-                      "cycle deadline reached; the rest waits for the next cycle");
-                return Ok(());
-            }
-            let batch = run_batch(client, stmts, phase, cfg.batch.size, run_id, as_of)?;
-            match phase {
-                Phase::Reserve => result.reserve_expired_count += batch.expired,
-                Phase::Booking => result.booking_expired_count += batch.expired,
-            }
-            result.skipped_locked_count += batch.skipped;
-            result.poison_count += batch.poison;
-            // A short batch means the phase's queue is drained (for us).
-            if batch.claimed < cfg.batch.size as usize {
-                break;
+        match run_phase(client, stmts, cfg, phase, run_id, as_of, started, result) {
+            Ok(PhaseEnd::Drained) => {}
+            Ok(PhaseEnd::Deadline) => break,
+            Err(e) => {
+                let fatal = shutdown::requested().is_some() || client.is_closed();
+                error!(phase:% = phase, error:% = format!("{e:#}");
+                       "phase failed; its batch rolled back");
+                first_error.get_or_insert(e);
+                if fatal {
+                    break;
+                }
             }
         }
     }
-    Ok(())
+    if !client.is_closed() {
+        release_stale_quarantine(client, stmts, as_of, started, cfg, &mut first_error);
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+enum PhaseEnd {
+    /// The phase's queue is empty for us, or `max_batches` were taken.
+    Drained,
+    /// The cycle's time is up: the rest waits for the next cycle.
+    Deadline,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_phase(
+    client: &mut Client,
+    stmts: &CycleStatements,
+    cfg: &RunOnceConfig,
+    phase: Phase,
+    run_id: Uuid,
+    as_of: DateTime<Utc>,
+    started: Instant,
+    result: &mut CycleResult,
+) -> Result<PhaseEnd> {
+    for _ in 0..cfg.batch.max_batches {
+        if let Some(signal) = shutdown::requested() {
+            return Err(fail(
+                Failure::Interrupted(signal),
+                format!("interrupted by signal {signal}; no new batch started"),
+            ));
+        }
+        if started.elapsed() >= cfg.deadline {
+            warn!(phase:% = phase, deadline_ms = cfg.deadline.as_millis() as u64;
+                  "cycle deadline reached; the rest waits for the next cycle");
+            return Ok(PhaseEnd::Deadline);
+        }
+        let batch = run_batch(client, stmts, phase, cfg.batch.size, run_id, as_of)?;
+        match phase {
+            Phase::Reserve => result.reserve_expired_count += batch.expired,
+            Phase::Booking => result.booking_expired_count += batch.expired,
+        }
+        result.skipped_locked_count += batch.skipped;
+        result.poison_count += batch.poison;
+        // A short batch means the phase's queue is drained (for us).
+        if batch.claimed < cfg.batch.size as usize {
+            break;
+        }
+    }
+    Ok(PhaseEnd::Drained)
+}
+
+/// Drops quarantine entries whose booking changed since (repaired, extended, cancelled,
+/// deleted): they no longer describe the row, and a changed row is judged afresh.
+/// Bounded per cycle; a failure here is reported like a phase's, after the phases ran.
+fn release_stale_quarantine(
+    client: &mut Client,
+    stmts: &CycleStatements,
+    as_of: DateTime<Utc>,
+    started: Instant,
+    cfg: &RunOnceConfig,
+    first_error: &mut Option<anyhow::Error>,
+) {
+    if shutdown::requested().is_some() || started.elapsed() >= cfg.deadline {
+        return;
+    }
+    match store::release_stale_quarantine(client, stmts) {
+        Ok(0) => {}
+        Ok(released) => {
+            info!(released, as_of:% = rfc3339(as_of);
+                  "quarantine entries released: their bookings changed since");
+        }
+        Err(e) => {
+            let e = e.context("releasing stale quarantine entries failed");
+            error!(error:% = format!("{e:#}"); "quarantine upkeep failed");
+            first_error.get_or_insert(e);
+        }
+    }
 }
 
 fn run_batch(
@@ -216,6 +297,8 @@ fn run_batch(
         poison.push(Poison {
             booking_id: w.expiry.booking_id,
             tenant_id: w.expiry.tenant_id,
+            version: w.expiry.expected_version,
+            status: w.expiry.from.as_str().to_owned(),
             phase,
             reason: "database",
             error: rejection.message.clone(),
@@ -274,6 +357,8 @@ pub fn decide(
                 poison.push(Poison {
                     booking_id: row.id,
                     tenant_id: row.tenant_id,
+                    version: row.version,
+                    status: row.status.clone(),
                     phase,
                     reason: rejection.code(),
                     error: rejection.to_string(),

@@ -19,6 +19,8 @@ pub enum Failure {
     /// Stopped by a signal after the in-flight batch finished or rolled back
     /// (128 + signal: 130 for SIGINT, 143 for SIGTERM).
     Interrupted(i32),
+    /// A bug: an error nothing classified, or a panic (70).
+    Internal,
 }
 
 impl Failure {
@@ -30,6 +32,7 @@ impl Failure {
             Failure::Temporary => 75,
             Failure::Config => 78,
             Failure::Interrupted(signal) => (128 + signal).clamp(0, 255) as u8,
+            Failure::Internal => 70,
         }
     }
 }
@@ -101,7 +104,7 @@ pub fn exit_code(err: &anyhow::Error) -> ExitCode {
     } else if let Some(e) = err.downcast_ref::<postgres::Error>() {
         database_failure(e).code()
     } else {
-        70
+        Failure::Internal.code()
     };
     ExitCode::from(code)
 }
@@ -121,4 +124,29 @@ pub fn database_failure(e: &postgres::Error) -> Failure {
         "28" | "3D" | "42" | "0A" => Failure::Config,
         _ => Failure::Temporary,
     }
+}
+
+/// Makes any panic, on any thread, print one line on stderr (a JSON line when `json`)
+/// and end the process with 70, as `--help` documents, instead of Rust's default 101
+/// and backtrace hint. An open transaction rolls back when the connection drops.
+pub fn install_panic_hook(json: bool) {
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let what = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".to_owned());
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        let message = format!("internal error (a bug; please report it): {what}{at}");
+        if json {
+            log::error!(error:% = message; "failed");
+        } else {
+            eprintln!("booking-expire: error: {message}");
+        }
+        std::process::exit(i32::from(Failure::Internal.code()));
+    }));
 }

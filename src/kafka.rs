@@ -26,6 +26,18 @@ pub struct OutMessage {
     pub headers: Vec<(String, String)>,
 }
 
+/// Whether a topic can take the relay's messages.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TopicCheck {
+    Usable,
+    /// Missing, not writable by this client, or with another partition count: its rows
+    /// wait (and the run reports `failure`), the other topics' rows go on.
+    Unusable {
+        failure: Failure,
+        reason: String,
+    },
+}
+
 /// What the broker said about one message.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Delivery {
@@ -190,45 +202,59 @@ impl KafkaProducer {
         })
     }
 
-    /// Fails fast and clearly when `topic` does not exist (rather than waiting out
-    /// librdkafka's metadata timeout) or has another partition count than expected.
-    pub fn check_topic(&mut self, topic: &str, expected_partitions: usize) -> Result<()> {
+    /// Whether `topic` can take this relay's messages: it exists, this client may write
+    /// to it, and it has the expected partition count (another count would move keys
+    /// to other partitions). Answers fast rather than waiting out librdkafka's metadata
+    /// timeout. `Err` only when the brokers themselves cannot be reached: then nothing
+    /// is wrong with any row.
+    pub fn check_topic(&mut self, topic: &str, expected_partitions: usize) -> Result<TopicCheck> {
         if self.checked.contains_key(topic) {
-            return Ok(());
+            return Ok(TopicCheck::Usable);
         }
         let timeout = self.message_timeout.min(Duration::from_secs(5));
         let metadata = self.fetch_metadata(topic, timeout)?;
         let Some(t) = metadata.topics().iter().find(|t| t.name() == topic) else {
-            return Err(missing_topic(topic));
+            return Ok(missing_topic(topic));
         };
         if let Some(err) = t.error() {
             let code = RDKafkaErrorCode::from(err);
-            return Err(match code {
+            return Ok(match code {
                 RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic => {
                     missing_topic(topic)
                 }
-                RDKafkaErrorCode::TopicAuthorizationFailed => fail(
-                    Failure::Config,
-                    format!("not authorized to write to Kafka topic {topic}"),
-                ),
-                other => fail(
-                    Failure::Temporary,
-                    format!("Kafka reports topic {topic} unusable: {other}"),
-                ),
+                RDKafkaErrorCode::TopicAuthorizationFailed => TopicCheck::Unusable {
+                    failure: Failure::Config,
+                    reason: format!("not authorized to write to Kafka topic {topic}"),
+                },
+                other => TopicCheck::Unusable {
+                    failure: Failure::Temporary,
+                    reason: format!("Kafka reports topic {topic} unusable: {other}"),
+                },
             });
         }
         let partitions = t.partitions().len();
         if partitions != expected_partitions {
-            return Err(fail(
-                Failure::Config,
-                format!(
+            return Ok(TopicCheck::Unusable {
+                failure: Failure::Config,
+                reason: format!(
                     "Kafka topic {topic} has {partitions} partitions, expected {expected_partitions}: \
                      keys would map to other partitions (set --expected-partitions if the change is intended)"
                 ),
-            ));
+            });
         }
         self.checked.insert(topic.to_owned(), partitions);
-        Ok(())
+        Ok(TopicCheck::Usable)
+    }
+
+    /// Whether the brokers answer a metadata request for `topic` within two seconds:
+    /// after messages were refused, tells an outage of the brokers (nothing is wrong
+    /// with the messages) from a refusal of those messages (their partition, their
+    /// topic's settings).
+    pub fn brokers_answer(&self, topic: &str) -> bool {
+        self.producer
+            .client()
+            .fetch_metadata(Some(topic), Duration::from_secs(2))
+            .is_ok()
     }
 
     /// The topic's metadata, asked for in short slices up to `timeout`: a failed TLS
@@ -409,12 +435,12 @@ impl KafkaProducer {
     }
 }
 
-fn missing_topic(topic: &str) -> anyhow::Error {
-    fail(
-        Failure::Config,
-        format!(
+fn missing_topic(topic: &str) -> TopicCheck {
+    TopicCheck::Unusable {
+        failure: Failure::Config,
+        reason: format!(
             "Kafka topic {topic} does not exist (topic auto-creation is off: create it, \
              e.g. with 6 partitions)"
         ),
-    )
+    }
 }

@@ -3,6 +3,7 @@
 //! dispatches and maps errors to exit codes; everything else lives in these rooms.
 
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod cycle;
 pub mod domain;

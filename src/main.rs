@@ -4,6 +4,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use booking_expire::cli::{self, Cli, Command, MetricsArgs};
+use booking_expire::clock::SystemClock;
 use booking_expire::config::DbConfig;
 use booking_expire::obs::metrics::{self, Pushgateway};
 use booking_expire::{config, cycle, exit, obs, relay, report, shutdown};
@@ -17,6 +18,11 @@ fn main() -> ExitCode {
     };
     let run_id = Uuid::new_v4();
     obs::init_logging(cli.log_format, run_id);
+    exit::install_panic_hook(matches!(cli.log_format, obs::LogFormat::Json));
+    // Lets the tests prove that a panic ends the run with 70 and one line.
+    if std::env::var_os("BOOKING_EXPIRE_TEST_PANIC").is_some() {
+        panic!("panic requested by BOOKING_EXPIRE_TEST_PANIC");
+    }
     match run(cli.command, run_id) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -41,7 +47,10 @@ fn run(command: Command, run_id: Uuid) -> anyhow::Result<()> {
                 ..Default::default()
             },
             |result| match config::RunOnceConfig::from_args(&args) {
-                Ok(cfg) => (Some(cfg.db.clone()), cycle::run_once(&cfg, result)),
+                Ok(cfg) => (
+                    Some(cfg.db.clone()),
+                    cycle::run_once(&cfg, &SystemClock, result),
+                ),
                 Err(e) => (None, Err(e)),
             },
             metrics::push_cycle,
@@ -53,7 +62,10 @@ fn run(command: Command, run_id: Uuid) -> anyhow::Result<()> {
                 ..Default::default()
             },
             |result| match config::RelayConfig::from_args(&args) {
-                Ok(cfg) => (Some(cfg.db.clone()), relay::relay_outbox(&cfg, result)),
+                Ok(cfg) => (
+                    Some(cfg.db.clone()),
+                    relay::relay_outbox(&cfg, &SystemClock, result),
+                ),
                 Err(e) => (None, Err(e)),
             },
             metrics::push_relay,

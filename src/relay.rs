@@ -4,7 +4,7 @@
 //! can never be delivered are marked failed; transient failures stay pending and end
 //! the run non-zero. Published rows older than the retention are purged.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -14,9 +14,10 @@ use postgres::fallible_iterator::FallibleIterator;
 use serde::Serialize;
 use uuid::Uuid;
 
+use crate::clock::Clock;
 use crate::config::RelayConfig;
 use crate::exit::{Failure, fail};
-use crate::kafka::{Delivery, KafkaProducer, OutMessage};
+use crate::kafka::{Delivery, KafkaProducer, OutMessage, TopicCheck};
 use crate::shutdown;
 use crate::store::{self, Need, OutboxRow};
 
@@ -27,8 +28,10 @@ pub struct RelayResult {
     pub run_id: Uuid,
     /// Rows acknowledged by Kafka and marked published.
     pub published: u64,
-    /// Rows marked failed: they can never be delivered.
+    /// Rows marked failed: they can never be delivered, or failed too often.
     pub failed: u64,
+    /// Rows whose own send failed this run: they back off and are retried.
+    pub retrying: u64,
     /// Published rows deleted after the retention.
     pub purged: u64,
     /// True when another relay held the lock and this one did nothing.
@@ -37,8 +40,10 @@ pub struct RelayResult {
 }
 
 /// Relays the outbox, counting into `result` as rows are marked, so what was published
-/// is known also when the run fails.
-pub fn relay_outbox(cfg: &RelayConfig, result: &mut RelayResult) -> Result<()> {
+/// is known also when the run fails. A failure of some rows' own (an unusable topic, a
+/// message refused while others went through) does not stop the others: those rows
+/// back off, the run goes on, and then fails with that failure.
+pub fn relay_outbox(cfg: &RelayConfig, clock: &dyn Clock, result: &mut RelayResult) -> Result<()> {
     let started = Instant::now();
     let mut db = store::connect(&cfg.db)?;
     store::check_schema(&mut db.client, Need::Relay)?;
@@ -58,18 +63,23 @@ pub fn relay_outbox(cfg: &RelayConfig, result: &mut RelayResult) -> Result<()> {
     info!(brokers = cfg.kafka.brokers.as_str(), batch_size = cfg.batch_size,
           follow_ms = cfg.follow.as_millis() as u64; "relay started");
 
-    let outcome = drain(&mut db.client, &mut producer, cfg, started, result)
-        .and_then(|()| purge(&mut db.client, cfg, result));
+    // The purge runs also after a row's own failure: it concerns other rows.
+    let outcome =
+        drain(&mut db.client, &mut producer, cfg, clock, started, result).and_then(|row_failure| {
+            purge(&mut db.client, cfg, clock, result)?;
+            row_failure.map_or(Ok(()), Err)
+        });
     result.duration_ms = started.elapsed().as_millis() as u64;
     match outcome {
         Ok(()) => {
-            info!(published = result.published, failed = result.failed, purged = result.purged,
+            info!(published = result.published, failed = result.failed,
+                  retrying = result.retrying, purged = result.purged,
                   duration_ms = result.duration_ms; "relay completed");
             Ok(())
         }
         Err(e) => {
             warn!(published = result.published, failed = result.failed,
-                  duration_ms = result.duration_ms;
+                  retrying = result.retrying, duration_ms = result.duration_ms;
                   "relay stopped early; rows marked before this point stay marked");
             Err(e)
         }
@@ -80,62 +90,101 @@ fn drain(
     client: &mut Client,
     producer: &mut KafkaProducer,
     cfg: &RelayConfig,
+    clock: &dyn Clock,
     started: Instant,
     result: &mut RelayResult,
-) -> Result<()> {
+) -> Result<Option<anyhow::Error>> {
     let run_for = cfg.run_for();
+    // The first failure of a row's own (an unusable topic, a message the broker refused
+    // while taking others): the run goes on with the other rows, and ends with it.
+    let mut row_failure: Option<anyhow::Error> = None;
     loop {
         interrupted()?;
         if started.elapsed() >= run_for {
-            return Ok(());
+            break;
         }
-        let rows = store::pending(client, cfg.batch_size)?;
+        let now = clock.now();
+        let rows = store::pending(client, now, cfg.batch_size)?;
         if rows.is_empty() {
             if cfg.follow.is_zero() {
-                return Ok(());
+                break;
             }
             wait_for_outbox(client, run_for.saturating_sub(started.elapsed()))?;
             continue;
         }
         let batch = one_per_key(rows);
+
+        // Rows of a topic that cannot take them wait; the other topics' rows go on.
+        let mut unusable: HashMap<&str, (Failure, String)> = HashMap::new();
         for topic in batch
             .iter()
             .map(|r| r.topic.as_str())
             .collect::<HashSet<_>>()
         {
-            producer.check_topic(topic, cfg.expected_partitions)?;
+            if let TopicCheck::Unusable { failure, reason } =
+                producer.check_topic(topic, cfg.expected_partitions)?
+            {
+                unusable.insert(topic, (failure, reason));
+            }
         }
-        let messages: Vec<OutMessage> = batch.iter().map(message).collect();
-        let deliveries = producer.send_batch(&messages);
+        let (held, sendable): (Vec<&OutboxRow>, Vec<&OutboxRow>) = batch
+            .iter()
+            .partition(|r| unusable.contains_key(r.topic.as_str()));
+        let mut retry: Vec<(Uuid, String)> = Vec::new();
+        for (topic, (failure, reason)) in &unusable {
+            let waiting: Vec<&&OutboxRow> = held.iter().filter(|r| r.topic == *topic).collect();
+            log::error!(topic, rows = waiting.len(), error = reason.as_str();
+                        "item failed: the topic cannot take these rows; they back off, the other topics' rows go on");
+            retry.extend(waiting.iter().map(|r| (r.id, reason.clone())));
+            row_failure.get_or_insert_with(|| fail(*failure, reason.clone()));
+        }
 
+        let messages: Vec<OutMessage> = sendable.iter().map(|r| message(r)).collect();
+        let deliveries = producer.send_batch(&messages);
         let mut acked = Vec::new();
-        let mut failures = Vec::new();
-        for (row, delivery) in batch.iter().zip(&deliveries) {
+        let mut permanent = Vec::new();
+        let mut transient = Vec::new();
+        for (row, delivery) in sendable.iter().zip(&deliveries) {
             match delivery {
                 Delivery::Acked { partition, offset } => {
                     acked.push(row.id);
                     info!(booking_id = row.key.as_str(), message_id:% = row.id, topic = row.topic.as_str(),
                           partition = *partition, offset = *offset; "event published");
                 }
-                Delivery::Failed { permanent, error } => {
-                    failures.push((row.id, error.clone(), *permanent));
-                }
+                Delivery::Failed {
+                    permanent: true,
+                    error,
+                } => permanent.push((row.id, error.clone())),
+                Delivery::Failed {
+                    permanent: false,
+                    error,
+                } => transient.push((row.id, error.clone())),
             }
         }
-        result.published += store::mark_published(client, &acked)?;
-        store::mark_attempts_failed(client, &failures)?;
-        let permanent: Vec<_> = failures.iter().filter(|f| f.2).collect();
-        for (id, error, _) in &permanent {
+        let now = clock.now();
+        result.published += store::mark_published(client, now, &acked)?;
+        store::mark_failed(client, now, &permanent)?;
+        for (id, error) in &permanent {
             log::error!(message_id:% = id, error = error.as_str();
                         "item failed: the message can never be delivered, marked failed");
         }
         result.failed += permanent.len() as u64;
-        info!(sent = batch.len(), published = acked.len(), failed = permanent.len(); "batch relayed");
 
-        let transient: Vec<_> = failures.iter().filter(|f| !f.2).collect();
-        if let Some((_, first_error, _)) = transient.first() {
-            // Keep per-key order: nothing more is sent this run; the next run retries
-            // these rows first.
+        // Transient refusals while the brokers do not answer are an outage: nothing is
+        // wrong with the rows, they go first next run and count no failure. While the
+        // brokers answer, the refusals are the rows' own (their partition, their topic's
+        // settings): they back off.
+        let brokers_down = transient.first().is_some_and(|(id, _)| {
+            let topic = sendable
+                .iter()
+                .find(|r| r.id == *id)
+                .map_or("", |r| r.topic.as_str());
+            !producer.brokers_answer(topic)
+        });
+        if brokers_down {
+            store::mark_attempted(client, &transient)?;
+            store::mark_retry(client, now, &retry)?;
+            let (_, first_error) = &transient[0];
             let failure = if acked.is_empty() {
                 Failure::Unavailable
             } else {
@@ -147,12 +196,39 @@ fn drain(
                     "{} of {} messages were not acknowledged by Kafka at {} ({first_error}); \
                      they stay pending for the next run",
                     transient.len(),
-                    batch.len(),
+                    sendable.len(),
                     cfg.kafka.brokers
                 ),
             ));
         }
+        for (id, error) in &transient {
+            log::error!(message_id:% = id, error = error.as_str();
+                        "item failed: Kafka refused the message while its brokers answer; it backs off");
+        }
+        if let Some((_, first_error)) = transient.first() {
+            row_failure.get_or_insert_with(|| {
+                fail(
+                    Failure::Temporary,
+                    format!(
+                        "{} messages were refused by Kafka while its brokers answer \
+                         ({first_error}); they back off and are retried",
+                        transient.len()
+                    ),
+                )
+            });
+        }
+        retry.extend(transient);
+        let gave_up = store::mark_retry(client, now, &retry)?;
+        for id in &gave_up {
+            log::error!(message_id:% = id, max_failures = store::MAX_FAILURES;
+                        "item failed: too many failed attempts, marked failed");
+        }
+        result.failed += gave_up.len() as u64;
+        result.retrying += (retry.len() - gave_up.len()) as u64;
+        info!(sent = sendable.len(), published = acked.len(), failed = permanent.len() + gave_up.len(),
+              backing_off = retry.len() - gave_up.len(); "batch relayed");
     }
+    Ok(row_failure)
 }
 
 fn interrupted() -> Result<()> {
@@ -218,10 +294,16 @@ fn message(row: &OutboxRow) -> OutMessage {
 }
 
 /// Deletes published rows older than the retention, in bounded batches.
-fn purge(client: &mut Client, cfg: &RelayConfig, result: &mut RelayResult) -> Result<()> {
+fn purge(
+    client: &mut Client,
+    cfg: &RelayConfig,
+    clock: &dyn Clock,
+    result: &mut RelayResult,
+) -> Result<()> {
+    let now = clock.now();
     loop {
         interrupted()?;
-        let deleted = store::purge_published(client, cfg.retention, cfg.purge_batch_size)?;
+        let deleted = store::purge_published(client, now, cfg.retention, cfg.purge_batch_size)?;
         result.purged += deleted;
         if deleted < u64::from(cfg.purge_batch_size) {
             if result.purged > 0 {

@@ -389,9 +389,9 @@ fn backlog_queries_use_the_partial_indexes_with_much_history() {
     c.batch_execute(
         "INSERT INTO crm.booking_expiration_poison
                 (booking_id, tenant_id, phase, reason, error, attempts, first_seen_at,
-                 last_seen_at, retry_at)
+                 last_seen_at, retry_at, booking_version, booking_status)
          SELECT id, tenant_id, 'Reserve', 'database', 'x', 1, now(), now(),
-                now() + interval '1 hour'
+                now() + interval '1 hour', version, status
            FROM crm.bookings WHERE status = 'Reserved' ORDER BY reserve_expires_at LIMIT 20;
          INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload,
                                  occurred_at, published_at, failed_at)

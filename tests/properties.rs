@@ -48,13 +48,14 @@ fn near_as_of() -> impl Strategy<Value = DateTime<Utc>> {
     .prop_map(|micros| as_of() + TimeDelta::microseconds(micros))
 }
 
-fn version() -> impl Strategy<Value = i32> {
+fn version() -> impl Strategy<Value = i64> {
     prop_oneof![
-        Just(i32::MAX),
-        Just(i32::MAX - 1),
+        Just(i64::MAX),
+        Just(i64::MAX - 1),
+        Just(i64::from(i32::MAX)),
         Just(0),
-        1..1_000i32,
-        any::<i32>()
+        1..1_000i64,
+        any::<i64>()
     ]
 }
 
@@ -77,6 +78,7 @@ prop_compose! {
             booking_expires_at: booking,
             expired_at,
             version,
+            version_max: i64::from(i32::MAX),
         }
     }
 }
@@ -106,7 +108,7 @@ proptest! {
         let expect_ok = phase.is_some()
             && row.expired_at.is_none()
             && deadline.is_some_and(|d| d < as_of)
-            && row.version < i32::MAX;
+            && row.version < row.version_max;
         match expire(&row, as_of) {
             Ok(expiry) => {
                 prop_assert!(expect_ok, "{row:?} expired");

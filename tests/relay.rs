@@ -323,6 +323,14 @@ fn broker_killed_mid_relay_loses_nothing_and_duplicates_only_by_ce_id() {
     );
     let marked_before = marked_published(&mut c);
     assert!(marked_before.len() < 30_000, "killed mid-relay");
+    // A broker outage is nothing the rows did: none backs off or counts a failure.
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM crm.outbox WHERE failures > 0 OR next_attempt_at IS NOT NULL"
+        ),
+        0
+    );
 
     broker.restart();
     let result = relay_ok(
@@ -398,6 +406,9 @@ fn a_topic_with_another_partition_count_is_reported() {
         run.stderr
     );
     assert_eq!(pending(&mut c), 2);
+    // The rows back off (the first back-off is a second): as if that had passed.
+    c.execute("UPDATE crm.outbox SET next_attempt_at = now()", &[])
+        .unwrap();
     // Deliberately accepted.
     let result = relay_ok(&db, &brokers, &["--expected-partitions", "3"]);
     assert_eq!(result["Published"], json!(2));

@@ -93,7 +93,7 @@ fn refused_up_front(run: &Run, role: &LoginRole, subcommand: &str, missing: &str
 }
 
 const RELAY_MISSING_FOR_WORKER: &str = "SELECT on crm.outbox, UPDATE on crm.outbox \
-     (published_at, attempts, last_error, failed_at), DELETE on crm.outbox";
+     (published_at, attempts, last_error, failed_at, next_attempt_at, failures), DELETE on crm.outbox";
 
 #[test]
 fn the_worker_role_runs_a_cycle_and_is_refused_everything_else() {
@@ -355,7 +355,7 @@ fn the_read_only_role_reports_and_is_refused_every_write() {
         &relay,
         &reader,
         "relay-outbox",
-        "UPDATE on crm.outbox (published_at, attempts, last_error, failed_at), DELETE on \
+        "UPDATE on crm.outbox (published_at, attempts, last_error, failed_at, next_attempt_at, failures), DELETE on \
          crm.outbox",
         RELAY,
     );

@@ -56,7 +56,7 @@ fn reserve_phase_expires_reserved_and_awaiting_payment() {
             .unwrap();
         assert_eq!(audit.get::<_, String>(0), from);
         assert_eq!(audit.get::<_, String>(1), "ReserveExpired");
-        assert_eq!(audit.get::<_, i32>(2), 2);
+        assert_eq!(audit.get::<_, i64>(2), 2);
         assert_eq!(audit.get::<_, String>(3), "system:booking-expiration");
         assert_eq!(audit.get::<_, uuid::Uuid>(4), result.run_id);
         assert_eq!(

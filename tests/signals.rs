@@ -357,7 +357,7 @@ fn sigterm_while_the_relay_waits_for_delivery_reports_marks_nothing_unacknowledg
             c.query_one(
                 "SELECT count(*) FROM pg_stat_activity
               WHERE datname = $1 AND application_name = 'booking-expire'
-                AND strpos(query, 'ORDER BY seq') > 0 AND query_start > $2",
+                AND strpos(query, 'ORDER BY o.seq') > 0 AND query_start > $2",
                 &[&db.name, &woke_after],
             )
             .unwrap()

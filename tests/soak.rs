@@ -332,7 +332,7 @@ fn check_every_change_is_accounted_for(c: &mut Client, changes: &[(Action, Chang
     }
     let expiries: Vec<(Uuid, i32, DateTime<Utc>, String)> = c
         .query(
-            "SELECT booking_id, version, at, to_status FROM crm.booking_audit
+            "SELECT booking_id, version::int4, at, to_status FROM crm.booking_audit
               WHERE actor = 'system:booking-expiration'",
             &[],
         )

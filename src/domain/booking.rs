@@ -124,7 +124,10 @@ pub struct BookingRow {
     pub reserve_expires_at: Option<DateTime<Utc>>,
     pub booking_expires_at: Option<DateTime<Utc>>,
     pub expired_at: Option<DateTime<Utc>>,
-    pub version: i32,
+    /// The version, as a 64-bit integer whatever integer type the column has.
+    pub version: i64,
+    /// The largest version the column can hold (`smallint`, `integer` or `bigint`).
+    pub version_max: i64,
 }
 
 impl BookingRow {
@@ -152,7 +155,7 @@ pub struct Expiry {
     /// `expired_at` and `updated_at` after the transition (= AsOf).
     pub expired_at: DateTime<Utc>,
     /// The version the write must still find; the row gets `expected_version + 1`.
-    pub expected_version: i32,
+    pub expected_version: i64,
 }
 
 /// Why the guard refused to expire a row. A claimed row should never be refused: each
@@ -221,7 +224,7 @@ pub fn expire(row: &BookingRow, as_of: DateTime<Utc>) -> Result<Expiry, Rejectio
     if deadline >= as_of {
         return Err(Rejection::NotYetDue(deadline));
     }
-    if row.version == i32::MAX {
+    if row.version >= row.version_max {
         return Err(Rejection::VersionOverflow);
     }
     Ok(Expiry {
@@ -260,6 +263,7 @@ mod tests {
             booking_expires_at: at(booking),
             expired_at: None,
             version: 7,
+            version_max: i64::from(i32::MAX),
         }
     }
 
@@ -403,9 +407,17 @@ mod tests {
     }
 
     #[test]
-    fn the_version_cannot_overflow() {
+    fn the_version_cannot_overflow_its_column() {
         let mut r = row("Booked", None, Some(-60));
-        r.version = i32::MAX;
+        r.version = i64::from(i32::MAX);
+        assert_eq!(expire(&r, as_of()), Err(Rejection::VersionOverflow));
+        r.version = i64::from(i32::MAX) - 1;
+        assert!(expire(&r, as_of()).is_ok());
+        // A bigint column goes on where an integer column stops.
+        r.version = i64::from(i32::MAX);
+        r.version_max = i64::MAX;
+        assert!(expire(&r, as_of()).is_ok());
+        r.version = i64::MAX;
         assert_eq!(expire(&r, as_of()), Err(Rejection::VersionOverflow));
     }
 

@@ -20,6 +20,7 @@
 //! HTTP client library, so this is HTTP/1.1 over `std::net::TcpStream`, with `https`
 //! refused as a configuration error rather than silently sent in clear.
 
+use crate::clock::Clock;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -31,7 +32,7 @@ use log::{info, warn};
 
 use crate::cli::MetricsArgs;
 use crate::config::DbConfig;
-use crate::cycle::{self, CycleResult};
+use crate::cycle::CycleResult;
 use crate::domain::Phase;
 use crate::exit::{Failure, fail};
 use crate::relay::RelayResult;
@@ -337,7 +338,7 @@ fn read_after_run(db: &DbConfig, step: Step) -> Option<Backlog> {
         let mut tx = store::begin_read_only(&mut session.client)
             .context("cannot begin a read-only transaction")?;
         // The cycle's clock, as `backlog` reads it.
-        let as_of = cycle::system_as_of();
+        let as_of = crate::clock::SystemClock.now();
         let mut backlog = Backlog {
             as_of,
             overdue: None,

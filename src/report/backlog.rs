@@ -3,6 +3,7 @@
 //! pending rows, the oldest of them, and the rows the relay gave up on. A table, one
 //! JSON object, or Prometheus gauges; `--fail-above N` turns it into a probe.
 
+use crate::clock::Clock;
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use postgres::Client;
@@ -11,7 +12,6 @@ use serde::Serialize;
 use super::format::{self, Table};
 use crate::cli::{BacklogArgs, ReportFormat};
 use crate::config::DbConfig;
-use crate::cycle;
 use crate::domain::{Phase, rfc3339};
 use crate::exit::{ClassifyExt, Failure, fail};
 use crate::shutdown;
@@ -46,7 +46,7 @@ pub fn backlog(args: &BacklogArgs) -> Result<()> {
     shutdown::on_signal(db.interrupter());
     store::check_schema(&mut db.client, Need::Report)?;
     // The cycle's clock: "overdue" here means what the next run-once would see as such.
-    let as_of = cycle::system_as_of();
+    let as_of = crate::clock::SystemClock.now();
     let report = read(&mut db.client, as_of).map_err(|e| super::explain(e, "backlog"))?;
 
     format::print(&match format {

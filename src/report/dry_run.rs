@@ -3,6 +3,7 @@
 //! `run-once` (without its lock) and the same domain decision, `cycle::decide`; only
 //! the write is skipped.
 
+use crate::clock::Clock;
 use std::collections::HashMap;
 use std::io::Write;
 
@@ -49,7 +50,7 @@ pub fn dry_run(args: &DryRunArgs, run_id: Uuid) -> Result<()> {
     // batch after batch; one query with their product as the limit reads the same rows.
     let limit = (!args.all).then(|| i64::from(batch.size) * i64::from(batch.max_batches));
     let as_of = match args.as_of {
-        AsOf::Now => cycle::system_as_of(),
+        AsOf::Now => crate::clock::SystemClock.now(),
         AsOf::At(at) => at,
     };
     let per_phase = limit.map_or_else(|| "all".to_owned(), |n| n.to_string());

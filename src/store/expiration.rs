@@ -35,12 +35,24 @@ pub(crate) fn deadline_column(phase: Phase) -> &'static str {
     }
 }
 
-/// Rows in quarantine are not claimed again before their `retry_at`.
+/// Rows in quarantine are not claimed again before their `retry_at`, as long as the
+/// booking is still the row that was quarantined: once its version or status moved (a
+/// manager repaired, extended or cancelled it), the entry no longer applies and the
+/// row is judged afresh on the next cycle.
 const NOT_QUARANTINED: &str = "NOT EXISTS (SELECT 1 FROM crm.booking_expiration_poison p \
-     WHERE p.booking_id = b.id AND p.retry_at > $1)";
+     WHERE p.booking_id = b.id AND p.retry_at > $1 \
+       AND p.booking_version = b.version AND p.booking_status = b.status::text)";
 
-pub(crate) const BOOKING_COLUMNS: &str = "b.id, b.tenant_id, b.deal_id, b.property_object_id, b.status, \
-     b.reserve_expires_at, b.booking_expires_at, b.expired_at, b.version";
+/// The booking columns the job reads, in the types it reads them as: whatever the CRM
+/// declared (`text`, `varchar` or an enum for the status; `smallint`, `integer` or
+/// `bigint` for the version), the job sees text and a 64-bit integer, plus the largest
+/// version the column can hold (so the guard refuses a row whose version cannot grow).
+pub(crate) const BOOKING_COLUMNS: &str = "b.id, b.tenant_id, b.deal_id, b.property_object_id, \
+     b.status::text AS status, b.reserve_expires_at, b.booking_expires_at, b.expired_at, \
+     b.version::int8 AS version, \
+     CASE pg_typeof(b.version) WHEN 'smallint'::regtype THEN 32767::int8 \
+                               WHEN 'integer'::regtype THEN 2147483647::int8 \
+                               ELSE 9223372036854775807::int8 END AS version_max";
 
 /// The candidates of a phase, oldest deadline first: the one predicate that both the
 /// claim (`run-once`) and `dry-run` use. `$1` = AsOf, `$2` = the limit.
@@ -81,16 +93,22 @@ pub fn skipped_sql(phase: Phase) -> String {
 /// One statement writes a whole batch, whatever its size. Every row is guarded on the
 /// status and version it was claimed with, so a stale row is a no-op, never a
 /// corruption; only rows the UPDATE really changed get audit, timeline and outbox rows.
-const WRITE_SQL: &str = "\
+///
+/// `status_type` is the declared type of `crm.bookings.status` (from the catalog), so
+/// the new status is cast to it: text, varchar and enums all work.
+fn write_sql(status_type: &str) -> String {
+    format!(
+        "\
 WITH input AS (
-    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int4[], $5::uuid[],
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int8[], $5::uuid[],
                          $6::jsonb[], $7::jsonb[], $8::text[])
         AS t(id, from_status, to_status, expected_version, message_id, payload, headers, timeline_kind)
 ), expired AS (
     UPDATE crm.bookings b
-       SET status = i.to_status, expired_at = $9, updated_at = $9, version = b.version + 1
+       SET status = CAST(i.to_status AS {status_type}), expired_at = $9, updated_at = $9,
+           version = b.version + 1
       FROM input i
-     WHERE b.id = i.id AND b.status = i.from_status AND b.version = i.expected_version
+     WHERE b.id = i.id AND b.status::text = i.from_status AND b.version = i.expected_version
        AND b.expired_at IS NULL
     RETURNING b.id, b.tenant_id, b.deal_id, b.version, i.from_status, i.to_status,
               i.message_id, i.payload, i.headers, i.timeline_kind
@@ -106,24 +124,59 @@ WITH input AS (
 ), released AS (
     DELETE FROM crm.booking_expiration_poison p USING expired e WHERE p.booking_id = e.id
 )
-SELECT id FROM expired";
+SELECT id FROM expired"
+    )
+}
 
-/// Records poison rows; each repeat doubles the back-off (1 min, 2, 4, … capped at 1 h).
+/// Records poison rows with the version and status they were seen with. A repeat on
+/// the same version doubles the back-off (1 min, 2, 4, … capped at 1 h); a row seen
+/// with another version is a new case and starts over. Neither the back-off nor the
+/// attempt counter can overflow, however long a row stays bad: the exponent is capped
+/// before the product is formed, and the counter saturates.
 const QUARANTINE_SQL: &str = "\
 INSERT INTO crm.booking_expiration_poison AS p
        (booking_id, tenant_id, phase, reason, error, sqlstate, attempts,
-        first_seen_at, last_seen_at, retry_at, last_run_id)
+        first_seen_at, last_seen_at, retry_at, last_run_id, booking_version, booking_status)
 SELECT t.id, t.tenant_id, t.phase, t.reason, t.error, t.sqlstate, 1,
-       $7::timestamptz, $7::timestamptz, $7::timestamptz + interval '1 minute', $8
-  FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[])
-       AS t(id, tenant_id, phase, reason, error, sqlstate)
+       $7::timestamptz, $7::timestamptz, $7::timestamptz + interval '1 minute', $8,
+       t.version, t.status
+  FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[],
+              $9::int8[], $10::text[])
+       AS t(id, tenant_id, phase, reason, error, sqlstate, version, status)
 ON CONFLICT (booking_id) DO UPDATE
    SET phase = excluded.phase, reason = excluded.reason, error = excluded.error,
-       sqlstate = excluded.sqlstate, attempts = p.attempts + 1,
+       sqlstate = excluded.sqlstate,
+       attempts = CASE WHEN p.booking_version IS NOT DISTINCT FROM excluded.booking_version
+                        AND p.booking_status IS NOT DISTINCT FROM excluded.booking_status
+                       THEN least(p.attempts, 2147483646) + 1
+                       ELSE 1 END,
+       first_seen_at = CASE WHEN p.booking_version IS NOT DISTINCT FROM excluded.booking_version
+                             AND p.booking_status IS NOT DISTINCT FROM excluded.booking_status
+                            THEN p.first_seen_at
+                            ELSE excluded.first_seen_at END,
        last_seen_at = excluded.last_seen_at,
        retry_at = excluded.last_seen_at
-                  + least(interval '1 minute' * power(2, p.attempts), interval '1 hour'),
-       last_run_id = excluded.last_run_id";
+                  + CASE WHEN p.booking_version IS NOT DISTINCT FROM excluded.booking_version
+                          AND p.booking_status IS NOT DISTINCT FROM excluded.booking_status
+                         THEN least(interval '1 minute' * power(2, least(p.attempts, 6)),
+                                    interval '1 hour')
+                         ELSE interval '1 minute' END,
+       last_run_id = excluded.last_run_id,
+       booking_version = excluded.booking_version,
+       booking_status = excluded.booking_status";
+
+/// Quarantine entries whose booking is gone or no longer the row that was quarantined
+/// (another version or status), at most 1,000 a cycle: an entry outlives its booking's
+/// change by one cycle at most, and the table holds only rows that are still bad.
+const RELEASE_STALE_SQL: &str = "\
+DELETE FROM crm.booking_expiration_poison
+ WHERE booking_id IN (
+       SELECT p.booking_id FROM crm.booking_expiration_poison p
+        WHERE NOT EXISTS (SELECT 1 FROM crm.bookings b
+                           WHERE b.id = p.booking_id
+                             AND b.version = p.booking_version
+                             AND b.status::text = p.booking_status)
+        LIMIT 1000)";
 
 /// The cycle's statements, prepared once per session.
 pub struct CycleStatements {
@@ -131,10 +184,12 @@ pub struct CycleStatements {
     skipped: [Statement; 2],
     write: Statement,
     quarantine: Statement,
+    release_stale: Statement,
 }
 
 impl CycleStatements {
     pub fn prepare(client: &mut Client) -> Result<Self> {
+        let status_type = super::schema::status_type(client)?;
         let mut prepare = |sql: &str| {
             client
                 .prepare(sql)
@@ -149,8 +204,9 @@ impl CycleStatements {
                 prepare(&skipped_sql(Phase::Reserve))?,
                 prepare(&skipped_sql(Phase::Booking))?,
             ],
-            write: prepare(WRITE_SQL)?,
+            write: prepare(&write_sql(&status_type))?,
             quarantine: prepare(QUARANTINE_SQL)?,
+            release_stale: prepare(RELEASE_STALE_SQL)?,
         })
     }
 }
@@ -162,17 +218,19 @@ fn index(phase: Phase) -> usize {
     }
 }
 
+/// A booking read with [`BOOKING_COLUMNS`], by column name.
 pub fn booking_row(row: &postgres::Row) -> BookingRow {
     BookingRow {
-        id: row.get(0),
-        tenant_id: row.get(1),
-        deal_id: row.get(2),
-        property_object_id: row.get(3),
-        status: row.get(4),
-        reserve_expires_at: row.get(5),
-        booking_expires_at: row.get(6),
-        expired_at: row.get(7),
-        version: row.get(8),
+        id: row.get("id"),
+        tenant_id: row.get("tenant_id"),
+        deal_id: row.get("deal_id"),
+        property_object_id: row.get("property_object_id"),
+        status: row.get("status"),
+        reserve_expires_at: row.get("reserve_expires_at"),
+        booking_expires_at: row.get("booking_expires_at"),
+        expired_at: row.get("expired_at"),
+        version: row.get("version"),
+        version_max: row.get("version_max"),
     }
 }
 
@@ -235,6 +293,9 @@ pub struct DbRejection {
 pub struct Poison {
     pub booking_id: Uuid,
     pub tenant_id: Uuid,
+    /// The booking's version and status as claimed: the entry applies to that row only.
+    pub version: i64,
+    pub status: String,
     pub phase: Phase,
     pub reason: &'static str,
     pub error: String,
@@ -250,11 +311,16 @@ pub struct WriteOutcome {
     pub rejected: Vec<(usize, DbRejection)>,
 }
 
-/// Writes the batch in one statement. If the database refuses it because of a row's
-/// data (a trigger, a constraint), the batch is bisected under savepoints until the
-/// offending rows are isolated, and the rest is written: the happy path costs a fixed
-/// number of statements, a poison row O(log n) more. Infrastructure errors (lost
-/// connection, timeouts, cancellation) are returned and roll the whole batch back.
+/// Writes the batch in one statement under one savepoint: the happy path costs a fixed
+/// number of statements whatever the batch size. If the database refuses the batch
+/// because of a row's data (a trigger, a constraint), the offending rows are found by
+/// bisection with probes that are always rolled back, and the rest is written in one
+/// more statement. Every savepoint is released: a probe's subtransaction ends when it
+/// is rolled back, and at most a few committed subtransactions stay open until the
+/// batch commits, whatever the number of poison rows (past 64 open subtransactions,
+/// PostgreSQL's per-session cache overflows and every session's snapshots slow down).
+/// Infrastructure errors (lost connection, timeouts, cancellation) are returned and
+/// roll the whole batch back.
 pub fn write_isolating(
     tx: &mut Transaction<'_>,
     stmts: &CycleStatements,
@@ -262,58 +328,135 @@ pub fn write_isolating(
     as_of: DateTime<Utc>,
     batch: &[BatchWrite],
 ) -> Result<WriteOutcome> {
+    let mut w = Writer {
+        tx,
+        stmts,
+        run_id,
+        as_of,
+        batch,
+    };
     let mut outcome = WriteOutcome::default();
-    write_part(tx, stmts, run_id, as_of, batch, 0, &mut outcome)?;
+    let all: Vec<usize> = (0..batch.len()).collect();
+    if all.is_empty() {
+        return Ok(outcome);
+    }
+    let first = match w.attempt(&all, Keep::Yes)? {
+        Ok(ids) => {
+            outcome.expired = ids;
+            return Ok(outcome);
+        }
+        Err(rejection) => rejection,
+    };
+    w.find_rejected(&all, first, &mut outcome.rejected)?;
+    let rejected: std::collections::HashSet<usize> =
+        outcome.rejected.iter().map(|(i, _)| *i).collect();
+    let rest: Vec<usize> = all.into_iter().filter(|i| !rejected.contains(i)).collect();
+    w.write_committing(&rest, &mut outcome)?;
+    outcome.rejected.sort_by_key(|(i, _)| *i);
     Ok(outcome)
 }
 
-fn write_part(
-    tx: &mut Transaction<'_>,
-    stmts: &CycleStatements,
+/// Whether a successful write is kept (the savepoint released) or only probed (rolled
+/// back, then released).
+#[derive(Clone, Copy, PartialEq)]
+enum Keep {
+    Yes,
+    No,
+}
+
+const SAVEPOINT: &str = "expire_write";
+
+struct Writer<'a, 't> {
+    tx: &'a mut Transaction<'t>,
+    stmts: &'a CycleStatements,
     run_id: Uuid,
     as_of: DateTime<Utc>,
-    part: &[BatchWrite],
-    offset: usize,
-    outcome: &mut WriteOutcome,
-) -> Result<()> {
-    if part.is_empty() {
-        return Ok(());
-    }
-    let mut savepoint = tx.savepoint("expire_batch")?;
-    match write_once(&mut savepoint, stmts, run_id, as_of, part) {
-        Ok(ids) => {
-            savepoint.commit()?;
-            outcome.expired.extend(ids);
-            Ok(())
-        }
-        Err(e) if is_row_rejection(&e) => {
-            savepoint.rollback()?;
-            if let [_] = part {
+    batch: &'a [BatchWrite],
+}
+
+impl Writer<'_, '_> {
+    /// Writes the rows `part` (indexes into the batch) under a savepoint, released in
+    /// every outcome. `Ok(Err(_))`: the database refused a row's data.
+    fn attempt(
+        &mut self,
+        part: &[usize],
+        keep: Keep,
+    ) -> Result<std::result::Result<Vec<Uuid>, DbRejection>> {
+        self.tx.batch_execute(&format!("SAVEPOINT {SAVEPOINT}"))?;
+        let rows: Vec<&BatchWrite> = part.iter().map(|&i| &self.batch[i]).collect();
+        match write_once(self.tx, self.stmts, self.run_id, self.as_of, &rows) {
+            Ok(ids) if keep == Keep::Yes => {
+                self.tx
+                    .batch_execute(&format!("RELEASE SAVEPOINT {SAVEPOINT}"))?;
+                Ok(Ok(ids))
+            }
+            Ok(_) => {
+                self.undo()?;
+                Ok(Ok(Vec::new()))
+            }
+            Err(e) if is_row_rejection(&e) => {
+                self.undo()?;
                 let db = e
                     .as_db_error()
                     .expect("a row rejection is a database error");
-                outcome.rejected.push((
-                    offset,
-                    DbRejection {
-                        sqlstate: db.code().code().to_owned(),
-                        message: db.message().to_owned(),
-                    },
-                ));
-                return Ok(());
+                Ok(Err(DbRejection {
+                    sqlstate: db.code().code().to_owned(),
+                    message: db.message().to_owned(),
+                }))
             }
-            let (left, right) = part.split_at(part.len() / 2);
-            write_part(tx, stmts, run_id, as_of, left, offset, outcome)?;
-            write_part(
-                tx,
-                stmts,
-                run_id,
-                as_of,
-                right,
-                offset + left.len(),
-                outcome,
-            )
+            Err(e) => Err(e.into()),
         }
-        Err(e) => Err(e.into()),
+    }
+
+    fn undo(&mut self) -> Result<()> {
+        self.tx.batch_execute(&format!(
+            "ROLLBACK TO SAVEPOINT {SAVEPOINT}; RELEASE SAVEPOINT {SAVEPOINT}"
+        ))?;
+        Ok(())
+    }
+
+    /// `part` is known to be refused (with `rejection`): narrows it down by probing
+    /// halves, and records each single row that is refused on its own.
+    fn find_rejected(
+        &mut self,
+        part: &[usize],
+        rejection: DbRejection,
+        rejected: &mut Vec<(usize, DbRejection)>,
+    ) -> Result<()> {
+        if let [only] = part {
+            rejected.push((*only, rejection));
+            return Ok(());
+        }
+        let (left, right) = part.split_at(part.len() / 2);
+        for half in [left, right] {
+            if let Err(rejection) = self.attempt(half, Keep::No)? {
+                self.find_rejected(half, rejection, rejected)?;
+            }
+        }
+        // Both halves passed alone: rows refused only together, which
+        // `write_committing` separates.
+        Ok(())
+    }
+
+    /// Writes `part`, splitting it while the database refuses it: the rows found alone
+    /// are gone already, so this normally takes one statement.
+    fn write_committing(&mut self, part: &[usize], outcome: &mut WriteOutcome) -> Result<()> {
+        if part.is_empty() {
+            return Ok(());
+        }
+        match self.attempt(part, Keep::Yes)? {
+            Ok(ids) => outcome.expired.extend(ids),
+            Err(rejection) => {
+                if let [only] = part {
+                    outcome.rejected.push((*only, rejection));
+                    return Ok(());
+                }
+                let (left, right) = part.split_at(part.len() / 2);
+                self.write_committing(left, outcome)?;
+                self.write_committing(right, outcome)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -322,12 +465,12 @@ fn write_once(
     stmts: &CycleStatements,
     run_id: Uuid,
     as_of: DateTime<Utc>,
-    part: &[BatchWrite],
+    part: &[&BatchWrite],
 ) -> Result<Vec<Uuid>, postgres::Error> {
     let ids: Vec<Uuid> = part.iter().map(|w| w.expiry.booking_id).collect();
     let from: Vec<&str> = part.iter().map(|w| w.expiry.from.as_str()).collect();
     let to: Vec<&str> = part.iter().map(|w| w.expiry.to.as_str()).collect();
-    let versions: Vec<i32> = part.iter().map(|w| w.expiry.expected_version).collect();
+    let versions: Vec<i64> = part.iter().map(|w| w.expiry.expected_version).collect();
     let message_ids: Vec<Uuid> = part.iter().map(|w| w.message_id).collect();
     let payloads: Vec<&serde_json::Value> = part.iter().map(|w| &w.payload).collect();
     let headers: Vec<&serde_json::Value> = part.iter().map(|w| &w.headers).collect();
@@ -385,13 +528,24 @@ pub fn quarantine(
     let reasons: Vec<&str> = poison.iter().map(|p| p.reason).collect();
     let errors: Vec<&str> = poison.iter().map(|p| p.error.as_str()).collect();
     let states: Vec<Option<&str>> = poison.iter().map(|p| p.sqlstate.as_deref()).collect();
+    let versions: Vec<i64> = poison.iter().map(|p| p.version).collect();
+    let statuses: Vec<&str> = poison.iter().map(|p| p.status.as_str()).collect();
     tx.execute(
         &stmts.quarantine,
         &[
-            &ids, &tenants, &phases, &reasons, &errors, &states, &as_of, &run_id,
+            &ids, &tenants, &phases, &reasons, &errors, &states, &as_of, &run_id, &versions,
+            &statuses,
         ],
     )?;
     Ok(())
+}
+
+/// Removes quarantine entries that no longer describe their booking; returns how many.
+pub fn release_stale_quarantine(
+    client: &mut impl GenericClient,
+    stmts: &CycleStatements,
+) -> Result<u64> {
+    Ok(client.execute(&stmts.release_stale, &[])?)
 }
 
 #[cfg(test)]

@@ -9,18 +9,18 @@ mod report;
 mod schema;
 
 pub use clock::{ClockSkew, measure_clock_skew};
-pub use connect::connect;
+pub use connect::{Db, connect};
 pub use expiration::{
     BatchWrite, CycleStatements, Poison, booking_row, candidates_sql, claim, claim_sql,
-    count_skipped, quarantine, skipped_sql, write_isolating,
+    count_skipped, quarantine, release_stale_quarantine, skipped_sql, write_isolating,
 };
 pub use outbox::{
-    OUTBOX_CHANNEL, OutboxRow, listen, mark_attempts_failed, mark_published, pending,
-    purge_published, try_relay_lock,
+    MAX_FAILURES, OUTBOX_CHANNEL, OutboxRow, listen, mark_attempted, mark_failed, mark_published,
+    mark_retry, pending, purge_published, try_relay_lock,
 };
 pub use report::{
     CHUNK_ROWS, OUTBOX_FAILED_SQL, OUTBOX_PENDING_SQL, OutboxLag, Overdue, Quarantined,
     begin_read_only, candidates_in_chunks, count_candidates, outbox_lag, overdue, overdue_sql,
     poison_count, poison_sql, quarantined_in_chunks, quarantined_sql,
 };
-pub use schema::{Need, check_schema};
+pub use schema::{Need, check_schema, status_type};

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use anyhow::Result;
+use chrono::{DateTime, Utc};
 use postgres::GenericClient;
 use uuid::Uuid;
 
@@ -38,67 +39,142 @@ pub fn listen(client: &mut impl GenericClient) -> Result<()> {
     Ok(())
 }
 
-/// The oldest pending rows, in write order (served by `ix_outbox_pending`).
-pub fn pending(client: &mut impl GenericClient, limit: u32) -> Result<Vec<OutboxRow>> {
+/// The oldest rows due for sending, in write order (served by `ix_outbox_pending`):
+/// pending, not waiting out a back-off, and not behind an older row of the same key
+/// that is (per-key order; served by the small `ix_outbox_backing_off`).
+pub fn pending(
+    client: &mut impl GenericClient,
+    now: DateTime<Utc>,
+    limit: u32,
+) -> Result<Vec<OutboxRow>> {
     let rows = client.query(
-        "SELECT id, aggregateid, topic, payload::text, headers
-           FROM crm.outbox
-          WHERE published_at IS NULL AND failed_at IS NULL
-          ORDER BY seq
+        "SELECT o.id, o.aggregateid, o.topic, o.payload::text AS payload, o.headers
+           FROM crm.outbox o
+          WHERE o.published_at IS NULL AND o.failed_at IS NULL
+            AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= $2)
+            AND NOT EXISTS (SELECT 1 FROM crm.outbox w
+                             WHERE w.aggregateid = o.aggregateid AND w.seq < o.seq
+                               AND w.published_at IS NULL AND w.failed_at IS NULL
+                               AND w.next_attempt_at > $2)
+          ORDER BY o.seq
           LIMIT $1",
-        &[&i64::from(limit)],
+        &[&i64::from(limit), &now],
     )?;
     Ok(rows
         .iter()
         .map(|r| OutboxRow {
-            id: r.get(0),
-            key: r.get(1),
-            topic: r.get(2),
-            payload: r.get(3),
-            headers: r.get(4),
+            id: r.get("id"),
+            key: r.get("aggregateid"),
+            topic: r.get("topic"),
+            payload: r.get("payload"),
+            headers: r.get("headers"),
         })
         .collect())
 }
 
-/// Marks acknowledged rows published, in one statement.
-pub fn mark_published(client: &mut impl GenericClient, ids: &[Uuid]) -> Result<u64> {
+/// Marks acknowledged rows published at `now`, in one statement.
+pub fn mark_published(
+    client: &mut impl GenericClient,
+    now: DateTime<Utc>,
+    ids: &[Uuid],
+) -> Result<u64> {
     if ids.is_empty() {
         return Ok(0);
     }
     Ok(client.execute(
         "UPDATE crm.outbox
-            SET published_at = now(), attempts = attempts + 1, last_error = NULL
+            SET published_at = $2, attempts = least(attempts, 2147483646) + 1,
+                last_error = NULL, next_attempt_at = NULL
           WHERE id = ANY($1) AND published_at IS NULL",
-        &[&ids],
+        &[&ids, &now],
     )?)
 }
 
-/// Records failed attempts, in one statement. `permanent` rows get `failed_at` and
-/// stop being pending; the others stay pending for the next run.
-pub fn mark_attempts_failed(
+/// Rows the broker can never take (too large, invalid): marked failed at `now`.
+pub fn mark_failed(
     client: &mut impl GenericClient,
-    failures: &[(Uuid, String, bool)],
+    now: DateTime<Utc>,
+    failures: &[(Uuid, String)],
 ) -> Result<u64> {
     if failures.is_empty() {
         return Ok(0);
     }
-    let ids: Vec<Uuid> = failures.iter().map(|f| f.0).collect();
-    let errors: Vec<&str> = failures.iter().map(|f| f.1.as_str()).collect();
-    let permanent: Vec<bool> = failures.iter().map(|f| f.2).collect();
+    let (ids, errors) = split(failures);
     Ok(client.execute(
         "UPDATE crm.outbox o
-            SET attempts = o.attempts + 1, last_error = f.error,
-                failed_at = CASE WHEN f.permanent THEN now() ELSE o.failed_at END
-           FROM unnest($1::uuid[], $2::text[], $3::bool[]) AS f(id, error, permanent)
+            SET attempts = least(o.attempts, 2147483646) + 1, last_error = f.error,
+                failed_at = $3, next_attempt_at = NULL
+           FROM unnest($1::uuid[], $2::text[]) AS f(id, error)
           WHERE o.id = f.id AND o.published_at IS NULL",
-        &[&ids, &errors, &permanent],
+        &[&ids, &errors, &now],
     )?)
 }
 
-/// Deletes up to `limit` rows published more than `older_than` ago (served by
+/// A failed attempt that says nothing about the rows (the brokers were unreachable):
+/// counted and explained, the rows stay due and go first next run.
+pub fn mark_attempted(client: &mut impl GenericClient, failures: &[(Uuid, String)]) -> Result<u64> {
+    if failures.is_empty() {
+        return Ok(0);
+    }
+    let (ids, errors) = split(failures);
+    Ok(client.execute(
+        "UPDATE crm.outbox o
+            SET attempts = least(o.attempts, 2147483646) + 1, last_error = f.error
+           FROM unnest($1::uuid[], $2::text[]) AS f(id, error)
+          WHERE o.id = f.id AND o.published_at IS NULL",
+        &[&ids, &errors],
+    )?)
+}
+
+/// The most failures a row may have before the relay gives up on it (marks it failed).
+/// With the back-off below, about two hours of retries.
+pub const MAX_FAILURES: i32 = 20;
+
+/// A row's own failure (its topic is unusable, or the broker refused it while taking
+/// others): the row backs off — 1 s, 2 s, 4 s, … capped at 10 min — and after
+/// [`MAX_FAILURES`] of them it is marked failed with the last error. Returns the ids
+/// given up on. Neither counter nor back-off can overflow.
+pub fn mark_retry(
+    client: &mut impl GenericClient,
+    now: DateTime<Utc>,
+    failures: &[(Uuid, String)],
+) -> Result<Vec<Uuid>> {
+    if failures.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (ids, errors) = split(failures);
+    let rows = client.query(
+        "UPDATE crm.outbox o
+            SET attempts = least(o.attempts, 2147483646) + 1,
+                failures = least(o.failures, $4 - 1) + 1,
+                last_error = CASE WHEN o.failures + 1 >= $4
+                                  THEN format('gave up after %s failed attempts: %s', $4, f.error)
+                                  ELSE f.error END,
+                failed_at = CASE WHEN o.failures + 1 >= $4 THEN $3::timestamptz END,
+                next_attempt_at = CASE WHEN o.failures + 1 >= $4 THEN NULL
+                                       ELSE $3::timestamptz + least(interval '1 second' * power(2, least(o.failures, 10)),
+                                                       interval '10 minutes') END
+           FROM unnest($1::uuid[], $2::text[]) AS f(id, error)
+          WHERE o.id = f.id AND o.published_at IS NULL
+      RETURNING o.id, o.failed_at IS NOT NULL AS gave_up",
+        &[&ids, &errors, &now, &MAX_FAILURES],
+    )?;
+    Ok(rows
+        .iter()
+        .filter(|r| r.get::<_, bool>("gave_up"))
+        .map(|r| r.get("id"))
+        .collect())
+}
+
+fn split(failures: &[(Uuid, String)]) -> (Vec<Uuid>, Vec<&str>) {
+    failures.iter().map(|(id, e)| (*id, e.as_str())).unzip()
+}
+
+/// Deletes up to `limit` rows published more than `older_than` before `now` (served by
 /// `ix_outbox_published_at`); returns how many.
 pub fn purge_published(
     client: &mut impl GenericClient,
+    now: DateTime<Utc>,
     older_than: Duration,
     limit: u32,
 ) -> Result<u64> {
@@ -106,9 +182,9 @@ pub fn purge_published(
     Ok(client.execute(
         "DELETE FROM crm.outbox
           WHERE id IN (SELECT id FROM crm.outbox
-                        WHERE published_at < now() - $1 * interval '1 second'
+                        WHERE published_at < $3::timestamptz - $1 * interval '1 second'
                         ORDER BY published_at
                         LIMIT $2)",
-        &[&seconds, &i64::from(limit)],
+        &[&seconds, &i64::from(limit), &now],
     )?)
 }

@@ -119,9 +119,11 @@ pub struct Quarantined {
 /// many there are in all. `$1` = AsOf, `$2` = the limit (NULL = none).
 pub fn quarantined_sql(phase: Phase) -> String {
     format!(
-        "SELECT {BOOKING_COLUMNS}, p.reason, p.error, p.attempts, p.retry_at, count(*) OVER () \
+        "SELECT {BOOKING_COLUMNS}, p.reason, p.error, p.attempts, p.retry_at, \
+                count(*) OVER () AS total \
            FROM crm.bookings b JOIN crm.booking_expiration_poison p ON p.booking_id = b.id \
           WHERE {} AND p.retry_at > $1 \
+            AND p.booking_version = b.version AND p.booking_status = b.status::text \
           ORDER BY b.{col}, b.id LIMIT $2",
         overdue_predicate(phase),
         col = deadline_column(phase),
@@ -145,15 +147,15 @@ pub fn quarantined_in_chunks(
         &[&as_of, &limit],
         chunk,
         |rows| {
-            total = rows[0].get::<_, i64>(13).max(0) as u64;
+            total = rows[0].get::<_, i64>("total").max(0) as u64;
             each(
                 rows.iter()
                     .map(|r| Quarantined {
                         booking: booking_row(r),
-                        reason: r.get(9),
-                        error: r.get(10),
-                        attempts: r.get(11),
-                        retry_at: r.get(12),
+                        reason: r.get("reason"),
+                        error: r.get("error"),
+                        attempts: r.get("attempts"),
+                        retry_at: r.get("retry_at"),
                     })
                     .collect(),
             )
@@ -174,7 +176,8 @@ pub fn overdue_sql(phase: Phase) -> String {
     )
 }
 
-/// Poison rows whose booking is still active: isolated by the cycle, still waiting.
+/// Poison rows whose booking is still active and unchanged since it was quarantined:
+/// isolated by the cycle, still waiting.
 /// The join goes through the bookings' primary key, one probe per poison row.
 pub fn poison_sql() -> String {
     let active: Vec<String> = Phase::ALL
@@ -185,7 +188,8 @@ pub fn poison_sql() -> String {
     format!(
         "SELECT count(*) FROM crm.booking_expiration_poison p \
            JOIN crm.bookings b ON b.id = p.booking_id \
-          WHERE b.status IN ({})",
+          WHERE b.status IN ({}) \
+            AND p.booking_version = b.version AND p.booking_status = b.status::text",
         active.join(", ")
     )
 }

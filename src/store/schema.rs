@@ -50,6 +50,8 @@ const OUTBOX: (&str, &[&str]) = (
         "last_error",
         "seq",
         "failed_at",
+        "next_attempt_at",
+        "failures",
     ],
 );
 const AUDIT: (&str, &[&str]) = (
@@ -91,6 +93,8 @@ const POISON: (&str, &[&str]) = (
         "last_seen_at",
         "retry_at",
         "last_run_id",
+        "booking_version",
+        "booking_status",
     ],
 );
 
@@ -173,7 +177,14 @@ const RELAY_PRIVILEGES: &[Privilege] = &[
     on_columns(
         "UPDATE",
         "outbox",
-        &["published_at", "attempts", "last_error", "failed_at"],
+        &[
+            "published_at",
+            "attempts",
+            "last_error",
+            "failed_at",
+            "next_attempt_at",
+            "failures",
+        ],
     ),
     on("DELETE", "outbox"),
 ];
@@ -218,6 +229,7 @@ impl Need {
 pub fn check_schema(client: &mut impl GenericClient, need: Need) -> Result<()> {
     check_tables(client, need)?;
     check_not_null(client, need)?;
+    check_types(client, need)?;
     check_privileges(client, need)
 }
 
@@ -344,8 +356,8 @@ fn describe_missing(missing: &[(String, String, String)]) -> String {
         .join(", ")
 }
 
-/// The columns of `crm.bookings` the job reads as never NULL (SPEC §2): a schema that
-/// allows NULL there would make a row unreadable mid-cycle, so it is refused up front.
+/// The columns of `crm.bookings` the job reads as never NULL: a schema that allows NULL
+/// there would make a row unreadable mid-cycle, so it is refused up front.
 const BOOKINGS_NOT_NULL: &[&str] = &[
     "id",
     "tenant_id",
@@ -380,10 +392,114 @@ fn check_not_null(client: &mut impl GenericClient, need: Need) -> Result<()> {
     Err(fail(
         Failure::Config,
         format!(
-            "schema not as expected: {} may hold NULL; the job needs NOT NULL there (SPEC §2)",
+            "schema not as expected: {} may hold NULL; the job needs NOT NULL there",
             nullable.join(", ")
         ),
     ))
+}
+
+/// The types the job can read each column of `crm.bookings` as, by the catalog's type
+/// name (`pg_type.typname`); `enum` stands for any enum type.
+const BOOKING_TYPES: &[(&str, &[&str], &str)] = &[
+    ("id", &["uuid"], "uuid"),
+    ("tenant_id", &["uuid"], "uuid"),
+    ("deal_id", &["uuid"], "uuid"),
+    ("property_object_id", &["uuid"], "uuid"),
+    (
+        "status",
+        &["text", "varchar", "bpchar", "enum"],
+        "text, varchar or an enum",
+    ),
+    (
+        "reserve_expires_at",
+        &["timestamptz"],
+        "timestamptz (timestamp with time zone)",
+    ),
+    (
+        "booking_expires_at",
+        &["timestamptz"],
+        "timestamptz (timestamp with time zone)",
+    ),
+    (
+        "expired_at",
+        &["timestamptz"],
+        "timestamptz (timestamp with time zone)",
+    ),
+    (
+        "updated_at",
+        &["timestamptz", "timestamp"],
+        "timestamptz or timestamp",
+    ),
+    (
+        "version",
+        &["int2", "int4", "int8"],
+        "smallint, integer or bigint",
+    ),
+];
+
+/// Refuses a `crm.bookings` whose columns have types the job cannot read or write,
+/// naming each column, its type and what is expected: a CRM with another column type
+/// fails here with 78 instead of mid-cycle.
+fn check_types(client: &mut impl GenericClient, need: Need) -> Result<()> {
+    if matches!(need, Need::Relay) {
+        return Ok(());
+    }
+    let rows = client
+        .query(
+            "SELECT a.attname::text AS column_name,
+                    CASE WHEN t.typtype = 'e' THEN 'enum' ELSE t.typname::text END AS kind,
+                    format_type(a.atttypid, a.atttypmod) AS declared
+               FROM pg_catalog.pg_attribute a
+               JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
+               JOIN pg_catalog.pg_namespace s ON s.oid = c.relnamespace
+               JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+              WHERE s.nspname = 'crm' AND c.relname = 'bookings'
+                AND a.attnum > 0 AND NOT a.attisdropped
+              ORDER BY a.attnum",
+            &[],
+        )
+        .classify(Failure::Temporary, "cannot read the schema catalog")?;
+    let mut wrong = Vec::new();
+    for row in &rows {
+        let column: String = row.get("column_name");
+        let kind: String = row.get("kind");
+        let declared: String = row.get("declared");
+        if let Some((_, allowed, expected)) = BOOKING_TYPES.iter().find(|(c, _, _)| *c == column)
+            && !allowed.contains(&kind.as_str())
+        {
+            wrong.push(format!(
+                "crm.bookings.{column} is {declared}, expected {expected}"
+            ));
+        }
+    }
+    if wrong.is_empty() {
+        return Ok(());
+    }
+    Err(fail(
+        Failure::Config,
+        format!(
+            "schema not as expected: {} (the job cannot read or write these types)",
+            wrong.join("; ")
+        ),
+    ))
+}
+
+/// The declared type of `crm.bookings.status`, as SQL can name it (quoted and
+/// schema-qualified where needed): the cycle casts the new status to it.
+pub fn status_type(client: &mut impl GenericClient) -> Result<String> {
+    let row = client
+        .query_one(
+            "SELECT format_type(a.atttypid, NULL) AS declared
+               FROM pg_catalog.pg_attribute a
+              WHERE a.attrelid = 'crm.bookings'::regclass AND a.attname = 'status'
+                AND NOT a.attisdropped",
+            &[],
+        )
+        .classify(
+            Failure::Temporary,
+            "cannot read the type of crm.bookings.status",
+        )?;
+    Ok(row.get("declared"))
 }
 
 #[cfg(test)]

@@ -417,7 +417,8 @@ pub fn json_lines(stdout: &str) -> Vec<Value> {
         .collect()
 }
 
-/// Quarantines a booking as the cycle would, until `retry_in` seconds from now.
+/// Quarantines a booking (as it is now) as the cycle would, until `retry_in` seconds
+/// from now.
 pub fn put_in_quarantine(
     c: &mut Client,
     booking: &Seed,
@@ -429,10 +430,11 @@ pub fn put_in_quarantine(
     c.execute(
         "INSERT INTO crm.booking_expiration_poison
              (booking_id, tenant_id, phase, reason, error, sqlstate, attempts,
-              first_seen_at, last_seen_at, retry_at, last_run_id)
-         VALUES ($1, $2, $3, $4, 'seeded by a test', NULL, $5,
-                 now() - interval '1 hour', now() - interval '1 minute',
-                 now() + $6 * interval '1 second', NULL)",
+              first_seen_at, last_seen_at, retry_at, last_run_id, booking_version, booking_status)
+         SELECT $1, $2, $3, $4, 'seeded by a test', NULL, $5,
+                now() - interval '1 hour', now() - interval '1 minute',
+                now() + $6 * interval '1 second', NULL, b.version, b.status::text
+           FROM crm.bookings b WHERE b.id = $1",
         &[
             &booking.id,
             &booking.tenant_id,

@@ -1,0 +1,208 @@
+//! One outbox row can never stop the relay: rows of a topic that cannot take them, and
+//! rows the broker refuses while taking others, back off on their own (with a capped
+//! number of failures) while every other row is delivered in the same run; per-key
+//! order holds across the back-off. Against a real Apache Kafka broker.
+
+mod common;
+
+use std::collections::HashSet;
+
+use common::kafka::*;
+use common::*;
+use serde_json::json;
+use uuid::Uuid;
+
+fn relay(db: &TestDb, brokers: &str) -> Run {
+    db.run(&[
+        "relay-outbox",
+        "--brokers",
+        brokers,
+        "--message-timeout",
+        "3s",
+    ])
+}
+
+fn insert(c: &mut postgres::Client, topic: &str, key: &str, n: i32) -> Uuid {
+    let id = Uuid::now_v7();
+    c.execute(
+        "INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload)
+         VALUES ($1, 'Booking', $2, 'pin.crm.booking-expired', $3, $4)",
+        &[&id, &key, &topic, &json!({ "n": n })],
+    )
+    .unwrap();
+    id
+}
+
+/// (published, failed, failures, backing off, last_error) of a row.
+fn state(c: &mut postgres::Client, id: Uuid) -> (bool, bool, i32, bool, Option<String>) {
+    let r = c
+        .query_one(
+            "SELECT published_at IS NOT NULL, failed_at IS NOT NULL, failures,
+                    next_attempt_at > now(), last_error
+               FROM crm.outbox WHERE id = $1",
+            &[&id],
+        )
+        .unwrap();
+    (
+        r.get(0),
+        r.get(1),
+        r.get(2),
+        r.get::<_, Option<bool>>(3).unwrap_or(false),
+        r.get(4),
+    )
+}
+
+#[test]
+fn a_missing_or_mis_partitioned_topic_holds_only_its_own_rows() {
+    let brokers = shared_brokers();
+    let good = unique_topic();
+    create_topic(&brokers, &good, 6, &[]);
+    let three = unique_topic();
+    create_topic(&brokers, &three, 3, &[]);
+    let missing = format!("{}-missing", unique_topic());
+    let db = TestDb::new();
+    let mut c = db.client();
+    // The bad rows come first, at the head of the queue.
+    let mut held = Vec::new();
+    for (topic, n) in [(&missing, 3), (&three, 2)] {
+        for i in 0..n {
+            held.push(insert(&mut c, topic, &Uuid::new_v4().to_string(), i));
+        }
+    }
+    let delivered: Vec<Uuid> = (0..5)
+        .map(|n| insert(&mut c, &good, &Uuid::new_v4().to_string(), n))
+        .collect();
+
+    let run = relay(&db, &brokers);
+    assert_eq!(run.code, 78, "the failure is reported:\n{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains(&format!("Kafka topic {missing} does not exist")),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("the topic cannot take these rows"),
+        "a log line per unusable topic:\n{}",
+        run.stderr
+    );
+    for id in &delivered {
+        assert!(state(&mut c, *id).0, "healthy row {id} published");
+    }
+    let read = consume(&brokers, &good, 6, 5, std::time::Duration::from_secs(30));
+    let ids: HashSet<String> = read.iter().map(|m| m.headers["ce_id"].clone()).collect();
+    let want: HashSet<String> = delivered.iter().map(Uuid::to_string).collect();
+    assert_eq!(ids, want);
+    for id in &held {
+        let (published, failed, failures, _, error) = state(&mut c, *id);
+        assert!(!published && !failed, "held, not given up");
+        assert_eq!(failures, 1);
+        let error = error.unwrap();
+        assert!(
+            error.contains("does not exist") || error.contains("has 3 partitions, expected 6"),
+            "{error}"
+        );
+    }
+    let backing_off = count(
+        &mut c,
+        "SELECT count(*) FROM crm.outbox WHERE next_attempt_at IS NOT NULL",
+    );
+    assert_eq!(backing_off, 5, "each held row got a back-off");
+    // Within the back-off (made long here) the next run leaves them alone and succeeds.
+    c.execute(
+        "UPDATE crm.outbox SET next_attempt_at = now() + interval '1 hour'
+          WHERE next_attempt_at IS NOT NULL",
+        &[],
+    )
+    .unwrap();
+    let again = relay(&db, &brokers);
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert_eq!(
+        state(&mut c, held[0]).2,
+        1,
+        "not retried inside the back-off"
+    );
+}
+
+#[test]
+fn a_row_backing_off_keeps_later_rows_of_its_key_back() {
+    let brokers = shared_brokers();
+    let good = unique_topic();
+    create_topic(&brokers, &good, 6, &[]);
+    let missing = format!("{}-missing", unique_topic());
+    let db = TestDb::new();
+    let mut c = db.client();
+    let key = Uuid::new_v4().to_string();
+    let first = insert(&mut c, &missing, &key, 1);
+    let second = insert(&mut c, &good, &key, 2);
+    let other = insert(&mut c, &good, &Uuid::new_v4().to_string(), 3);
+    let run = relay(&db, &brokers);
+    assert_eq!(run.code, 78, "{}", run.stderr);
+    assert!(state(&mut c, other).0);
+    assert_eq!(state(&mut c, first).2, 1);
+    assert_eq!(
+        state(&mut c, second),
+        (false, false, 0, false, None),
+        "behind a row of its key that backs off"
+    );
+}
+
+#[test]
+fn a_row_that_keeps_failing_is_given_up_at_the_cap_and_counters_never_overflow() {
+    let brokers = shared_brokers();
+    let missing = format!("{}-missing", unique_topic());
+    let db = TestDb::new();
+    let mut c = db.client();
+    let doomed = insert(&mut c, &missing, &Uuid::new_v4().to_string(), 1);
+    let young = insert(&mut c, &missing, &Uuid::new_v4().to_string(), 2);
+    // One failure short of the cap, after two billion sends; due now.
+    c.execute(
+        "UPDATE crm.outbox SET failures = 19, attempts = 2147483647,
+                next_attempt_at = now() - interval '1 second'
+          WHERE id = $1",
+        &[&doomed],
+    )
+    .unwrap();
+    // A row at its 16th failure: the doubling would give 1,024 s; the cap is 10 min.
+    c.execute(
+        "UPDATE crm.outbox SET failures = 15 WHERE id = $1",
+        &[&young],
+    )
+    .unwrap();
+    let run = relay(&db, &brokers);
+    assert_eq!(run.code, 78, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("too many failed attempts, marked failed"),
+        "{}",
+        run.stderr
+    );
+    let r = c
+        .query_one(
+            "SELECT failed_at IS NOT NULL, failures, attempts, last_error, next_attempt_at
+               FROM crm.outbox WHERE id = $1",
+            &[&doomed],
+        )
+        .unwrap();
+    assert!(r.get::<_, bool>(0));
+    assert_eq!(r.get::<_, i32>(1), 20);
+    assert_eq!(r.get::<_, i32>(2), i32::MAX);
+    let error: String = r.get(3);
+    assert!(
+        error.starts_with("gave up after 20 failed attempts: Kafka topic"),
+        "{error}"
+    );
+    assert_eq!(r.get::<_, Option<chrono::DateTime<chrono::Utc>>>(4), None);
+    let backoff: f64 = c
+        .query_one(
+            "SELECT extract(epoch FROM next_attempt_at - now())::float8 FROM crm.outbox
+              WHERE id = $1",
+            &[&young],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        (590.0..=600.0).contains(&backoff),
+        "capped at 10 minutes: {backoff}"
+    );
+}
