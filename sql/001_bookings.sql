@@ -1,6 +1,6 @@
 -- crm.bookings: owned by the CRM; this is the reference DDL the job is built and
--- tested against (SPEC §2). Exactly these columns and the two partial indexes that
--- carry the claim's ORDER BY.
+-- tested against (docs/design.md, "Data"). Exactly these columns and the two partial
+-- indexes that carry the claim's ORDER BY.
 CREATE SCHEMA IF NOT EXISTS crm;
 
 CREATE TABLE IF NOT EXISTS crm.bookings (

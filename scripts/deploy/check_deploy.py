@@ -189,7 +189,7 @@ def check_cronjob(path):
         None not in (follow, message) and POD_START + follow + message + PUSH < deadline,
     )
     check(
-        f"timing: run-once's budget is below SPEC's 30 s (--deadline {cycle})",
+        f"timing: run-once's budget is below the cycle's 30 s limit (--deadline {cycle})",
         cycle is not None and cycle < 30,
     )
     return images
