@@ -101,7 +101,8 @@ if out=$(podman build --pull=never --network none --build-arg BINARY=prebuilt \
     -f "$PWD/Dockerfile" -t "$IMAGE" "$work/context" 2>&1); then
     pass "podman build --pull=never of the Dockerfile (BINARY=prebuilt) in $(elapsed "$start")"
 else
-    fail "podman build of the Dockerfile: $(tail -n 15 <<<"$out")"
+    fail "podman build of the Dockerfile: $(grep -m 1 -i error <<<"$out" || tail -n 1 <<<"$out")"
+    tail -n 15 <<<"$out" >&2
     finish
 fi
 # The prebuilt stage's image is left untagged: remove what this build left so.
