@@ -94,20 +94,27 @@ else
 fi
 
 scripts/image/prebuilt-context.sh "$bin" "$work/context"
+# Untagged images made from a stand-in base (earlier bases and test images) are this
+# script's leftovers.
+podman images --quiet --filter dangling=true --filter label=booking-expire.base-stand-in |
+    xargs -r podman rmi >/dev/null 2>&1 || true
 dangling_before=$(podman images --quiet --filter dangling=true | sort)
 start=$SECONDS
 # --network none: no step of the runtime stage needs the network.
-if out=$(podman build --pull=never --network none --build-arg BINARY=prebuilt \
-    -f "$PWD/Dockerfile" -t "$IMAGE" "$work/context" 2>&1); then
+rc=0
+out=$(podman build --pull=never --network none --build-arg BINARY=prebuilt \
+    -f "$PWD/Dockerfile" -t "$IMAGE" "$work/context" 2>&1) || rc=$?
+# The prebuilt stage's image, a failed build's layers and the previous test image are
+# left untagged: remove what this build left so.
+comm -13 <(echo "$dangling_before") <(podman images --quiet --filter dangling=true | sort) |
+    xargs -r podman rmi >/dev/null 2>&1 || true
+if ((rc == 0)); then
     pass "podman build --pull=never of the Dockerfile (BINARY=prebuilt) in $(elapsed "$start")"
 else
     fail "podman build of the Dockerfile: $(grep -m 1 -i error <<<"$out" || tail -n 1 <<<"$out")"
     tail -n 15 <<<"$out" >&2
     finish
 fi
-# The prebuilt stage's image is left untagged: remove what this build left so.
-comm -13 <(echo "$dangling_before") <(podman images --quiet --filter dangling=true | sort) |
-    xargs -r podman rmi >/dev/null 2>&1 || true
 
 size=$(podman image inspect --format '{{.Size}}' "$IMAGE")
 base_size=$(podman image inspect --format '{{.Size}}' "$BASE")

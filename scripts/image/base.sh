@@ -40,14 +40,19 @@ die() { log "error: $*"; exit 1; }
 codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
 [[ $codename == bookworm ]] || die "the stand-in is made of this machine's Debian packages: needs Debian 12 (bookworm), found '${codename:-unknown}'"
 
-if ! apt-cache show libc6 >/dev/null 2>&1; then apt-get update >/dev/null; fi
-versions=()
-for pkg in "${PACKAGES[@]}"; do
-    v=$(apt-cache policy "$pkg" | awk '/Candidate:/ { print $2 }')
-    [[ -n $v && $v != "(none)" ]] || die "no candidate version of $pkg in the apt sources"
-    versions+=("$pkg=$v")
-done
-key=$({ printf '%s\n' "${versions[@]}"; cat "${BASH_SOURCE[0]}"; } | sha256sum | cut -c1-16)
+# package=version of each package, from one apt-cache call (each takes a second or two).
+candidates() {
+    apt-cache policy "${PACKAGES[@]}" 2>/dev/null |
+        awk '/^[^ ].*:$/ { pkg = substr($0, 1, length($0) - 1) }
+             /^  Candidate: / && $2 != "(none)" { print pkg "=" $2 }'
+}
+mapfile -t versions < <(candidates)
+if ((${#versions[@]} != ${#PACKAGES[@]})); then
+    apt-get update >/dev/null
+    mapfile -t versions < <(candidates)
+fi
+((${#versions[@]} == ${#PACKAGES[@]})) || die "not every one of ${PACKAGES[*]} has a candidate version: ${versions[*]}"
+key=$({ printf '%s\n' "${versions[@]}" | LC_ALL=C sort; cat "${BASH_SOURCE[0]}"; } | sha256sum | cut -c1-16)
 
 tarball=$CACHE/$key.tar
 if [[ ! -s $tarball ]]; then
