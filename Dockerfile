@@ -9,8 +9,9 @@
 # then neither pulled nor run): a directory holding the tree the build stage makes in
 # /out, given as the build context (scripts/image/prebuilt-context.sh makes it):
 #
-#   scripts/image/prebuilt-context.sh target/release/booking-expire /tmp/ctx
-#   docker build --build-arg BINARY=prebuilt -f Dockerfile -t … /tmp/ctx
+#   context=$(mktemp -d)
+#   scripts/image/prebuilt-context.sh target/release/booking-expire "$context"
+#   docker build --build-arg BINARY=prebuilt -f Dockerfile -t … "$context"
 #
 # scripts/check-deploy.sh checks this file's key properties, and that the binary's
 # shared libraries are exactly what the runtime stage provides (it unpacks the Debian 12
