@@ -5,12 +5,24 @@
 #
 #   docker build -t registry.example.com/pin/booking-expire:0.1.0 .
 #
+# Or the runtime stage alone, fed a binary built on a Debian 12 host (the Rust image is
+# then neither pulled nor run): a directory holding the tree the build stage makes in
+# /out, given as the build context (scripts/image/prebuilt-context.sh makes it):
+#
+#   context=$(mktemp -d)
+#   scripts/image/prebuilt-context.sh target/release/booking-expire "$context"
+#   docker build --build-arg BINARY=prebuilt -f Dockerfile -t … "$context"
+#
 # scripts/check-deploy.sh checks this file's key properties, and that the binary's
 # shared libraries are exactly what the runtime stage provides (it unpacks the Debian 12
-# packages distroless cc-debian12 is made of and runs the binary on them).
+# packages distroless cc-debian12 is made of and runs the binary on them);
+# scripts/image-test.sh builds this file the second way and runs the image.
 
 # The toolchain the project is tested with; bookworm = the runtime's Debian.
 ARG RUST_VERSION=1.95
+# Where the runtime stage takes /out from: build (compiled here) or prebuilt (the
+# context's prebuilt/ directory). Only the stage named here is built (BuildKit, podman).
+ARG BINARY=build
 
 FROM docker.io/library/rust:${RUST_VERSION}-bookworm AS build
 # What `cargo build` needs besides Rust (as scripts/lib.sh ensure_build_deps):
@@ -35,9 +47,16 @@ RUN multiarch="$(gcc -print-multiarch)" \
  && install -D -m 0644 "$(readlink -f "/usr/lib/${multiarch}/libz.so.1")" \
         "/out/usr/lib/${multiarch}/libz.so.1"
 
+# The same tree, made outside: the binary at usr/local/bin/booking-expire and Debian 12's
+# libz.so.1 at usr/lib/<multiarch>/.
+FROM scratch AS prebuilt
+COPY prebuilt/ /out/
+
+FROM ${BINARY} AS binary
+
 # Numeric user 65532 (nonroot), so Kubernetes' runAsNonRoot can verify it.
 FROM gcr.io/distroless/cc-debian12:nonroot
-COPY --from=build /out/ /
+COPY --from=binary /out/ /
 USER 65532:65532
 # Fails the build if a shared library is missing (exec form: there is no shell here).
 RUN ["/usr/local/bin/booking-expire", "--version"]

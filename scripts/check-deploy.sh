@@ -10,7 +10,9 @@
 #   3. the image's runtime libraries: the binary runs, as user 65532, in a root file
 #      system made of the Debian 12 packages distroless cc-debian12 consists of, plus
 #      what the Dockerfile adds (no Docker engine needed);
-#   4. the alert rules: promtool check rules, promtool test rules.
+#   4. the alert rules: promtool check rules, promtool test rules;
+#   5. the image itself: scripts/image-test.sh builds the Dockerfile with podman on a
+#      local stand-in of its base and runs it as the CronJob does (see that script).
 #
 # Installs what it needs when run as root: Debian's prometheus (promtool),
 # prometheus-pushgateway (for tests/metrics.rs), time and python3-venv; a Python venv
@@ -114,6 +116,9 @@ if out=$(cd monitoring && promtool test rules booking-expiration.rules.test.yml 
 else
     fail "promtool test rules: $out"
 fi
+
+echo "== the image, built and run (scripts/image-test.sh)" >&2
+scripts/image-test.sh || failures=$((failures + 1))
 
 if ((failures > 0)); then
     echo "check-deploy: $failures check(s) failed" >&2

@@ -229,7 +229,19 @@ def check_dockerfile(path):
         if line and not line.startswith("#"):
             lines.append(line)
     froms = [l for l in lines if l.upper().startswith("FROM ")]
-    equal("Dockerfile: multi-stage (build, runtime)", len(froms), 2)
+    # build (the Rust image compiles), prebuilt (a binary built outside, for
+    # scripts/image-test.sh), binary (whichever BINARY names), the runtime.
+    equal(
+        "Dockerfile: stages build, prebuilt, binary, runtime",
+        [f.split()[-1] if re.search(r"\sAS\s", f, re.I) else "runtime" for f in froms],
+        ["build", "prebuilt", "binary", "runtime"],
+    )
+    equal("Dockerfile: BINARY defaults to the build stage", re.findall(r"^ARG BINARY=(\S*)$", text, re.M), ["build"])
+    check(
+        "Dockerfile: the prebuilt stage is the context's prebuilt/ as /out",
+        "FROM scratch AS prebuilt" in lines and "COPY prebuilt/ /out/" in lines,
+    )
+    check("Dockerfile: the binary stage is the one BINARY names", "FROM ${BINARY} AS binary" in lines)
     build = re.fullmatch(r"FROM\s+(\S+)\s+AS\s+build", froms[0], re.I) if froms else None
     check("Dockerfile: the build stage is named build", build is not None, froms[:1])
     builder = build.group(1) if build else ""
@@ -250,7 +262,11 @@ def check_dockerfile(path):
         any(re.search(r"cargo build --release --locked\b", l) for l in lines),
     )
     final = lines[lines.index(froms[-1]):] if froms else []
-    check("Dockerfile: the runtime copies from the build stage", any(l.startswith("COPY --from=build ") for l in final))
+    equal(
+        "Dockerfile: the runtime copies /out of the binary stage, nothing else",
+        [l for l in final if l.upper().startswith(("COPY ", "ADD "))],
+        ["COPY --from=binary /out/ /"],
+    )
     users = [l.split()[1] for l in final if l.upper().startswith("USER ")]
     check(
         f"Dockerfile: numeric non-root USER {IMAGE_USER}",
