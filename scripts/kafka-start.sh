@@ -32,6 +32,16 @@
 #                        (default: random), written to STATE_DIR/kafka_sasl_user
 #                        and kafka_sasl_password (mode 0600). A restart reuses
 #                        what the first start configured.
+#   KAFKA_SASL_EXTRA_USERS  with KAFKA_TLS_DIR: more SCRAM-SHA-512 users for the
+#                        SASL_SSL listener, "name:password" separated by spaces
+#                        (names and passwords: letters, digits, - and _ only),
+#                        e.g. one per application for ACL tests.
+#   KAFKA_AUTHORIZER=1   a fresh broker gets KRaft's StandardAuthorizer: a
+#                        principal may do only what an ACL allows it (no ACL
+#                        found = denied). The PLAINTEXT listener's principal,
+#                        User:ANONYMOUS, is a super user: the broker and its
+#                        controller talk over PLAINTEXT, and tests administer
+#                        the broker (topics, ACLs) through it. Off by default.
 #
 # Jars come from Maven Central via scripts/kafka/pom.xml; the resolved
 # classpath is cached under ${XDG_CACHE_HOME:-~/.cache}/booking-expire/, so a
@@ -167,6 +177,16 @@ sasl.enabled.mechanisms=SCRAM-SHA-512
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 EOF
   fi
+  if [[ "${KAFKA_AUTHORIZER:-0}" == 1 ]]; then
+    cat >>"$dir/server.properties" <<EOF
+
+# KAFKA_AUTHORIZER=1: ACLs enforced (KRaft's own authorizer, ACLs in the metadata
+# log). PLAINTEXT clients, the broker and the controller are User:ANONYMOUS.
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:ANONYMOUS
+allow.everyone.if.no.acl.found=false
+EOF
+  fi
 }
 
 # Copy the key and certificate of KAFKA_TLS_DIR into STATE_DIR/tls and pick the
@@ -219,6 +239,12 @@ format_storage() {
   # The SCRAM credential lives in the metadata log, written at format time.
   if [[ -n "$TLS_PORT" ]]; then
     scram=(--add-scram "SCRAM-SHA-512=[name=$(cat "$dir/kafka_sasl_user"),password=$(cat "$dir/kafka_sasl_password")]")
+    local user
+    for user in ${KAFKA_SASL_EXTRA_USERS:-}; do
+      [[ "$user" =~ ^([A-Za-z0-9_-]+):([A-Za-z0-9_-]+)$ ]] \
+        || die "KAFKA_SASL_EXTRA_USERS: want name:password, got an entry of another form"
+      scram+=(--add-scram "SCRAM-SHA-512=[name=${BASH_REMATCH[1]},password=${BASH_REMATCH[2]}]")
+    done
   fi
   log "formatting KRaft storage in $dir/data"
   if ! out="$(kafka_run_class kafka.tools.StorageTool format --standalone \
