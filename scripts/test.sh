@@ -27,6 +27,8 @@ echo "== cargo clippy" >&2
 cargo clippy --all-targets --locked -- -D warnings
 echo "== scripts/check-deploy.sh: manifests, Dockerfile, runtime libraries, alert rules" >&2
 scripts/check-deploy.sh
+echo "== scripts/contract-check.sh: AsyncAPI, generated schemas, compatibility with the released v1" >&2
+scripts/contract-check.sh
 
 trap stop_services EXIT
 start_postgres

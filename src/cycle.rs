@@ -18,7 +18,7 @@ use crate::exit::{Classified, ClassifyExt, Failure, fail};
 use crate::shutdown;
 use crate::store::{self, BatchWrite, CycleStatements, Db, Need, Poison};
 
-/// The result of a cycle, printed as one JSON line on stdout (SPEC §3.6).
+/// The result of a cycle, printed as one JSON line on stdout.
 #[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct CycleResult {

@@ -128,7 +128,10 @@ fn contract_exactly_one_message_per_expiry_with_key_partition_headers_and_payloa
         .unwrap(),
     )
     .unwrap();
-    let validator = jsonschema::validator_for(&schema).unwrap();
+    let validator = jsonschema::options()
+        .should_validate_formats(true)
+        .build(&schema)
+        .unwrap();
     let outbox: HashMap<String, (Uuid, serde_json::Value)> = c
         .query("SELECT aggregateid, id, payload FROM crm.outbox", &[])
         .unwrap()

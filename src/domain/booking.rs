@@ -42,7 +42,7 @@ impl Status {
     }
 
     /// The phase whose timer runs while a booking is in this status; `None` for the
-    /// terminal statuses (INV-BKG-8: they never expire).
+    /// terminal statuses: they never expire.
     pub fn active_phase(self) -> Option<Phase> {
         match self {
             Status::Reserved | Status::AwaitingPayment => Some(Phase::Reserve),
@@ -164,7 +164,7 @@ pub struct Expiry {
 pub enum Rejection {
     /// `status` holds a value this program does not know.
     UnknownStatus(String),
-    /// A terminal status: it never expires (INV-BKG-8).
+    /// A terminal status: it never expires.
     Terminal(Status),
     /// The phase's deadline is NULL.
     NoDeadline(Phase),

@@ -7,7 +7,7 @@
 //!   group per pod behind. POST (not PUT) replaces only the metric names it sends, so
 //!   `crm_booking_expiration_last_success_timestamp_seconds`, sent only on success,
 //!   keeps the last success across failed runs: the "no successful cycle" alert reads it.
-//! - Gauges, since each value describes the last run (SPEC §7's counter names without
+//! - Gauges, since each value describes the last run (so the names carry no
 //!   `_total`): items per phase, skipped, poison, errors (1 = the run failed), duration;
 //!   and, read after the run in a short read-only transaction, under the very names and
 //!   help texts `backlog --format prometheus` uses: `run-once` the overdue backlog and
