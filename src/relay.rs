@@ -267,8 +267,9 @@ fn one_per_key(rows: Vec<OutboxRow>) -> Vec<OutboxRow> {
         .collect()
 }
 
-/// The Kafka message of an outbox row: key = aggregate id, value = payload, headers
-/// as captured at write time, `ce_id` = the row id (the MessageId consumers dedupe on).
+/// The Kafka message of an outbox row: key = aggregate id, value = payload (in the
+/// contract's field order), headers as captured at write time, `ce_id` = the row id
+/// (the MessageId consumers dedupe on).
 fn message(row: &OutboxRow) -> OutMessage {
     let mut headers: Vec<(String, String)> = match &row.headers {
         serde_json::Value::Object(map) => map
@@ -288,7 +289,7 @@ fn message(row: &OutboxRow) -> OutMessage {
     OutMessage {
         topic: row.topic.clone(),
         key: row.key.clone(),
-        payload: row.payload.clone().into_bytes(),
+        payload: crate::domain::payload_in_contract_order(&row.payload).into_bytes(),
         headers,
     }
 }

@@ -43,6 +43,35 @@ impl ExpiredEvent {
     }
 }
 
+/// The payload's fields in the contract's order.
+pub const PAYLOAD_FIELDS: [&str; 6] = [
+    "BookingId",
+    "TenantId",
+    "DealId",
+    "PropertyObjectId",
+    "Phase",
+    "ExpiredAt",
+];
+
+/// The payload's JSON text with the contract's field order: `jsonb` keeps keys in an
+/// order of its own (by length), so the relay writes the six contract fields first, in
+/// [`PAYLOAD_FIELDS`] order, then any other field by name; compact, no spaces. Text
+/// that is not a JSON object is sent as it is.
+pub fn payload_in_contract_order(text: &str) -> String {
+    let Ok(serde_json::Value::Object(map)) = serde_json::from_str::<serde_json::Value>(text) else {
+        return text.to_owned();
+    };
+    let known = PAYLOAD_FIELDS.iter().filter_map(|k| map.get_key_value(*k));
+    let others = map
+        .iter()
+        .filter(|(k, _)| !PAYLOAD_FIELDS.contains(&k.as_str()));
+    let fields: Vec<String> = known
+        .chain(others)
+        .map(|(k, v)| format!("{}:{v}", serde_json::Value::String(k.clone())))
+        .collect();
+    format!("{{{}}}", fields.join(","))
+}
+
 /// RFC 3339 with microseconds (PostgreSQL's precision) and `Z` as the UTC offset.
 pub fn rfc3339(at: DateTime<Utc>) -> String {
     at.to_rfc3339_opts(SecondsFormat::Micros, true)
@@ -152,6 +181,18 @@ mod tests {
             get("traceparent"),
             "00-6c0e1f6e57c34bd29d0c3b1ef1a2b3c4-800000000000abcd-01"
         );
+    }
+
+    #[test]
+    fn the_payload_is_sent_in_the_contracts_field_order() {
+        // As PostgreSQL's jsonb prints it: shortest keys first.
+        let stored = r#"{"Phase": "Booking", "DealId": "d", "Extra": [1, 2], "TenantId": "t", "BookingId": "b", "ExpiredAt": "e", "PropertyObjectId": "p"}"#;
+        assert_eq!(
+            payload_in_contract_order(stored),
+            r#"{"BookingId":"b","TenantId":"t","DealId":"d","PropertyObjectId":"p","Phase":"Booking","ExpiredAt":"e","Extra":[1,2]}"#
+        );
+        assert_eq!(payload_in_contract_order("[1, 2]"), "[1, 2]");
+        assert_eq!(payload_in_contract_order(r#"{"n": 1}"#), r#"{"n":1}"#);
     }
 
     #[test]

@@ -8,5 +8,8 @@
 pub(crate) mod booking;
 mod event;
 
-pub use booking::{BookingRow, Expiry, Phase, expire};
-pub use event::{AGGREGATE_TYPE, EVENT_TYPE, ExpiredEvent, TOPIC, event_headers, rfc3339};
+pub use booking::{BookingRow, Expiry, Phase, Status, expire};
+pub use event::{
+    AGGREGATE_TYPE, EVENT_TYPE, ExpiredEvent, PAYLOAD_FIELDS, TOPIC, event_headers,
+    payload_in_contract_order, rfc3339,
+};

@@ -143,6 +143,8 @@ pub struct Received {
     pub offset: i64,
     pub headers: BTreeMap<String, String>,
     pub payload: serde_json::Value,
+    /// The value's bytes, exactly as sent.
+    pub raw_payload: Vec<u8>,
 }
 
 /// Reads the whole topic from the beginning: until `expected` records arrived (then
@@ -193,6 +195,7 @@ pub fn consume(
                 offset: m.offset(),
                 headers,
                 payload: serde_json::from_slice(m.payload().unwrap()).unwrap(),
+                raw_payload: m.payload().unwrap().to_vec(),
             });
         }
         if got.len() >= expected && settle_until.is_none() {
