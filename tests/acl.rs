@@ -258,6 +258,9 @@ fn only_the_relay_writes_and_only_the_listed_consumers_read() {
 
     // Unlisted, and a reader: neither may write.
     for user in ["outsider", "chessboard"] {
+        // A refused attempt puts the rows in back-off (a second): as if that had passed.
+        c.execute("UPDATE crm.outbox SET next_attempt_at = NULL", &[])
+            .unwrap();
         let denied = relay_as(&db, &broker, &certs, user);
         assert_ne!(denied.code, 0, "{user} published:\n{}", denied.stdout);
         assert!(
@@ -267,8 +270,24 @@ fn only_the_relay_writes_and_only_the_listed_consumers_read() {
         );
         assert_eq!(pending(&db), 3, "{user}: nothing published");
     }
+    // Each refusal was the rows' own (the brokers answered): they backed off twice,
+    // none was given up.
+    let backed_off: (i32, i32, i64) = {
+        let r = c
+            .query_one(
+                "SELECT min(failures), max(failures), count(*) FILTER (WHERE failed_at IS NOT NULL)
+                   FROM crm.outbox",
+                &[],
+            )
+            .unwrap();
+        (r.get(0), r.get(1), r.get(2))
+    };
+    assert_eq!(backed_off, (2, 2, 0));
 
-    // The relay's principal publishes (idempotent producer, Write + Describe only).
+    // The relay's principal publishes (idempotent producer, Write + Describe only),
+    // once the back-off has passed (made to pass here).
+    c.execute("UPDATE crm.outbox SET next_attempt_at = NULL", &[])
+        .unwrap();
     let ok = relay_as(&db, &broker, &certs, "relay");
     assert_eq!(ok.code, 0, "{}", ok.stderr);
     let result: serde_json::Value = serde_json::from_str(ok.stdout.trim()).unwrap();

@@ -1031,7 +1031,8 @@ impl Sim {
     }
 
     /// (vi) the quarantine holds only rows that are still bad, at the version they
-    /// were quarantined with; a bad row that is due is in it.
+    /// were quarantined with; a bad row that is due is in it. Checked after every cycle
+    /// that ran whole.
     fn check_quarantine(
         &mut self,
         as_of: DateTime<Utc>,
@@ -1039,6 +1040,11 @@ impl Sim {
         contested: &HashSet<Uuid>,
         changed_after_the_cycle: &HashSet<Uuid>,
     ) {
+        // A cycle that failed may not have done its upkeep (releasing stale entries):
+        // the next one does, and is checked.
+        if fault {
+            return;
+        }
         let rows = self
             .sim
             .query(
@@ -1061,9 +1067,6 @@ impl Sim {
                     .is_some_and(|b| b.bad() && b.status.active() && Some(b.version) == version),
                 || format!("(vi) quarantine holds {id} at version {version:?}, but it is {b:?}"),
             );
-        }
-        if fault {
-            return;
         }
         for id in self.active.due(as_of) {
             let b = &self.bookings[&id];
