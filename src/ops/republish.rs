@@ -95,13 +95,17 @@ pub fn republish(args: &RequeueArgs, failed_only: bool) -> Result<()> {
         if since >= until {
             return Err(usage(format!(
                 "{command}: --since {} is not before --until {}",
-                rfc3339(since),
-                rfc3339(until)
+                format::time(since),
+                format::time(until)
             )));
         }
         (
             Selection::Window { since, until },
-            format!("written from {} until {}", rfc3339(since), rfc3339(until)),
+            format!(
+                "written from {} until {}",
+                format::time(since),
+                format::time(until)
+            ),
         )
     } else if args.all {
         if !failed_only {
