@@ -28,9 +28,10 @@ ensure_apt_packages() {
 # ensure_build_deps — what `cargo build` needs besides Rust: OpenSSL and zlib headers
 # (native-tls, librdkafka), a C toolchain and make (librdkafka is built from source),
 # pkg-config to find them, psql for the migration script, openssl for the
-# certificates the TLS tests make, and faketime for the clock-guard test.
+# certificates the TLS tests make, faketime for the clock-guard test, and pgbouncer
+# for the pooler-guard test (tests/pooler.rs).
 ensure_build_deps() {
-    ensure_apt_packages pkg-config libssl-dev zlib1g-dev make gcc g++ postgresql-client openssl faketime
+    ensure_apt_packages pkg-config libssl-dev zlib1g-dev make gcc g++ postgresql-client openssl faketime pgbouncer
 }
 
 # start_postgres — exports DATABASE_URL of a throwaway server in a new temporary

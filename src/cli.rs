@@ -83,6 +83,75 @@ pub enum Command {
         after_help = EXIT_CODES_HELP
     )]
     Backlog(BacklogArgs),
+
+    /// Explain one booking: would the next cycle expire it, and if not, why; its audit,
+    /// timeline and outbox rows, and where its event went
+    #[command(
+        long_about = "Explain one booking, read-only: its status, deadlines and version; whether \
+                      the next cycle would expire it and, if not, every reason why (not yet due, \
+                      terminal, a guard rejection, in quarantine until T with its reason and \
+                      attempts, its row locked right now by another session (PID, application), \
+                      run-once paused); its audit and deal-timeline rows; its outbox rows: \
+                      pending (with the next attempt), published at T to partition P offset O \
+                      (the delivery receipt), or failed with the reason. With --brokers (or \
+                      KAFKA_BROKERS) each receipt is checked by reading the message back from \
+                      that partition and offset.\n\n\
+                      Exit 0 when the booking exists, 1 when it does not.",
+        after_help = EXIT_CODES_HELP
+    )]
+    Explain(ExplainArgs),
+
+    /// Switch run-once or relay-outbox off until `resume`: runs then exit 0 at once
+    #[command(
+        long_about = "Switch run-once or relay-outbox off, in the database, until `resume`. \
+                      While a command is paused each run exits 0 at once, logging since when, \
+                      by whom and why; backlog and the pushed metrics show the pause, and an \
+                      alert fires when it lasts longer than an hour. Pause the relay during a \
+                      Kafka incident (expiries go on and queue in the outbox); pause run-once \
+                      during a data incident (the relay still delivers what committed).\n\n\
+                      Pausing a paused command changes nothing and says since when it is \
+                      paused. Every pause and resume is written to \
+                      crm.booking_expiration_operations.",
+        after_help = EXIT_CODES_HELP
+    )]
+    Pause(PauseArgs),
+
+    /// Switch a paused command back on; its next run works as usual
+    #[command(
+        long_about = "Switch a command paused with `pause` back on: its next scheduled run works \
+                      as usual (a paused relay then delivers what queued meanwhile). Resuming a \
+                      command that is not paused changes nothing. Written to \
+                      crm.booking_expiration_operations.",
+        after_help = EXIT_CODES_HELP
+    )]
+    Resume(PauseArgs),
+
+    /// Send published (or failed) outbox rows again, with the same ce_id, and record why
+    #[command(
+        long_about = "Put outbox rows back into the relay's queue so that the next relay-outbox \
+                      run sends them again: the same rows, the same ce_id, key and payload, so \
+                      consumers that dedupe on ce_id see a duplicate, never a new event. No row \
+                      is inserted. Select the rows with exactly one of --ids, --booking, or \
+                      --since/--until (when the events were written; only rows still within the \
+                      outbox retention exist). Pending rows are left alone (they go anyway). \
+                      --reason is required and, with who and how many, is written to \
+                      crm.booking_expiration_operations in the same transaction. --dry-run \
+                      lists what would be re-queued and changes nothing.",
+        after_help = EXIT_CODES_HELP
+    )]
+    Republish(RequeueArgs),
+
+    /// Retry outbox rows the relay gave up on (failed_at set), and record why
+    #[command(
+        long_about = "Put outbox rows the relay marked failed (failed_at set: too large, or too \
+                      many failed attempts) back into its queue, with their failure count reset, \
+                      once the cause is fixed. Select with --ids, --booking, --since/--until, or \
+                      --all (every failed row). Published and pending rows are left alone. \
+                      --reason is required and is written, with who and how many, to \
+                      crm.booking_expiration_operations. --dry-run changes nothing.",
+        after_help = EXIT_CODES_HELP
+    )]
+    RetryFailed(RequeueArgs),
 }
 
 /// How to reach PostgreSQL.
@@ -370,6 +439,132 @@ pub struct BacklogArgs {
     /// included) exceeds N: for alerts and probes
     #[arg(long, value_name = "N")]
     pub fail_above: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+
+    /// The booking's id (a UUID)
+    #[arg(value_name = "BOOKING_ID", value_parser = parse_uuid)]
+    pub booking_id: uuid::Uuid,
+
+    /// The moment of "the next cycle": RFC 3339 with an offset, or `now` (default)
+    #[arg(long, value_name = "T", value_parser = parse_as_of, default_value = "now")]
+    pub as_of: AsOf,
+
+    /// One JSON object instead of the text report
+    #[arg(long)]
+    pub json: bool,
+
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
+}
+
+/// Which command a pause switch stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Pausable {
+    #[value(name = "run-once")]
+    RunOnce,
+    #[value(name = "relay-outbox")]
+    RelayOutbox,
+}
+
+impl Pausable {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Pausable::RunOnce => "run-once",
+            Pausable::RelayOutbox => "relay-outbox",
+        }
+    }
+}
+
+/// Who does an operator's action: a name for the trail, besides the database user.
+#[derive(Debug, Args)]
+pub struct ActorArgs {
+    /// Who does this, for the operations trail (e.g. an e-mail address); the database
+    /// user is recorded as well. Default: the USER environment variable, if set
+    #[arg(long, env = "BOOKING_EXPIRE_ACTOR", value_name = "NAME", value_parser = non_empty)]
+    pub actor: Option<String>,
+
+    /// Why, for the operations trail and the log line of every paused run (required)
+    #[arg(long, value_name = "TEXT", value_parser = non_empty)]
+    pub reason: String,
+}
+
+#[derive(Debug, Args)]
+pub struct PauseArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+
+    /// The command to switch: run-once or relay-outbox
+    #[arg(value_name = "COMMAND", value_enum)]
+    pub command: Pausable,
+
+    #[command(flatten)]
+    pub actor: ActorArgs,
+
+    /// One JSON object on stdout instead of a sentence
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("selection").required(true).multiple(false)
+    .args(["ids", "booking", "since", "all"])))]
+pub struct RequeueArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+
+    /// Outbox row ids (the events' ce_id), comma-separated
+    #[arg(long, value_name = "UUID,...", value_delimiter = ',', value_parser = parse_uuid)]
+    pub ids: Vec<uuid::Uuid>,
+
+    /// Every outbox row of this booking
+    #[arg(long, value_name = "BOOKING_ID", value_parser = parse_uuid)]
+    pub booking: Option<uuid::Uuid>,
+
+    /// Rows written at or after T (RFC 3339 with an offset); needs --until
+    #[arg(long, value_name = "T", value_parser = parse_as_of, requires = "until")]
+    pub since: Option<AsOf>,
+
+    /// Rows written before T (RFC 3339 with an offset, or now); needs --since
+    #[arg(long, value_name = "T", value_parser = parse_as_of, requires = "since")]
+    pub until: Option<AsOf>,
+
+    /// retry-failed only: every failed row
+    #[arg(long)]
+    pub all: bool,
+
+    #[command(flatten)]
+    pub actor: ActorArgs,
+
+    /// Refuse (exit 64) when the selection holds more rows than this (1..=1000000)
+    #[arg(long, value_name = "N", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_rows: u32,
+
+    /// Show what would be re-queued; change nothing
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// One JSON object on stdout instead of the text report
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_uuid(s: &str) -> Result<uuid::Uuid, String> {
+    uuid::Uuid::parse_str(s.trim())
+        .map_err(|_| format!("{s:?} is not a UUID (e.g. 0190a6f0-58c1-7b5e-9a51-3c1f4e2d8b70)"))
+}
+
+fn non_empty(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        Err("must not be empty".to_owned())
+    } else {
+        Ok(s.to_owned())
+    }
 }
 
 /// A clap value parser for a duration such as `250ms`, `5s` or `2m`, within bounds.

@@ -29,6 +29,9 @@ pub struct CycleResult {
     pub skipped_locked_count: u64,
     pub poison_count: u64,
     pub duration_ms: u64,
+    /// Set when `run-once` is paused (`booking-expire pause run-once`): nothing ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused: Option<crate::ops::pause::Paused>,
 }
 
 /// What one batch did.
@@ -52,6 +55,15 @@ pub fn run_once(cfg: &RunOnceConfig, clock: &dyn Clock, result: &mut CycleResult
           "cycle started");
 
     let mut db = store::connect(&cfg.db)?;
+    if let Some(paused) =
+        crate::ops::pause::honour(&mut db.client, crate::cli::Pausable::RunOnce, as_of)?
+    {
+        result.as_of = rfc3339(as_of);
+        result.paused = Some(paused);
+        result.duration_ms = started.elapsed().as_millis() as u64;
+        return Ok(());
+    }
+    crate::ops::pooler::require_session(&cfg.db, &mut db.client, "run-once")?;
     shutdown::on_signal(db.interrupter());
     check_clock(&mut db.client, cfg.max_clock_skew)?;
     store::check_schema(&mut db.client, Need::Cycle)?;

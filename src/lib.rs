@@ -10,6 +10,7 @@ pub mod domain;
 pub mod exit;
 pub mod kafka;
 pub mod obs;
+pub mod ops;
 pub mod relay;
 pub mod report;
 pub mod shutdown;

@@ -72,6 +72,11 @@ fn run(command: Command, run_id: Uuid) -> anyhow::Result<()> {
         ),
         Command::DryRun(args) => report::dry_run(&args, run_id),
         Command::Backlog(args) => report::backlog(&args),
+        Command::Explain(args) => booking_expire::ops::explain::explain(&args),
+        Command::Pause(args) => booking_expire::ops::pause::pause(&args),
+        Command::Resume(args) => booking_expire::ops::pause::resume(&args),
+        Command::Republish(args) => booking_expire::ops::republish::republish(&args, false),
+        Command::RetryFailed(args) => booking_expire::ops::republish::republish(&args, true),
     }
 }
 

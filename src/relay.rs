@@ -37,6 +37,9 @@ pub struct RelayResult {
     /// True when another relay held the lock and this one did nothing.
     pub skipped: bool,
     pub duration_ms: u64,
+    /// Set when `relay-outbox` is paused (`booking-expire pause relay-outbox`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused: Option<crate::ops::pause::Paused>,
 }
 
 /// Relays the outbox, counting into `result` as rows are marked, so what was published
@@ -46,6 +49,16 @@ pub struct RelayResult {
 pub fn relay_outbox(cfg: &RelayConfig, clock: &dyn Clock, result: &mut RelayResult) -> Result<()> {
     let started = Instant::now();
     let mut db = store::connect(&cfg.db)?;
+    if let Some(paused) = crate::ops::pause::honour(
+        &mut db.client,
+        crate::cli::Pausable::RelayOutbox,
+        clock.now(),
+    )? {
+        result.paused = Some(paused);
+        result.duration_ms = started.elapsed().as_millis() as u64;
+        return Ok(());
+    }
+    crate::ops::pooler::require_session(&cfg.db, &mut db.client, "relay-outbox")?;
     store::check_schema(&mut db.client, Need::Relay)?;
     if !store::try_relay_lock(&mut db.client)? {
         info!("another relay holds the outbox lock; this one has nothing to do");
@@ -147,7 +160,7 @@ fn drain(
         for (row, delivery) in sendable.iter().zip(&deliveries) {
             match delivery {
                 Delivery::Acked { partition, offset } => {
-                    acked.push(row.id);
+                    acked.push((row.id, *partition, *offset));
                     info!(booking_id = row.key.as_str(), message_id:% = row.id, topic = row.topic.as_str(),
                           partition = *partition, offset = *offset; "event published");
                 }

@@ -140,6 +140,7 @@ fn counts_are_exact_on_a_seeded_mix() {
                 "OldestPendingAgeSeconds": seconds_between(as_of, mix.oldest_pending),
                 "Failed": 2,
             },
+            "Paused": [],
         })
     );
     // `--format json` is the same report.
@@ -239,6 +240,7 @@ fn prometheus_format_has_every_gauge_with_help_and_type() {
         "crm_booking_expiration_outbox_pending",
         "crm_booking_expiration_outbox_oldest_pending_age_seconds",
         "crm_booking_expiration_outbox_failed",
+        "crm_booking_expiration_paused_seconds",
     ];
     assert_eq!(
         types,
@@ -277,7 +279,7 @@ fn prometheus_format_has_every_gauge_with_help_and_type() {
         let got = get(series);
         assert!((age..age + 60.0).contains(&got), "{series} = {got}");
     }
-    assert_eq!(samples.len(), 8, "{}", run.stdout);
+    assert_eq!(samples.len(), 10, "{}", run.stdout);
 }
 
 #[test]
@@ -295,11 +297,12 @@ fn an_empty_database_reports_zeros() {
             "Poison": 0,
             "Outbox": {"Pending": 0, "OldestPendingAt": null, "OldestPendingAgeSeconds": null,
                        "Failed": 0},
+            "Paused": [],
         })
     );
     let run = db.run(&["backlog", "--format", "prometheus"]);
     let (samples, _) = parse_prometheus(&run.stdout);
-    assert_eq!(samples.len(), 8);
+    assert_eq!(samples.len(), 10);
     assert!(samples.values().all(|v| *v == 0.0), "{samples:?}");
 }
 

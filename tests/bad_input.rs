@@ -39,6 +39,17 @@ fn base_args(subcommand: &str) -> Vec<&'static str> {
         "relay-outbox" => vec!["relay-outbox"],
         "run-once" => vec!["run-once"],
         "backlog" => vec!["backlog"],
+        "explain" => vec!["explain", "00000000-0000-0000-0000-000000000000"],
+        "pause" => vec!["pause", "run-once", "--reason", "test"],
+        "resume" => vec!["resume", "run-once", "--reason", "test"],
+        "republish" => vec![
+            "republish",
+            "--booking",
+            "00000000-0000-0000-0000-000000000000",
+            "--reason",
+            "test",
+        ],
+        "retry-failed" => vec!["retry-failed", "--all", "--reason", "test"],
         other => panic!("{other}"),
     }
 }

@@ -188,6 +188,7 @@ const RUN_ONCE_SERIES: &[&str] = &[
     "crm_booking_expiration_items{phase=\"Booking\"}",
     "crm_booking_expiration_items{phase=\"Reserve\"}",
     "crm_booking_expiration_last_success_timestamp_seconds",
+    "crm_booking_expiration_paused_seconds",
     "crm_booking_expiration_poison",
     "crm_booking_expiration_poison_isolated",
     "crm_booking_expiration_skip_locked",
@@ -392,6 +393,7 @@ fn a_run_stopped_by_sigterm_pushes_before_it_exits() {
             "crm_booking_expiration_errors",
             "crm_booking_expiration_items{phase=\"Booking\"}",
             "crm_booking_expiration_items{phase=\"Reserve\"}",
+            "crm_booking_expiration_paused_seconds",
             "crm_booking_expiration_poison_isolated",
             "crm_booking_expiration_skip_locked",
             "push_failure_time_seconds",
@@ -439,6 +441,7 @@ fn the_relay_pushes_its_own_group() {
             "crm_booking_expiration_outbox_failed",
             "crm_booking_expiration_outbox_oldest_pending_age_seconds",
             "crm_booking_expiration_outbox_pending",
+            "crm_booking_expiration_paused_seconds",
             "crm_booking_expiration_relay_duration_seconds",
             "crm_booking_expiration_relay_failed",
             "crm_booking_expiration_relay_published",
@@ -477,7 +480,7 @@ fn the_relay_pushes_its_own_group() {
         .lines()
         .filter(|l| l.starts_with("# HELP "))
         .collect();
-    assert_eq!(helps.len(), 6, "{}", report.stdout);
+    assert_eq!(helps.len(), 7, "{}", report.stdout);
     for help in helps {
         assert!(pushed.lines().any(|l| l == help), "{help}\n{pushed}");
     }

@@ -93,7 +93,8 @@ fn refused_up_front(run: &Run, role: &LoginRole, subcommand: &str, missing: &str
 }
 
 const RELAY_MISSING_FOR_WORKER: &str = "SELECT on crm.outbox, UPDATE on crm.outbox \
-     (published_at, attempts, last_error, failed_at, next_attempt_at, failures), DELETE on crm.outbox";
+     (published_at, attempts, last_error, failed_at, next_attempt_at, failures, \
+     delivered_partition, delivered_offset), DELETE on crm.outbox";
 
 #[test]
 fn the_worker_role_runs_a_cycle_and_is_refused_everything_else() {
@@ -334,7 +335,10 @@ fn the_read_only_role_reports_and_is_refused_every_write() {
          VALUES (gen_random_uuid(), gen_random_uuid(), 'Reserve', 'x', 'x', now(), now(), now())",
     );
     refused(&mut c, "DELETE FROM crm.booking_expiration_poison");
-    refused(&mut c, "SELECT count(*) FROM crm.booking_audit");
+    // explain reads a booking's audit trail (sql/009_operations.sql); writing stays refused.
+    c.batch_execute("SELECT count(*) FROM crm.booking_audit")
+        .unwrap();
+    refused(&mut c, "DELETE FROM crm.booking_audit");
 
     let cycle = reader.run(&db, &["run-once"]);
     refused_up_front(
@@ -355,8 +359,8 @@ fn the_read_only_role_reports_and_is_refused_every_write() {
         &relay,
         &reader,
         "relay-outbox",
-        "UPDATE on crm.outbox (published_at, attempts, last_error, failed_at, next_attempt_at, failures), DELETE on \
-         crm.outbox",
+        "UPDATE on crm.outbox (published_at, attempts, last_error, failed_at, next_attempt_at, failures, \
+         delivered_partition, delivered_offset), DELETE on crm.outbox",
         RELAY,
     );
     assert_eq!(checksum(&mut admin), before, "nothing was written");

@@ -120,6 +120,10 @@ pub const ERRORS: Family = family(
     "crm_booking_expiration_errors",
     "1 when the last run failed (exited non-zero), else 0.",
 );
+pub const PAUSED: Family = family(
+    "crm_booking_expiration_paused_seconds",
+    "Seconds the step has been paused (booking-expire pause), 0 when it runs.",
+);
 pub const LAST_SUCCESS: Family = family(
     "crm_booking_expiration_last_success_timestamp_seconds",
     "Unix time at which the last successful run ended (pushed only on success).",
@@ -245,6 +249,10 @@ pub fn cycle_metrics(
     out.gauge(POISON_ISOLATED, result.poison_count as f64);
     out.gauge(ERRORS, if failed { 1.0 } else { 0.0 });
     out.gauge(CYCLE_DURATION, duration.as_secs_f64());
+    out.gauge(
+        PAUSED,
+        result.paused.as_ref().map_or(0.0, |p| p.paused_for_seconds),
+    );
     if !failed {
         out.gauge(LAST_SUCCESS, unix_seconds(now));
     }
@@ -271,6 +279,10 @@ pub fn relay_metrics(
     out.gauge(RELAY_SKIPPED, if result.skipped { 1.0 } else { 0.0 });
     out.gauge(ERRORS, if failed { 1.0 } else { 0.0 });
     out.gauge(RELAY_DURATION, duration.as_secs_f64());
+    out.gauge(
+        PAUSED,
+        result.paused.as_ref().map_or(0.0, |p| p.paused_for_seconds),
+    );
     if !failed && !result.skipped {
         out.gauge(LAST_SUCCESS, unix_seconds(now));
     }

@@ -22,6 +22,8 @@ struct Backlog {
     overdue: Vec<(Phase, Overdue)>,
     poison: u64,
     outbox: OutboxLag,
+    /// The pause switches that are on (`booking-expire pause`).
+    pauses: Vec<store::ops::PauseRow>,
 }
 
 impl Backlog {
@@ -73,6 +75,7 @@ fn read(client: &mut Client, as_of: DateTime<Utc>) -> Result<Backlog> {
     }
     let poison = store::poison_count(&mut tx)?;
     let outbox = store::outbox_lag(&mut tx)?;
+    let pauses = store::ops::pauses(&mut tx)?;
     tx.commit()
         .classify(Failure::Temporary, "cannot end the read-only transaction")?;
     Ok(Backlog {
@@ -80,6 +83,7 @@ fn read(client: &mut Client, as_of: DateTime<Utc>) -> Result<Backlog> {
         overdue,
         poison,
         outbox,
+        pauses,
     })
 }
 
@@ -126,7 +130,28 @@ fn table(b: &Backlog) -> String {
         dash(),
         dash(),
     ]);
+    for p in &b.pauses {
+        t.row(vec![
+            format!("PAUSED {}", p.command),
+            "-".into(),
+            format::time(p.paused_at),
+            format::duration(b.as_of - p.paused_at),
+        ]);
+    }
     t.render(&mut out);
+    for p in &b.pauses {
+        out.push_str(&format!(
+            "\n{} is paused since {} by {}: {} (booking-expire resume {})",
+            p.command,
+            format::time(p.paused_at),
+            p.paused_by,
+            p.reason,
+            p.command
+        ));
+    }
+    if !b.pauses.is_empty() {
+        out.push('\n');
+    }
     out
 }
 
@@ -139,6 +164,8 @@ struct Json {
     booking: PhaseJson,
     poison: u64,
     outbox: OutboxJson,
+    /// The pause switches that are on; empty when both commands run.
+    paused: Vec<crate::ops::pause::Paused>,
 }
 
 #[derive(Serialize)]
@@ -184,6 +211,11 @@ fn json(b: &Backlog) -> Result<String> {
             oldest_pending_age_seconds: b.age(b.outbox.oldest_pending_at),
             failed: b.outbox.failed,
         },
+        paused: b
+            .pauses
+            .iter()
+            .map(|p| crate::ops::pause::Paused::of(p, b.as_of))
+            .collect(),
     };
     Ok(format!("{}\n", serde_json::to_string(&json)?))
 }
@@ -240,5 +272,20 @@ fn prometheus(b: &Backlog) -> String {
         "Outbox rows the relay gave up on (e.g. too large to send).",
         &[(None, b.outbox.failed.to_string())],
     );
+    out.push_str(
+        "# HELP crm_booking_expiration_paused_seconds Seconds the step has been paused \
+         (booking-expire pause), 0 when it runs.\n\
+         # TYPE crm_booking_expiration_paused_seconds gauge\n",
+    );
+    for step in ["run-once", "relay-outbox"] {
+        let paused = b
+            .pauses
+            .iter()
+            .find(|p| p.command == step)
+            .map_or(0.0, |p| format::seconds(b.as_of - p.paused_at).max(0.0));
+        out.push_str(&format!(
+            "crm_booking_expiration_paused_seconds{{step=\"{step}\"}} {paused}\n"
+        ));
+    }
     out
 }

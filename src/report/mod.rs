@@ -5,7 +5,7 @@
 
 mod backlog;
 mod dry_run;
-mod format;
+pub(crate) mod format;
 
 use postgres::error::SqlState;
 

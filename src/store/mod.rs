@@ -4,6 +4,7 @@
 mod clock;
 mod connect;
 mod expiration;
+pub mod ops;
 mod outbox;
 mod report;
 mod schema;

@@ -72,21 +72,27 @@ pub fn pending(
         .collect())
 }
 
-/// Marks acknowledged rows published at `now`, in one statement.
+/// Marks acknowledged rows published at `now`, in one statement, each with its
+/// delivery receipt: the partition and offset the broker acknowledged.
 pub fn mark_published(
     client: &mut impl GenericClient,
     now: DateTime<Utc>,
-    ids: &[Uuid],
+    acked: &[(Uuid, i32, i64)],
 ) -> Result<u64> {
-    if ids.is_empty() {
+    if acked.is_empty() {
         return Ok(0);
     }
+    let ids: Vec<Uuid> = acked.iter().map(|a| a.0).collect();
+    let partitions: Vec<i32> = acked.iter().map(|a| a.1).collect();
+    let offsets: Vec<i64> = acked.iter().map(|a| a.2).collect();
     Ok(client.execute(
-        "UPDATE crm.outbox
-            SET published_at = $2, attempts = least(attempts, 2147483646) + 1,
-                last_error = NULL, next_attempt_at = NULL
-          WHERE id = ANY($1) AND published_at IS NULL",
-        &[&ids, &now],
+        "UPDATE crm.outbox o
+            SET published_at = $4, attempts = least(o.attempts, 2147483646) + 1,
+                last_error = NULL, next_attempt_at = NULL,
+                delivered_partition = r.p, delivered_offset = r.o
+           FROM unnest($1::uuid[], $2::int4[], $3::int8[]) AS r(id, p, o)
+          WHERE o.id = r.id AND o.published_at IS NULL",
+        &[&ids, &partitions, &offsets, &now],
     )?)
 }
 

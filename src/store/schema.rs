@@ -16,6 +16,12 @@ pub enum Need {
     Relay,
     /// dry-run and backlog: bookings, poison, outbox.
     Report,
+    /// explain: what the reports read, and the booking's audit and timeline rows.
+    Explain,
+    /// pause and resume: the pause switches and the operations trail.
+    Operate,
+    /// republish and retry-failed: the outbox and the operations trail.
+    Requeue,
 }
 
 const BOOKINGS: (&str, &[&str]) = (
@@ -52,6 +58,24 @@ const OUTBOX: (&str, &[&str]) = (
         "failed_at",
         "next_attempt_at",
         "failures",
+        "delivered_partition",
+        "delivered_offset",
+    ],
+);
+const PAUSE: (&str, &[&str]) = (
+    "booking_expiration_pause",
+    &["command", "paused_at", "paused_by", "reason"],
+);
+const OPERATIONS: (&str, &[&str]) = (
+    "booking_expiration_operations",
+    &[
+        "at",
+        "actor",
+        "action",
+        "target",
+        "reason",
+        "rows",
+        "outbox_ids",
     ],
 );
 const AUDIT: (&str, &[&str]) = (
@@ -169,6 +193,7 @@ const CYCLE_PRIVILEGES: &[Privilege] = &[
     on("INSERT", "booking_expiration_poison"),
     on("UPDATE", "booking_expiration_poison"),
     on("DELETE", "booking_expiration_poison"),
+    on("SELECT", "booking_expiration_pause"),
 ];
 
 /// What `relay-outbox` does: read the outbox, mark rows, purge published ones.
@@ -184,9 +209,12 @@ const RELAY_PRIVILEGES: &[Privilege] = &[
             "failed_at",
             "next_attempt_at",
             "failures",
+            "delivered_partition",
+            "delivered_offset",
         ],
     ),
     on("DELETE", "outbox"),
+    on("SELECT", "booking_expiration_pause"),
 ];
 
 /// What `dry-run` and `backlog` read.
@@ -196,12 +224,51 @@ const REPORT_PRIVILEGES: &[Privilege] = &[
     on("SELECT", "outbox"),
 ];
 
+/// What `explain` reads.
+const EXPLAIN_PRIVILEGES: &[Privilege] = &[
+    on_columns("SELECT", "bookings", BOOKING_READ),
+    on("SELECT", "booking_expiration_poison"),
+    on("SELECT", "outbox"),
+    on("SELECT", "booking_audit"),
+    on("SELECT", "deal_timeline"),
+];
+
+/// What `pause` and `resume` do.
+const OPERATE_PRIVILEGES: &[Privilege] = &[
+    on("SELECT", "booking_expiration_pause"),
+    on("INSERT", "booking_expiration_pause"),
+    on("DELETE", "booking_expiration_pause"),
+    on("INSERT", "booking_expiration_operations"),
+];
+
+/// What `republish` and `retry-failed` do: re-queue outbox rows (never insert any).
+const REQUEUE_PRIVILEGES: &[Privilege] = &[
+    on("SELECT", "outbox"),
+    on_columns(
+        "UPDATE",
+        "outbox",
+        &[
+            "published_at",
+            "failed_at",
+            "next_attempt_at",
+            "failures",
+            "last_error",
+            "delivered_partition",
+            "delivered_offset",
+        ],
+    ),
+    on("INSERT", "booking_expiration_operations"),
+];
+
 impl Need {
     fn tables(self) -> &'static [(&'static str, &'static [&'static str])] {
         match self {
-            Need::Cycle => &[BOOKINGS, OUTBOX, AUDIT, TIMELINE, POISON],
-            Need::Relay => &[OUTBOX],
+            Need::Cycle => &[BOOKINGS, OUTBOX, AUDIT, TIMELINE, POISON, PAUSE],
+            Need::Relay => &[OUTBOX, PAUSE],
             Need::Report => &[BOOKINGS, POISON, OUTBOX],
+            Need::Explain => &[BOOKINGS, POISON, OUTBOX, AUDIT, TIMELINE],
+            Need::Operate => &[PAUSE, OPERATIONS],
+            Need::Requeue => &[OUTBOX, OPERATIONS],
         }
     }
 
@@ -210,6 +277,9 @@ impl Need {
             Need::Cycle => CYCLE_PRIVILEGES,
             Need::Relay => RELAY_PRIVILEGES,
             Need::Report => REPORT_PRIVILEGES,
+            Need::Explain => EXPLAIN_PRIVILEGES,
+            Need::Operate => OPERATE_PRIVILEGES,
+            Need::Requeue => REQUEUE_PRIVILEGES,
         }
     }
 
@@ -219,6 +289,20 @@ impl Need {
             Need::Cycle => ("run-once", "crm_booking_expiration_worker"),
             Need::Relay => ("relay-outbox", "crm_outbox_relay"),
             Need::Report => ("dry-run and backlog", "crm_booking_expiration_readonly"),
+            Need::Explain => ("explain", "crm_booking_expiration_readonly"),
+            Need::Operate => ("pause and resume", "crm_booking_expiration_operator"),
+            Need::Requeue => (
+                "republish and retry-failed",
+                "crm_booking_expiration_operator",
+            ),
+        }
+    }
+
+    /// The migration that grants the group role what this subcommand needs.
+    fn grants(self) -> &'static str {
+        match self {
+            Need::Cycle | Need::Relay | Need::Report => "sql/007_roles.sql",
+            Need::Explain | Need::Operate | Need::Requeue => "sql/009_operations.sql",
         }
     }
 }
@@ -321,8 +405,9 @@ fn check_privileges(client: &mut impl GenericClient, need: Need) -> Result<()> {
         Failure::Config,
         format!(
             "role {user} lacks privileges for {who}: {} \
-             (GRANT {role} TO {user}; see sql/007_roles.sql)",
-            describe_missing(&missing)
+             (GRANT {role} TO {user}; see {})",
+            describe_missing(&missing),
+            need.grants()
         ),
     ))
 }
@@ -368,7 +453,7 @@ const BOOKINGS_NOT_NULL: &[&str] = &[
 ];
 
 fn check_not_null(client: &mut impl GenericClient, need: Need) -> Result<()> {
-    if matches!(need, Need::Relay) {
+    if matches!(need, Need::Relay | Need::Operate | Need::Requeue) {
         return Ok(());
     }
     let rows = client
@@ -441,7 +526,7 @@ const BOOKING_TYPES: &[(&str, &[&str], &str)] = &[
 /// naming each column, its type and what is expected: a CRM with another column type
 /// fails here with 78 instead of mid-cycle.
 fn check_types(client: &mut impl GenericClient, need: Need) -> Result<()> {
-    if matches!(need, Need::Relay) {
+    if matches!(need, Need::Relay | Need::Operate | Need::Requeue) {
         return Ok(());
     }
     let rows = client
@@ -523,7 +608,14 @@ mod tests {
 
     #[test]
     fn every_privilege_names_a_table_the_subcommand_checks() {
-        for need in [Need::Cycle, Need::Relay, Need::Report] {
+        for need in [
+            Need::Cycle,
+            Need::Relay,
+            Need::Report,
+            Need::Explain,
+            Need::Operate,
+            Need::Requeue,
+        ] {
             for p in need.privileges() {
                 let (_, cols) = need
                     .tables()

@@ -1,0 +1,255 @@
+//! `republish` and `retry-failed`: put outbox rows back into the relay's queue, as they
+//! are (no row is inserted, so the relay sends the same `ce_id` again and consumers
+//! dedupe), and write who, when, why and how many to the operations trail in the same
+//! transaction. Replaces the hand-written `UPDATE … SET published_at = NULL`.
+
+use std::collections::HashSet;
+
+use anyhow::Result;
+use log::info;
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::cli::{AsOf, RequeueArgs};
+use crate::clock::{Clock, SystemClock};
+use crate::config::DbConfig;
+use crate::domain::rfc3339;
+use crate::exit::{ClassifyExt, Failure, fail};
+use crate::report::format::{self, Table};
+use crate::store::ops::{self, Operation, OutboxEntry, Selection};
+use crate::store::{self, Need};
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Outcome {
+    command: &'static str,
+    dry_run: bool,
+    selection: String,
+    /// Rows re-queued (or, with --dry-run, that would be).
+    requeued: u64,
+    rows: Vec<RowJson>,
+    /// Selected rows left as they are: pending ones (they go anyway), and for
+    /// retry-failed the published ones.
+    left_alone: Vec<RowJson>,
+    /// `--ids` that name no outbox row (never written, or purged after the retention).
+    not_found: Vec<Uuid>,
+    actor: String,
+    reason: String,
+    operation_id: Option<i64>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct RowJson {
+    id: Uuid,
+    aggregate_id: String,
+    topic: String,
+    state: &'static str,
+    published_at: Option<String>,
+    partition: Option<i32>,
+    offset: Option<i64>,
+    failed_at: Option<String>,
+    last_error: Option<String>,
+}
+
+fn row_json(o: &OutboxEntry) -> RowJson {
+    RowJson {
+        id: o.id,
+        aggregate_id: o.aggregateid.clone(),
+        topic: o.topic.clone(),
+        state: o.state(),
+        published_at: o.published_at.map(rfc3339),
+        partition: o.partition,
+        offset: o.offset,
+        failed_at: o.failed_at.map(rfc3339),
+        last_error: o.last_error.clone(),
+    }
+}
+
+fn usage(message: String) -> anyhow::Error {
+    fail(Failure::Usage, message)
+}
+
+/// `republish` (`failed_only` = false) and `retry-failed` (true).
+pub fn republish(args: &RequeueArgs, failed_only: bool) -> Result<()> {
+    let command = if failed_only {
+        "retry-failed"
+    } else {
+        "republish"
+    };
+    let now = SystemClock.now();
+    let at = |t: AsOf| match t {
+        AsOf::Now => now,
+        AsOf::At(at) => at,
+    };
+    let (selection, described) = if !args.ids.is_empty() {
+        let ids: Vec<String> = args.ids.iter().map(Uuid::to_string).collect();
+        (
+            Selection::Ids(args.ids.clone()),
+            format!("ids {}", ids.join(",")),
+        )
+    } else if let Some(booking) = args.booking {
+        (Selection::Booking(booking), format!("booking {booking}"))
+    } else if let (Some(since), Some(until)) = (args.since, args.until) {
+        let (since, until) = (at(since), at(until));
+        if since >= until {
+            return Err(usage(format!(
+                "{command}: --since {} is not before --until {}",
+                format::time(since),
+                format::time(until)
+            )));
+        }
+        (
+            Selection::Window { since, until },
+            format!(
+                "written from {} until {}",
+                format::time(since),
+                format::time(until)
+            ),
+        )
+    } else if args.all {
+        if !failed_only {
+            return Err(usage(
+                "republish: --all is only for retry-failed; name the rows with --ids, --booking \
+                 or --since/--until"
+                    .to_owned(),
+            ));
+        }
+        (Selection::AllFailed, "every failed row".to_owned())
+    } else {
+        return Err(usage(format!(
+            "{command}: select the rows with --ids, --booking or --since/--until"
+        )));
+    };
+
+    let cfg = DbConfig::from_args(&args.database)?;
+    let mut db = store::connect(&cfg)?;
+    store::check_schema(&mut db.client, Need::Requeue)?;
+    let mut tx = db
+        .client
+        .transaction()
+        .classify(Failure::Temporary, "cannot begin a transaction")?;
+    let actor = super::actor(&mut tx, &args.actor)?;
+    // Locked while deciding, so a relay marking one of them meanwhile cannot interleave.
+    let selected = ops::select_outbox(&mut tx, &selection, !args.dry_run)?;
+    let not_found: Vec<Uuid> = match &selection {
+        Selection::Ids(ids) => {
+            let seen: HashSet<Uuid> = selected.iter().map(|o| o.id).collect();
+            let mut missing: Vec<Uuid> = ids
+                .iter()
+                .filter(|id| !seen.contains(id))
+                .copied()
+                .collect();
+            missing.dedup();
+            missing
+        }
+        _ => Vec::new(),
+    };
+    let (take, leave): (Vec<&OutboxEntry>, Vec<&OutboxEntry>) =
+        selected.iter().partition(|o| match o.state() {
+            "failed" => true,
+            "published" => !failed_only,
+            _ => false,
+        });
+    if take.len() > args.max_rows as usize {
+        return Err(usage(format!(
+            "{command}: the selection holds {} rows to re-queue, more than --max-rows {}; \
+             narrow it or raise --max-rows",
+            take.len(),
+            args.max_rows
+        )));
+    }
+    let ids: Vec<Uuid> = take.iter().map(|o| o.id).collect();
+    let mut operation_id = None;
+    let requeued = if args.dry_run || ids.is_empty() {
+        ids.len() as u64
+    } else {
+        let n = ops::requeue(&mut tx, &ids)?;
+        operation_id = Some(ops::record(
+            &mut tx,
+            &Operation {
+                at: now,
+                actor: &actor,
+                action: command,
+                target: &described,
+                reason: &args.actor.reason,
+                outbox_ids: &ids,
+            },
+        )?);
+        n
+    };
+    if args.dry_run {
+        drop(tx);
+    } else {
+        tx.commit()
+            .classify(Failure::Temporary, "cannot commit the re-queue")?;
+        info!(command, requeued, actor = actor.as_str(), reason = args.actor.reason.as_str(),
+              selection = described.as_str(); "outbox rows re-queued");
+    }
+    let outcome = Outcome {
+        command,
+        dry_run: args.dry_run,
+        selection: described,
+        requeued,
+        rows: take.iter().map(|o| row_json(o)).collect(),
+        left_alone: leave.iter().map(|o| row_json(o)).collect(),
+        not_found,
+        actor,
+        reason: args.actor.reason.clone(),
+        operation_id,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string(&outcome)?);
+    } else {
+        format::print(&text(&outcome))?;
+    }
+    Ok(())
+}
+
+fn text(o: &Outcome) -> String {
+    let mut out = String::new();
+    let verb = if o.dry_run {
+        "would re-queue"
+    } else {
+        "re-queued"
+    };
+    out.push_str(&format!(
+        "{}: {verb} {} outbox rows ({})\n",
+        o.command, o.requeued, o.selection
+    ));
+    if !o.rows.is_empty() {
+        let mut t = Table::new(&["Id", "Booking", "Was", "At", "Partition", "Offset"]);
+        for r in &o.rows {
+            t.row(vec![
+                r.id.to_string(),
+                r.aggregate_id.clone(),
+                r.state.to_owned(),
+                r.published_at
+                    .clone()
+                    .or_else(|| r.failed_at.clone())
+                    .unwrap_or_else(|| "-".to_owned()),
+                r.partition.map_or("-".to_owned(), |p| p.to_string()),
+                r.offset.map_or("-".to_owned(), |p| p.to_string()),
+            ]);
+        }
+        t.render(&mut out);
+    }
+    for r in &o.left_alone {
+        out.push_str(&format!("left alone: {} is {}\n", r.id, r.state));
+    }
+    for id in &o.not_found {
+        out.push_str(&format!(
+            "not found: {id} (never written, or purged after the outbox retention)\n"
+        ));
+    }
+    match (o.dry_run, o.operation_id) {
+        (true, _) => out.push_str("dry run: nothing was changed\n"),
+        (false, Some(id)) => out.push_str(&format!(
+            "the next relay-outbox run sends them again with the same ce_id; recorded as \
+             operation {id} by {}: {}\n",
+            o.actor, o.reason
+        )),
+        (false, None) => out.push_str("nothing to re-queue; nothing was changed\n"),
+    }
+    out
+}
