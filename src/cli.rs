@@ -1,3 +1,4 @@
+// Over 450 lines: every flag's help text, environment variable and bounds, written once for --help, with the usage-error notes that explain them.
 //! The command line as typed: clap definitions with their environment fallbacks.
 //! Values are parsed here; cross-field checks and secrets live in `config`.
 

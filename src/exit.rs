@@ -129,7 +129,7 @@ pub fn report(outcome: anyhow::Result<()>, json: bool) -> ExitCode {
 }
 
 /// The exit code of a command line clap refused, or of `--help`/`--version` (0), after
-/// the command line printed it ([`crate::cli::usage_error`]).
+/// the command line printed it (`cli::usage_error`).
 pub fn usage_code(shown: Result<(), Failure>) -> ExitCode {
     match shown {
         Ok(()) => ExitCode::SUCCESS,

@@ -29,8 +29,8 @@ pub fn on_signal(interrupt: impl Fn() + Send + 'static) {
 
 /// Starts the signal watcher thread. The first signal sets the flag and interrupts
 /// the statement in flight; a second one calls `exit_now` (the database rolls back an
-/// open transaction when the connection drops). `main` passes [`crate::exit::signalled`]:
-/// this module never decides an exit code.
+/// open transaction when the connection drops). `app` passes `exit::signalled`: this
+/// module never decides an exit code.
 pub fn install(exit_now: fn(i32) -> !) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()

@@ -1,3 +1,4 @@
+// Over 450 lines: two renderings (table, JSON lines) of one streamed plan, beside the walk that feeds them.
 //! `dry-run --as-of T`: what a cycle at moment T would expire, which events it would
 //! publish, and what the guard would refuse. The same candidate query as the claim of
 //! `run-once` (without its lock) and the same domain decision, `domain::decide`; only

@@ -1,3 +1,4 @@
+// Over 450 lines: the cycle's SQL and the savepoint bisection that isolates poison rows, which are read together.
 //! The expiration cycle's SQL: the claim per phase, the skipped-locked count, the
 //! set-based batch write (bookings + audit + timeline + outbox in one statement) with
 //! poison isolation by savepoints, and the quarantine of poison rows.

@@ -1,3 +1,4 @@
+// Over 450 lines: most of it is the preflight's tables of the columns, types and privileges each subcommand needs.
 //! "Is the schema migrated, and may this role do what the subcommand does?", answered
 //! from the catalog before any work, so a database without the schema or a role without
 //! the grants fails with 78 and a list of what is missing instead of a mid-cycle error.
