@@ -1,3 +1,4 @@
+// Over 450 lines: every flag's help text, environment variable and bounds, written once for --help, with the usage-error notes that explain them.
 //! The command line as typed: clap definitions with their environment fallbacks.
 //! Values are parsed here; cross-field checks and secrets live in `config`.
 
@@ -6,8 +7,16 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::exit::EXIT_CODES_HELP;
-use crate::obs::LogFormat;
+pub use crate::domain::AsOf;
+pub use crate::duration::{parse_duration, show_duration};
+use crate::exit::{EXIT_CODES_HELP, Failure};
+
+/// Log line format on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -31,6 +40,24 @@ pub struct Cli {
     /// Log line format on stderr
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,
+
+    /// Log progress at info level also for the reports (dry-run, backlog), which
+    /// otherwise log warnings and errors only; RUST_LOG overrides both
+    #[arg(short, long, global = true)]
+    pub verbose: bool,
+}
+
+impl Cli {
+    /// The log filter when `RUST_LOG` is not set: this program at info and its libraries
+    /// at warn; the reports at warn unless `--verbose`, so their output stands alone.
+    pub fn default_log_filter(&self) -> &'static str {
+        let report = matches!(self.command, Command::DryRun(_) | Command::Backlog(_));
+        if report && !self.verbose {
+            "warn"
+        } else {
+            "warn,booking_expire=info"
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -357,19 +384,16 @@ pub struct DryRunArgs {
     #[arg(long)]
     pub all: bool,
 
+    /// Show full ids in the table (by default the first 8 characters, so the table fits
+    /// 120 columns)
+    #[arg(long, conflicts_with = "json")]
+    pub wide: bool,
+
     /// JSON lines on stdout: one per booking with the exact event payload and headers a
     /// cycle would publish (ce_id, traceparent and ce_correlationid are this dry run's
     /// own: run-once assigns fresh ones), then a summary line
     #[arg(long)]
     pub json: bool,
-}
-
-/// `--as-of`: a given moment, or `now`, read from the system clock when the command
-/// runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AsOf {
-    Now,
-    At(chrono::DateTime<chrono::Utc>),
 }
 
 const AS_OF_EXPECTED: &str = "expected RFC 3339 with an offset, e.g. 2026-11-29T18:00:00Z \
@@ -585,56 +609,15 @@ fn duration_in(
     }
 }
 
-/// Parses `<integer><unit>` with unit `ms`, `s`, `m`, `h` or `d`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    const EXPECTED: &str =
-        "expected a whole number with a unit: ms, s, m, h or d (e.g. 500ms, 5s, 2m, 7d)";
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (digits, unit) = t.split_at(split);
-    if digits.is_empty() {
-        return Err(format!("{s:?}: {EXPECTED}"));
-    }
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("{s:?} is too large: {EXPECTED}"))?;
-    let millis = match unit {
-        "ms" => Some(n),
-        "s" => n.checked_mul(1_000),
-        "m" => n.checked_mul(60_000),
-        "h" => n.checked_mul(3_600_000),
-        "d" => n.checked_mul(86_400_000),
-        _ => return Err(format!("{s:?}: {EXPECTED}")),
-    };
-    millis
-        .map(Duration::from_millis)
-        .ok_or_else(|| format!("{s:?} is too large: {EXPECTED}"))
-}
-
-/// A duration as the flags are written: `500ms`, `5s`, `2m`, `3h`, `7d`.
-pub fn show_duration(d: Duration) -> String {
-    let ms = d.as_millis();
-    if ms > 0 && ms.is_multiple_of(86_400_000) {
-        format!("{}d", ms / 86_400_000)
-    } else if ms > 0 && ms.is_multiple_of(3_600_000) {
-        format!("{}h", ms / 3_600_000)
-    } else if ms > 0 && ms.is_multiple_of(60_000) {
-        format!("{}m", ms / 60_000)
-    } else if ms > 0 && ms.is_multiple_of(1_000) {
-        format!("{}s", ms / 1_000)
-    } else {
-        format!("{ms}ms")
-    }
-}
-
-/// Prints a command-line error and returns the exit code: 0 for --help/--version,
-/// 64 (usage) otherwise. When the bad value came from an environment variable, says
-/// which, since clap's message only names the flag.
-pub fn usage_error(e: clap::Error) -> std::process::ExitCode {
+/// Prints a command-line error and says what it was: `Ok` for --help/--version (they
+/// are shown, not refused), a usage failure otherwise; `exit::usage_code` names the
+/// code. When the bad value came from an environment variable, says which, since
+/// clap's message only names the flag.
+pub fn usage_error(e: clap::Error) -> Result<(), Failure> {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
     if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
         let _ = e.print();
-        return std::process::ExitCode::SUCCESS;
+        return Ok(());
     }
     let _ = e.print();
     if let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) {
@@ -667,7 +650,7 @@ pub fn usage_error(e: clap::Error) -> std::process::ExitCode {
         }
         _ => {}
     }
-    std::process::ExitCode::from(crate::exit::Failure::Usage.code())
+    Err(Failure::Usage)
 }
 
 /// The flag typed right before `value` when `value` looks like a negative number.
@@ -752,27 +735,6 @@ mod tests {
     #[test]
     fn the_command_line_definition_is_consistent() {
         Cli::command().debug_assert();
-    }
-
-    #[test]
-    fn durations_parse_with_units() {
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("3h"), Ok(Duration::from_secs(3 * 3600)));
-        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
-        for bad in [
-            "",
-            "5",
-            "s",
-            "5 h",
-            "-1s",
-            "1.5s",
-            "5sec",
-            "99999999999999999999s",
-        ] {
-            assert!(parse_duration(bad).is_err(), "{bad:?} parsed");
-        }
     }
 
     #[test]

@@ -58,9 +58,21 @@ pub fn to_micros(at: DateTime<Utc>) -> DateTime<Utc> {
     DateTime::from_timestamp_micros(at.timestamp_micros()).unwrap_or(at)
 }
 
+/// A span in seconds with microsecond precision, for JSON and metrics. The one place
+/// this is done.
+pub fn seconds(d: TimeDelta) -> f64 {
+    d.num_microseconds()
+        .map_or(d.num_seconds() as f64, |us| us as f64 / 1e6)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn seconds_keep_microseconds() {
+        assert_eq!(seconds(TimeDelta::microseconds(7_200_000_123)), 7200.000123);
+    }
 
     #[test]
     fn moments_are_cut_to_microseconds() {

@@ -13,10 +13,10 @@ use uuid::Uuid;
 
 use crate::clock::Clock;
 use crate::config::RunOnceConfig;
-use crate::domain::{self, BookingRow, ExpiredEvent, Phase, rfc3339};
+use crate::domain::{self, Phase, rfc3339};
 use crate::exit::{Classified, ClassifyExt, Failure, fail};
 use crate::shutdown;
-use crate::store::{self, BatchWrite, CycleStatements, Db, Need, Poison};
+use crate::store::{self, CycleStatements, Db, Need, Poison};
 
 /// The result of a cycle, printed as one JSON line on stdout.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -152,7 +152,7 @@ fn check_clock(client: &mut Client, max: std::time::Duration) -> Result<()> {
             "system clock and database clock differ by {:.1}s (the system clock is {direction}, \
              allowed {}): refusing to expire bookings; fix the node's time sync",
             measured.as_secs_f64(),
-            crate::cli::show_duration(max),
+            crate::duration::show_duration(max),
         ),
     ))
 }
@@ -295,7 +295,7 @@ fn run_batch(
         });
     }
 
-    let (writes, mut poison) = decide(&claimed, phase, as_of, run_id);
+    let (writes, mut poison) = domain::decide(&claimed, phase, as_of, run_id, &mut Uuid::now_v7);
     for p in &poison {
         error!(booking_id:% = p.booking_id, phase:% = phase, reason = p.reason,
                error = p.error.as_str(); "item failed: the guard refused the row, quarantined");
@@ -342,42 +342,4 @@ fn run_batch(
         skipped,
         poison: poison.len() as u64,
     })
-}
-
-/// The domain decision for each claimed row: what to write (with the exact event it
-/// publishes), and what is poison. `dry-run` calls this very function.
-pub fn decide(
-    claimed: &[BookingRow],
-    phase: Phase,
-    as_of: DateTime<Utc>,
-    run_id: Uuid,
-) -> (Vec<BatchWrite>, Vec<Poison>) {
-    let mut writes = Vec::with_capacity(claimed.len());
-    let mut poison = Vec::new();
-    for row in claimed {
-        match domain::expire(row, as_of) {
-            Ok(expiry) => {
-                let message_id = Uuid::now_v7();
-                writes.push(BatchWrite {
-                    payload: ExpiredEvent::of(&expiry).to_json(),
-                    headers: domain::event_headers(&expiry, message_id, run_id).into(),
-                    message_id,
-                    expiry,
-                });
-            }
-            Err(rejection) => {
-                poison.push(Poison {
-                    booking_id: row.id,
-                    tenant_id: row.tenant_id,
-                    version: row.version,
-                    status: row.status.clone(),
-                    phase,
-                    reason: rejection.code(),
-                    error: rejection.to_string(),
-                    sqlstate: None,
-                });
-            }
-        }
-    }
-    (writes, poison)
 }

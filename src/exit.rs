@@ -1,4 +1,6 @@
-//! Exit codes, sysexits-style, and the one function that maps an error to one.
+//! Exit codes, sysexits-style: the one module that turns an outcome (an error, a usage
+//! error, a signal, a panic) into the code the process ends with. Nothing else calls
+//! `process::exit` or names a code.
 
 use std::fmt;
 use std::process::ExitCode;
@@ -109,19 +111,48 @@ pub fn exit_code(err: &anyhow::Error) -> ExitCode {
     ExitCode::from(code)
 }
 
-/// How a PostgreSQL error met during work (not while connecting) is to be treated,
-/// by SQLSTATE class, never by message text.
+/// The end of a run: `Ok` is 0; an error is printed once on stderr (a JSON line for
+/// log collectors when `json`, else plain text) and mapped to its code.
+pub fn report(outcome: anyhow::Result<()>, json: bool) -> ExitCode {
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let code = exit_code(&e);
+            if json {
+                log::error!(error:% = format!("{e:#}"); "failed");
+            } else {
+                eprintln!("booking-expire: error: {e:#}");
+            }
+            code
+        }
+    }
+}
+
+/// The exit code of a command line clap refused, or of `--help`/`--version` (0), after
+/// the command line printed it (`cli::usage_error`).
+pub fn usage_code(shown: Result<(), Failure>) -> ExitCode {
+    match shown {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => ExitCode::from(failure.code()),
+    }
+}
+
+/// Ends the process at once for a second signal, or one that arrived before any work
+/// started (`shutdown` asks; the database rolls back an open transaction when the
+/// connection drops).
+pub fn signalled(signal: i32) -> ! {
+    std::process::exit(i32::from(Failure::Interrupted(signal).code()))
+}
+
+/// How a PostgreSQL error met during work (not while connecting) is to be treated.
 pub fn database_failure(e: &postgres::Error) -> Failure {
-    let Some(db) = e.as_db_error() else {
-        // I/O, a closed connection, a timeout on the socket: worth a retry.
-        return Failure::Temporary;
-    };
-    let code = db.code().code();
-    match &code[..2] {
-        // invalid authorization, invalid catalog name, syntax error or access rule
-        // violation (missing table/column, insufficient privilege), feature not
-        // supported: the deployment is wrong, a retry will not help.
-        "28" | "3D" | "42" | "0A" => Failure::Config,
+    use crate::sqlstate::Class;
+    match crate::sqlstate::class(e) {
+        // The deployment is wrong (missing table/column, insufficient privilege, a
+        // feature the server lacks): a retry will not help.
+        Some(Class::Deployment | Class::Unsupported) => Failure::Config,
+        // I/O, a closed connection, a timeout on the socket, a lock or statement
+        // timeout: worth a retry.
         _ => Failure::Temporary,
     }
 }

@@ -1,12 +1,14 @@
 //! booking-expire: expires overdue CRM bookings and publishes one booking-expired event
 //! per expiry through a transactional outbox. The binary (`main.rs`) only parses,
-//! dispatches and maps errors to exit codes; everything else lives in these rooms.
+//! resolves, runs (`app`) and exits (`exit`); everything else lives in these rooms.
 
+pub mod app;
 pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod cycle;
 pub mod domain;
+pub mod duration;
 pub mod exit;
 pub mod kafka;
 pub mod obs;
@@ -14,4 +16,5 @@ pub mod ops;
 pub mod relay;
 pub mod report;
 pub mod shutdown;
+pub mod sqlstate;
 pub mod store;

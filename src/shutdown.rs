@@ -28,9 +28,10 @@ pub fn on_signal(interrupt: impl Fn() + Send + 'static) {
 }
 
 /// Starts the signal watcher thread. The first signal sets the flag and interrupts
-/// the statement in flight; a second one exits at once (the database rolls back an
-/// open transaction when the connection drops).
-pub fn install() -> anyhow::Result<()> {
+/// the statement in flight; a second one calls `exit_now` (the database rolls back an
+/// open transaction when the connection drops). `app` passes `exit::signalled`: this
+/// module never decides an exit code.
+pub fn install(exit_now: fn(i32) -> !) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .build()?;
@@ -57,7 +58,7 @@ pub fn install() -> anyhow::Result<()> {
                 });
                 if RECEIVED.swap(signal, Ordering::SeqCst) != 0 {
                     log::warn!(signal; "second signal, exiting at once");
-                    std::process::exit(128 + signal);
+                    exit_now(signal);
                 }
                 let guard = INTERRUPT.lock().unwrap_or_else(|e| e.into_inner());
                 match guard.as_ref() {
@@ -67,7 +68,7 @@ pub fn install() -> anyhow::Result<()> {
                     }
                     None => {
                         log::warn!(signal; "signal received before any work started, exiting");
-                        std::process::exit(128 + signal);
+                        exit_now(signal);
                     }
                 }
             }

@@ -403,16 +403,37 @@ fn guard_rejected_rows_are_shown_with_their_reason() {
     assert_eq!(lines.counts("Reserve"), (1, 1, 0, 0));
     assert_eq!(lines.counts("Booking"), (0, 1, 0, 0));
 
-    // The table shows each refused row with its reason, under its own heading.
+    // The table shows each refused row with its reason, under its own heading; ids
+    // by their first eight characters, so the expiry table fits 120 columns.
     let run = db.run(&["dry-run", "--as-of", "now"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let row_of = |id: Uuid| {
+        let short = &id.to_string()[..8];
         run.stdout
             .lines()
-            .find(|l| l.starts_with(&id.to_string()))
+            .find(|l| l.starts_with(&format!("{short}  ")))
             .unwrap_or_else(|| panic!("{id} not listed:\n{}", run.stdout))
             .to_owned()
     };
+    assert!(
+        !run.stdout.contains(&healthy.id.to_string()),
+        "{}",
+        run.stdout
+    );
+    let expiries = run
+        .stdout
+        .lines()
+        .skip_while(|l| *l != "Reserve phase: would expire")
+        .take_while(|l| !l.starts_with("Reserve phase: the guard"));
+    for line in expiries {
+        assert!(
+            line.chars().count() <= 120,
+            "{} columns: {line}",
+            line.chars().count()
+        );
+    }
+    // Report commands log warnings only, unless asked: the table stands alone.
+    assert!(!run.stderr.contains(" INFO "), "{}", run.stderr);
     assert!(
         row_of(inconsistent.id)
             .contains("  expired_at_already_set  active booking already has expired_at")
@@ -473,8 +494,10 @@ fn quarantined_overdue_rows_are_listed_apart_until_their_retry_at() {
     assert_eq!(now.counts("Reserve"), (1, 0, 1, 0));
     assert_eq!(now.counts("Booking"), (0, 0, 0, 0));
 
-    let run = db.run(&["dry-run", "--as-of", "now"]);
+    // --wide shows full ids; --verbose logs the progress again.
+    let run = db.run(&["dry-run", "--as-of", "now", "--wide", "--verbose"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stderr.contains("dry run started"), "{}", run.stderr);
     assert!(
         run.stdout.lines().any(|l| l
             == "Reserve phase: overdue but in quarantine as poison (not claimed before RetryAt)"),

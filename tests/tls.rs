@@ -113,7 +113,10 @@ fn postgres_with_a_wrong_ca_or_host_name_is_refused_clearly_and_writes_nothing()
     let handshake_failed = |run: &Run, expectation: &str, verdict: &str| {
         assert_eq!(run.code, 78, "{}", run.stderr);
         assert!(run.stdout.is_empty(), "{}", run.stdout);
-        let want = format!("cannot connect to PostgreSQL: TLS handshake failed ({expectation}): ");
+        let want = format!(
+            "cannot connect to PostgreSQL at {}: TLS handshake failed ({expectation}): ",
+            target(run)
+        );
         assert!(
             run.stderr.contains(&want),
             "want {want:?} in:\n{}",
@@ -232,9 +235,10 @@ fn postgres_verify_full_against_a_server_without_tls_is_a_configuration_error() 
     let run = run(&[("DATABASE_URL", &url)], &["run-once"]);
     assert_eq!(run.code, 78, "{}", run.stderr);
     assert!(
-        run.stderr.contains(
-            "cannot connect to PostgreSQL: error performing TLS handshake: server does not support TLS"
-        ),
+        run.stderr.contains(&format!(
+            "cannot connect to PostgreSQL at {}: error performing TLS handshake: server does not support TLS",
+            target(&run)
+        )),
         "{}",
         run.stderr
     );
@@ -381,4 +385,19 @@ fn relay_over_sasl_ssl_needs_the_right_password_and_never_shows_it() {
     assert_eq!(pending(&db), 0);
     let got = consume(&broker.plaintext, &topic, 6, 3, Duration::from_secs(30));
     assert_eq!(got.len(), 3);
+}
+
+/// The `host:port` a connection error names, checked to be one: the message says where
+/// it tried, never who (no user, no password).
+fn target(run: &Run) -> &str {
+    let at = run
+        .stderr
+        .split("cannot connect to PostgreSQL at ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no host named in:\n{}", run.stderr));
+    let target = &at[..at.find(": ").expect("a colon after the target")];
+    let (host, port) = target.rsplit_once(':').expect("host:port");
+    assert!(!host.is_empty() && !host.contains('@'), "{target}");
+    assert!(port.parse::<u16>().is_ok(), "{target}");
+    target
 }

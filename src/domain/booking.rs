@@ -1,3 +1,4 @@
+// Over 450 lines: half of it is the unit tests of every transition and guard.
 //! The booking aggregate as the expiration job sees it, and `expire`.
 
 use std::fmt;

@@ -1,5 +1,6 @@
 //! The booking expiration domain: statuses, phases, the `Expire(AsOf)` transition with
-//! its guards, and the integration event it raises.
+//! its guards, the integration event it raises, and the plan of a batch (`plan`:
+//! rows + AsOf + ids in, decisions out).
 //!
 //! Pure by design: nothing here reads a clock, does I/O or logs. Time (`as_of`) and
 //! identities (run id, message id) come in as arguments, so `run-once` and `dry-run`
@@ -7,9 +8,11 @@
 
 pub(crate) mod booking;
 mod event;
+pub mod plan;
 
 pub use booking::{BookingRow, Expiry, Phase, Status, expire};
 pub use event::{
     AGGREGATE_TYPE, EVENT_TYPE, ExpiredEvent, PAYLOAD_FIELDS, TOPIC, event_headers,
     payload_in_contract_order, rfc3339,
 };
+pub use plan::{AsOf, BatchWrite, Poison, decide};

@@ -9,17 +9,13 @@ use log::kv::{Key, Value, VisitSource};
 use serde_json::{Map, Value as Json};
 use uuid::Uuid;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
-}
+use crate::cli::LogFormat;
 
-/// Installs the logger. `RUST_LOG` may change the filter; by default this program logs
-/// at info and its libraries at warn.
-pub fn init_logging(format: LogFormat, run_id: Uuid) {
+/// Installs the logger. `RUST_LOG` may change the filter; by default `filter`
+/// (`cli::Cli::default_log_filter`).
+pub fn init_logging(format: LogFormat, filter: &str, run_id: Uuid) {
     let env = env_logger::Env::default()
-        .filter_or("RUST_LOG", "warn,booking_expire=info")
+        .filter_or("RUST_LOG", filter)
         .write_style_or("LOG_STYLE", "never");
     let mut builder = env_logger::Builder::from_env(env);
     builder.target(env_logger::Target::Stderr);

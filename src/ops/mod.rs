@@ -10,9 +10,21 @@ pub mod republish;
 use anyhow::Result;
 use postgres::GenericClient;
 
-use crate::cli::ActorArgs;
+use crate::cli::{ActorArgs, Command};
 use crate::exit::ClassifyExt;
 use crate::exit::Failure;
+
+/// Runs an operator command.
+pub fn run(command: &Command) -> Result<()> {
+    match command {
+        Command::Explain(args) => explain::explain(args),
+        Command::Pause(args) => pause::pause(args),
+        Command::Resume(args) => pause::resume(args),
+        Command::Republish(args) => republish::republish(args, false),
+        Command::RetryFailed(args) => republish::republish(args, true),
+        other => unreachable!("not an operator command: {other:?}"),
+    }
+}
 
 /// Who does an operator's action, for the trail: the name given (`--actor`, else the
 /// USER environment variable) and the database user, which the database vouches for.

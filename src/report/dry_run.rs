@@ -1,9 +1,9 @@
+// Over 450 lines: two renderings (table, JSON lines) of one streamed plan, beside the walk that feeds them.
 //! `dry-run --as-of T`: what a cycle at moment T would expire, which events it would
 //! publish, and what the guard would refuse. The same candidate query as the claim of
-//! `run-once` (without its lock) and the same domain decision, `cycle::decide`; only
+//! `run-once` (without its lock) and the same domain decision, `domain::decide`; only
 //! the write is skipped.
 
-use crate::clock::Clock;
 use std::collections::HashMap;
 use std::io::Write;
 
@@ -14,11 +14,10 @@ use postgres::{Client, Transaction};
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::format::{self, Stdout, StreamTable, TIME_WIDTH, Table, UUID_WIDTH};
-use crate::cli::{AsOf, DryRunArgs};
-use crate::config::{Batch, DbConfig};
-use crate::cycle;
-use crate::domain::{BookingRow, Phase, TOPIC, rfc3339};
+use super::format::{self, SHORT_ID_WIDTH, Stdout, StreamTable, TIME_WIDTH, Table, UUID_WIDTH};
+use crate::clock::Clock;
+use crate::config::{Batch, DryRunConfig};
+use crate::domain::{self, BookingRow, Phase, TOPIC, rfc3339};
 use crate::exit::{ClassifyExt, Failure};
 use crate::shutdown;
 use crate::store::{self, BatchWrite, CHUNK_ROWS, Need, Poison, Quarantined};
@@ -43,20 +42,14 @@ struct Counts {
 }
 
 /// `dry-run --as-of T`.
-pub fn dry_run(args: &DryRunArgs, run_id: Uuid) -> Result<()> {
-    let db_cfg = DbConfig::from_args(&args.database)?;
-    let batch = Batch::from(&args.batch);
-    // run-once claims up to max_batches × batch_size per phase, oldest deadline first,
-    // batch after batch; one query with their product as the limit reads the same rows.
-    let limit = (!args.all).then(|| i64::from(batch.size) * i64::from(batch.max_batches));
-    let as_of = match args.as_of {
-        AsOf::Now => crate::clock::SystemClock.now(),
-        AsOf::At(at) => at,
-    };
+pub fn dry_run(cfg: &DryRunConfig, run_id: Uuid, clock: &dyn Clock) -> Result<()> {
+    let batch = cfg.batch;
+    let limit = cfg.limit();
+    let as_of = cfg.as_of.resolve(|| clock.now());
     let per_phase = limit.map_or_else(|| "all".to_owned(), |n| n.to_string());
     info!(as_of:% = rfc3339(as_of), per_phase:% = per_phase; "dry run started: nothing will be written");
 
-    let mut db = store::connect(&db_cfg)?;
+    let mut db = store::connect(&cfg.db)?;
     shutdown::on_signal(db.interrupter());
     store::check_schema(&mut db.client, Need::Report)?;
     let scope = Scope {
@@ -68,10 +61,13 @@ pub fn dry_run(args: &DryRunArgs, run_id: Uuid) -> Result<()> {
     // Printed as it is read, chunk by chunk, so memory stays flat whatever the number
     // of candidates. Nothing is printed before the first query has answered.
     let mut out = Stdout::new();
-    let mut report: Box<dyn Report> = if args.json {
+    let mut report: Box<dyn Report> = if cfg.json {
         Box::new(JsonLines)
     } else {
-        Box::new(TableReport::default())
+        Box::new(TableReport {
+            wide: cfg.wide,
+            ..TableReport::default()
+        })
     };
     stream(&mut db.client, &scope, report.as_mut(), &mut out)
         .map_err(|e| super::explain(e, "dry-run"))?;
@@ -80,7 +76,7 @@ pub fn dry_run(args: &DryRunArgs, run_id: Uuid) -> Result<()> {
 
 /// Reads and prints the plan of each phase in one READ ONLY snapshot: the candidates
 /// through a portal in chunks of [`CHUNK_ROWS`], each chunk decided by
-/// `cycle::decide` and printed before the next is read; the guard's refusals (rare)
+/// `domain::decide` and printed before the next is read; the guard's refusals (rare)
 /// are held until the phase's expiries are out; the quarantined rows follow.
 fn stream(
     client: &mut Client,
@@ -120,7 +116,9 @@ fn stream_phase(
     let mut rejected = Vec::new();
     store::candidates_in_chunks(tx, phase, scope.as_of, scope.limit, CHUNK_ROWS, |rows| {
         counts.candidates += rows.len() as u64;
-        let (writes, poison) = cycle::decide(&rows, phase, scope.as_of, scope.run_id);
+        // The dry run's own message ids, time-ordered as run-once's are.
+        let (writes, poison) =
+            domain::decide(&rows, phase, scope.as_of, scope.run_id, &mut Uuid::now_v7);
         counts.would_expire += writes.len() as u64;
         counts.rejected += poison.len() as u64;
         if !poison.is_empty() {
@@ -203,6 +201,8 @@ trait Report {
 /// per phase and aligned to their widest cell, as before.
 #[derive(Default)]
 struct TableReport {
+    /// Full ids (`--wide`) instead of their first characters.
+    wide: bool,
     started: bool,
     /// The expiry table of the phase under way, once its heading is out.
     expiries: Option<StreamTable>,
@@ -211,6 +211,16 @@ struct TableReport {
 }
 
 impl TableReport {
+    /// An id as the table shows it: in full with `--wide`, else its first characters,
+    /// so the expiry table fits 120 columns.
+    fn id(&self, id: Uuid) -> String {
+        if self.wide {
+            id.to_string()
+        } else {
+            format::short_id(id)
+        }
+    }
+
     /// Writes what `fill` puts in the buffer, after the report's first line if it is
     /// not out yet.
     fn write(&mut self, s: &Scope, out: &mut Stdout, fill: impl FnOnce(&mut String)) -> Result<()> {
@@ -237,7 +247,8 @@ impl TableReport {
 /// The expiries of a phase: every column's width is known before the first row (UUIDs,
 /// the phase's transitions, [`format::time`] at microseconds); OverdueBy, the last
 /// column, needs none.
-fn expiry_table(phase: Phase) -> StreamTable {
+fn expiry_table(phase: Phase, wide: bool) -> StreamTable {
+    let id = if wide { UUID_WIDTH } else { SHORT_ID_WIDTH };
     let to = phase.expired_status();
     let status = phase
         .active_statuses()
@@ -246,9 +257,9 @@ fn expiry_table(phase: Phase) -> StreamTable {
         .max()
         .unwrap_or(0);
     StreamTable::new(&[
-        ("BookingId", UUID_WIDTH),
-        ("TenantId", UUID_WIDTH),
-        ("DealId", UUID_WIDTH),
+        ("BookingId", id),
+        ("TenantId", id),
+        ("DealId", id),
         ("Status", status),
         ("Deadline", TIME_WIDTH),
         ("OverdueBy", 0),
@@ -267,20 +278,32 @@ impl Report for TableReport {
             return Ok(());
         }
         let mut table = self.expiries.take();
+        let wide = self.wide;
+        let rows: Vec<[String; 3]> = writes
+            .iter()
+            .map(|w| {
+                let e = &w.expiry;
+                [
+                    self.id(e.booking_id),
+                    self.id(e.tenant_id),
+                    self.id(e.deal_id),
+                ]
+            })
+            .collect();
         self.write(s, out, |buf| {
             let t = table.get_or_insert_with(|| {
                 buf.push_str(&format!("\n{phase} phase: would expire\n"));
-                let t = expiry_table(phase);
+                let t = expiry_table(phase, wide);
                 t.header(buf);
                 t
             });
-            for w in writes {
+            for (w, [booking, tenant, deal]) in writes.iter().zip(rows) {
                 let e = &w.expiry;
                 t.row(
                     &[
-                        e.booking_id.to_string(),
-                        e.tenant_id.to_string(),
-                        e.deal_id.to_string(),
+                        booking,
+                        tenant,
+                        deal,
                         format!("{} → {}", e.from, e.to),
                         format::time(e.deadline),
                         format::duration(s.as_of - e.deadline),
@@ -323,9 +346,9 @@ impl Report for TableReport {
         ]);
         for (row, poison) in rejected {
             t.row(vec![
-                row.id.to_string(),
-                row.tenant_id.to_string(),
-                row.deal_id.to_string(),
+                self.id(row.id),
+                self.id(row.tenant_id),
+                self.id(row.deal_id),
                 row.status.clone(),
                 row.deadline(phase).map_or("-".to_owned(), format::time),
                 poison.reason.to_owned(),
@@ -347,6 +370,17 @@ impl Report for TableReport {
         q: &[Quarantined],
         _out: &mut Stdout,
     ) -> Result<()> {
+        let ids: Vec<[String; 3]> = q
+            .iter()
+            .map(|q| {
+                let row = &q.booking;
+                [
+                    self.id(row.id),
+                    self.id(row.tenant_id),
+                    self.id(row.deal_id),
+                ]
+            })
+            .collect();
         let t = self.quarantined.get_or_insert_with(|| {
             Table::new(&[
                 "BookingId",
@@ -360,12 +394,12 @@ impl Report for TableReport {
                 "RetryAt",
             ])
         });
-        for q in q {
+        for (q, [booking, tenant, deal]) in q.iter().zip(ids) {
             let row = &q.booking;
             t.row(vec![
-                row.id.to_string(),
-                row.tenant_id.to_string(),
-                row.deal_id.to_string(),
+                booking,
+                tenant,
+                deal,
                 row.status.clone(),
                 row.deadline(phase).map_or("-".to_owned(), format::time),
                 row.deadline(phase)

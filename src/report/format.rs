@@ -98,6 +98,17 @@ pub const TIME_WIDTH: usize = "2026-11-29T18:00:00.000000Z".len();
 /// The width of a UUID as it is printed (hyphenated).
 pub const UUID_WIDTH: usize = uuid::fmt::Hyphenated::LENGTH;
 
+/// The width of an id as a table shows it by default ([`short_id`]).
+pub const SHORT_ID_WIDTH: usize = 8;
+
+/// The first eight characters of an id, as `git log --oneline` shortens hashes: enough
+/// to tell rows apart on screen and to find the row (`id::text LIKE 'b1000004%'`).
+pub fn short_id(id: uuid::Uuid) -> String {
+    let mut s = id.to_string();
+    s.truncate(SHORT_ID_WIDTH);
+    s
+}
+
 /// A moment for people: UTC, fractions of a second only when there are any.
 pub fn time(at: DateTime<Utc>) -> String {
     at.to_rfc3339_opts(SecondsFormat::AutoSi, true)
@@ -127,11 +138,7 @@ pub fn duration(d: TimeDelta) -> String {
         .join(" ")
 }
 
-/// Seconds with microsecond precision, for JSON and metrics.
-pub fn seconds(d: TimeDelta) -> f64 {
-    d.num_microseconds()
-        .map_or(d.num_seconds() as f64, |us| us as f64 / 1e6)
-}
+pub use crate::clock::seconds;
 
 /// Writes the report to stdout at once. A reader that went away (`| head`) is not an
 /// error of the report.
@@ -226,11 +233,6 @@ mod tests {
             "2d 3h 0m 5s"
         );
         assert_eq!(duration(TimeDelta::seconds(-90)), "-1m 30s");
-    }
-
-    #[test]
-    fn seconds_keep_microseconds() {
-        assert_eq!(seconds(TimeDelta::microseconds(7_200_000_123)), 7200.000123);
     }
 
     #[test]

@@ -18,12 +18,7 @@ use crate::exit::{Classified, Failure};
 /// report is expected to meet during an incident: a table lock held by someone else
 /// (a migration, a VACUUM FULL), or a query slower than the statement timeout.
 fn explain(e: anyhow::Error, command: &str) -> anyhow::Error {
-    let code = e
-        .chain()
-        .find_map(|c| c.downcast_ref::<postgres::Error>())
-        .and_then(|e| e.code())
-        .cloned();
-    let message = match code {
+    let message = match crate::sqlstate::code_in(&e) {
         Some(SqlState::LOCK_NOT_AVAILABLE) => format!(
             "{command}: another session holds a lock on a table the report reads (a \
              migration? ALTER TABLE, VACUUM FULL, LOCK TABLE); gave up after --lock-timeout \

@@ -37,9 +37,9 @@ impl ClockSkew {
 pub fn measure_clock_skew(client: &mut impl GenericClient) -> Result<ClockSkew> {
     let system_before = Utc::now();
     let started = Instant::now();
-    let row = client.query_one("SELECT clock_timestamp()", &[])?;
+    let row = client.query_one("SELECT clock_timestamp() AS database_now", &[])?;
     let round_trip = started.elapsed();
-    let database: DateTime<Utc> = row.get(0);
+    let database: DateTime<Utc> = row.get("database_now");
     let half = TimeDelta::from_std(round_trip / 2).unwrap_or(TimeDelta::zero());
     Ok(ClockSkew {
         system_ahead_by: (system_before + half) - database,

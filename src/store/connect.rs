@@ -146,14 +146,13 @@ where
 /// `sslmode`, or a missing password is configuration (78). The password is never part
 /// of the message.
 fn connect_failure(cfg: &DbConfig, e: postgres::Error) -> anyhow::Error {
-    const CONTEXT: &str = "cannot connect to PostgreSQL";
-    if let Some(db) = e.as_db_error() {
-        let failure = if matches!(&db.code().code()[..2], "28" | "3D" | "42") {
-            Failure::Config
-        } else {
-            Failure::Unavailable
+    let context = cannot_connect(cfg);
+    if let Some(class) = crate::sqlstate::class(&e) {
+        let failure = match class {
+            crate::sqlstate::Class::Deployment => Failure::Config,
+            _ => Failure::Unavailable,
         };
-        return Err::<(), _>(e).classify(failure, CONTEXT).unwrap_err();
+        return Err::<(), _>(e).classify(failure, context).unwrap_err();
     }
     let io = has_io_error(&e);
     if let Some(tls) = find_in_chain::<native_tls::Error>(&e).filter(|_| !io) {
@@ -161,7 +160,7 @@ fn connect_failure(cfg: &DbConfig, e: postgres::Error) -> anyhow::Error {
         return fail(
             Failure::Config,
             format!(
-                "{CONTEXT}: TLS handshake failed ({}): {tls}",
+                "{context}: TLS handshake failed ({}): {tls}",
                 tls_expectation(cfg)
             ),
         );
@@ -171,7 +170,37 @@ fn connect_failure(cfg: &DbConfig, e: postgres::Error) -> anyhow::Error {
     } else {
         Failure::Config
     };
-    Err::<(), _>(e).classify(failure, CONTEXT).unwrap_err()
+    Err::<(), _>(e).classify(failure, context).unwrap_err()
+}
+
+/// "cannot connect to PostgreSQL at db:5432" (each host tried, with its port; a unix
+/// socket by its directory). Never the user or the password.
+fn cannot_connect(cfg: &DbConfig) -> String {
+    let ports = cfg.pg.get_ports();
+    let targets: Vec<String> = cfg
+        .pg
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, host)| {
+            // libpq: one port for every host, or one per host; 5432 when none.
+            let port = match ports {
+                [] => 5432,
+                [one] => *one,
+                many => many.get(i).copied().unwrap_or(5432),
+            };
+            match host {
+                postgres::config::Host::Tcp(name) if name.contains(':') => {
+                    format!("[{name}]:{port}")
+                }
+                postgres::config::Host::Tcp(name) => format!("{name}:{port}"),
+                postgres::config::Host::Unix(dir) => {
+                    format!("{}/.s.PGSQL.{port}", dir.display())
+                }
+            }
+        })
+        .collect();
+    format!("cannot connect to PostgreSQL at {}", targets.join(", "))
 }
 
 /// What the TLS handshake required of the server's certificate, for the error message.
@@ -253,7 +282,8 @@ fn connect_within(cfg: &DbConfig, tls: LazyTls) -> Result<Client> {
         Err(_) => Err(fail(
             Failure::Unavailable,
             format!(
-                "cannot connect to PostgreSQL: no answer within {}ms (--connect-timeout)",
+                "{}: no answer within {}ms (--connect-timeout)",
+                cannot_connect(cfg),
                 limit.as_millis()
             ),
         )),

@@ -1,3 +1,4 @@
+// Over 450 lines: the cycle's SQL and the savepoint bisection that isolates poison rows, which are read together.
 //! The expiration cycle's SQL: the claim per phase, the skipped-locked count, the
 //! set-based batch write (bookings + audit + timeline + outbox in one statement) with
 //! poison isolation by savepoints, and the quarantine of poison rows.
@@ -7,7 +8,8 @@ use chrono::{DateTime, Utc};
 use postgres::{Client, GenericClient, Statement, Transaction};
 use uuid::Uuid;
 
-use crate::domain::{AGGREGATE_TYPE, BookingRow, EVENT_TYPE, Expiry, Phase, TOPIC};
+use crate::domain::{AGGREGATE_TYPE, BookingRow, EVENT_TYPE, Phase, TOPIC};
+pub use crate::domain::{BatchWrite, Poison};
 
 /// Who the audit trail names as the actor of an expiry.
 const ACTOR: &str = "system:booking-expiration";
@@ -81,7 +83,7 @@ pub fn claim_sql(phase: Phase) -> String {
 /// claimed key instead of the whole remaining backlog per batch.
 pub fn skipped_sql(phase: Phase) -> String {
     format!(
-        "SELECT count(*) FROM crm.bookings b \
+        "SELECT count(*) AS skipped FROM crm.bookings b \
           WHERE {} AND {NOT_QUARANTINED} AND b.id <> ALL($2::uuid[]) \
             AND (b.{col}, b.id) <= (coalesce($3::timestamptz, 'infinity'), \
                                     coalesce($4::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'))",
@@ -269,16 +271,7 @@ pub fn count_skipped(
         &stmts.skipped[index(phase)],
         &[&as_of, &ids, &deadline, &id],
     )?;
-    Ok(row.get::<_, i64>(0).max(0) as u64)
-}
-
-/// One booking to expire: the domain's decision plus the event it publishes.
-#[derive(Debug, Clone)]
-pub struct BatchWrite {
-    pub expiry: Expiry,
-    pub message_id: Uuid,
-    pub payload: serde_json::Value,
-    pub headers: serde_json::Value,
+    Ok(row.get::<_, i64>("skipped").max(0) as u64)
 }
 
 /// Why the database refused one booking's write.
@@ -286,20 +279,6 @@ pub struct BatchWrite {
 pub struct DbRejection {
     pub sqlstate: String,
     pub message: String,
-}
-
-/// A booking the cycle could not expire, for the quarantine.
-#[derive(Debug, Clone)]
-pub struct Poison {
-    pub booking_id: Uuid,
-    pub tenant_id: Uuid,
-    /// The booking's version and status as claimed: the entry applies to that row only.
-    pub version: i64,
-    pub status: String,
-    pub phase: Phase,
-    pub reason: &'static str,
-    pub error: String,
-    pub sqlstate: Option<String>,
 }
 
 /// What the batch write did.
@@ -497,18 +476,12 @@ fn write_once(
             &TOPIC,
         ],
     )?;
-    Ok(rows.iter().map(|r| r.get(0)).collect())
+    Ok(rows.iter().map(|r| r.get("id")).collect())
 }
 
-/// A refusal caused by one row's data, not by the infrastructure: data exceptions,
-/// integrity constraints, errors raised by triggers, triggered-action failures.
+/// A refusal caused by one row's data, not by the infrastructure.
 fn is_row_rejection(e: &postgres::Error) -> bool {
-    e.as_db_error().is_some_and(|db| {
-        matches!(
-            &db.code().code()[..2],
-            "22" | "23" | "P0" | "09" | "27" | "44"
-        )
-    })
+    crate::sqlstate::class(e) == Some(crate::sqlstate::Class::RowRejection)
 }
 
 /// Puts poison rows in quarantine (or extends their back-off), in one statement.

@@ -1,5 +1,6 @@
 //! All SQL lives here: connecting (TLS, session timeouts), the schema check, the claim,
-//! the set-based batch write and poison tracking, the outbox relay's queue.
+//! the set-based batch write and poison tracking, the outbox relay's queue, and the
+//! reports' reads (the backlog figures are read here once, for `backlog` and the push).
 
 mod clock;
 mod connect;
@@ -20,8 +21,8 @@ pub use outbox::{
     mark_retry, pending, purge_published, try_relay_lock,
 };
 pub use report::{
-    CHUNK_ROWS, OUTBOX_FAILED_SQL, OUTBOX_PENDING_SQL, OutboxLag, Overdue, Quarantined,
-    begin_read_only, candidates_in_chunks, count_candidates, outbox_lag, overdue, overdue_sql,
-    poison_count, poison_sql, quarantined_in_chunks, quarantined_sql,
+    Backlog, CHUNK_ROWS, Figures, OUTBOX_FAILED_SQL, OUTBOX_PENDING_SQL, OutboxLag, Overdue,
+    Quarantined, begin_read_only, candidates_in_chunks, count_candidates, outbox_lag, overdue,
+    overdue_sql, poison_count, poison_sql, quarantined_in_chunks, quarantined_sql, read_backlog,
 };
 pub use schema::{Need, check_schema, status_type};

@@ -29,8 +29,8 @@ pub struct OutboxRow {
 /// Takes the relay's session-level advisory lock; false when another relay holds it.
 pub fn try_relay_lock(client: &mut impl GenericClient) -> Result<bool> {
     Ok(client
-        .query_one("SELECT pg_try_advisory_lock($1)", &[&RELAY_LOCK])?
-        .get(0))
+        .query_one("SELECT pg_try_advisory_lock($1) AS locked", &[&RELAY_LOCK])?
+        .get("locked"))
 }
 
 /// Subscribes this session to outbox notifications.

@@ -96,11 +96,14 @@ pub fn count_candidates(
     phase: Phase,
     as_of: DateTime<Utc>,
 ) -> Result<u64> {
-    let sql = format!("SELECT count(*) FROM ({}) c", candidates_sql(phase));
+    let sql = format!(
+        "SELECT count(*) AS candidates FROM ({}) c",
+        candidates_sql(phase)
+    );
     let row = client
         .query_one(&sql, &[&as_of, &None::<i64>])
         .with_context(|| format!("cannot count the {phase} candidates"))?;
-    Ok(row.get::<_, i64>(0).max(0) as u64)
+    Ok(row.get::<_, i64>("candidates").max(0) as u64)
 }
 
 /// An overdue active booking the cycle leaves alone until `retry_at`: poison in
@@ -170,7 +173,7 @@ pub fn quarantined_in_chunks(
 /// map allows), whatever the number of historical rows.
 pub fn overdue_sql(phase: Phase) -> String {
     format!(
-        "SELECT count(*), min(b.{col}) FROM crm.bookings b WHERE {}",
+        "SELECT count(*) AS overdue, min(b.{col}) AS oldest_deadline FROM crm.bookings b WHERE {}",
         overdue_predicate(phase),
         col = deadline_column(phase),
     )
@@ -186,7 +189,7 @@ pub fn poison_sql() -> String {
         .map(|s| format!("'{s}'"))
         .collect();
     format!(
-        "SELECT count(*) FROM crm.booking_expiration_poison p \
+        "SELECT count(*) AS poison FROM crm.booking_expiration_poison p \
            JOIN crm.bookings b ON b.id = p.booking_id \
           WHERE b.status IN ({}) \
             AND p.booking_version = b.version AND p.booking_status = b.status::text",
@@ -196,12 +199,12 @@ pub fn poison_sql() -> String {
 
 /// The relay's queue (partial index `ix_outbox_pending`) and its oldest row.
 pub const OUTBOX_PENDING_SQL: &str = "\
-SELECT count(*), min(occurred_at) FROM crm.outbox
+SELECT count(*) AS pending, min(occurred_at) AS oldest_pending_at FROM crm.outbox
  WHERE published_at IS NULL AND failed_at IS NULL";
 
 /// Rows the relay gave up on (partial index `ix_outbox_failed`).
 pub const OUTBOX_FAILED_SQL: &str = "\
-SELECT count(*) FROM crm.outbox WHERE failed_at IS NOT NULL";
+SELECT count(*) AS failed FROM crm.outbox WHERE failed_at IS NOT NULL";
 
 /// The overdue active bookings of one phase.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -219,8 +222,8 @@ pub fn overdue(
         .query_one(&overdue_sql(phase), &[&as_of])
         .with_context(|| format!("cannot count the overdue {phase} bookings"))?;
     Ok(Overdue {
-        count: row.get::<_, i64>(0).max(0) as u64,
-        oldest_deadline: row.get(1),
+        count: row.get::<_, i64>("overdue").max(0) as u64,
+        oldest_deadline: row.get("oldest_deadline"),
     })
 }
 
@@ -228,7 +231,7 @@ pub fn poison_count(client: &mut impl GenericClient) -> Result<u64> {
     let row = client
         .query_one(&poison_sql(), &[])
         .context("cannot count the poison rows")?;
-    Ok(row.get::<_, i64>(0).max(0) as u64)
+    Ok(row.get::<_, i64>("poison").max(0) as u64)
 }
 
 /// How far the outbox relay is behind.
@@ -239,6 +242,64 @@ pub struct OutboxLag {
     pub failed: u64,
 }
 
+/// Which backlog figures to read: all of them (the `backlog` report), the bookings'
+/// (after `run-once`: the worker's role may not read the outbox), the outbox's (after
+/// `relay-outbox`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Figures {
+    All,
+    Bookings,
+    Outbox,
+}
+
+/// How far behind the job is at `as_of`; a figure not read is `None`.
+#[derive(Debug, Clone)]
+pub struct Backlog {
+    pub as_of: DateTime<Utc>,
+    /// Per phase, in [`Phase::ALL`] order.
+    pub overdue: Option<Vec<(Phase, Overdue)>>,
+    pub poison: Option<u64>,
+    pub outbox: Option<OutboxLag>,
+    /// The pause switches that are on (read for the `backlog` report only).
+    pub pauses: Vec<super::ops::PauseRow>,
+}
+
+/// The one read of the backlog figures, in one READ ONLY snapshot: for the `backlog`
+/// report and for the metrics pushed after a run.
+pub fn read_backlog(
+    client: &mut Client,
+    as_of: DateTime<Utc>,
+    figures: Figures,
+) -> Result<Backlog> {
+    use crate::exit::{ClassifyExt, Failure};
+    let mut tx = begin_read_only(client)
+        .classify(Failure::Temporary, "cannot begin a read-only transaction")?;
+    let mut backlog = Backlog {
+        as_of,
+        overdue: None,
+        poison: None,
+        outbox: None,
+        pauses: Vec::new(),
+    };
+    if figures == Figures::All {
+        backlog.pauses = super::ops::pauses(&mut tx)?;
+    }
+    if figures != Figures::Outbox {
+        let mut overdue = Vec::new();
+        for phase in Phase::ALL {
+            overdue.push((phase, self::overdue(&mut tx, phase, as_of)?));
+        }
+        backlog.overdue = Some(overdue);
+        backlog.poison = Some(poison_count(&mut tx)?);
+    }
+    if figures != Figures::Bookings {
+        backlog.outbox = Some(outbox_lag(&mut tx)?);
+    }
+    tx.commit()
+        .classify(Failure::Temporary, "cannot end the read-only transaction")?;
+    Ok(backlog)
+}
+
 pub fn outbox_lag(client: &mut impl GenericClient) -> Result<OutboxLag> {
     let pending = client
         .query_one(OUTBOX_PENDING_SQL, &[])
@@ -247,9 +308,9 @@ pub fn outbox_lag(client: &mut impl GenericClient) -> Result<OutboxLag> {
         .query_one(OUTBOX_FAILED_SQL, &[])
         .context("cannot count the failed outbox rows")?;
     Ok(OutboxLag {
-        pending: pending.get::<_, i64>(0).max(0) as u64,
-        oldest_pending_at: pending.get(1),
-        failed: failed.get::<_, i64>(0).max(0) as u64,
+        pending: pending.get::<_, i64>("pending").max(0) as u64,
+        oldest_pending_at: pending.get("oldest_pending_at"),
+        failed: failed.get::<_, i64>("failed").max(0) as u64,
     })
 }
 

@@ -1,3 +1,4 @@
+// Over 450 lines: most of it is the preflight's tables of the columns, types and privileges each subcommand needs.
 //! "Is the schema migrated, and may this role do what the subcommand does?", answered
 //! from the catalog before any work, so a database without the schema or a role without
 //! the grants fails with 78 and a list of what is missing instead of a mid-cycle error.
@@ -342,7 +343,7 @@ fn check_tables(client: &mut impl GenericClient, need: Need) -> Result<()> {
     let mut missing: Vec<String> = Vec::new();
     for row in rows {
         let (table, column, table_exists): (String, String, bool) =
-            (row.get(0), row.get(1), row.get(2));
+            (row.get("tbl"), row.get("col"), row.get("table_exists"));
         let what = if table_exists {
             format!("column crm.{table}.{column}")
         } else {
@@ -383,7 +384,7 @@ fn check_privileges(client: &mut impl GenericClient, need: Need) -> Result<()> {
     }
     let rows = client
         .query(
-            "SELECT w.priv, w.tbl, w.col, current_user::text
+            "SELECT w.priv, w.tbl, w.col, current_user::text AS role_name
                FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS w(priv, tbl, col, n)
               WHERE NOT CASE WHEN w.col = ''
                              THEN has_table_privilege(format('crm.%I', w.tbl), w.priv)
@@ -393,12 +394,12 @@ fn check_privileges(client: &mut impl GenericClient, need: Need) -> Result<()> {
             &[&privileges, &tables, &columns],
         )
         .classify(Failure::Temporary, "cannot read the role's privileges")?;
-    let Some(user) = rows.first().map(|r| r.get::<_, String>(3)) else {
+    let Some(user) = rows.first().map(|r| r.get::<_, String>("role_name")) else {
         return Ok(());
     };
     let missing: Vec<(String, String, String)> = rows
         .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .map(|r| (r.get("priv"), r.get("tbl"), r.get("col")))
         .collect();
     let (who, role) = need.who();
     Err(fail(
@@ -458,7 +459,7 @@ fn check_not_null(client: &mut impl GenericClient, need: Need) -> Result<()> {
     }
     let rows = client
         .query(
-            "SELECT a.attname::text FROM pg_catalog.pg_attribute a
+            "SELECT a.attname::text AS column_name FROM pg_catalog.pg_attribute a
                JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
                JOIN pg_catalog.pg_namespace s ON s.oid = c.relnamespace
               WHERE s.nspname = 'crm' AND c.relname = 'bookings'
@@ -469,7 +470,7 @@ fn check_not_null(client: &mut impl GenericClient, need: Need) -> Result<()> {
         .classify(Failure::Temporary, "cannot read the schema catalog")?;
     let nullable: Vec<String> = rows
         .iter()
-        .map(|r| format!("crm.bookings.{}", r.get::<_, String>(0)))
+        .map(|r| format!("crm.bookings.{}", r.get::<_, String>("column_name")))
         .collect();
     if nullable.is_empty() {
         return Ok(());

@@ -1,5 +1,5 @@
-//! Resolved, validated configuration built once from what was typed. Every error here
-//! names its input and exits 78 before anything touches the database.
+//! How to reach PostgreSQL: the URL (or key=value string) with libpq's TLS parameters
+//! taken out, the CA file, the session's timeouts. The password never shows.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -8,9 +8,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use crate::cli::{
-    BatchArgs, DatabaseArgs, KafkaArgs, RelayArgs, RunOnceArgs, SaslMechanism, SecurityProtocol,
-};
+use crate::cli::DatabaseArgs;
 use crate::exit::{Failure, fail};
 
 /// libpq's `sslmode` values. tokio-postgres only knows the first three, so the verify
@@ -293,43 +291,6 @@ fn percent_decode(s: &str) -> Result<String> {
     })
 }
 
-/// The resolved configuration of `run-once`.
-#[derive(Debug, Clone)]
-pub struct RunOnceConfig {
-    pub db: DbConfig,
-    pub batch: Batch,
-    pub deadline: Duration,
-    /// The largest difference between the system clock and the database clock at
-    /// which the cycle still expires bookings.
-    pub max_clock_skew: Duration,
-}
-
-#[derive(Debug, Clone, Copy)]
-pub struct Batch {
-    pub size: u32,
-    pub max_batches: u32,
-}
-
-impl From<&BatchArgs> for Batch {
-    fn from(args: &BatchArgs) -> Self {
-        Batch {
-            size: args.batch_size,
-            max_batches: args.max_batches,
-        }
-    }
-}
-
-impl RunOnceConfig {
-    pub fn from_args(args: &RunOnceArgs) -> Result<Self> {
-        Ok(RunOnceConfig {
-            db: DbConfig::from_args(&args.database)?,
-            batch: Batch::from(&args.batch),
-            deadline: args.deadline,
-            max_clock_skew: args.max_clock_skew,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -389,162 +350,5 @@ mod tests {
         let shown = format!("{cfg:?}");
         assert!(!shown.contains("hunter2-secret"), "{shown}");
         assert_eq!(cfg.ssl_mode, SslMode::Prefer);
-    }
-}
-
-/// A secret string: `Debug` and `Display` never show it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("\"***\"")
-    }
-}
-
-/// How the relay authenticates and encrypts towards Kafka.
-#[derive(Debug, Clone)]
-pub enum KafkaSecurity {
-    Plaintext,
-    Ssl {
-        ca_file: Option<PathBuf>,
-    },
-    Sasl {
-        tls: bool,
-        ca_file: Option<PathBuf>,
-        mechanism: &'static str,
-        username: String,
-        password: Secret,
-    },
-}
-
-#[derive(Debug, Clone)]
-pub struct KafkaConfig {
-    pub brokers: String,
-    pub security: KafkaSecurity,
-    pub message_timeout: Duration,
-}
-
-impl KafkaConfig {
-    pub fn from_args(args: &KafkaArgs, message_timeout: Duration) -> Result<Self> {
-        let brokers = args
-            .brokers
-            .as_deref()
-            .map(str::trim)
-            .filter(|b| !b.is_empty())
-            .ok_or_else(|| {
-                fail(
-                    Failure::Config,
-                    "no Kafka brokers: set --brokers or KAFKA_BROKERS (e.g. kafka-0:9092,kafka-1:9092)",
-                )
-            })?;
-        for broker in brokers.split(',') {
-            let valid = broker.trim().rsplit_once(':').is_some_and(|(host, port)| {
-                !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
-            });
-            if !valid {
-                return Err(fail(
-                    Failure::Config,
-                    format!(
-                        "invalid --brokers / KAFKA_BROKERS entry {broker:?}: expected host:port, comma-separated"
-                    ),
-                ));
-            }
-        }
-        let ca_file = match &args.kafka_ca_file {
-            None => None,
-            Some(path) => {
-                std::fs::metadata(path).map_err(|e| {
-                    fail(
-                        Failure::Config,
-                        format!(
-                            "cannot read the Kafka CA file {} (--kafka-ca-file / KAFKA_CA_FILE): {e}",
-                            path.display()
-                        ),
-                    )
-                })?;
-                Some(path.clone())
-            }
-        };
-        let sasl = |tls: bool| -> Result<KafkaSecurity> {
-            let username = args.kafka_username.clone().filter(|u| !u.is_empty());
-            let password = args.kafka_password.clone().filter(|p| !p.is_empty());
-            let (Some(username), Some(password)) = (username, password) else {
-                return Err(fail(
-                    Failure::Config,
-                    "SASL needs a user name and a password: set --kafka-username / KAFKA_USERNAME \
-                     and KAFKA_PASSWORD",
-                ));
-            };
-            Ok(KafkaSecurity::Sasl {
-                tls,
-                ca_file: ca_file.clone(),
-                mechanism: match args.kafka_sasl_mechanism {
-                    SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
-                    SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
-                    SaslMechanism::Plain => "PLAIN",
-                },
-                username,
-                password: Secret(password),
-            })
-        };
-        let security = match args.kafka_security_protocol {
-            SecurityProtocol::Plaintext => KafkaSecurity::Plaintext,
-            SecurityProtocol::Ssl => KafkaSecurity::Ssl {
-                ca_file: ca_file.clone(),
-            },
-            SecurityProtocol::SaslSsl => sasl(true)?,
-            SecurityProtocol::SaslPlaintext => sasl(false)?,
-        };
-        Ok(KafkaConfig {
-            brokers: brokers.to_owned(),
-            security,
-            message_timeout,
-        })
-    }
-}
-
-/// The resolved configuration of `relay-outbox`.
-#[derive(Debug, Clone)]
-pub struct RelayConfig {
-    pub db: DbConfig,
-    pub kafka: KafkaConfig,
-    pub batch_size: u32,
-    /// No new batch after this (without --follow).
-    pub deadline: Duration,
-    /// Keep relaying this long, woken by NOTIFY, when non-zero.
-    pub follow: Duration,
-    pub retention: Duration,
-    pub purge_batch_size: u32,
-    pub expected_partitions: usize,
-}
-
-impl RelayConfig {
-    pub fn from_args(args: &RelayArgs) -> Result<Self> {
-        Ok(RelayConfig {
-            db: DbConfig::from_args(&args.database)?,
-            kafka: KafkaConfig::from_args(&args.kafka, args.message_timeout)?,
-            batch_size: args.batch_size,
-            deadline: args.deadline,
-            follow: args.follow,
-            retention: args.retention,
-            purge_batch_size: args.purge_batch_size,
-            expected_partitions: args.expected_partitions as usize,
-        })
-    }
-
-    /// How long this run may keep starting batches.
-    pub fn run_for(&self) -> Duration {
-        if self.follow.is_zero() {
-            self.deadline
-        } else {
-            self.follow
-        }
     }
 }

@@ -1,0 +1,249 @@
+//! Resolved, validated configuration, built once from what was typed (the second stage
+//! after `cli`, as ripgrep's `HiArgs` follows its `LowArgs`), for every subcommand
+//! before it runs. Every error here names its input and exits 78 before anything
+//! touches the database.
+
+mod db;
+mod kafka;
+
+use std::time::Duration;
+
+use anyhow::Result;
+
+pub use self::db::{DbConfig, SslMode};
+pub use self::kafka::{KafkaConfig, KafkaSecurity, Secret};
+use crate::cli::{
+    BacklogArgs, BatchArgs, Command, DryRunArgs, MetricsArgs, RelayArgs, ReportFormat, RunOnceArgs,
+};
+use crate::domain::AsOf;
+use crate::exit::{Failure, fail};
+use crate::obs::pushgateway::{Pushgateway, Step};
+
+/// A subcommand's resolved configuration: what `main` hands to `app::run`.
+#[derive(Debug)]
+pub enum Config {
+    RunOnce(RunOnceConfig, MetricsConfig),
+    RelayOutbox(RelayConfig, MetricsConfig),
+    DryRun(DryRunConfig),
+    Backlog(BacklogConfig),
+    /// The operator commands (explain, pause, resume, republish, retry-failed): each
+    /// resolves its own database configuration as it starts.
+    Operate(Command),
+}
+
+/// A configuration that was refused. A command that pushes metrics reports a refused
+/// configuration too (its errors gauge is 1), once its Pushgateway URL was valid:
+/// `push` says where.
+#[derive(Debug)]
+pub struct Refused {
+    pub error: anyhow::Error,
+    pub push: Option<(Pushgateway, Step)>,
+}
+
+impl Config {
+    /// Resolves the subcommand typed. The Pushgateway URL is resolved first: when it is
+    /// valid and the rest is not, the refusal is still pushed.
+    pub fn resolve(command: Command) -> Result<Config, Refused> {
+        let refused =
+            |push: Option<(Pushgateway, Step)>| move |error: anyhow::Error| Refused { error, push };
+        Ok(match command {
+            Command::RunOnce(ref args) => {
+                let metrics = MetricsConfig::from_args(&args.metrics).map_err(refused(None))?;
+                let push = metrics.pushgateway.clone().map(|p| (p, Step::RunOnce));
+                let cfg = RunOnceConfig::from_args(args).map_err(refused(push))?;
+                Config::RunOnce(cfg, metrics)
+            }
+            Command::RelayOutbox(ref args) => {
+                let metrics = MetricsConfig::from_args(&args.metrics).map_err(refused(None))?;
+                let push = metrics.pushgateway.clone().map(|p| (p, Step::RelayOutbox));
+                let cfg = RelayConfig::from_args(args).map_err(refused(push))?;
+                Config::RelayOutbox(cfg, metrics)
+            }
+            Command::DryRun(ref args) => {
+                Config::DryRun(DryRunConfig::from_args(args).map_err(refused(None))?)
+            }
+            Command::Backlog(ref args) => {
+                Config::Backlog(BacklogConfig::from_args(args).map_err(refused(None))?)
+            }
+            operate @ (Command::Explain(_)
+            | Command::Pause(_)
+            | Command::Resume(_)
+            | Command::Republish(_)
+            | Command::RetryFailed(_)) => Config::Operate(operate),
+        })
+    }
+}
+
+/// Where a run's metrics go.
+#[derive(Debug, Clone, Default)]
+pub struct MetricsConfig {
+    /// `None`: no push.
+    pub pushgateway: Option<Pushgateway>,
+}
+
+impl MetricsConfig {
+    /// An empty URL means no push; a malformed one is a configuration error (78),
+    /// refused before the run starts.
+    pub fn from_args(args: &MetricsArgs) -> Result<Self> {
+        let pushgateway = match args.pushgateway_url.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(url) => Some(Pushgateway::parse(url).map_err(|e| {
+                fail(
+                    Failure::Config,
+                    format!("invalid --pushgateway-url / PUSHGATEWAY_URL: {e}"),
+                )
+            })?),
+        };
+        Ok(MetricsConfig { pushgateway })
+    }
+}
+
+/// The resolved configuration of `dry-run`.
+#[derive(Debug, Clone)]
+pub struct DryRunConfig {
+    pub db: DbConfig,
+    pub batch: Batch,
+    pub as_of: AsOf,
+    /// Every candidate, not only one cycle's.
+    pub all: bool,
+    pub json: bool,
+    /// Full ids in the table instead of their first eight characters.
+    pub wide: bool,
+}
+
+impl DryRunConfig {
+    pub fn from_args(args: &DryRunArgs) -> Result<Self> {
+        Ok(DryRunConfig {
+            db: DbConfig::from_args(&args.database)?,
+            batch: Batch::from(&args.batch),
+            as_of: args.as_of,
+            all: args.all,
+            json: args.json,
+            wide: args.wide,
+        })
+    }
+
+    /// Candidates per phase one cycle takes; `None` with `--all`. run-once claims up to
+    /// max_batches × batch_size per phase, oldest deadline first, batch after batch;
+    /// one query with their product as the limit reads the same rows.
+    pub fn limit(&self) -> Option<i64> {
+        (!self.all).then(|| i64::from(self.batch.size) * i64::from(self.batch.max_batches))
+    }
+}
+
+/// The resolved configuration of `backlog`.
+#[derive(Debug, Clone)]
+pub struct BacklogConfig {
+    pub db: DbConfig,
+    pub format: ReportFormat,
+    pub fail_above: Option<u64>,
+}
+
+impl BacklogConfig {
+    pub fn from_args(args: &BacklogArgs) -> Result<Self> {
+        Ok(BacklogConfig {
+            db: DbConfig::from_args(&args.database)?,
+            format: if args.json {
+                ReportFormat::Json
+            } else {
+                args.format
+            },
+            fail_above: args.fail_above,
+        })
+    }
+}
+
+/// The resolved configuration of `run-once`.
+#[derive(Debug, Clone)]
+pub struct RunOnceConfig {
+    pub db: DbConfig,
+    pub batch: Batch,
+    pub deadline: Duration,
+    /// The largest difference between the system clock and the database clock at
+    /// which the cycle still expires bookings.
+    pub max_clock_skew: Duration,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Batch {
+    pub size: u32,
+    pub max_batches: u32,
+}
+
+impl From<&BatchArgs> for Batch {
+    fn from(args: &BatchArgs) -> Self {
+        Batch {
+            size: args.batch_size,
+            max_batches: args.max_batches,
+        }
+    }
+}
+
+impl RunOnceConfig {
+    pub fn from_args(args: &RunOnceArgs) -> Result<Self> {
+        Ok(RunOnceConfig {
+            db: DbConfig::from_args(&args.database)?,
+            batch: Batch::from(&args.batch),
+            deadline: args.deadline,
+            max_clock_skew: args.max_clock_skew,
+        })
+    }
+}
+
+/// The resolved configuration of `relay-outbox`.
+#[derive(Debug, Clone)]
+pub struct RelayConfig {
+    pub db: DbConfig,
+    pub kafka: KafkaConfig,
+    pub batch_size: u32,
+    /// No new batch after this (without --follow).
+    pub deadline: Duration,
+    /// Keep relaying this long, woken by NOTIFY, when non-zero.
+    pub follow: Duration,
+    pub retention: Duration,
+    pub purge_batch_size: u32,
+    pub expected_partitions: usize,
+}
+
+impl RelayConfig {
+    pub fn from_args(args: &RelayArgs) -> Result<Self> {
+        Ok(RelayConfig {
+            db: DbConfig::from_args(&args.database)?,
+            kafka: KafkaConfig::from_args(&args.kafka, args.message_timeout)?,
+            batch_size: args.batch_size,
+            deadline: args.deadline,
+            follow: args.follow,
+            retention: args.retention,
+            purge_batch_size: args.purge_batch_size,
+            expected_partitions: args.expected_partitions as usize,
+        })
+    }
+
+    /// How long this run may keep starting batches.
+    pub fn run_for(&self) -> Duration {
+        if self.follow.is_zero() {
+            self.deadline
+        } else {
+            self.follow
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_pushgateway_url_means_no_push_and_a_bad_one_is_a_config_error() {
+        let none = MetricsArgs {
+            pushgateway_url: Some("  ".into()),
+        };
+        assert_eq!(MetricsConfig::from_args(&none).unwrap().pushgateway, None);
+        let bad = MetricsArgs {
+            pushgateway_url: Some("https://pg".into()),
+        };
+        let e = MetricsConfig::from_args(&bad).unwrap_err();
+        assert_eq!(crate::exit::exit_code(&e), std::process::ExitCode::from(78));
+        assert!(format!("{e:#}").starts_with("invalid --pushgateway-url / PUSHGATEWAY_URL: https"));
+    }
+}

@@ -1,0 +1,161 @@
+//! A real Prometheus Pushgateway of a test's own (Debian's `prometheus-pushgateway`, on
+//! a free port, in memory), a small HTTP/1.0 client to read it back, and a parser of
+//! the text exposition format.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::wait_until;
+
+pub const JOB: &str = "crm_booking_expiration";
+
+/// A Pushgateway of the test's own; killed when dropped.
+pub struct Pushgateway {
+    child: Child,
+    pub addr: String,
+}
+
+impl Pushgateway {
+    pub fn start() -> Self {
+        let bin = pushgateway_binary();
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        let child = Command::new(&bin)
+            .arg(format!("--web.listen-address={addr}"))
+            // In memory only: Debian's default persists to /var/lib/prometheus.
+            .arg("--persistence.file=")
+            .arg("--log.level=error")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
+        let gateway = Pushgateway { child, addr };
+        wait_until(Duration::from_secs(15), "the Pushgateway is ready", || {
+            http(&gateway.addr, "GET", "/-/ready", "").is_ok_and(|(status, _)| status == 200)
+        });
+        gateway
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The samples of one step's group, keyed `name` or `name{phase="…"}`, after checking
+    /// that every sample of the group carries exactly the grouping key's labels (and
+    /// `phase` where there is one).
+    pub fn group(&self, step: &str) -> BTreeMap<String, f64> {
+        let (status, text) = http(&self.addr, "GET", "/metrics", "").expect("GET /metrics");
+        assert_eq!(status, 200, "{text}");
+        let mut group = BTreeMap::new();
+        for (name, labels, value) in samples(&text) {
+            if labels.get("job").map(String::as_str) != Some(JOB)
+                || labels.get("step").map(String::as_str) != Some(step)
+            {
+                continue;
+            }
+            let mut keys: Vec<&str> = labels.keys().map(String::as_str).collect();
+            keys.retain(|k| *k != "phase");
+            assert_eq!(keys, ["instance", "job", "step"], "{name} {labels:?}");
+            assert_eq!(labels["instance"], "", "never the pod: {name} {labels:?}");
+            let key = match labels.get("phase") {
+                Some(phase) => format!("{name}{{phase=\"{phase}\"}}"),
+                None => name.clone(),
+            };
+            assert!(group.insert(key, value).is_none(), "{name} twice");
+        }
+        group
+    }
+
+    pub fn exposition(&self) -> String {
+        http(&self.addr, "GET", "/metrics", "").unwrap().1
+    }
+}
+
+impl Drop for Pushgateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn pushgateway_binary() -> PathBuf {
+    if let Some(bin) = std::env::var_os("PUSHGATEWAY_BIN") {
+        return bin.into();
+    }
+    for name in ["prometheus-pushgateway", "pushgateway"] {
+        let found = std::env::var_os("PATH").and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|dir| dir.join(name))
+                .find(|p| p.is_file())
+        });
+        if let Some(bin) = found {
+            return bin;
+        }
+    }
+    panic!(
+        "no Pushgateway: install Debian's prometheus-pushgateway (scripts/test.sh does, as \
+         root) or set PUSHGATEWAY_BIN"
+    );
+}
+
+/// A port nothing listens on (bound, then released).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One HTTP/1.0 request (so the answer is never chunked); the status and the body.
+pub fn http(addr: &str, method: &str, path: &str, body: &str) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut response = String::new();
+    s.read_to_string(&mut response)?;
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+/// The samples of a text exposition: (name, labels, value).
+pub fn samples(text: &str) -> Vec<(String, BTreeMap<String, String>, f64)> {
+    text.lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|line| {
+            let (series, value) = line.rsplit_once(' ').unwrap();
+            let (name, labels) = match series.split_once('{') {
+                None => (series, BTreeMap::new()),
+                Some((name, rest)) => {
+                    let labels = rest
+                        .trim_end_matches('}')
+                        .split("\",")
+                        .filter(|p| !p.is_empty())
+                        .map(|pair| {
+                            let (k, v) = pair.split_once("=\"").unwrap();
+                            (k.to_owned(), v.trim_end_matches('"').to_owned())
+                        })
+                        .collect();
+                    (name, labels)
+                }
+            };
+            (name.to_owned(), labels, value.parse().unwrap())
+        })
+        .collect()
+}

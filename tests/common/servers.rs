@@ -1,0 +1,117 @@
+//! Servers of a test's own: a PostgreSQL to restart, stop or configure at the server
+//! level (pg_stat_statements preloaded), and a listener that never answers.
+
+#![allow(unused_imports)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use postgres::{Client, NoTls};
+use serde_json::Value;
+use uuid::Uuid;
+
+#[allow(unused_imports)]
+use super::*;
+
+/// A TCP listener on 127.0.0.1 that never accepts: the kernel completes the
+/// handshake, then nothing ever answers (a hung server, a half-dead proxy).
+pub fn silent_listener() -> (std::net::TcpListener, u16) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    (listener, port)
+}
+
+/// A PostgreSQL server of the test's own (scripts/pg-start.sh in a temporary
+/// directory), to restart or stop; its `postgres` database is migrated.
+pub struct OwnPostgres {
+    pub dir: PathBuf,
+    pub url: String,
+}
+
+pub fn scripts_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts")
+}
+
+impl OwnPostgres {
+    pub fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!("be-pg-{}", Uuid::new_v4().simple()));
+        let out = Command::new(scripts_dir().join("pg-start.sh"))
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pg-start.sh failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let url = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        migrate_url(&url);
+        OwnPostgres { dir, url }
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(&self.url, NoTls).expect("connect to the own server")
+    }
+
+    /// `pg_ctl restart -m fast`: every session is terminated, the server comes back on
+    /// the same port.
+    pub fn restart(&self) {
+        self.pg_ctl(&["-m", "fast", "-w", "restart"]);
+    }
+
+    pub fn stop(&self) {
+        self.pg_ctl(&["-m", "fast", "-w", "stop"]);
+    }
+
+    /// As pg-stop.sh does: the cluster's tools run as its owner when we are root.
+    fn pg_ctl(&self, args: &[&str]) {
+        let bindir = std::fs::read_to_string(self.dir.join("pg_bindir")).unwrap();
+        let pg_ctl = PathBuf::from(bindir.trim()).join("pg_ctl");
+        let data = self.dir.join("pgdata");
+        let log = self.dir.join("postgres.log");
+        let mut cmd = if is_root() {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&pg_ctl);
+            c
+        } else {
+            Command::new(&pg_ctl)
+        };
+        // -l: the restarted server logs to the file, never to our pipes.
+        let out = cmd
+            .arg("-D")
+            .arg(&data)
+            .arg("-l")
+            .arg(&log)
+            .args(args)
+            .current_dir(&self.dir)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pg_ctl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+pub fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+impl Drop for OwnPostgres {
+    fn drop(&mut self) {
+        let _ = Command::new(scripts_dir().join("pg-stop.sh"))
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
