@@ -1187,6 +1187,16 @@ impl Sim {
         while self.minute < minutes {
             self.minute();
             self.minute += 1;
+            if self.minute.is_multiple_of(1_440) {
+                report(&format!(
+                    "simulation: day {} of {} done in {:.0}s: {} expiries, {} cycles failed in fault minutes",
+                    self.minute / 1_440,
+                    self.days,
+                    started.elapsed().as_secs_f64(),
+                    self.stats.reserve_expired + self.stats.booking_expired,
+                    self.stats.failed_cycles
+                ));
+            }
         }
         self.relay();
         self.check_topic();
