@@ -157,35 +157,7 @@ impl KafkaProducer {
             .set("linger.ms", "0")
             .set("socket.connection.setup.timeout.ms", "5000")
             .set("reconnect.backoff.max.ms", "1000");
-        match &cfg.security {
-            KafkaSecurity::Plaintext => {
-                c.set("security.protocol", "plaintext");
-            }
-            KafkaSecurity::Ssl { ca_file } => {
-                c.set("security.protocol", "ssl");
-                if let Some(ca) = ca_file {
-                    c.set("ssl.ca.location", ca.to_string_lossy());
-                }
-            }
-            KafkaSecurity::Sasl {
-                tls,
-                ca_file,
-                mechanism,
-                username,
-                password,
-            } => {
-                c.set(
-                    "security.protocol",
-                    if *tls { "sasl_ssl" } else { "sasl_plaintext" },
-                )
-                .set("sasl.mechanism", *mechanism)
-                .set("sasl.username", username)
-                .set("sasl.password", password.expose());
-                if let Some(ca) = ca_file {
-                    c.set("ssl.ca.location", ca.to_string_lossy());
-                }
-            }
-        }
+        security(&mut c, cfg);
         let producer: BaseProducer<Reports> =
             c.create_with_context(Reports::default()).map_err(|e| {
                 fail(
@@ -442,5 +414,39 @@ fn missing_topic(topic: &str) -> TopicCheck {
             "Kafka topic {topic} does not exist (topic auto-creation is off: create it, \
              e.g. with 6 partitions)"
         ),
+    }
+}
+
+/// librdkafka's security settings for a client of `cfg`: the relay's producer, and
+/// any client that reads back what it sent.
+pub fn security(c: &mut ClientConfig, cfg: &KafkaConfig) {
+    match &cfg.security {
+        KafkaSecurity::Plaintext => {
+            c.set("security.protocol", "plaintext");
+        }
+        KafkaSecurity::Ssl { ca_file } => {
+            c.set("security.protocol", "ssl");
+            if let Some(ca) = ca_file {
+                c.set("ssl.ca.location", ca.to_string_lossy());
+            }
+        }
+        KafkaSecurity::Sasl {
+            tls,
+            ca_file,
+            mechanism,
+            username,
+            password,
+        } => {
+            c.set(
+                "security.protocol",
+                if *tls { "sasl_ssl" } else { "sasl_plaintext" },
+            )
+            .set("sasl.mechanism", *mechanism)
+            .set("sasl.username", username)
+            .set("sasl.password", password.expose());
+            if let Some(ca) = ca_file {
+                c.set("ssl.ca.location", ca.to_string_lossy());
+            }
+        }
     }
 }

@@ -442,26 +442,7 @@ impl Sim {
     fn apply_change(&mut self, id: Uuid, change: &Change) -> bool {
         let b = self.bookings[&id].clone();
         let now = self.now();
-        let (status, reserve, booking, clears_expired_at) = change.after(&b, now);
-        let updated = self
-            .sim
-            .execute(
-                "UPDATE crm.bookings
-                    SET status = $3, reserve_expires_at = $4, booking_expires_at = $5,
-                        expired_at = CASE WHEN $6 THEN NULL ELSE expired_at END,
-                        updated_at = $7, version = version + 1
-                  WHERE id = $1 AND version = $2::int8",
-                &[
-                    &id,
-                    &b.version,
-                    &status.as_str(),
-                    &reserve,
-                    &booking,
-                    &clears_expired_at,
-                    &now,
-                ],
-            )
-            .unwrap();
+        let updated = manager_update(&mut self.sim, id, &b, change, now);
         if updated == 1 {
             self.model_change(id, change, now);
         }
@@ -738,25 +719,7 @@ impl Sim {
             let mut tx = c.transaction().unwrap();
             let mut committed = Vec::new();
             for (id, change, b) in rows {
-                let (status, reserve, booking, clears) = change.after(&b, now);
-                let n = tx
-                    .execute(
-                        "UPDATE crm.bookings
-                            SET status = $3, reserve_expires_at = $4, booking_expires_at = $5,
-                                expired_at = CASE WHEN $6 THEN NULL ELSE expired_at END,
-                                updated_at = $7, version = version + 1
-                          WHERE id = $1 AND version = $2::int8",
-                        &[
-                            &id,
-                            &b.version,
-                            &status.as_str(),
-                            &reserve,
-                            &booking,
-                            &clears,
-                            &now,
-                        ],
-                    )
-                    .unwrap();
+                let n = manager_update(&mut tx, id, &b, &change, now);
                 assert_eq!(n, 1, "the holder locks before the cycle starts");
                 committed.push((id, change));
             }
@@ -778,25 +741,7 @@ impl Sim {
         std::thread::spawn(move || {
             let mut c = Client::connect(&url, NoTls).unwrap();
             std::thread::sleep(Duration::from_millis(delay_ms));
-            let (status, reserve, booking, clears) = change.after(&b, now);
-            c.execute(
-                "UPDATE crm.bookings
-                    SET status = $3, reserve_expires_at = $4, booking_expires_at = $5,
-                        expired_at = CASE WHEN $6 THEN NULL ELSE expired_at END,
-                        updated_at = $7, version = version + 1
-                  WHERE id = $1 AND version = $2::int8",
-                &[
-                    &id,
-                    &b.version,
-                    &status.as_str(),
-                    &reserve,
-                    &booking,
-                    &clears,
-                    &now,
-                ],
-            )
-            .unwrap()
-                == 1
+            manager_update(&mut c, id, &b, &change, now) == 1
         })
     }
 
@@ -1282,6 +1227,36 @@ impl Change {
             Change::Repair => (b.status, b.reserve, b.booking, true),
         }
     }
+}
+
+/// A manager's change as the CRM writes it: guarded on the version it read, so a
+/// booking changed meanwhile (expired by the cycle) is left alone. Returns the rows
+/// changed (0 or 1).
+fn manager_update(
+    c: &mut impl postgres::GenericClient,
+    id: Uuid,
+    b: &Booking,
+    change: &Change,
+    now: DateTime<Utc>,
+) -> u64 {
+    let (status, reserve, booking, clears) = change.after(b, now);
+    c.execute(
+        "UPDATE crm.bookings
+            SET status = $3, reserve_expires_at = $4, booking_expires_at = $5,
+                expired_at = CASE WHEN $6 THEN NULL ELSE expired_at END,
+                updated_at = $7, version = version + 1
+          WHERE id = $1 AND version = $2::int8",
+        &[
+            &id,
+            &b.version,
+            &status.as_str(),
+            &reserve,
+            &booking,
+            &clears,
+            &now,
+        ],
+    )
+    .unwrap()
 }
 
 fn open_session(cfg: &RunOnceConfig) -> (Db, CycleStatements) {

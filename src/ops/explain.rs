@@ -17,7 +17,7 @@ use uuid::Uuid;
 use super::pause::Paused;
 use crate::cli::{AsOf, ExplainArgs};
 use crate::clock::{Clock, SystemClock};
-use crate::config::{DbConfig, KafkaConfig, KafkaSecurity};
+use crate::config::{DbConfig, KafkaConfig};
 use crate::domain::booking::{Rejection, Status};
 use crate::domain::{self, BookingRow, rfc3339};
 use crate::exit::{ClassifyExt, Failure, fail};
@@ -465,39 +465,6 @@ fn outbox_json(o: &OutboxEntry) -> OutboxJson {
     }
 }
 
-/// librdkafka's security settings for a client of `cfg` (as the relay's producer).
-fn security(c: &mut ClientConfig, cfg: &KafkaConfig) {
-    match &cfg.security {
-        KafkaSecurity::Plaintext => {
-            c.set("security.protocol", "plaintext");
-        }
-        KafkaSecurity::Ssl { ca_file } => {
-            c.set("security.protocol", "ssl");
-            if let Some(ca) = ca_file {
-                c.set("ssl.ca.location", ca.to_string_lossy());
-            }
-        }
-        KafkaSecurity::Sasl {
-            tls,
-            ca_file,
-            mechanism,
-            username,
-            password,
-        } => {
-            c.set(
-                "security.protocol",
-                if *tls { "sasl_ssl" } else { "sasl_plaintext" },
-            )
-            .set("sasl.mechanism", *mechanism)
-            .set("sasl.username", username)
-            .set("sasl.password", password.expose());
-            if let Some(ca) = ca_file {
-                c.set("ssl.ca.location", ca.to_string_lossy());
-            }
-        }
-    }
-}
-
 /// Reads the message at the receipt's partition and offset: is it this row's event?
 fn read_back(cfg: &KafkaConfig, row: &OutboxJson, partition: i32, offset: i64) -> ReadBack {
     let mut back = ReadBack {
@@ -514,7 +481,7 @@ fn read_back(cfg: &KafkaConfig, row: &OutboxJson, partition: i32, offset: i64) -
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("socket.connection.setup.timeout.ms", "5000");
-    security(&mut c, cfg);
+    crate::kafka::security(&mut c, cfg);
     let consumer: BaseConsumer = match c.create() {
         Ok(consumer) => consumer,
         Err(e) => {
