@@ -23,7 +23,14 @@ fn main() -> ExitCode {
     if std::env::var_os("BOOKING_EXPIRE_TEST_PANIC").is_some() {
         panic!("panic requested by BOOKING_EXPIRE_TEST_PANIC");
     }
-    match run(cli.command, run_id) {
+    let tracing = match &cli.command {
+        Command::RunOnce(_) => obs::trace::init(run_id, "run-once"),
+        Command::RelayOutbox(_) => obs::trace::init(run_id, "relay-outbox"),
+        _ => obs::trace::init_off(),
+    };
+    let outcome = run(cli.command, run_id);
+    tracing.finish();
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let code = exit::exit_code(&e);

@@ -697,8 +697,8 @@ fn a_bad_pushgateway_url_is_refused_before_any_work() {
     let ids = seed(&mut c, &[Seed::reserved(-60)]);
     for (url, message) in [
         (
-            "https://pushgateway:9091",
-            "invalid --pushgateway-url / PUSHGATEWAY_URL: https is not supported",
+            "ftp://pushgateway:9091",
+            "invalid --pushgateway-url / PUSHGATEWAY_URL: scheme \"ftp\" is not supported",
         ),
         (
             "http://user:secret@pushgateway:9091",
