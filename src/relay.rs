@@ -38,6 +38,13 @@ pub struct RelayResult {
     /// True when another relay held the lock and this one did nothing.
     pub skipped: bool,
     pub duration_ms: u64,
+    /// Rows published, per (topic, Phase of the event; "none" when it has none): for
+    /// the metrics push, not printed.
+    #[serde(skip)]
+    pub publications: std::collections::BTreeMap<(String, String), u64>,
+    /// Seconds from each published row's write to Kafka's acknowledgement.
+    #[serde(skip)]
+    pub ack_age_seconds: Vec<f64>,
 }
 
 /// Relays the outbox, counting into `result` as rows are marked, so what was published
@@ -192,6 +199,18 @@ fn drain(
             }
         }
         let now = clock.now();
+        for row in sendable.iter().filter(|r| acked.contains(&r.id)) {
+            let phase = serde_json::from_str::<serde_json::Value>(&row.payload)
+                .ok()
+                .and_then(|p| p.get("Phase").and_then(|v| v.as_str()).map(str::to_owned))
+                .unwrap_or_else(|| "none".to_owned());
+            *result
+                .publications
+                .entry((row.topic.clone(), phase))
+                .or_default() += 1;
+            let age = (now - row.occurred_at).num_milliseconds().max(0) as f64 / 1e3;
+            result.ack_age_seconds.push(age);
+        }
         result.published += store::mark_published(client, now, &acked)?;
         store::mark_failed(client, now, &permanent)?;
         for (id, error) in &permanent {
@@ -404,6 +423,7 @@ mod tests {
             topic: "t".to_owned(),
             payload: "{}".to_owned(),
             headers: serde_json::json!({"ce_id": "someone else's", "traceparent": "00-x", "n": 1}),
+            occurred_at: chrono::DateTime::UNIX_EPOCH,
         }
     }
 

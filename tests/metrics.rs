@@ -48,9 +48,10 @@ impl Pushgateway {
         format!("http://{}", self.addr)
     }
 
-    /// The samples of one step's group, keyed `name` or `name{phase="…"}`, after checking
-    /// that every sample of the group carries exactly the grouping key's labels (and
-    /// `phase` where there is one).
+    /// The samples of one step's group, keyed `name` or `name{phase="…",topic="…"}`, after
+    /// checking that every sample of the group carries exactly the grouping key's labels
+    /// (and `phase`, `topic` where there are). Histogram buckets are left out (their
+    /// `_count` and `_sum` are in): `buckets` has them.
     fn group(&self, step: &str) -> BTreeMap<String, f64> {
         let (status, text) = http(&self.addr, "GET", "/metrics", "").expect("GET /metrics");
         assert_eq!(status, 200, "{text}");
@@ -61,17 +62,39 @@ impl Pushgateway {
             {
                 continue;
             }
+            if name.ends_with("_bucket") {
+                continue;
+            }
             let mut keys: Vec<&str> = labels.keys().map(String::as_str).collect();
-            keys.retain(|k| *k != "phase");
+            keys.retain(|k| *k != "phase" && *k != "topic");
             assert_eq!(keys, ["instance", "job", "step"], "{name} {labels:?}");
             assert_eq!(labels["instance"], "", "never the pod: {name} {labels:?}");
-            let key = match labels.get("phase") {
-                Some(phase) => format!("{name}{{phase=\"{phase}\"}}"),
-                None => name.clone(),
+            let extra: Vec<String> = labels
+                .iter()
+                .filter(|(k, _)| *k == "phase" || *k == "topic")
+                .map(|(k, v)| format!("{k}=\"{v}\""))
+                .collect();
+            let key = if extra.is_empty() {
+                name.clone()
+            } else {
+                format!("{name}{{{}}}", extra.join(","))
             };
             assert!(group.insert(key, value).is_none(), "{name} twice");
         }
         group
+    }
+
+    /// The buckets of histogram `name` in a step's group: (le, cumulative count).
+    fn buckets(&self, step: &str, name: &str) -> Vec<(String, f64)> {
+        let (_, text) = http(&self.addr, "GET", "/metrics", "").expect("GET /metrics");
+        samples(&text)
+            .into_iter()
+            .filter(|(n, labels, _)| {
+                *n == format!("{name}_bucket")
+                    && labels.get("step").map(String::as_str) == Some(step)
+            })
+            .map(|(_, labels, v)| (labels["le"].clone(), v))
+            .collect()
     }
 
     fn exposition(&self) -> String {
@@ -183,7 +206,8 @@ const RUN_ONCE_SERIES: &[&str] = &[
     "crm_booking_expiration_backlog_oldest_age_seconds{phase=\"Reserve\"}",
     "crm_booking_expiration_backlog{phase=\"Booking\"}",
     "crm_booking_expiration_backlog{phase=\"Reserve\"}",
-    "crm_booking_expiration_cycle_duration_seconds",
+    "crm_booking_expiration_cycle_duration_seconds_count",
+    "crm_booking_expiration_cycle_duration_seconds_sum",
     "crm_booking_expiration_errors",
     "crm_booking_expiration_items{phase=\"Booking\"}",
     "crm_booking_expiration_items{phase=\"Reserve\"}",
@@ -241,8 +265,29 @@ fn run_once_pushes_the_runs_gauges_and_the_backlog() {
     for (key, want) in exact {
         assert_eq!(group[key], want, "{key}");
     }
-    let duration = group["crm_booking_expiration_cycle_duration_seconds"];
+    // The duration histogram holds the run: one observation.
+    assert_eq!(
+        group["crm_booking_expiration_cycle_duration_seconds_count"],
+        1.0
+    );
+    let duration = group["crm_booking_expiration_cycle_duration_seconds_sum"];
     assert!(duration > 0.0 && duration <= after - before, "{duration}");
+    let buckets = gateway.buckets("run-once", "crm_booking_expiration_cycle_duration_seconds");
+    let les: Vec<&str> = buckets.iter().map(|(le, _)| le.as_str()).collect();
+    assert_eq!(
+        les,
+        [
+            "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60", "+Inf"
+        ]
+    );
+    for (le, n) in &buckets {
+        let bound: f64 = if le == "+Inf" {
+            f64::INFINITY
+        } else {
+            le.parse().unwrap()
+        };
+        assert_eq!(*n, if duration <= bound { 1.0 } else { 0.0 }, "le={le}");
+    }
     let success = group["crm_booking_expiration_last_success_timestamp_seconds"];
     assert!(
         before <= success && success <= after,
@@ -388,7 +433,8 @@ fn a_run_stopped_by_sigterm_pushes_before_it_exits() {
     assert_eq!(
         keys(&group),
         [
-            "crm_booking_expiration_cycle_duration_seconds",
+            "crm_booking_expiration_cycle_duration_seconds_count",
+            "crm_booking_expiration_cycle_duration_seconds_sum",
             "crm_booking_expiration_errors",
             "crm_booking_expiration_items{phase=\"Booking\"}",
             "crm_booking_expiration_items{phase=\"Reserve\"}",
@@ -431,6 +477,9 @@ fn the_relay_pushes_its_own_group() {
     let run = Run::of(run);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let group = gateway.group("relay-outbox");
+    let publications = |phase: &str| {
+        format!("crm_booking_expiration_relay_publications{{phase=\"{phase}\",topic=\"{topic}\"}}")
+    };
     assert_eq!(
         keys(&group),
         [
@@ -439,8 +488,12 @@ fn the_relay_pushes_its_own_group() {
             "crm_booking_expiration_outbox_failed",
             "crm_booking_expiration_outbox_oldest_pending_age_seconds",
             "crm_booking_expiration_outbox_pending",
+            "crm_booking_expiration_relay_ack_age_seconds_count",
+            "crm_booking_expiration_relay_ack_age_seconds_sum",
             "crm_booking_expiration_relay_duration_seconds",
             "crm_booking_expiration_relay_failed",
+            publications("Booking").as_str(),
+            publications("Reserve").as_str(),
             "crm_booking_expiration_relay_published",
             "crm_booking_expiration_relay_purged",
             "crm_booking_expiration_relay_skipped",
@@ -450,6 +503,9 @@ fn the_relay_pushes_its_own_group() {
     );
     for (key, value) in [
         ("crm_booking_expiration_relay_published", 2.0),
+        (publications("Reserve").as_str(), 1.0),
+        (publications("Booking").as_str(), 1.0),
+        ("crm_booking_expiration_relay_ack_age_seconds_count", 2.0),
         ("crm_booking_expiration_relay_failed", 0.0),
         ("crm_booking_expiration_relay_purged", 0.0),
         ("crm_booking_expiration_relay_skipped", 0.0),
@@ -464,6 +520,14 @@ fn the_relay_pushes_its_own_group() {
         assert_eq!(group[key], value, "{key}");
     }
     assert!(group["crm_booking_expiration_relay_duration_seconds"] > 0.0);
+    // Each event's age at the acknowledgement: written by the cycle above, acked now.
+    let ages = gateway.buckets(
+        "relay-outbox",
+        "crm_booking_expiration_relay_ack_age_seconds",
+    );
+    assert_eq!(ages.last(), Some(&("+Inf".to_owned(), 2.0)));
+    let sum = group["crm_booking_expiration_relay_ack_age_seconds_sum"];
+    assert!(sum > 0.0, "{sum}");
     // A group per step: the relay's push left the cycle's group as it was.
     assert_eq!(gateway.group("run-once"), cycle);
 
