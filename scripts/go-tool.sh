@@ -13,8 +13,8 @@
 #   Concurrent calls wait for one build (flock). Build output goes to
 #   NAME-VERSION/build.log; on failure its tail is shown on stderr.
 #
-#   Needs `go` (1.24 or newer, for `go get -tool`); installs golang-go with
-#   apt-get when missing and running as root.
+#   Needs `go` 1.24 or newer (it fetches a newer toolchain the tool asks for
+#   through the module proxy).
 set -euo pipefail
 
 die() { echo "go-tool: $*" >&2; exit 1; }
@@ -30,10 +30,11 @@ if [[ -x $bin ]]; then
     exit 0
 fi
 
-if ! command -v go >/dev/null 2>&1; then
-    # shellcheck source=SCRIPTDIR/lib.sh
-    source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-    ensure_apt_packages golang-go || die "go is needed to build $pkg"
+# `go get -tool` needs go 1.24 (Debian 12's golang-go is 1.19); a newer toolchain
+# the tool's module asks for is fetched by go itself (GOTOOLCHAIN).
+go_minor=$(go env GOVERSION 2>/dev/null | sed -n 's/^go1\.\([0-9]*\).*/\1/p')
+if [[ -z $go_minor ]] || ((go_minor < 24)); then
+    die "go 1.24 or newer is needed to build $pkg (found: $(go env GOVERSION 2>/dev/null || echo none)); install it from go.dev/dl"
 fi
 
 mkdir -p "$cache"
