@@ -34,7 +34,7 @@ fi
 # the tool's module asks for is fetched by go itself (GOTOOLCHAIN).
 go_minor=$(go env GOVERSION 2>/dev/null | sed -n 's/^go1\.\([0-9]*\).*/\1/p')
 if [[ -z $go_minor ]] || ((go_minor < 24)); then
-    die "go 1.24 or newer is needed to build $pkg (found: $(go env GOVERSION 2>/dev/null || echo none)); install it from go.dev/dl"
+    die "go 1.24 or newer is needed to build $pkg (found: $(go env GOVERSION 2>/dev/null || echo none)); install Go 1.24 or newer first"
 fi
 
 mkdir -p "$cache"
