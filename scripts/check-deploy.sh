@@ -117,6 +117,15 @@ else
     fail "promtool test rules: $out"
 fi
 
+echo "== Grafana dashboard" >&2
+# Its queries run against a real Prometheus in tests/prometheus.rs; Grafana's own
+# linter is scripts/dashboard-lint.sh.
+if out=$(python3 -m json.tool monitoring/grafana-dashboard.json 2>&1 >/dev/null); then
+    pass "monitoring/grafana-dashboard.json is JSON"
+else
+    fail "monitoring/grafana-dashboard.json: $out"
+fi
+
 echo "== the image, built and run (scripts/image-test.sh)" >&2
 scripts/image-test.sh || failures=$((failures + 1))
 

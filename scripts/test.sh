@@ -30,6 +30,9 @@ scripts/check-deploy.sh
 echo "== scripts/contract-check.sh: AsyncAPI, generated schemas, compatibility with the released v1" >&2
 scripts/contract-check.sh
 
+echo "== Jaeger for tests/trace.rs (built once from the Go module proxy, cached by version)" >&2
+scripts/go-tool.sh github.com/jaegertracing/jaeger/cmd/jaeger v1.76.0 >/dev/null
+
 trap stop_services EXIT
 start_postgres
 start_kafka

@@ -63,7 +63,7 @@ pub fn run(config: Config, run_id: Uuid) -> Result<()> {
 /// failure (once its Pushgateway URL was valid); the refusal is the outcome.
 pub fn refused(refused: Refused, run_id: Uuid) -> anyhow::Error {
     let failed: Result<()> = Err(refused.error);
-    match refused.push {
+    match refused.push.map(|push| *push) {
         Some((gateway, Step::RunOnce)) => {
             let metrics = MetricsConfig {
                 pushgateway: Some(gateway),

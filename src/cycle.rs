@@ -15,6 +15,7 @@ use crate::clock::Clock;
 use crate::config::RunOnceConfig;
 use crate::domain::{self, Phase, rfc3339};
 use crate::exit::{Classified, ClassifyExt, Failure, fail};
+use crate::obs::trace::{self, Attr};
 use crate::shutdown;
 use crate::store::{self, CycleStatements, Db, Need, Poison};
 
@@ -51,7 +52,33 @@ struct BatchOutcome {
 pub fn run_once(cfg: &RunOnceConfig, clock: &dyn Clock, result: &mut CycleResult) -> Result<()> {
     let started = Instant::now();
     let as_of = clock.now();
-    info!(as_of:% = rfc3339(as_of), batch_size = cfg.batch.size, max_batches = cfg.batch.max_batches;
+    let span = trace::span(
+        "run-once cycle",
+        vec![
+            Attr::new("RunId", result.run_id.to_string()),
+            Attr::new("AsOf", rfc3339(as_of)),
+        ],
+    );
+    let outcome = cycle_at(cfg, as_of, started, result);
+    span.set([
+        Attr::new("ReserveExpiredCount", result.reserve_expired_count as i64),
+        Attr::new("BookingExpiredCount", result.booking_expired_count as i64),
+        Attr::new("SkippedLockedCount", result.skipped_locked_count as i64),
+        Attr::new("PoisonCount", result.poison_count as i64),
+        Attr::new("DurationMs", result.duration_ms as i64),
+    ]);
+    span.outcome(&outcome);
+    outcome
+}
+
+fn cycle_at(
+    cfg: &RunOnceConfig,
+    as_of: DateTime<Utc>,
+    started: Instant,
+    result: &mut CycleResult,
+) -> Result<()> {
+    info!(RunId:% = result.run_id, AsOf:% = rfc3339(as_of), BatchSize = cfg.batch.size,
+          MaxBatches = cfg.batch.max_batches;
           "cycle started");
 
     let mut db = store::connect(&cfg.db)?;
@@ -109,11 +136,11 @@ pub fn run_cycle(
     result.duration_ms = started.elapsed().as_millis() as u64;
     match outcome {
         Ok(()) => {
-            info!(reserve_expired = result.reserve_expired_count,
-                  booking_expired = result.booking_expired_count,
-                  skipped_locked = result.skipped_locked_count,
-                  poison = result.poison_count,
-                  duration_ms = result.duration_ms;
+            info!(ReserveExpiredCount = result.reserve_expired_count,
+                  BookingExpiredCount = result.booking_expired_count,
+                  SkippedLocked = result.skipped_locked_count,
+                  PoisonCount = result.poison_count,
+                  DurationMs = result.duration_ms;
                   "cycle completed");
             Ok(())
         }
@@ -225,7 +252,16 @@ fn run_phase(
                   "cycle deadline reached; the rest waits for the next cycle");
             return Ok(PhaseEnd::Deadline);
         }
-        let batch = run_batch(client, stmts, phase, cfg.batch.size, run_id, as_of)?;
+        let span = trace::span("expire batch", vec![Attr::new("Phase", phase.to_string())]);
+        let batch = run_batch(client, stmts, phase, cfg.batch.size, run_id, as_of)
+            .inspect_err(|e| span.fail(e))?;
+        span.set([
+            Attr::new("Claimed", batch.claimed as i64),
+            Attr::new("Expired", batch.expired as i64),
+            Attr::new("Poison", batch.poison as i64),
+            Attr::new("SkippedLocked", batch.skipped as i64),
+        ]);
+        drop(span);
         match phase {
             Phase::Reserve => result.reserve_expired_count += batch.expired,
             Phase::Booking => result.booking_expired_count += batch.expired,
@@ -285,7 +321,7 @@ fn run_batch(
     let full = claimed.len() == batch_size as usize;
     let skipped = store::count_skipped(&mut tx, stmts, phase, as_of, &claimed, full)
         .map_err(|e| e.context(context("skipped-locked count failed")))?;
-    info!(phase:% = phase, count = claimed.len(), skipped_locked = skipped; "batch selected");
+    info!(Phase:% = phase, Count = claimed.len(), SkippedLocked = skipped; "batch selected");
     if claimed.is_empty() {
         // Nothing written, nothing to commit; ending the transaction releases nothing.
         drop(tx);
@@ -295,17 +331,28 @@ fn run_batch(
         });
     }
 
-    let (writes, mut poison) = domain::decide(&claimed, phase, as_of, run_id, &mut Uuid::now_v7);
+    let (mut writes, mut poison) =
+        domain::decide(&claimed, phase, as_of, run_id, &mut Uuid::now_v7);
+    // While tracing is on, each event's parent is the batch that wrote it.
+    if let Some(traceparent) = trace::current_traceparent() {
+        for w in &mut writes {
+            if let Some(headers) = w.headers.as_object_mut() {
+                headers.insert("traceparent".to_owned(), traceparent.clone().into());
+            }
+        }
+    }
     for p in &poison {
-        error!(booking_id:% = p.booking_id, phase:% = phase, reason = p.reason,
-               error = p.error.as_str(); "item failed: the guard refused the row, quarantined");
+        error!(BookingId:% = p.booking_id, TenantId:% = p.tenant_id, Phase:% = phase, Reason = p.reason,
+               Error = p.error.as_str(); "item failed: the guard refused the row, quarantined");
+        item_failed(p.booking_id, p.tenant_id, &p.error);
     }
     let written = store::write_isolating(&mut tx, stmts, run_id, as_of, &writes)
         .map_err(|e| e.context(context("write failed")))?;
     for (index, rejection) in &written.rejected {
         let w = &writes[*index];
-        error!(booking_id:% = w.expiry.booking_id, phase:% = phase, sqlstate = rejection.sqlstate.as_str(),
-               error = rejection.message.as_str(); "item failed: the database rejected the write, quarantined");
+        error!(BookingId:% = w.expiry.booking_id, TenantId:% = w.expiry.tenant_id, Phase:% = phase,
+               SqlState = rejection.sqlstate.as_str(), Error = rejection.message.as_str(); "item failed: the database rejected the write, quarantined");
+        item_failed(w.expiry.booking_id, w.expiry.tenant_id, &rejection.message);
         poison.push(Poison {
             booking_id: w.expiry.booking_id,
             tenant_id: w.expiry.tenant_id,
@@ -333,8 +380,17 @@ fn run_batch(
         .iter()
         .filter(|w| expired.contains(&w.expiry.booking_id))
     {
-        info!(booking_id:% = w.expiry.booking_id, deal_id:% = w.expiry.deal_id, phase:% = phase,
-              tenant_id:% = w.expiry.tenant_id, message_id:% = w.message_id; "booking expired");
+        info!(BookingId:% = w.expiry.booking_id, DealId:% = w.expiry.deal_id, Phase:% = phase,
+              TenantId:% = w.expiry.tenant_id, MessageId:% = w.message_id; "booking expired");
+        trace::event(
+            "booking expired",
+            vec![
+                Attr::new("BookingId", w.expiry.booking_id.to_string()),
+                Attr::new("TenantId", w.expiry.tenant_id.to_string()),
+                Attr::new("DealId", w.expiry.deal_id.to_string()),
+                Attr::new("MessageId", w.message_id.to_string()),
+            ],
+        );
     }
     Ok(BatchOutcome {
         claimed: claimed.len(),
@@ -342,4 +398,16 @@ fn run_batch(
         skipped,
         poison: poison.len() as u64,
     })
+}
+
+/// A per-item event on the batch's span: the row is poison.
+fn item_failed(booking_id: Uuid, tenant_id: Uuid, error: &str) {
+    trace::event(
+        "item failed",
+        vec![
+            Attr::new("BookingId", booking_id.to_string()),
+            Attr::new("TenantId", tenant_id.to_string()),
+            Attr::new("Error", error.to_owned()),
+        ],
+    );
 }

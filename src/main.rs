@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use booking_expire::cli::{self, Cli, LogFormat};
+use booking_expire::cli::{self, Cli, Command, LogFormat};
 use booking_expire::config::Config;
 use booking_expire::{app, exit, obs};
 use clap::Parser;
@@ -23,9 +23,15 @@ fn main() -> ExitCode {
     if std::env::var_os("BOOKING_EXPIRE_TEST_PANIC").is_some() {
         panic!("panic requested by BOOKING_EXPIRE_TEST_PANIC");
     }
+    let tracing = match &cli.command {
+        Command::RunOnce(_) => obs::trace::init(run_id, "run-once"),
+        Command::RelayOutbox(_) => obs::trace::init(run_id, "relay-outbox"),
+        _ => obs::trace::init_off(),
+    };
     let outcome = match Config::resolve(cli.command) {
         Ok(config) => app::run(config, run_id),
         Err(refused) => Err(app::refused(refused, run_id)),
     };
+    tracing.finish();
     exit::report(outcome, json)
 }

@@ -18,6 +18,7 @@ use crate::clock::Clock;
 use crate::config::RelayConfig;
 use crate::exit::{Failure, fail};
 use crate::kafka::{Delivery, KafkaProducer, OutMessage, TopicCheck};
+use crate::obs::trace::{self, Attr};
 use crate::shutdown;
 use crate::store::{self, Need, OutboxRow};
 
@@ -40,6 +41,13 @@ pub struct RelayResult {
     /// Set when `relay-outbox` is paused (`booking-expire pause relay-outbox`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub paused: Option<crate::ops::pause::Paused>,
+    /// Rows published, per (topic, Phase of the event; "none" when it has none): for
+    /// the metrics push, not printed.
+    #[serde(skip)]
+    pub publications: std::collections::BTreeMap<(String, String), u64>,
+    /// Seconds from each published row's write to Kafka's acknowledgement.
+    #[serde(skip)]
+    pub ack_age_seconds: Vec<f64>,
 }
 
 /// Relays the outbox, counting into `result` as rows are marked, so what was published
@@ -47,6 +55,24 @@ pub struct RelayResult {
 /// message refused while others went through) does not stop the others: those rows
 /// back off, the run goes on, and then fails with that failure.
 pub fn relay_outbox(cfg: &RelayConfig, clock: &dyn Clock, result: &mut RelayResult) -> Result<()> {
+    let span = trace::span(
+        "relay-outbox",
+        vec![Attr::new("RunId", result.run_id.to_string())],
+    );
+    let outcome = relay(cfg, clock, result);
+    span.set([
+        Attr::new("Published", result.published as i64),
+        Attr::new("Failed", result.failed as i64),
+        Attr::new("Retrying", result.retrying as i64),
+        Attr::new("Purged", result.purged as i64),
+        Attr::new("Skipped", result.skipped),
+        Attr::new("DurationMs", result.duration_ms as i64),
+    ]);
+    span.outcome(&outcome);
+    outcome
+}
+
+fn relay(cfg: &RelayConfig, clock: &dyn Clock, result: &mut RelayResult) -> Result<()> {
     let started = Instant::now();
     let mut db = store::connect(&cfg.db)?;
     if let Some(paused) = crate::ops::pause::honour(
@@ -126,6 +152,13 @@ fn drain(
             continue;
         }
         let batch = one_per_key(rows);
+        let span = trace::span(
+            "relay batch",
+            vec![Attr::new(
+                "messaging.batch.message_count",
+                batch.len() as i64,
+            )],
+        );
 
         // Rows of a topic that cannot take them wait; the other topics' rows go on.
         let mut unusable: HashMap<&str, (Failure, String)> = HashMap::new();
@@ -146,14 +179,18 @@ fn drain(
         let mut retry: Vec<(Uuid, String)> = Vec::new();
         for (topic, (failure, reason)) in &unusable {
             let waiting: Vec<&&OutboxRow> = held.iter().filter(|r| r.topic == *topic).collect();
-            log::error!(topic, rows = waiting.len(), error = reason.as_str();
+            log::error!(Topic = topic, Rows = waiting.len(), Error = reason.as_str();
                         "item failed: the topic cannot take these rows; they back off, the other topics' rows go on");
             retry.extend(waiting.iter().map(|r| (r.id, reason.clone())));
             row_failure.get_or_insert_with(|| fail(*failure, reason.clone()));
         }
 
         let messages: Vec<OutMessage> = sendable.iter().map(|r| message(r)).collect();
+        let sent_at = std::time::SystemTime::now();
         let deliveries = producer.send_batch(&messages);
+        for (row, delivery) in sendable.iter().zip(&deliveries) {
+            send_span(row, delivery, sent_at);
+        }
         let mut acked = Vec::new();
         let mut permanent = Vec::new();
         let mut transient = Vec::new();
@@ -161,8 +198,8 @@ fn drain(
             match delivery {
                 Delivery::Acked { partition, offset } => {
                     acked.push((row.id, *partition, *offset));
-                    info!(booking_id = row.key.as_str(), message_id:% = row.id, topic = row.topic.as_str(),
-                          partition = *partition, offset = *offset; "event published");
+                    info!(BookingId = row.key.as_str(), MessageId:% = row.id, Topic = row.topic.as_str(),
+                          Partition = *partition, Offset = *offset; "event published");
                 }
                 Delivery::Failed {
                     permanent: true,
@@ -175,10 +212,23 @@ fn drain(
             }
         }
         let now = clock.now();
+        let acked_ids: HashSet<Uuid> = acked.iter().map(|(id, _, _)| *id).collect();
+        for row in sendable.iter().filter(|r| acked_ids.contains(&r.id)) {
+            let phase = serde_json::from_str::<serde_json::Value>(&row.payload)
+                .ok()
+                .and_then(|p| p.get("Phase").and_then(|v| v.as_str()).map(str::to_owned))
+                .unwrap_or_else(|| "none".to_owned());
+            *result
+                .publications
+                .entry((row.topic.clone(), phase))
+                .or_default() += 1;
+            let age = (now - row.occurred_at).num_milliseconds().max(0) as f64 / 1e3;
+            result.ack_age_seconds.push(age);
+        }
         result.published += store::mark_published(client, now, &acked)?;
         store::mark_failed(client, now, &permanent)?;
         for (id, error) in &permanent {
-            log::error!(message_id:% = id, error = error.as_str();
+            log::error!(MessageId:% = id, Error = error.as_str();
                         "item failed: the message can never be delivered, marked failed");
         }
         result.failed += permanent.len() as u64;
@@ -194,6 +244,11 @@ fn drain(
                 .map_or("", |r| r.topic.as_str());
             !producer.brokers_answer(topic)
         });
+        span.set([
+            Attr::new("Published", acked.len() as i64),
+            Attr::new("Failed", permanent.len() as i64),
+            Attr::new("Transient", transient.len() as i64),
+        ]);
         if brokers_down {
             store::mark_attempted(client, &transient)?;
             store::mark_retry(client, now, &retry)?;
@@ -215,7 +270,7 @@ fn drain(
             ));
         }
         for (id, error) in &transient {
-            log::error!(message_id:% = id, error = error.as_str();
+            log::error!(MessageId:% = id, Error = error.as_str();
                         "item failed: Kafka refused the message while its brokers answer; it backs off");
         }
         if let Some((_, first_error)) = transient.first() {
@@ -233,7 +288,7 @@ fn drain(
         retry.extend(transient);
         let gave_up = store::mark_retry(client, now, &retry)?;
         for id in &gave_up {
-            log::error!(message_id:% = id, max_failures = store::MAX_FAILURES;
+            log::error!(MessageId:% = id, MaxFailures = store::MAX_FAILURES;
                         "item failed: too many failed attempts, marked failed");
         }
         result.failed += gave_up.len() as u64;
@@ -242,6 +297,49 @@ fn drain(
               backing_off = retry.len() - gave_up.len(); "batch relayed");
     }
     Ok(row_failure)
+}
+
+/// The producer span of one message, per the OpenTelemetry messaging conventions
+/// (`send <topic>`), linked to the span that wrote the event (its `traceparent`).
+fn send_span(row: &OutboxRow, delivery: &Delivery, sent_at: std::time::SystemTime) {
+    let mut attributes = vec![
+        Attr::new("messaging.system", "kafka"),
+        Attr::new("messaging.operation.type", "send"),
+        Attr::new("messaging.operation.name", "send"),
+        Attr::new("messaging.destination.name", row.topic.clone()),
+        Attr::new("messaging.message.id", row.id.to_string()),
+        Attr::new("messaging.kafka.message.key", row.key.clone()),
+        Attr::new("BookingId", row.key.clone()),
+    ];
+    let error = match delivery {
+        Delivery::Acked { partition, offset } => {
+            attributes.push(Attr::new(
+                "messaging.destination.partition.id",
+                partition.to_string(),
+            ));
+            attributes.push(Attr::new("messaging.kafka.offset", *offset));
+            None
+        }
+        Delivery::Failed { error, .. } => {
+            attributes.push(Attr::new("error.type", "delivery_failed"));
+            Some(error.as_str())
+        }
+    };
+    let links = row
+        .headers
+        .get("traceparent")
+        .and_then(|v| v.as_str())
+        .and_then(trace::parse_traceparent)
+        .into_iter()
+        .collect();
+    trace::record_child(
+        format!("send {}", row.topic),
+        opentelemetry::trace::SpanKind::Producer,
+        sent_at,
+        attributes,
+        links,
+        error,
+    );
 }
 
 fn interrupted() -> Result<()> {
@@ -340,6 +438,7 @@ mod tests {
             topic: "t".to_owned(),
             payload: "{}".to_owned(),
             headers: serde_json::json!({"ce_id": "someone else's", "traceparent": "00-x", "n": 1}),
+            occurred_at: chrono::DateTime::UNIX_EPOCH,
         }
     }
 

@@ -33,7 +33,8 @@ const RUN_ONCE_SERIES: &[&str] = &[
     "crm_booking_expiration_backlog_oldest_age_seconds{phase=\"Reserve\"}",
     "crm_booking_expiration_backlog{phase=\"Booking\"}",
     "crm_booking_expiration_backlog{phase=\"Reserve\"}",
-    "crm_booking_expiration_cycle_duration_seconds",
+    "crm_booking_expiration_cycle_duration_seconds_count",
+    "crm_booking_expiration_cycle_duration_seconds_sum",
     "crm_booking_expiration_errors",
     "crm_booking_expiration_items{phase=\"Booking\"}",
     "crm_booking_expiration_items{phase=\"Reserve\"}",
@@ -92,8 +93,29 @@ fn run_once_pushes_the_runs_gauges_and_the_backlog() {
     for (key, want) in exact {
         assert_eq!(group[key], want, "{key}");
     }
-    let duration = group["crm_booking_expiration_cycle_duration_seconds"];
+    // The duration histogram holds the run: one observation.
+    assert_eq!(
+        group["crm_booking_expiration_cycle_duration_seconds_count"],
+        1.0
+    );
+    let duration = group["crm_booking_expiration_cycle_duration_seconds_sum"];
     assert!(duration > 0.0 && duration <= after - before, "{duration}");
+    let buckets = gateway.buckets("run-once", "crm_booking_expiration_cycle_duration_seconds");
+    let les: Vec<&str> = buckets.iter().map(|(le, _)| le.as_str()).collect();
+    assert_eq!(
+        les,
+        [
+            "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60", "+Inf"
+        ]
+    );
+    for (le, n) in &buckets {
+        let bound: f64 = if le == "+Inf" {
+            f64::INFINITY
+        } else {
+            le.parse().unwrap()
+        };
+        assert_eq!(*n, if duration <= bound { 1.0 } else { 0.0 }, "le={le}");
+    }
     let success = group["crm_booking_expiration_last_success_timestamp_seconds"];
     assert!(
         before <= success && success <= after,
@@ -239,7 +261,8 @@ fn a_run_stopped_by_sigterm_pushes_before_it_exits() {
     assert_eq!(
         keys(&group),
         [
-            "crm_booking_expiration_cycle_duration_seconds",
+            "crm_booking_expiration_cycle_duration_seconds_count",
+            "crm_booking_expiration_cycle_duration_seconds_sum",
             "crm_booking_expiration_errors",
             "crm_booking_expiration_items{phase=\"Booking\"}",
             "crm_booking_expiration_items{phase=\"Reserve\"}",
@@ -283,6 +306,9 @@ fn the_relay_pushes_its_own_group() {
     let run = Run::of(run);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let group = gateway.group("relay-outbox");
+    let publications = |phase: &str| {
+        format!("crm_booking_expiration_relay_publications{{phase=\"{phase}\",topic=\"{topic}\"}}")
+    };
     assert_eq!(
         keys(&group),
         [
@@ -292,8 +318,12 @@ fn the_relay_pushes_its_own_group() {
             "crm_booking_expiration_outbox_oldest_pending_age_seconds",
             "crm_booking_expiration_outbox_pending",
             "crm_booking_expiration_paused_seconds",
+            "crm_booking_expiration_relay_ack_age_seconds_count",
+            "crm_booking_expiration_relay_ack_age_seconds_sum",
             "crm_booking_expiration_relay_duration_seconds",
             "crm_booking_expiration_relay_failed",
+            publications("Booking").as_str(),
+            publications("Reserve").as_str(),
             "crm_booking_expiration_relay_published",
             "crm_booking_expiration_relay_purged",
             "crm_booking_expiration_relay_skipped",
@@ -303,6 +333,9 @@ fn the_relay_pushes_its_own_group() {
     );
     for (key, value) in [
         ("crm_booking_expiration_relay_published", 2.0),
+        (publications("Reserve").as_str(), 1.0),
+        (publications("Booking").as_str(), 1.0),
+        ("crm_booking_expiration_relay_ack_age_seconds_count", 2.0),
         ("crm_booking_expiration_relay_failed", 0.0),
         ("crm_booking_expiration_relay_purged", 0.0),
         ("crm_booking_expiration_relay_skipped", 0.0),
@@ -317,6 +350,14 @@ fn the_relay_pushes_its_own_group() {
         assert_eq!(group[key], value, "{key}");
     }
     assert!(group["crm_booking_expiration_relay_duration_seconds"] > 0.0);
+    // Each event's age at the acknowledgement: written by the cycle above, acked now.
+    let ages = gateway.buckets(
+        "relay-outbox",
+        "crm_booking_expiration_relay_ack_age_seconds",
+    );
+    assert_eq!(ages.last(), Some(&("+Inf".to_owned(), 2.0)));
+    let sum = group["crm_booking_expiration_relay_ack_age_seconds_sum"];
+    assert!(sum > 0.0, "{sum}");
     // A group per step: the relay's push left the cycle's group as it was.
     assert_eq!(gateway.group("run-once"), cycle);
 
@@ -550,8 +591,8 @@ fn a_bad_pushgateway_url_is_refused_before_any_work() {
     let ids = seed(&mut c, &[Seed::reserved(-60)]);
     for (url, message) in [
         (
-            "https://pushgateway:9091",
-            "invalid --pushgateway-url / PUSHGATEWAY_URL: https is not supported",
+            "ftp://pushgateway:9091",
+            "invalid --pushgateway-url / PUSHGATEWAY_URL: scheme \"ftp\" is not supported",
         ),
         (
             "http://user:secret@pushgateway:9091",

@@ -368,15 +368,15 @@ fn json_logs_carry_the_run_id_on_every_line_and_the_spec_events() {
         .iter()
         .find(|l| l["msg"] == "booking expired")
         .unwrap();
-    assert_eq!(expired["booking_id"], json!(s.id.to_string()));
-    assert_eq!(expired["deal_id"], json!(s.deal_id.to_string()));
-    assert_eq!(expired["tenant_id"], json!(s.tenant_id.to_string()));
-    assert_eq!(expired["phase"], json!("Booking"));
+    assert_eq!(expired["BookingId"], json!(s.id.to_string()));
+    assert_eq!(expired["DealId"], json!(s.deal_id.to_string()));
+    assert_eq!(expired["TenantId"], json!(s.tenant_id.to_string()));
+    assert_eq!(expired["Phase"], json!("Booking"));
     let completed = lines
         .iter()
         .find(|l| l["msg"] == "cycle completed")
         .unwrap();
-    assert_eq!(completed["booking_expired"], json!(1));
-    assert_eq!(completed["skipped_locked"], json!(0));
-    assert!(completed["duration_ms"].is_u64());
+    assert_eq!(completed["BookingExpiredCount"], json!(1));
+    assert_eq!(completed["SkippedLocked"], json!(0));
+    assert!(completed["DurationMs"].is_u64());
 }

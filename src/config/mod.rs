@@ -37,25 +37,32 @@ pub enum Config {
 #[derive(Debug)]
 pub struct Refused {
     pub error: anyhow::Error,
-    pub push: Option<(Pushgateway, Step)>,
+    pub push: Option<Box<(Pushgateway, Step)>>,
 }
 
 impl Config {
     /// Resolves the subcommand typed. The Pushgateway URL is resolved first: when it is
     /// valid and the rest is not, the refusal is still pushed.
     pub fn resolve(command: Command) -> Result<Config, Refused> {
-        let refused =
-            |push: Option<(Pushgateway, Step)>| move |error: anyhow::Error| Refused { error, push };
+        let refused = |push: Option<Box<(Pushgateway, Step)>>| {
+            move |error: anyhow::Error| Refused { error, push }
+        };
         Ok(match command {
             Command::RunOnce(ref args) => {
                 let metrics = MetricsConfig::from_args(&args.metrics).map_err(refused(None))?;
-                let push = metrics.pushgateway.clone().map(|p| (p, Step::RunOnce));
+                let push = metrics
+                    .pushgateway
+                    .clone()
+                    .map(|p| Box::new((p, Step::RunOnce)));
                 let cfg = RunOnceConfig::from_args(args).map_err(refused(push))?;
                 Config::RunOnce(cfg, metrics)
             }
             Command::RelayOutbox(ref args) => {
                 let metrics = MetricsConfig::from_args(&args.metrics).map_err(refused(None))?;
-                let push = metrics.pushgateway.clone().map(|p| (p, Step::RelayOutbox));
+                let push = metrics
+                    .pushgateway
+                    .clone()
+                    .map(|p| Box::new((p, Step::RelayOutbox)));
                 let cfg = RelayConfig::from_args(args).map_err(refused(push))?;
                 Config::RelayOutbox(cfg, metrics)
             }
@@ -87,12 +94,17 @@ impl MetricsConfig {
     pub fn from_args(args: &MetricsArgs) -> Result<Self> {
         let pushgateway = match args.pushgateway_url.as_deref().map(str::trim) {
             None | Some("") => None,
-            Some(url) => Some(Pushgateway::parse(url).map_err(|e| {
-                fail(
-                    Failure::Config,
-                    format!("invalid --pushgateway-url / PUSHGATEWAY_URL: {e}"),
-                )
-            })?),
+            Some(url) => Some(
+                Pushgateway::parse(url)
+                    .map_err(|e| {
+                        fail(
+                            Failure::Config,
+                            format!("invalid --pushgateway-url / PUSHGATEWAY_URL: {e}"),
+                        )
+                    })?
+                    .with_settings_from_env()
+                    .map_err(|e| fail(Failure::Config, format!("metrics push: {e:#}")))?,
+            ),
         };
         Ok(MetricsConfig { pushgateway })
     }

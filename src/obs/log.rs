@@ -1,5 +1,6 @@
 //! Logs go to stderr; stdout is for data only. `LOG_FORMAT=json` gives one JSON object
-//! per line. Every line carries the run id. Fields come from the `log` crate's
+//! per line. Every line carries the run id, and while tracing is on the trace id (and
+//! the current span's id, when there is one). Fields come from the `log` crate's
 //! key-values (`info!(phase = "Reserve"; "batch selected")`).
 
 use std::io::Write;
@@ -26,6 +27,12 @@ pub fn init_logging(format: LogFormat, filter: &str, run_id: Uuid) {
             line.insert("level".into(), record.level().as_str().into());
             line.insert("run_id".into(), run_id.to_string().into());
             line.insert("msg".into(), record.args().to_string().into());
+            if let Some((trace_id, span_id)) = super::trace::log_ids() {
+                line.insert("trace_id".into(), trace_id.into());
+                if let Some(span_id) = span_id {
+                    line.insert("span_id".into(), span_id.into());
+                }
+            }
             let mut fields = JsonFields(&mut line);
             let _ = record.key_values().visit(&mut fields);
             serde_json::to_writer(&mut *buf, &Json::Object(line))?;
@@ -42,6 +49,12 @@ pub fn init_logging(format: LogFormat, filter: &str, run_id: Uuid) {
             )?;
             let mut fields = TextFields(String::new());
             let _ = record.key_values().visit(&mut fields);
+            if let Some((trace_id, span_id)) = super::trace::log_ids() {
+                fields.0.push_str(&format!(" trace_id={trace_id}"));
+                if let Some(span_id) = span_id {
+                    fields.0.push_str(&format!(" span_id={span_id}"));
+                }
+            }
             writeln!(buf, "{}", fields.0)
         }),
     };

@@ -47,8 +47,27 @@ pub const POISON_ISOLATED: Family = family(
 );
 pub const CYCLE_DURATION: Family = family(
     "crm_booking_expiration_cycle_duration_seconds",
-    "How long the last run-once took, in seconds.",
+    "How long the last run-once took, in seconds: a histogram of one observation per run \
+     (sum_over_time of the buckets gives the distribution across runs).",
 );
+
+/// Upper bounds of the cycle duration buckets (a cycle takes ~50 ms; its deadline is
+/// under a minute).
+pub const CYCLE_DURATION_BUCKETS: &[f64] = &[0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+
+pub const RELAY_PUBLICATIONS: Family = family(
+    "crm_booking_expiration_relay_publications",
+    "Outbox rows the last relay-outbox published, per topic and Phase of the event.",
+);
+
+pub const RELAY_ACK_AGE: Family = family(
+    "crm_booking_expiration_relay_ack_age_seconds",
+    "Seconds from an event's write (the cycle's commit) to Kafka's acknowledgement, \
+     for each event the last relay-outbox published.",
+);
+
+/// Upper bounds of the ack age buckets, around the delivery objective of one minute.
+pub const RELAY_ACK_AGE_BUCKETS: &[f64] = &[0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
 
 // Of a `relay-outbox` run.
 pub const RELAY_PUBLISHED: Family = family(
@@ -119,9 +138,13 @@ pub struct Exposition(String);
 
 impl Exposition {
     fn family(&mut self, f: Family) {
+        self.typed(f, "gauge");
+    }
+
+    fn typed(&mut self, f: Family, kind: &str) {
         let _ = write!(
             self.0,
-            "# HELP {} {}\n# TYPE {} gauge\n",
+            "# HELP {} {}\n# TYPE {} {kind}\n",
             f.name, f.help, f.name
         );
     }
@@ -138,17 +161,50 @@ impl Exposition {
         }
     }
 
-    /// One sample per value of label `label`.
-    pub fn labelled(&mut self, f: Family, label: &str, values: &[(&str, f64)]) {
+    /// A histogram of `observations` with the upper bounds `buckets` (+Inf added).
+    pub fn histogram(&mut self, f: Family, buckets: &[f64], observations: &[f64]) {
+        self.typed(f, "histogram");
+        for le in buckets {
+            let n = observations.iter().filter(|o| **o <= *le).count();
+            let _ = writeln!(self.0, "{}_bucket{{le=\"{le}\"}} {n}", f.name);
+        }
+        let _ = writeln!(
+            self.0,
+            "{}_bucket{{le=\"+Inf\"}} {}",
+            f.name,
+            observations.len()
+        );
+        let _ = writeln!(
+            self.0,
+            "{}_sum {}",
+            f.name,
+            observations.iter().sum::<f64>()
+        );
+        let _ = writeln!(self.0, "{}_count {}", f.name, observations.len());
+    }
+
+    /// A gauge with one sample per label set.
+    pub fn labelled(&mut self, f: Family, samples: &[(Vec<(&str, &str)>, f64)]) {
         self.family(f);
-        for (value_of_label, value) in values {
-            let _ = writeln!(self.0, "{}{{{label}=\"{value_of_label}\"}} {value}", f.name);
+        for (labels, value) in samples {
+            let labels: Vec<String> = labels
+                .iter()
+                .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+                .collect();
+            let _ = writeln!(self.0, "{}{{{}}} {value}", f.name, labels.join(","));
         }
     }
 
     pub fn into_text(self) -> String {
         self.0
     }
+}
+
+/// A label value in the text format.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 fn unix_seconds(at: DateTime<Utc>) -> f64 {
@@ -196,10 +252,9 @@ pub fn paused_gauges(out: &mut Exposition, b: &Backlog) {
     };
     out.labelled(
         PAUSED,
-        "step",
         &[
-            ("run-once", paused_for("run-once")),
-            ("relay-outbox", paused_for("relay-outbox")),
+            (vec![("step", "run-once")], paused_for("run-once")),
+            (vec![("step", "relay-outbox")], paused_for("relay-outbox")),
         ],
     );
 }
@@ -220,7 +275,11 @@ pub fn cycle_metrics(
     out.gauge(SKIP_LOCKED, result.skipped_locked_count as f64);
     out.gauge(POISON_ISOLATED, result.poison_count as f64);
     out.gauge(ERRORS, if failed { 1.0 } else { 0.0 });
-    out.gauge(CYCLE_DURATION, duration.as_secs_f64());
+    out.histogram(
+        CYCLE_DURATION,
+        CYCLE_DURATION_BUCKETS,
+        &[duration.as_secs_f64()],
+    );
     out.gauge(
         PAUSED,
         result.paused.as_ref().map_or(0.0, |p| p.paused_for_seconds),
@@ -251,6 +310,24 @@ pub fn relay_metrics(
     out.gauge(RELAY_SKIPPED, if result.skipped { 1.0 } else { 0.0 });
     out.gauge(ERRORS, if failed { 1.0 } else { 0.0 });
     out.gauge(RELAY_DURATION, duration.as_secs_f64());
+    let publications: Vec<(Vec<(&str, &str)>, f64)> = result
+        .publications
+        .iter()
+        .map(|((topic, phase), n)| {
+            (
+                vec![("topic", topic.as_str()), ("phase", phase.as_str())],
+                *n as f64,
+            )
+        })
+        .collect();
+    if !publications.is_empty() {
+        out.labelled(RELAY_PUBLICATIONS, &publications);
+    }
+    out.histogram(
+        RELAY_ACK_AGE,
+        RELAY_ACK_AGE_BUCKETS,
+        &result.ack_age_seconds,
+    );
     out.gauge(
         PAUSED,
         result.paused.as_ref().map_or(0.0, |p| p.paused_for_seconds),
@@ -285,7 +362,15 @@ mod tests {
         assert!(ok.contains("\ncrm_booking_expiration_items{phase=\"Reserve\"} 6\n"));
         assert!(ok.contains("\ncrm_booking_expiration_items{phase=\"Booking\"} 2\n"));
         assert!(ok.contains("\ncrm_booking_expiration_errors 0\n"));
-        assert!(ok.contains("\ncrm_booking_expiration_cycle_duration_seconds 1.5\n"));
+        assert!(ok.contains(
+            "\ncrm_booking_expiration_cycle_duration_seconds_bucket{le=\"1\"} 0\n\
+             crm_booking_expiration_cycle_duration_seconds_bucket{le=\"2.5\"} 1\n"
+        ));
+        assert!(
+            ok.contains("\ncrm_booking_expiration_cycle_duration_seconds_bucket{le=\"+Inf\"} 1\n")
+        );
+        assert!(ok.contains("\ncrm_booking_expiration_cycle_duration_seconds_sum 1.5\n"));
+        assert!(ok.contains("\ncrm_booking_expiration_cycle_duration_seconds_count 1\n"));
         assert!(
             ok.contains("\ncrm_booking_expiration_last_success_timestamp_seconds 1800000000.25\n")
         );

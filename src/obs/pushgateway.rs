@@ -8,17 +8,15 @@
 //!   keeps the last success across failed runs: the "no successful cycle" alert reads it.
 //! - A failed push is logged and never changes the run's outcome or exit code.
 //!
-//! The Pushgateway speaks plain HTTP inside the cluster; one small POST per run needs no
-//! HTTP client library, so this is HTTP/1.1 over `std::net::TcpStream`, bounded in time
-//! at every step (lookup, connect, send, response), with `https` refused as a
-//! configuration error rather than silently sent in clear.
+//! The POST goes through `obs::push_client` (reqwest, blocking): `http` or `https`, a CA
+//! file, basic authentication or a bearer token from the environment.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, anyhow, bail};
+use anyhow::Result;
 use log::{info, warn};
+
+use crate::obs::push_client::{self, Auth, PushSettings};
 
 /// The `job` of the grouping key, the same for both steps.
 pub const JOB: &str = "crm_booking_expiration";
@@ -42,30 +40,39 @@ impl Step {
     }
 }
 
-/// A Pushgateway, from `http://host[:port][/path-prefix]`.
+/// A Pushgateway, from `http[s]://host[:port][/path-prefix]`, with the CA file and
+/// credentials of `obs::push_client` when the environment gives them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pushgateway {
     host: String,
     port: u16,
     /// Empty, or `/…` without a trailing slash.
     prefix: String,
+    https: bool,
+    settings: PushSettings,
 }
 
 impl Pushgateway {
-    /// Parses `http://host[:port][/path-prefix]`; the error says what is wrong and never
-    /// repeats a credential.
+    /// Reads the CA file and credentials for the push from the environment
+    /// (`obs::push_client`); a Pushgateway given without them pushes as before.
+    pub fn with_settings_from_env(mut self) -> Result<Self> {
+        self.settings = PushSettings::from_env(self.https)?;
+        Ok(self)
+    }
+
+    /// Parses `http[s]://host[:port][/path-prefix]`; the error says what is wrong and
+    /// never repeats a credential.
     pub fn parse(url: &str) -> Result<Self, String> {
-        const EXPECTED: &str = "expected http://host[:port][/path-prefix], e.g. \
+        const EXPECTED: &str = "expected http[s]://host[:port][/path-prefix], e.g. \
                                 http://pushgateway.monitoring:9091";
         let scheme_end = url.find("://").ok_or(format!("no scheme; {EXPECTED}"))?;
+        let https = match url[..scheme_end].to_ascii_lowercase().as_str() {
+            "http" => false,
+            "https" => true,
+            other => return Err(format!("scheme {other:?} is not supported; {EXPECTED}")),
+        };
         let rest = match url[..scheme_end].to_ascii_lowercase().as_str() {
-            "http" => &url[scheme_end + 3..],
-            "https" => {
-                return Err(format!(
-                    "https is not supported (the push is plain HTTP, meant for a \
-                     Pushgateway inside the cluster); {EXPECTED}"
-                ));
-            }
+            "http" | "https" => &url[scheme_end + 3..],
             other => return Err(format!("scheme {other:?} is not supported; {EXPECTED}")),
         };
         if rest.contains(['?', '#']) {
@@ -101,6 +108,7 @@ impl Pushgateway {
             return Err(format!("no host; {EXPECTED}"));
         }
         let port = match port {
+            None if https => 443,
             None => 80,
             Some(p) => match p.parse::<u16>() {
                 Ok(p) if p > 0 => p,
@@ -111,12 +119,18 @@ impl Pushgateway {
             host: host.to_owned(),
             port,
             prefix: path.trim_end_matches('/').to_owned(),
+            https,
+            settings: PushSettings {
+                ca_file: None,
+                auth: Auth::None,
+            },
         })
     }
 
     /// The URL, for logs (it never holds a credential).
     pub fn url(&self) -> String {
-        format!("http://{}{}", self.authority(), self.prefix)
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}{}", self.authority(), self.prefix)
     }
 
     fn authority(&self) -> String {
@@ -148,118 +162,9 @@ impl Pushgateway {
     /// POSTs `body` (text exposition format) to the step's group, within
     /// [`PUSH_TIMEOUT`] in all.
     pub fn push(&self, step: Step, body: &str) -> Result<()> {
-        let deadline = Instant::now() + PUSH_TIMEOUT;
-        let left = || {
-            deadline
-                .checked_duration_since(Instant::now())
-                .filter(|d| !d.is_zero())
-                .ok_or_else(|| anyhow!("timed out after {}s", PUSH_TIMEOUT.as_secs()))
-        };
-        let addrs = resolve(&self.host, self.port, left()?)?;
-        let mut stream = None;
-        let mut last_error = None;
-        for addr in addrs {
-            match TcpStream::connect_timeout(&addr, left()?) {
-                Ok(s) => {
-                    stream = Some(s);
-                    break;
-                }
-                Err(e) => last_error = Some(anyhow!("cannot connect to {addr}: {e}")),
-            }
-        }
-        let mut stream = stream
-            .ok_or_else(|| last_error.unwrap_or_else(|| anyhow!("{} has no address", self.host)))?;
-        let request = format!(
-            "POST {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: booking-expire/{}\r\n\
-             Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n\
-             Content-Length: {}\r\nConnection: close\r\n\r\n",
-            self.path(step),
-            self.authority(),
-            env!("CARGO_PKG_VERSION"),
-            body.len()
-        );
-        stream.set_write_timeout(Some(left()?))?;
-        stream
-            .write_all(request.as_bytes())
-            .and_then(|()| stream.write_all(body.as_bytes()))
-            .map_err(|e| io_error(e, "cannot send the request"))?;
-        let mut response = Vec::new();
-        let mut chunk = [0_u8; 4096];
-        loop {
-            stream.set_read_timeout(Some(left()?))?;
-            match stream.read(&mut chunk) {
-                Ok(0) => break,
-                Ok(n) => {
-                    response.extend_from_slice(&chunk[..n]);
-                    // The status line and a short error text are all we need.
-                    if response.len() > 16 * 1024 {
-                        break;
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(io_error(e, "no response")),
-            }
-        }
-        check_response(&response)
-    }
-}
-
-/// An I/O error of the push; a socket timeout says so in words.
-fn io_error(e: std::io::Error, what: &str) -> anyhow::Error {
-    use std::io::ErrorKind::{TimedOut, WouldBlock};
-    if matches!(e.kind(), TimedOut | WouldBlock) {
-        anyhow!("{what}: timed out after {}s", PUSH_TIMEOUT.as_secs())
-    } else {
-        anyhow!("{what}: {e}")
-    }
-}
-
-/// The name lookup, bounded in time (the system resolver has no timeout of its own
-/// that we control); the lookup thread is left to finish on its own after a timeout.
-fn resolve(host: &str, port: u16, within: Duration) -> Result<Vec<SocketAddr>> {
-    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
-        return Ok(vec![SocketAddr::new(ip, port)]);
-    }
-    let (tx, rx) = std::sync::mpsc::channel();
-    let name = host.to_owned();
-    std::thread::Builder::new()
-        .name("pushgateway-lookup".into())
-        .spawn(move || {
-            let _ = tx.send((name.as_str(), port).to_socket_addrs().map(Vec::from_iter));
-        })?;
-    match rx.recv_timeout(within) {
-        Ok(Ok(addrs)) => Ok(addrs),
-        Ok(Err(e)) => Err(anyhow!("cannot resolve {host}: {e}")),
-        Err(_) => bail!("cannot resolve {host}: timed out"),
-    }
-}
-
-/// A 2xx status is success; anything else is an error with the status and the first
-/// line of the body (the Pushgateway explains a rejected push there).
-fn check_response(response: &[u8]) -> Result<()> {
-    let text = String::from_utf8_lossy(response);
-    let status_line = text.lines().next().unwrap_or_default();
-    let mut parts = status_line.splitn(3, ' ');
-    let (version, code) = (parts.next().unwrap_or_default(), parts.next());
-    let code: u16 = match code.map(str::parse) {
-        Some(Ok(code)) if version.starts_with("HTTP/") => code,
-        _ => bail!("not an HTTP response: {:?}", truncate(status_line, 80)),
-    };
-    if (200..300).contains(&code) {
-        return Ok(());
-    }
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.trim())
-        .unwrap_or_default();
-    let first = body.lines().next().unwrap_or_default();
-    bail!("{}: {}", status_line.trim(), truncate(first, 300))
-}
-
-fn truncate(s: &str, max: usize) -> &str {
-    match s.char_indices().nth(max) {
-        Some((i, _)) => &s[..i],
-        None => s,
+        let scheme = if self.https { "https" } else { "http" };
+        let url = format!("{scheme}://{}{}", self.authority(), self.path(step));
+        push_client::post(&self.settings, &url, body.to_owned(), PUSH_TIMEOUT)
     }
 }
 
@@ -272,6 +177,11 @@ mod tests {
             host: host.into(),
             port,
             prefix: prefix.into(),
+            https: false,
+            settings: PushSettings {
+                ca_file: None,
+                auth: Auth::None,
+            },
         }
     }
 
@@ -289,6 +199,9 @@ mod tests {
             Pushgateway::parse("http://pg/gateway/"),
             Ok(gw("pg", 80, "/gateway"))
         );
+        let tls = Pushgateway::parse("https://pg/gateway").unwrap();
+        assert_eq!((tls.port, tls.https), (443, true));
+        assert_eq!(tls.url(), "https://pg:443/gateway");
         assert_eq!(
             Pushgateway::parse("http://[::1]:9091/a/b"),
             Ok(gw("::1", 9091, "/a/b"))
@@ -308,7 +221,6 @@ mod tests {
     #[test]
     fn bad_urls_are_refused_with_the_reason() {
         for (url, reason) in [
-            ("https://pg:9091", "https is not supported"),
             ("pg:9091", "no scheme"),
             ("ftp://pg", "scheme \"ftp\" is not supported"),
             ("http://user:secret@pg:9091", "credentials in the URL"),
@@ -324,21 +236,5 @@ mod tests {
             assert!(err.contains(reason), "{url}: {err}");
             assert!(!err.contains("secret"), "{url}: {err}");
         }
-    }
-
-    #[test]
-    fn responses_are_judged_by_status() {
-        assert!(check_response(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n").is_ok());
-        assert!(check_response(b"HTTP/1.1 202 Accepted\r\n\r\n").is_ok());
-        let e = check_response(
-            b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\n\r\npushed metrics are invalid or inconsistent with existing metrics: x\n",
-        )
-        .unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "HTTP/1.1 400 Bad Request: pushed metrics are invalid or inconsistent with existing metrics: x"
-        );
-        assert!(check_response(b"SSH-2.0-OpenSSH\r\n").is_err());
-        assert!(check_response(b"").is_err());
     }
 }

@@ -24,6 +24,8 @@ pub struct OutboxRow {
     /// The payload's JSON text.
     pub payload: String,
     pub headers: serde_json::Value,
+    /// When the row was written (for the commit → acknowledgement age).
+    pub occurred_at: DateTime<Utc>,
 }
 
 /// Takes the relay's session-level advisory lock; false when another relay holds it.
@@ -48,7 +50,8 @@ pub fn pending(
     limit: u32,
 ) -> Result<Vec<OutboxRow>> {
     let rows = client.query(
-        "SELECT o.id, o.aggregateid, o.topic, o.payload::text AS payload, o.headers
+        "SELECT o.id, o.aggregateid, o.topic, o.payload::text AS payload, o.headers,
+                o.occurred_at
            FROM crm.outbox o
           WHERE o.published_at IS NULL AND o.failed_at IS NULL
             AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= $2)
@@ -68,6 +71,7 @@ pub fn pending(
             topic: r.get("topic"),
             payload: r.get("payload"),
             headers: r.get("headers"),
+            occurred_at: r.get("occurred_at"),
         })
         .collect())
 }

@@ -44,9 +44,10 @@ impl Pushgateway {
         format!("http://{}", self.addr)
     }
 
-    /// The samples of one step's group, keyed `name` or `name{phase="…"}`, after checking
-    /// that every sample of the group carries exactly the grouping key's labels (and
-    /// `phase` where there is one).
+    /// The samples of one step's group, keyed `name` or `name{phase="…",topic="…"}`, after
+    /// checking that every sample of the group carries exactly the grouping key's labels
+    /// (and `phase`, `topic` where there are). Histogram buckets are left out (their
+    /// `_count` and `_sum` are in): `buckets` has them.
     pub fn group(&self, step: &str) -> BTreeMap<String, f64> {
         let (status, text) = http(&self.addr, "GET", "/metrics", "").expect("GET /metrics");
         assert_eq!(status, 200, "{text}");
@@ -57,17 +58,39 @@ impl Pushgateway {
             {
                 continue;
             }
+            if name.ends_with("_bucket") {
+                continue;
+            }
             let mut keys: Vec<&str> = labels.keys().map(String::as_str).collect();
-            keys.retain(|k| *k != "phase");
+            keys.retain(|k| *k != "phase" && *k != "topic");
             assert_eq!(keys, ["instance", "job", "step"], "{name} {labels:?}");
             assert_eq!(labels["instance"], "", "never the pod: {name} {labels:?}");
-            let key = match labels.get("phase") {
-                Some(phase) => format!("{name}{{phase=\"{phase}\"}}"),
-                None => name.clone(),
+            let extra: Vec<String> = labels
+                .iter()
+                .filter(|(k, _)| *k == "phase" || *k == "topic")
+                .map(|(k, v)| format!("{k}=\"{v}\""))
+                .collect();
+            let key = if extra.is_empty() {
+                name.clone()
+            } else {
+                format!("{name}{{{}}}", extra.join(","))
             };
             assert!(group.insert(key, value).is_none(), "{name} twice");
         }
         group
+    }
+
+    /// The buckets of histogram `name` in a step's group: (le, cumulative count).
+    pub fn buckets(&self, step: &str, name: &str) -> Vec<(String, f64)> {
+        let (_, text) = http(&self.addr, "GET", "/metrics", "").expect("GET /metrics");
+        samples(&text)
+            .into_iter()
+            .filter(|(n, labels, _)| {
+                *n == format!("{name}_bucket")
+                    && labels.get("step").map(String::as_str) == Some(step)
+            })
+            .map(|(_, labels, v)| (labels["le"].clone(), v))
+            .collect()
     }
 
     pub fn exposition(&self) -> String {

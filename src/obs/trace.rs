@@ -1,0 +1,385 @@
+//! Traces over OTLP. Off unless `OTEL_EXPORTER_OTLP_ENDPOINT` (or
+//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set; then `run-once` and `relay-outbox`
+//! export their spans with the OpenTelemetry SDK, configured by the standard variables:
+//! `OTEL_EXPORTER_OTLP_PROTOCOL` (`http/protobuf`, the default, or `http/json`; `grpc`
+//! is not built in and turns tracing off with a warning), `OTEL_EXPORTER_OTLP_HEADERS`,
+//! `OTEL_EXPORTER_OTLP_TIMEOUT`, `OTEL_SERVICE_NAME` (default `booking-expire`),
+//! `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_SDK_DISABLED=true`.
+//!
+//! - One trace per run, whose trace id is the run id (`run_id` 3a14e5e0-2902-… is trace
+//!   3a14e5e029024c28…): a log line, a `ce_correlationid` or a `traceparent` header
+//!   leads straight to the trace.
+//! - Spans are batched in memory and sent by the SDK's background thread; the run ends
+//!   with a flush bounded by [`FLUSH_TIMEOUT`]. An unreachable or slow backend costs at
+//!   most that, is logged once as a warning, and never changes the run's outcome.
+//! - The helpers here are cheap no-ops when tracing is off (the global tracer is the
+//!   no-op one), so the cycle and the relay call them unconditionally.
+
+use std::borrow::Cow;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime};
+
+use opentelemetry::trace::{
+    Link, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState,
+    Tracer, TracerProvider as _,
+};
+use opentelemetry::{Context, ContextGuard, KeyValue, global};
+use opentelemetry_otlp::SpanExporter as OtlpExporter;
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{IdGenerator, SdkTracerProvider, SpanData, SpanExporter};
+use uuid::Uuid;
+
+pub use opentelemetry::KeyValue as Attr;
+
+/// The longest the run waits at its end for the last spans to be sent.
+pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
+
+const SCOPE: &str = "booking-expire";
+
+/// The trace id of this run's spans, while tracing is on (for the log lines).
+static TRACE_ID: OnceLock<TraceId> = OnceLock::new();
+
+/// Tracing for one run: hold it until the run's work is done, then [`Tracing::finish`].
+#[derive(Debug)]
+pub struct Tracing {
+    provider: Option<SdkTracerProvider>,
+}
+
+/// No tracing (for the commands that export none).
+pub fn init_off() -> Tracing {
+    Tracing { provider: None }
+}
+
+/// Where spans would go, read from the environment; `None` when tracing is off.
+fn configured_endpoint() -> Option<String> {
+    if std::env::var("OTEL_SDK_DISABLED").is_ok_and(|v| v.trim().eq_ignore_ascii_case("true")) {
+        return None;
+    }
+    [
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+    ]
+    .iter()
+    .filter_map(|name| std::env::var(name).ok())
+    .map(|v| v.trim().to_owned())
+    .find(|v| !v.is_empty())
+}
+
+fn configured_protocol() -> String {
+    [
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+    ]
+    .iter()
+    .filter_map(|name| std::env::var(name).ok())
+    .map(|v| v.trim().to_ascii_lowercase())
+    .find(|v| !v.is_empty())
+    .unwrap_or_else(|| "http/protobuf".to_owned())
+}
+
+/// Starts tracing for run `run_id` of `command` when the environment asks for it.
+/// Never fails: a configuration the SDK refuses is logged and tracing stays off.
+pub fn init(run_id: Uuid, command: &'static str) -> Tracing {
+    let off = init_off();
+    let Some(endpoint) = configured_endpoint() else {
+        return off;
+    };
+    let protocol = configured_protocol();
+    if protocol != "http/protobuf" && protocol != "http/json" {
+        log::warn!(protocol = protocol.as_str();
+                   "OTEL_EXPORTER_OTLP_PROTOCOL not supported (use http/protobuf or http/json); tracing is off");
+        return off;
+    }
+    // The SDK reads the protocol, headers and timeout from the environment itself.
+    let exporter = match OtlpExporter::builder().with_http().build() {
+        Ok(exporter) => exporter,
+        Err(e) => {
+            log::warn!(endpoint = endpoint.as_str(), error:% = e;
+                       "cannot set up the OTLP trace exporter; tracing is off");
+            return off;
+        }
+    };
+    let provider = SdkTracerProvider::builder()
+        .with_batch_exporter(Logged {
+            inner: exporter,
+            warned: AtomicBool::new(false),
+        })
+        .with_id_generator(RunTrace(TraceId::from_bytes(*run_id.as_bytes())))
+        .with_resource(resource(command))
+        .build();
+    global::set_tracer_provider(provider.clone());
+    let _ = TRACE_ID.set(TraceId::from_bytes(*run_id.as_bytes()));
+    log::info!(endpoint = endpoint.as_str(), protocol = protocol.as_str(); "tracing on");
+    Tracing {
+        provider: Some(provider),
+    }
+}
+
+/// The resource: `service.name` from `OTEL_SERVICE_NAME` or `OTEL_RESOURCE_ATTRIBUTES`
+/// when given, else `booking-expire`; the version and the command besides.
+fn resource(command: &'static str) -> Resource {
+    let named = std::env::var("OTEL_SERVICE_NAME").is_ok_and(|v| !v.trim().is_empty())
+        || std::env::var("OTEL_RESOURCE_ATTRIBUTES").is_ok_and(|v| {
+            v.split(',')
+                .any(|kv| kv.trim().starts_with("service.name="))
+        });
+    let mut builder = Resource::builder();
+    if !named {
+        builder = builder.with_service_name(SCOPE);
+    }
+    builder
+        .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
+        .with_attribute(KeyValue::new("process.command", command))
+        .build()
+}
+
+impl Tracing {
+    /// Sends what is left, waiting at most [`FLUSH_TIMEOUT`]; a failure is logged.
+    pub fn finish(self) {
+        let Some(provider) = self.provider else {
+            return;
+        };
+        if let Err(e) = provider.shutdown_with_timeout(FLUSH_TIMEOUT) {
+            log::warn!(error:% = e, flush_timeout_ms = FLUSH_TIMEOUT.as_millis() as u64;
+                       "traces not flushed before exit; the run's outcome is unchanged");
+        }
+    }
+}
+
+/// Every trace of the run gets the run id as its trace id: a run is one trace.
+#[derive(Debug)]
+struct RunTrace(TraceId);
+
+impl IdGenerator for RunTrace {
+    fn new_trace_id(&self) -> TraceId {
+        self.0
+    }
+
+    fn new_span_id(&self) -> SpanId {
+        loop {
+            let id = Uuid::new_v4().as_u64_pair().0;
+            if id != 0 {
+                return SpanId::from(id);
+            }
+        }
+    }
+}
+
+/// The OTLP exporter, saying once (as a warning) when an export fails.
+#[derive(Debug)]
+struct Logged {
+    inner: OtlpExporter,
+    warned: AtomicBool,
+}
+
+impl SpanExporter for Logged {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        let spans = batch.len();
+        let result = self.inner.export(batch).await;
+        if let Err(e) = &result
+            && !self.warned.swap(true, Ordering::Relaxed)
+        {
+            log::warn!(spans, error:% = e; "trace export failed; the run's outcome is unchanged");
+        }
+        result
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.inner.set_resource(resource);
+    }
+}
+
+fn tracer() -> global::BoxedTracer {
+    global::tracer_provider().tracer(SCOPE)
+}
+
+/// A span that is the current one until dropped (then it ends). Spans nest: one
+/// started while another is current is its child.
+pub struct Scope {
+    cx: Context,
+    _guard: ContextGuard,
+}
+
+/// Starts an internal span, current until the returned scope drops.
+pub fn span(name: &'static str, attributes: Vec<KeyValue>) -> Scope {
+    span_of_kind(name, SpanKind::Internal, attributes)
+}
+
+/// Starts a span of `kind`, current until the returned scope drops.
+pub fn span_of_kind(name: &'static str, kind: SpanKind, attributes: Vec<KeyValue>) -> Scope {
+    let span = tracer()
+        .span_builder(name)
+        .with_kind(kind)
+        .with_attributes(attributes)
+        .start_with_context(&tracer(), &Context::current());
+    let cx = Context::current_with_span(span);
+    Scope {
+        _guard: cx.clone().attach(),
+        cx,
+    }
+}
+
+impl Scope {
+    pub fn set(&self, attributes: impl IntoIterator<Item = KeyValue>) {
+        self.cx.span().set_attributes(attributes);
+    }
+
+    /// Marks the span failed with `error` (its full chain), as an `exception` event
+    /// and the span's status.
+    pub fn fail(&self, error: &anyhow::Error) {
+        let message = format!("{error:#}");
+        let span = self.cx.span();
+        span.add_event(
+            "exception",
+            vec![
+                KeyValue::new("exception.type", "error"),
+                KeyValue::new("exception.message", message.clone()),
+            ],
+        );
+        span.set_status(Status::error(message));
+    }
+
+    /// Sets `Outcome` (and the error, if any) from a result.
+    pub fn outcome<T>(&self, result: &anyhow::Result<T>) {
+        match result {
+            Ok(_) => self.set([KeyValue::new("Outcome", "success")]),
+            Err(e) => {
+                self.set([KeyValue::new("Outcome", "failure")]);
+                self.fail(e);
+            }
+        }
+    }
+}
+
+impl Drop for Scope {
+    fn drop(&mut self) {
+        self.cx.span().end();
+    }
+}
+
+/// Adds an event to the current span.
+pub fn event(name: impl Into<Cow<'static, str>>, attributes: Vec<KeyValue>) {
+    Context::current().span().add_event(name, attributes);
+}
+
+/// Records a finished child span of the current span, from `start` to now: for work
+/// whose timing is known only afterwards (a message between send and acknowledgement).
+pub fn record_child(
+    name: String,
+    kind: SpanKind,
+    start: SystemTime,
+    attributes: Vec<KeyValue>,
+    links: Vec<SpanContext>,
+    error: Option<&str>,
+) {
+    let tracer = tracer();
+    let mut span = tracer
+        .span_builder(name)
+        .with_kind(kind)
+        .with_start_time(start)
+        .with_attributes(attributes)
+        .with_links(links.into_iter().map(Link::with_context).collect())
+        .start_with_context(&tracer, &Context::current());
+    if let Some(error) = error {
+        use opentelemetry::trace::Span as _;
+        span.set_status(Status::error(error.to_owned()));
+    }
+    drop(span);
+}
+
+/// The W3C `traceparent` of the current span, when tracing is on and one is current.
+pub fn current_traceparent() -> Option<String> {
+    let cx = Context::current();
+    let sc = cx.span().span_context().clone();
+    sc.is_valid().then(|| {
+        format!(
+            "00-{}-{}-{:02x}",
+            sc.trace_id(),
+            sc.span_id(),
+            sc.trace_flags().to_u8()
+        )
+    })
+}
+
+/// The span context a `traceparent` header names (version 00), if it is well formed.
+pub fn parse_traceparent(header: &str) -> Option<SpanContext> {
+    let mut parts = header.trim().split('-');
+    let (version, trace, span, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    if version != "00" || parts.next().is_some() || trace.len() != 32 || span.len() != 16 {
+        return None;
+    }
+    let trace_id = TraceId::from_hex(trace).ok()?;
+    let span_id = SpanId::from_hex(span).ok()?;
+    let flags = u8::from_str_radix(flags, 16).ok()?;
+    let sc = SpanContext::new(
+        trace_id,
+        span_id,
+        TraceFlags::new(flags),
+        true,
+        TraceState::default(),
+    );
+    sc.is_valid().then_some(sc)
+}
+
+/// For log lines while tracing is on: the trace id, and the current span's id if any.
+pub fn log_ids() -> Option<(String, Option<String>)> {
+    let trace_id = TRACE_ID.get()?;
+    let cx = Context::current();
+    let sc = cx.span().span_context().clone();
+    let span_id = sc.is_valid().then(|| sc.span_id().to_string());
+    Some((trace_id.to_string(), span_id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traceparents_round_trip() {
+        let tp = "00-3a14e5e029024c28913ceafb1fd44556-970c0a843405d1b2-01";
+        let sc = parse_traceparent(tp).unwrap();
+        assert_eq!(
+            sc.trace_id().to_string(),
+            "3a14e5e029024c28913ceafb1fd44556"
+        );
+        assert_eq!(sc.span_id().to_string(), "970c0a843405d1b2");
+        assert!(sc.is_sampled());
+        for bad in [
+            "",
+            "01-3a14e5e029024c28913ceafb1fd44556-970c0a843405d1b2-01",
+            "00-00000000000000000000000000000000-970c0a843405d1b2-01",
+            "00-3a14e5e029024c28913ceafb1fd44556-0000000000000000-01",
+            "00-3a14e5e029024c28913ceafb1fd4455-970c0a843405d1b2-01",
+            "00-3a14e5e029024c28913ceafb1fd44556-970c0a843405d1b2",
+        ] {
+            assert!(parse_traceparent(bad).is_none(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn without_tracing_nothing_is_current() {
+        let scope = span("test", vec![KeyValue::new("k", 1)]);
+        scope.set([KeyValue::new("Outcome", "success")]);
+        event("e", vec![]);
+        assert_eq!(current_traceparent(), None);
+    }
+
+    #[test]
+    fn the_run_id_is_the_trace_id() {
+        let run = Uuid::parse_str("3a14e5e0-2902-4c28-913c-eafb1fd44556").unwrap();
+        let ids = RunTrace(TraceId::from_bytes(*run.as_bytes()));
+        assert_eq!(ids.new_trace_id().to_string(), run.simple().to_string());
+        assert_ne!(ids.new_span_id(), ids.new_span_id());
+    }
+}
