@@ -198,8 +198,17 @@ fn drain(
             match delivery {
                 Delivery::Acked { partition, offset } => {
                     acked.push((row.id, *partition, *offset));
-                    info!(BookingId = row.key.as_str(), MessageId:% = row.id, Topic = row.topic.as_str(),
-                          Partition = *partition, Offset = *offset; "event published");
+                    // The publication line consumers' teams search for: the event's
+                    // identity and where it went.
+                    let payload: serde_json::Value =
+                        serde_json::from_str(&row.payload).unwrap_or_default();
+                    let field =
+                        |name: &str| payload.get(name).and_then(|v| v.as_str()).unwrap_or("");
+                    info!(BookingId = row.key.as_str(), DealId = field("DealId"),
+                          PropertyObjectId = field("PropertyObjectId"), Phase = field("Phase"),
+                          ExpiredAt = field("ExpiredAt"), MessageId:% = row.id,
+                          Topic = row.topic.as_str(), Partition = *partition, Offset = *offset;
+                          "event published");
                 }
                 Delivery::Failed {
                     permanent: true,

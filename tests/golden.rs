@@ -104,6 +104,25 @@ fn the_relay_produces_the_golden_messages_byte_for_byte() {
     }
     let run = db.run(&["relay-outbox", "--brokers", &brokers]);
     assert_eq!(run.code, 0, "{}", run.stderr);
+    // The publication line names the event: its booking, deal, object, phase, moment.
+    for (phase, _) in names {
+        let (expiry, message_id) = fixed(phase);
+        let line = run
+            .stderr
+            .lines()
+            .find(|l| l.contains("event published") && l.contains(&message_id.to_string()))
+            .unwrap_or_else(|| panic!("no publication line for {message_id}:\n{}", run.stderr));
+        for want in [
+            format!("BookingId={}", expiry.booking_id),
+            format!("DealId={}", expiry.deal_id),
+            format!("PropertyObjectId={}", expiry.property_object_id),
+            format!("Phase={phase}"),
+            "ExpiredAt=2026-11-29T18:00:00.123456Z".to_owned(),
+            format!("Topic={topic}"),
+        ] {
+            assert!(line.contains(&want), "{want} not in: {line}");
+        }
+    }
     let got = consume(&brokers, &topic, 6, 2, Duration::from_secs(30));
     assert_eq!(got.len(), 2);
     for (phase, name) in names {

@@ -252,10 +252,12 @@ mod tests {
         };
         assert_eq!(MetricsConfig::from_args(&none).unwrap().pushgateway, None);
         let bad = MetricsArgs {
-            pushgateway_url: Some("https://pg".into()),
+            pushgateway_url: Some("ftp://pg".into()),
         };
         let e = MetricsConfig::from_args(&bad).unwrap_err();
         assert_eq!(crate::exit::exit_code(&e), std::process::ExitCode::from(78));
-        assert!(format!("{e:#}").starts_with("invalid --pushgateway-url / PUSHGATEWAY_URL: https"));
+        assert!(
+            format!("{e:#}").starts_with("invalid --pushgateway-url / PUSHGATEWAY_URL: scheme")
+        );
     }
 }
