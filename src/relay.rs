@@ -191,6 +191,8 @@ fn drain(
         for (row, delivery) in sendable.iter().zip(&deliveries) {
             send_span(row, delivery, sent_at);
         }
+        // Every delivery report is in: this is when the broker acknowledged.
+        let now = clock.now();
         let mut acked = Vec::new();
         let mut permanent = Vec::new();
         let mut transient = Vec::new();
@@ -209,6 +211,16 @@ fn drain(
                           ExpiredAt = field("ExpiredAt"), MessageId:% = row.id,
                           Topic = row.topic.as_str(), Partition = *partition, Offset = *offset;
                           "event published");
+                    let phase = match field("Phase") {
+                        "" => "none",
+                        phase => phase,
+                    };
+                    *result
+                        .publications
+                        .entry((row.topic.clone(), phase.to_owned()))
+                        .or_default() += 1;
+                    let age = (now - row.occurred_at).num_milliseconds().max(0) as f64 / 1e3;
+                    result.ack_age_seconds.push(age);
                 }
                 Delivery::Failed {
                     permanent: true,
@@ -219,20 +231,6 @@ fn drain(
                     error,
                 } => transient.push((row.id, error.clone())),
             }
-        }
-        let now = clock.now();
-        let acked_ids: HashSet<Uuid> = acked.iter().map(|(id, _, _)| *id).collect();
-        for row in sendable.iter().filter(|r| acked_ids.contains(&r.id)) {
-            let phase = serde_json::from_str::<serde_json::Value>(&row.payload)
-                .ok()
-                .and_then(|p| p.get("Phase").and_then(|v| v.as_str()).map(str::to_owned))
-                .unwrap_or_else(|| "none".to_owned());
-            *result
-                .publications
-                .entry((row.topic.clone(), phase))
-                .or_default() += 1;
-            let age = (now - row.occurred_at).num_milliseconds().max(0) as f64 / 1e3;
-            result.ack_age_seconds.push(age);
         }
         result.published += store::mark_published(client, now, &acked)?;
         store::mark_failed(client, now, &permanent)?;
