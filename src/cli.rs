@@ -463,6 +463,12 @@ pub struct BacklogArgs {
     /// included) exceeds N: for alerts and probes
     #[arg(long, value_name = "N")]
     pub fail_above: Option<u64>,
+
+    /// Name the sessions and prepared transactions that have held the xmin horizon back
+    /// (so that VACUUM cannot clean the outbox) for longer than this (1s..=7d)
+    #[arg(long, value_name = "DURATION", default_value = "15m",
+          value_parser = duration_in(Duration::from_secs(1), Duration::from_secs(7 * 86_400)))]
+    pub xmin_horizon_age: Duration,
 }
 
 #[derive(Debug, Args)]

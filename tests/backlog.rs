@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use booking_expire::domain::Phase;
 use booking_expire::store::{
-    OUTBOX_FAILED_SQL, OUTBOX_PENDING_SQL, overdue_sql, poison_sql, quarantined_sql,
+    OUTBOX_FAILED_SQL, OUTBOX_PENDING_SQL, candidates_sql, overdue_sql, poison_sql, quarantined_sql,
 };
 use chrono::{DateTime, Utc};
 use common::*;
@@ -20,6 +20,12 @@ struct Mix {
     oldest_reserve: DateTime<Utc>,
     oldest_booking: DateTime<Utc>,
     oldest_pending: DateTime<Utc>,
+    /// The oldest overdue Reserve booking is healthy: the next claim takes it first.
+    oldest_reserve_id: uuid::Uuid,
+    /// The oldest overdue Booking booking is in quarantine: the next claim takes the
+    /// second oldest, this one.
+    next_booking_id: uuid::Uuid,
+    next_booking: DateTime<Utc>,
 }
 
 /// Overdue, future, terminal and poison bookings; pending, published and failed
@@ -29,6 +35,7 @@ fn seed_mix(c: &mut postgres::Client) -> Mix {
     let mut guard_poison = Seed::booked(-900);
     guard_poison.expired_at_set = true;
     let db_poison = Seed::reserved(-100);
+    let next_booking = Seed::booked(-600);
     let cancelled_after_poison = Seed::new("Cancelled", Some(-5_000), None);
     seed(
         c,
@@ -39,7 +46,7 @@ fn seed_mix(c: &mut postgres::Client) -> Mix {
             Seed::reserved(-30),
             db_poison.clone(),
             // Overdue Booking: 2 healthy + 1 quarantined.
-            Seed::booked(-600),
+            next_booking.clone(),
             Seed::booked(-120),
             guard_poison.clone(),
             // Not due.
@@ -88,6 +95,13 @@ fn seed_mix(c: &mut postgres::Client) -> Mix {
             "SELECT occurred_at FROM crm.outbox WHERE id = $1",
             pending[0],
         ),
+        oldest_reserve_id: oldest_reserve.id,
+        next_booking_id: next_booking.id,
+        next_booking: time(
+            c,
+            "SELECT booking_expires_at FROM crm.bookings WHERE id = $1",
+            next_booking.id,
+        ),
     }
 }
 
@@ -109,6 +123,13 @@ fn backlog_json(db: &TestDb, extra: &[&str]) -> Value {
     lines.remove(0)
 }
 
+/// The report without its upkeep part (tests/hygiene.rs checks that).
+fn without_hygiene(mut report: Value) -> Value {
+    let hygiene = report.as_object_mut().unwrap().remove("Hygiene");
+    assert!(hygiene.is_some_and(|h| h.is_object()), "{report}");
+    report
+}
+
 #[test]
 fn counts_are_exact_on_a_seeded_mix() {
     let db = TestDb::new();
@@ -116,7 +137,7 @@ fn counts_are_exact_on_a_seeded_mix() {
     let mix = seed_mix(&mut c);
     let before = checksum(&mut c);
 
-    let report = backlog_json(&db, &[]);
+    let report = without_hygiene(backlog_json(&db, &[]));
     let as_of: DateTime<Utc> = report["AsOf"].as_str().unwrap().parse().unwrap();
     assert_eq!(
         report,
@@ -127,11 +148,21 @@ fn counts_are_exact_on_a_seeded_mix() {
                 "Overdue": 4,
                 "OldestDeadline": rfc3339(mix.oldest_reserve),
                 "OldestAgeSeconds": seconds_between(as_of, mix.oldest_reserve),
+                "NextClaim": {
+                    "BookingId": mix.oldest_reserve_id.to_string(),
+                    "Deadline": rfc3339(mix.oldest_reserve),
+                    "LatenessSeconds": seconds_between(as_of, mix.oldest_reserve),
+                },
             },
             "Booking": {
                 "Overdue": 3,
                 "OldestDeadline": rfc3339(mix.oldest_booking),
                 "OldestAgeSeconds": seconds_between(as_of, mix.oldest_booking),
+                "NextClaim": {
+                    "BookingId": mix.next_booking_id.to_string(),
+                    "Deadline": rfc3339(mix.next_booking),
+                    "LatenessSeconds": seconds_between(as_of, mix.next_booking),
+                },
             },
             "Poison": 2,
             "Outbox": {
@@ -156,12 +187,14 @@ fn the_table_shows_every_count() {
     let mix = seed_mix(&mut c);
     let run = db.run(&["backlog"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
+    // The first table: from its header to the first blank line.
     let rows: BTreeMap<String, Vec<String>> = run
         .stdout
         .lines()
         .skip(3)
+        .take_while(|l| !l.is_empty())
         .map(|l| {
-            let (name, rest) = l.split_at(l.find(char::is_numeric).unwrap());
+            let (name, rest) = l.split_at(l.find("  ").unwrap());
             (
                 name.trim().to_owned(),
                 rest.split_whitespace().map(str::to_owned).collect(),
@@ -199,9 +232,60 @@ fn the_table_shows_every_count() {
         ]
     );
     assert_eq!(cells("outbox failed"), ["2", "-", "-"]);
-    assert_eq!(rows.len(), 6, "{}", run.stdout);
+    // The next claims: Reserve's oldest overdue booking (2 h), Booking's second oldest
+    // (10 min; the oldest is quarantined).
+    assert_eq!(
+        cells("next claim Reserve")[..3],
+        [
+            "-",
+            &mix.oldest_reserve
+                .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
+            "2h"
+        ]
+    );
+    assert_eq!(
+        cells("next claim Booking")[..3],
+        [
+            "-",
+            &mix.next_booking
+                .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
+            "10m"
+        ]
+    );
+    assert_eq!(rows.len(), 8, "{}", run.stdout);
     assert!(run.stdout.starts_with("backlog at "), "{}", run.stdout);
+    for (phase, id, late) in [
+        ("Reserve", mix.oldest_reserve_id, "2h 0m"),
+        ("Booking", mix.next_booking_id, "10m"),
+    ] {
+        let line = format!("next {phase} claim: booking {id} is {late}");
+        assert!(run.stdout.contains(&line), "{line}:\n{}", run.stdout);
+        let explain = format!("(booking-expire explain {id})");
+        assert!(run.stdout.contains(&explain), "{}", run.stdout);
+    }
 }
+
+/// The upkeep families of `backlog --format prometheus` (values: tests/hygiene.rs).
+const HYGIENE_FAMILIES: [&str; 11] = [
+    "crm_booking_expiration_outbox_live_tuples",
+    "crm_booking_expiration_outbox_dead_tuples",
+    "crm_booking_expiration_outbox_autovacuum_enabled",
+    "crm_booking_expiration_outbox_last_autovacuum_timestamp_seconds",
+    "crm_booking_expiration_outbox_last_autoanalyze_timestamp_seconds",
+    "crm_booking_expiration_outbox_table_bytes",
+    "crm_booking_expiration_outbox_indexes_bytes",
+    "crm_booking_expiration_partial_index_bytes",
+    "crm_booking_expiration_xmin_horizon_holders",
+    "crm_booking_expiration_xmin_horizon_oldest_age_seconds",
+    "crm_booking_expiration_xmin_horizon_oldest_xid_age",
+];
+
+/// Samples of the backlog's own families: 2 per phase for overdue, age and lateness,
+/// poison, three of the outbox, two pause switches.
+const BACKLOG_SAMPLES: usize = 2 * 3 + 1 + 3 + 2;
+/// Samples of the upkeep: seven of the outbox, six partial indexes, four kinds of
+/// holders, two oldest ages, four oldest xid ages.
+const HYGIENE_SAMPLES: usize = 7 + 6 + 4 + 2 + 4;
 
 /// `name{labels}` → value, and the declared type of each metric.
 fn parse_prometheus(text: &str) -> (BTreeMap<String, f64>, BTreeMap<String, String>) {
@@ -241,13 +325,13 @@ fn prometheus_format_has_every_gauge_with_help_and_type() {
         "crm_booking_expiration_outbox_oldest_pending_age_seconds",
         "crm_booking_expiration_outbox_failed",
         "crm_booking_expiration_paused_seconds",
-    ];
+        "crm_booking_expiration_backlog_lateness_seconds",
+    ]
+    .into_iter()
+    .chain(HYGIENE_FAMILIES);
     assert_eq!(
         types,
-        names
-            .iter()
-            .map(|n| (n.to_string(), "gauge".to_owned()))
-            .collect()
+        names.map(|n| (n.to_string(), "gauge".to_owned())).collect()
     );
     let get = |series: &str| samples[series];
     assert_eq!(
@@ -275,25 +359,41 @@ fn prometheus_format_has_every_gauge_with_help_and_type() {
             "crm_booking_expiration_outbox_oldest_pending_age_seconds",
             600.0,
         ),
+        // The next claims: Reserve's oldest, Booking's second oldest (10 min).
+        (
+            "crm_booking_expiration_backlog_lateness_seconds{phase=\"Reserve\"}",
+            7_200.0,
+        ),
+        (
+            "crm_booking_expiration_backlog_lateness_seconds{phase=\"Booking\"}",
+            600.0,
+        ),
     ] {
         let got = get(series);
         assert!((age..age + 60.0).contains(&got), "{series} = {got}");
     }
-    assert_eq!(samples.len(), 10, "{}", run.stdout);
+    assert_eq!(
+        samples.len(),
+        BACKLOG_SAMPLES + HYGIENE_SAMPLES,
+        "{}",
+        run.stdout
+    );
 }
 
 #[test]
 fn an_empty_database_reports_zeros() {
     let db = TestDb::new();
-    let report = backlog_json(&db, &[]);
+    let report = without_hygiene(backlog_json(&db, &[]));
     let as_of = report["AsOf"].clone();
     assert_eq!(
         report,
         json!({
             "AsOf": as_of,
             "OverdueTotal": 0,
-            "Reserve": {"Overdue": 0, "OldestDeadline": null, "OldestAgeSeconds": null},
-            "Booking": {"Overdue": 0, "OldestDeadline": null, "OldestAgeSeconds": null},
+            "Reserve": {"Overdue": 0, "OldestDeadline": null, "OldestAgeSeconds": null,
+                        "NextClaim": null},
+            "Booking": {"Overdue": 0, "OldestDeadline": null, "OldestAgeSeconds": null,
+                        "NextClaim": null},
             "Poison": 0,
             "Outbox": {"Pending": 0, "OldestPendingAt": null, "OldestPendingAgeSeconds": null,
                        "Failed": 0},
@@ -302,8 +402,13 @@ fn an_empty_database_reports_zeros() {
     );
     let run = db.run(&["backlog", "--format", "prometheus"]);
     let (samples, _) = parse_prometheus(&run.stdout);
-    assert_eq!(samples.len(), 10);
-    assert!(samples.values().all(|v| *v == 0.0), "{samples:?}");
+    assert_eq!(samples.len(), BACKLOG_SAMPLES + HYGIENE_SAMPLES);
+    let backlog: Vec<(&String, &f64)> = samples
+        .iter()
+        .filter(|(series, _)| !HYGIENE_FAMILIES.contains(&series.split('{').next().unwrap()))
+        .collect();
+    assert_eq!(backlog.len(), BACKLOG_SAMPLES, "{backlog:?}");
+    assert!(backlog.iter().all(|(_, v)| **v == 0.0), "{backlog:?}");
 }
 
 #[test]
@@ -409,6 +514,7 @@ fn backlog_queries_use_the_partial_indexes_with_much_history() {
     .unwrap();
     let now = chrono::Utc::now();
     let limit: Option<i64> = Some(200);
+    let one: Option<i64> = Some(1);
     let cases: Vec<(String, &str, Vec<&(dyn postgres::types::ToSql + Sync)>)> = vec![
         (
             overdue_sql(Phase::Reserve),
@@ -428,6 +534,17 @@ fn backlog_queries_use_the_partial_indexes_with_much_history() {
             quarantined_sql(Phase::Reserve),
             "bookings_pkey",
             vec![&now, &limit],
+        ),
+        // backlog's next claim per phase: the claim's query, one row.
+        (
+            candidates_sql(Phase::Reserve),
+            "ix_bookings_reserve_expires_at",
+            vec![&now, &one],
+        ),
+        (
+            candidates_sql(Phase::Booking),
+            "ix_bookings_booking_expires_at",
+            vec![&now, &one],
         ),
     ];
     for (sql, index, params) in &cases {

@@ -149,6 +149,8 @@ pub struct BacklogConfig {
     pub db: DbConfig,
     pub format: ReportFormat,
     pub fail_above: Option<u64>,
+    /// What holds the xmin horizon back longer than this is named.
+    pub xmin_horizon_age: std::time::Duration,
 }
 
 impl BacklogConfig {
@@ -161,6 +163,7 @@ impl BacklogConfig {
                 args.format
             },
             fail_above: args.fail_above,
+            xmin_horizon_age: args.xmin_horizon_age,
         })
     }
 }

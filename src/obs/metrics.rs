@@ -132,6 +132,60 @@ pub const OUTBOX_FAILED: Family = family(
     "Outbox rows the relay gave up on (e.g. too large to send).",
 );
 
+// Printed by `backlog --format prometheus` only (never pushed): lateness and the
+// database's upkeep, read by `store::read_report`.
+pub const BACKLOG_LATENESS: Family = family(
+    "crm_booking_expiration_backlog_lateness_seconds",
+    "Seconds past its deadline of the overdue booking the next run-once claims first \
+     (quarantined ones left out), per phase (0 when none).",
+);
+pub const OUTBOX_LIVE_TUPLES: Family = family(
+    "crm_booking_expiration_outbox_live_tuples",
+    "Live rows of crm.outbox, as the server's statistics estimate them.",
+);
+pub const OUTBOX_DEAD_TUPLES: Family = family(
+    "crm_booking_expiration_outbox_dead_tuples",
+    "Dead row versions of crm.outbox that no VACUUM has removed yet.",
+);
+pub const OUTBOX_AUTOVACUUM_ENABLED: Family = family(
+    "crm_booking_expiration_outbox_autovacuum_enabled",
+    "1 when autovacuum may visit crm.outbox, 0 when it is off for the server or the table.",
+);
+pub const OUTBOX_LAST_AUTOVACUUM: Family = family(
+    "crm_booking_expiration_outbox_last_autovacuum_timestamp_seconds",
+    "Unix time of autovacuum's last visit to crm.outbox (0 when never).",
+);
+pub const OUTBOX_LAST_AUTOANALYZE: Family = family(
+    "crm_booking_expiration_outbox_last_autoanalyze_timestamp_seconds",
+    "Unix time of autovacuum's last ANALYZE of crm.outbox (0 when never).",
+);
+pub const OUTBOX_TABLE_BYTES: Family = family(
+    "crm_booking_expiration_outbox_table_bytes",
+    "Size of crm.outbox's table (main fork), in bytes.",
+);
+pub const OUTBOX_INDEXES_BYTES: Family = family(
+    "crm_booking_expiration_outbox_indexes_bytes",
+    "Size of all of crm.outbox's indexes, in bytes.",
+);
+pub const PARTIAL_INDEX_BYTES: Family = family(
+    "crm_booking_expiration_partial_index_bytes",
+    "Size of each partial index of crm.bookings and crm.outbox, in bytes.",
+);
+pub const XMIN_HOLDERS: Family = family(
+    "crm_booking_expiration_xmin_horizon_holders",
+    "What holds the xmin horizon back, per kind: sessions and prepared transactions older \
+     than --xmin-horizon-age, inactive replication slots, sessions the role may not see.",
+);
+pub const XMIN_OLDEST_AGE: Family = family(
+    "crm_booking_expiration_xmin_horizon_oldest_age_seconds",
+    "Age of the oldest session transaction or prepared transaction holding the xmin \
+     horizon back longer than --xmin-horizon-age, per kind (0 when none).",
+);
+pub const XMIN_OLDEST_XID_AGE: Family = family(
+    "crm_booking_expiration_xmin_horizon_oldest_xid_age",
+    "Transactions since the xid or xmin of the oldest holder of each kind (0 when none).",
+);
+
 /// The text exposition format (version 0.0.4), gauges only.
 #[derive(Debug, Default)]
 pub struct Exposition(String);

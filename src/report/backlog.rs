@@ -1,7 +1,8 @@
 //! `backlog`: how far behind the job is. Per phase, the active bookings whose deadline
-//! has passed and the oldest of them; the poison rows still waiting; the outbox's
-//! pending rows, the oldest of them, and the rows the relay gave up on. A table, one
-//! JSON object, or Prometheus gauges; `--fail-above N` turns it into a probe.
+//! has passed, the oldest of them, and how late the booking the next cycle claims first
+//! already is; the poison rows still waiting; the outbox's pending rows, the oldest of
+//! them, and the rows the relay gave up on; the database's upkeep (`hygiene.rs`). A
+//! table, one JSON object, or Prometheus gauges; `--fail-above N` turns it into a probe.
 
 use anyhow::Result;
 use chrono::{DateTime, Utc};
@@ -15,7 +16,7 @@ use crate::domain::{Phase, rfc3339};
 use crate::exit::{Failure, fail};
 use crate::obs::metrics::{self, Exposition};
 use crate::shutdown;
-use crate::store::{self, Backlog, Figures, Need, OutboxLag, Overdue};
+use crate::store::{self, Backlog, Figures, Need, NextClaim, OutboxLag, Overdue};
 
 /// The figures of the report: all of them were read.
 fn overdue(b: &Backlog) -> &[(Phase, Overdue)] {
@@ -34,6 +35,16 @@ fn outbox(b: &Backlog) -> OutboxLag {
     })
 }
 
+/// The booking `phase`'s next claim takes first, if any is overdue and claimable.
+fn next_claim(b: &Backlog, phase: Phase) -> Option<NextClaim> {
+    b.next_claims
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .find(|(p, _)| *p == phase)
+        .and_then(|(_, c)| *c)
+}
+
 fn age(b: &Backlog, oldest: Option<DateTime<Utc>>) -> Option<f64> {
     oldest.map(|at| format::seconds(b.as_of - at))
 }
@@ -45,7 +56,9 @@ pub fn backlog(cfg: &BacklogConfig, clock: &dyn Clock) -> Result<()> {
     store::check_schema(&mut db.client, Need::Report)?;
     // The cycle's clock: "overdue" here means what the next run-once would see as such.
     let as_of = clock.now();
-    let report = store::read_backlog(&mut db.client, as_of, Figures::All)
+    let threshold = chrono::TimeDelta::from_std(cfg.xmin_horizon_age)
+        .expect("--xmin-horizon-age is at most 7 days");
+    let report = store::read_report(&mut db.client, as_of, Figures::All, Some(threshold))
         .map_err(|e| super::explain(e, "backlog"))?;
 
     format::print(&match cfg.format {
@@ -80,6 +93,10 @@ fn table(b: &Backlog) -> String {
             at,
             age,
         ]);
+    }
+    for phase in Phase::ALL {
+        let (at, late) = oldest(next_claim(b, phase).map(|c| c.deadline));
+        t.row(vec![format!("next claim {phase}"), "-".into(), at, late]);
     }
     t.row(vec![
         "overdue total".into(),
@@ -129,6 +146,24 @@ fn table(b: &Backlog) -> String {
     if !b.pauses.is_empty() {
         out.push('\n');
     }
+    let claims: Vec<_> = Phase::ALL
+        .iter()
+        .filter_map(|p| next_claim(b, *p).map(|c| (*p, c)))
+        .collect();
+    if !claims.is_empty() {
+        out.push('\n');
+    }
+    for (phase, c) in claims {
+        out.push_str(&format!(
+            "next {phase} claim: booking {} is {} late (booking-expire explain {})\n",
+            c.booking_id,
+            format::duration(b.as_of - c.deadline),
+            c.booking_id
+        ));
+    }
+    if let Some(h) = &b.hygiene {
+        super::hygiene::table(h, b.as_of, &mut out);
+    }
     out
 }
 
@@ -143,6 +178,7 @@ struct Json {
     outbox: OutboxJson,
     /// The pause switches that are on; empty when both commands run.
     paused: Vec<crate::ops::pause::Paused>,
+    hygiene: Option<super::hygiene::Json>,
 }
 
 #[derive(Serialize)]
@@ -151,6 +187,16 @@ struct PhaseJson {
     overdue: u64,
     oldest_deadline: Option<String>,
     oldest_age_seconds: Option<f64>,
+    /// The booking the next claim takes first, and how late it is.
+    next_claim: Option<NextClaimJson>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct NextClaimJson {
+    booking_id: String,
+    deadline: String,
+    lateness_seconds: f64,
 }
 
 #[derive(Serialize)]
@@ -173,6 +219,11 @@ fn json(b: &Backlog) -> Result<String> {
             overdue: o.count,
             oldest_deadline: o.oldest_deadline.map(rfc3339),
             oldest_age_seconds: age(b, o.oldest_deadline),
+            next_claim: next_claim(b, phase).map(|c| NextClaimJson {
+                booking_id: c.booking_id.to_string(),
+                deadline: rfc3339(c.deadline),
+                lateness_seconds: format::seconds(b.as_of - c.deadline),
+            }),
         }
     };
     let outbox = outbox(b);
@@ -193,6 +244,7 @@ fn json(b: &Backlog) -> Result<String> {
             .iter()
             .map(|p| crate::ops::pause::Paused::of(p, b.as_of))
             .collect(),
+        hygiene: b.hygiene.as_ref().map(|h| super::hygiene::json(h, b.as_of)),
     };
     Ok(format!("{}\n", serde_json::to_string(&json)?))
 }
@@ -203,5 +255,11 @@ fn prometheus(b: &Backlog) -> String {
     let mut out = Exposition::default();
     metrics::backlog_gauges(&mut out, b);
     metrics::paused_gauges(&mut out, b);
+    out.per_phase(metrics::BACKLOG_LATENESS, |phase| {
+        next_claim(b, phase).map_or(0.0, |c| format::seconds(b.as_of - c.deadline).max(0.0))
+    });
+    if let Some(h) = &b.hygiene {
+        super::hygiene::prometheus(h, b.as_of, &mut out);
+    }
     out.into_text()
 }

@@ -6,6 +6,7 @@
 mod backlog;
 mod dry_run;
 pub(crate) mod format;
+mod hygiene;
 
 use postgres::error::SqlState;
 

@@ -5,6 +5,7 @@
 mod clock;
 mod connect;
 mod expiration;
+mod hygiene;
 pub mod ops;
 mod outbox;
 mod report;
@@ -16,13 +17,17 @@ pub use expiration::{
     BatchWrite, CycleStatements, Poison, booking_row, candidates_sql, claim, claim_sql,
     count_skipped, quarantine, release_stale_quarantine, skipped_sql, write_isolating,
 };
+pub use hygiene::{
+    Hygiene, IndexSize, Listed, PreparedHolder, SessionHolder, SlotHolder, TableHealth, XminHorizon,
+};
 pub use outbox::{
     MAX_FAILURES, OUTBOX_CHANNEL, OutboxRow, listen, mark_attempted, mark_failed, mark_published,
     mark_retry, pending, purge_published, try_relay_lock,
 };
 pub use report::{
-    Backlog, CHUNK_ROWS, Figures, OUTBOX_FAILED_SQL, OUTBOX_PENDING_SQL, OutboxLag, Overdue,
-    Quarantined, begin_read_only, candidates_in_chunks, count_candidates, outbox_lag, overdue,
-    overdue_sql, poison_count, poison_sql, quarantined_in_chunks, quarantined_sql, read_backlog,
+    Backlog, CHUNK_ROWS, Figures, NextClaim, OUTBOX_FAILED_SQL, OUTBOX_PENDING_SQL, OutboxLag,
+    Overdue, Quarantined, begin_read_only, candidates_in_chunks, count_candidates, outbox_lag,
+    overdue, overdue_sql, poison_count, poison_sql, quarantined_in_chunks, quarantined_sql,
+    read_backlog, read_report,
 };
 pub use schema::{Need, check_schema, status_type};

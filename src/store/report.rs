@@ -262,6 +262,44 @@ pub struct Backlog {
     pub outbox: Option<OutboxLag>,
     /// The pause switches that are on (read for the `backlog` report only).
     pub pauses: Vec<super::ops::PauseRow>,
+    /// Per phase, in [`Phase::ALL`] order, the booking the next cycle would claim first
+    /// and so how late it already is (read for the `backlog` report only).
+    pub next_claims: Option<Vec<(Phase, Option<NextClaim>)>>,
+    /// The database's upkeep (read for the `backlog` report only).
+    pub hygiene: Option<super::hygiene::Hygiene>,
+}
+
+/// The overdue booking a phase's next claim takes first: the oldest deadline among
+/// those not in quarantine. Its lateness (AsOf − deadline) is what the lateness
+/// objective (expired within a minute and a cycle of its deadline) is about; a
+/// quarantined booking is late on purpose and counted as poison.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NextClaim {
+    pub booking_id: uuid::Uuid,
+    pub deadline: DateTime<Utc>,
+}
+
+/// The first booking the claim of `phase` would take at `as_of`: the claim's own
+/// query ([`candidates_sql`], without the lock) limited to one row. It walks the
+/// phase's partial index from the oldest deadline and stops at the first row not in
+/// quarantine.
+pub fn next_claim(
+    client: &mut impl GenericClient,
+    phase: Phase,
+    as_of: DateTime<Utc>,
+) -> Result<Option<NextClaim>> {
+    let row = client
+        .query_opt(&candidates_sql(phase), &[&as_of, &Some(1_i64)])
+        .with_context(|| format!("cannot read the oldest {phase} candidate"))?;
+    Ok(row.map(|r| {
+        let b = booking_row(&r);
+        NextClaim {
+            booking_id: b.id,
+            deadline: b
+                .deadline(phase)
+                .expect("the overdue predicate compares the deadline, so it is set"),
+        }
+    }))
 }
 
 /// The one read of the backlog figures, in one READ ONLY snapshot: for the `backlog`
@@ -270,6 +308,18 @@ pub fn read_backlog(
     client: &mut Client,
     as_of: DateTime<Utc>,
     figures: Figures,
+) -> Result<Backlog> {
+    read_report(client, as_of, figures, None)
+}
+
+/// [`read_backlog`], and with `hygiene = Some(threshold)` (the `backlog` report) also
+/// the next claims and the database's upkeep, naming what holds the xmin horizon back
+/// longer than `threshold`; all in the one snapshot.
+pub fn read_report(
+    client: &mut Client,
+    as_of: DateTime<Utc>,
+    figures: Figures,
+    hygiene: Option<chrono::TimeDelta>,
 ) -> Result<Backlog> {
     use crate::exit::{ClassifyExt, Failure};
     let mut tx = begin_read_only(client)
@@ -280,6 +330,8 @@ pub fn read_backlog(
         poison: None,
         outbox: None,
         pauses: Vec::new(),
+        next_claims: None,
+        hygiene: None,
     };
     if figures == Figures::All {
         backlog.pauses = super::ops::pauses(&mut tx)?;
@@ -291,9 +343,19 @@ pub fn read_backlog(
         }
         backlog.overdue = Some(overdue);
         backlog.poison = Some(poison_count(&mut tx)?);
+        if hygiene.is_some() {
+            let mut claims = Vec::new();
+            for phase in Phase::ALL {
+                claims.push((phase, next_claim(&mut tx, phase, as_of)?));
+            }
+            backlog.next_claims = Some(claims);
+        }
     }
     if figures != Figures::Bookings {
         backlog.outbox = Some(outbox_lag(&mut tx)?);
+    }
+    if let Some(threshold) = hygiene {
+        backlog.hygiene = Some(super::hygiene::hygiene(&mut tx, as_of, threshold)?);
     }
     tx.commit()
         .classify(Failure::Temporary, "cannot end the read-only transaction")?;
