@@ -143,7 +143,9 @@ pub const OUTBOX_HEALTH_SQL: &str = "\
 SELECT coalesce(s.n_live_tup, 0) AS live, coalesce(s.n_dead_tup, 0) AS dead,
        s.last_autovacuum, s.last_autoanalyze,
        current_setting('autovacuum')::boolean
-         AND NOT coalesce('autovacuum_enabled=false' = ANY (c.reloptions), false) AS autovacuum,
+         AND coalesce((SELECT o.option_value::boolean
+                         FROM pg_catalog.pg_options_to_table(c.reloptions) o
+                        WHERE o.option_name = 'autovacuum_enabled'), true) AS autovacuum,
        pg_relation_size(c.oid) AS table_bytes, pg_indexes_size(c.oid) AS indexes_bytes
   FROM pg_catalog.pg_class c
   LEFT JOIN pg_catalog.pg_stat_all_tables s ON s.relid = c.oid
