@@ -454,6 +454,23 @@ fn bad_flags_exit_64_and_missing_configuration_78() {
             &["backlog", "--json", "--format", "prometheus"],
             "cannot be used with",
         ),
+        // The threshold names the flag, the value and the range allowed.
+        (
+            &["backlog", "--xmin-horizon-age", "0s"],
+            "invalid value '0s' for '--xmin-horizon-age <DURATION>': 0s is out of range: \
+             allowed 1s to 7d",
+        ),
+        (
+            &["backlog", "--xmin-horizon-age", "8d"],
+            "invalid value '8d' for '--xmin-horizon-age <DURATION>': 8d is out of range: \
+             allowed 1s to 7d",
+        ),
+        (
+            &["backlog", "--xmin-horizon-age", "15"],
+            "invalid value '15' for '--xmin-horizon-age <DURATION>'",
+        ),
+        (&["backlog", "--xmin-horizon-age", "soon"], "'soon'"),
+        (&["backlog", "--xmin-horizon-age", ""], "--xmin-horizon-age"),
     ] {
         let run = db.run(args);
         assert_eq!(run.code, 64, "{args:?}: {}", run.stderr);
