@@ -94,16 +94,16 @@ fn table(b: &Backlog) -> String {
             age,
         ]);
     }
-    for phase in Phase::ALL {
-        let (at, late) = oldest(next_claim(b, phase).map(|c| c.deadline));
-        t.row(vec![format!("next claim {phase}"), "-".into(), at, late]);
-    }
     t.row(vec![
         "overdue total".into(),
         overdue_total(b).to_string(),
         dash(),
         dash(),
     ]);
+    for phase in Phase::ALL {
+        let (at, late) = oldest(next_claim(b, phase).map(|c| c.deadline));
+        t.row(vec![format!("next claim {phase}"), "-".into(), at, late]);
+    }
     t.row(vec![
         "poison (active, isolated)".into(),
         b.poison.unwrap_or_default().to_string(),

@@ -52,7 +52,7 @@ fn more<T>(l: &Listed<T>, what: &str, out: &mut String) {
 /// The table: the outbox's upkeep, the partial indexes, then what holds the horizon.
 pub fn table(h: &Hygiene, as_of: DateTime<Utc>, out: &mut String) {
     let o = &h.outbox;
-    out.push_str("\nupkeep\n\n");
+    out.push('\n');
     let mut t = Table::new(&["Upkeep", "Value"]);
     t.row(vec!["outbox live rows".into(), o.live_tuples.to_string()]);
     t.row(vec!["outbox dead rows".into(), o.dead_tuples.to_string()]);
