@@ -398,6 +398,96 @@ pub fn prometheus(h: &Hygiene, as_of: DateTime<Utc>, out: &mut Exposition) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chrono::TimeDelta;
+
+    fn at(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    fn hygiene(sessions: u64) -> Hygiene {
+        let session = |pid: i32| SessionHolder {
+            pid,
+            application_name: "etl".into(),
+            user: Some("loader".into()),
+            state: Some("idle in transaction".into()),
+            transaction_start: Some(at("2030-01-01T11:00:00Z")),
+            xid: Some("900".into()),
+            xmin: Some("900".into()),
+            xid_age: Some(4_000),
+        };
+        Hygiene {
+            outbox: TableHealth {
+                live_tuples: 70_000,
+                dead_tuples: 14_000,
+                last_autovacuum: Some(at("2030-01-01T11:30:00Z")),
+                last_autoanalyze: None,
+                autovacuum_enabled: true,
+                table_bytes: 50 * 1024 * 1024,
+                indexes_bytes: 8192,
+            },
+            partial_indexes: vec![],
+            xmin_horizon: crate::store::XminHorizon {
+                threshold: TimeDelta::minutes(15),
+                can_read_all_stats: true,
+                sessions: Listed {
+                    shown: (1..=sessions.min(5) as i32).map(session).collect(),
+                    total: sessions,
+                },
+                hidden_sessions: Listed {
+                    shown: vec![],
+                    total: 0,
+                },
+                prepared: Listed {
+                    shown: vec![],
+                    total: 0,
+                },
+                slots: Listed {
+                    shown: vec![SlotHolder {
+                        name: "cdc".into(),
+                        slot_type: "logical".into(),
+                        database: Some("crm".into()),
+                        xmin: None,
+                        catalog_xmin: Some("800".into()),
+                        xid_age: Some(4_100),
+                        retained_wal_bytes: Some(3 * 1024 * 1024),
+                    }],
+                    total: 1,
+                },
+            },
+        }
+    }
+
+    #[test]
+    fn the_table_lists_five_holders_of_a_kind_and_counts_the_rest() {
+        let mut out = String::new();
+        table(&hygiene(7), at("2030-01-01T12:00:00Z"), &mut out);
+        assert!(out.contains("outbox last autovacuum   2030-01-01T11:30:00Z (30m 0s ago)\n"));
+        assert!(out.contains("outbox table size        50.0 MiB\n"), "{out}");
+        assert_eq!(out.matches("\nsession ").count(), 5, "{out}");
+        assert!(out.contains("… and 2 more sessions\n"), "{out}");
+        assert!(
+            out.contains(
+                "session           pid 1  loader etl   idle in transaction             \
+                 2030-01-01T11:00:00Z  1h 0m 0s  4000\n"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "replication slot  cdc    logical crm  inactive, keeps 3.0 MiB of WAL  \
+                 -                     -         4100\n"
+            ),
+            "{out}"
+        );
+        let mut quiet = String::new();
+        let mut none = hygiene(0);
+        none.xmin_horizon.slots = Listed {
+            shown: vec![],
+            total: 0,
+        };
+        table(&none, at("2030-01-01T12:00:00Z"), &mut quiet);
+        assert!(quiet.ends_with("\nxmin horizon: nothing holds it back longer than 15m 0s\n"));
+    }
 
     #[test]
     fn sizes_read_like_an_operator_writes_them() {
