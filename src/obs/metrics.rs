@@ -186,6 +186,23 @@ pub const XMIN_OLDEST_XID_AGE: Family = family(
     "Transactions since the xid or xmin of the oldest holder of each kind (0 when none).",
 );
 
+/// The families only `backlog --format prometheus` prints; the push after a run sends
+/// every other family `backlog` prints, with the same help text.
+pub const BACKLOG_ONLY: &[Family] = &[
+    BACKLOG_LATENESS,
+    OUTBOX_LIVE_TUPLES,
+    OUTBOX_DEAD_TUPLES,
+    OUTBOX_AUTOVACUUM_ENABLED,
+    OUTBOX_LAST_AUTOVACUUM,
+    OUTBOX_LAST_AUTOANALYZE,
+    OUTBOX_TABLE_BYTES,
+    OUTBOX_INDEXES_BYTES,
+    PARTIAL_INDEX_BYTES,
+    XMIN_HOLDERS,
+    XMIN_OLDEST_AGE,
+    XMIN_OLDEST_XID_AGE,
+];
+
 /// The text exposition format (version 0.0.4), gauges only.
 #[derive(Debug, Default)]
 pub struct Exposition(String);
