@@ -255,7 +255,7 @@ fn prometheus(b: &Backlog) -> String {
     let mut out = Exposition::default();
     metrics::backlog_gauges(&mut out, b);
     metrics::paused_gauges(&mut out, b);
-    out.per_phase(metrics::BACKLOG_LATENESS, |phase| {
+    out.per_phase(crate::obs::backlog_only::BACKLOG_LATENESS, |phase| {
         next_claim(b, phase).map_or(0.0, |c| format::seconds(b.as_of - c.deadline).max(0.0))
     });
     if let Some(h) = &b.hygiene {

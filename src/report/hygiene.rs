@@ -1,3 +1,4 @@
+// Over 450 lines: three renderings (table, JSON, gauges) of the upkeep figures, each field spelled out, and a unit test of the table with its fixture.
 //! The upkeep part of `backlog`: the outbox's dead tuples, autovacuum's last visits,
 //! the sizes of the outbox and of the partial indexes, and what holds the xmin horizon
 //! back, as a table, as JSON and as Prometheus gauges. The runbook of each finding is
@@ -8,7 +9,8 @@ use serde::Serialize;
 
 use super::format::{self, Table};
 use crate::domain::rfc3339;
-use crate::obs::metrics::{self, Exposition};
+use crate::obs::backlog_only as families;
+use crate::obs::metrics::Exposition;
 use crate::store::{
     Hygiene, IndexSize, Listed, PreparedHolder, SessionHolder, SlotHolder, TableHealth,
 };
@@ -324,22 +326,22 @@ fn unix_seconds(at: Option<DateTime<Utc>>) -> f64 {
 /// The upkeep gauges (families in `obs::metrics`).
 pub fn prometheus(h: &Hygiene, as_of: DateTime<Utc>, out: &mut Exposition) {
     let o = &h.outbox;
-    out.gauge(metrics::OUTBOX_LIVE_TUPLES, o.live_tuples as f64);
-    out.gauge(metrics::OUTBOX_DEAD_TUPLES, o.dead_tuples as f64);
+    out.gauge(families::OUTBOX_LIVE_TUPLES, o.live_tuples as f64);
+    out.gauge(families::OUTBOX_DEAD_TUPLES, o.dead_tuples as f64);
     out.gauge(
-        metrics::OUTBOX_AUTOVACUUM_ENABLED,
+        families::OUTBOX_AUTOVACUUM_ENABLED,
         if o.autovacuum_enabled { 1.0 } else { 0.0 },
     );
     out.gauge(
-        metrics::OUTBOX_LAST_AUTOVACUUM,
+        families::OUTBOX_LAST_AUTOVACUUM,
         unix_seconds(o.last_autovacuum),
     );
     out.gauge(
-        metrics::OUTBOX_LAST_AUTOANALYZE,
+        families::OUTBOX_LAST_AUTOANALYZE,
         unix_seconds(o.last_autoanalyze),
     );
-    out.gauge(metrics::OUTBOX_TABLE_BYTES, o.table_bytes as f64);
-    out.gauge(metrics::OUTBOX_INDEXES_BYTES, o.indexes_bytes as f64);
+    out.gauge(families::OUTBOX_TABLE_BYTES, o.table_bytes as f64);
+    out.gauge(families::OUTBOX_INDEXES_BYTES, o.indexes_bytes as f64);
     let indexes: Vec<(Vec<(&str, &str)>, f64)> = h
         .partial_indexes
         .iter()
@@ -350,7 +352,7 @@ pub fn prometheus(h: &Hygiene, as_of: DateTime<Utc>, out: &mut Exposition) {
             )
         })
         .collect();
-    out.labelled(metrics::PARTIAL_INDEX_BYTES, &indexes);
+    out.labelled(families::PARTIAL_INDEX_BYTES, &indexes);
 
     let x = &h.xmin_horizon;
     let kinds = ["session", "prepared", "slot", "hidden_session"];
@@ -367,7 +369,7 @@ pub fn prometheus(h: &Hygiene, as_of: DateTime<Utc>, out: &mut Exposition) {
             .map(|(k, v)| (vec![("kind", *k)], v))
             .collect()
     };
-    out.labelled(metrics::XMIN_HOLDERS, &per_kind(totals.map(|t| t as f64)));
+    out.labelled(families::XMIN_HOLDERS, &per_kind(totals.map(|t| t as f64)));
     let age = |at: Option<DateTime<Utc>>| at.map_or(0.0, |at| format::seconds(as_of - at).max(0.0));
     let oldest_ages: Vec<(Vec<(&str, &str)>, f64)> = vec![
         (
@@ -379,10 +381,10 @@ pub fn prometheus(h: &Hygiene, as_of: DateTime<Utc>, out: &mut Exposition) {
             age(x.prepared.shown.first().map(|p| p.prepared_at)),
         ),
     ];
-    out.labelled(metrics::XMIN_OLDEST_AGE, &oldest_ages);
+    out.labelled(families::XMIN_OLDEST_AGE, &oldest_ages);
     // Each list comes oldest first.
     out.labelled(
-        metrics::XMIN_OLDEST_XID_AGE,
+        families::XMIN_OLDEST_XID_AGE,
         &per_kind(
             [
                 x.sessions.shown.first().and_then(|s| s.xid_age),
