@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Start a throwaway single-node Apache Kafka 4.x broker (KRaft, combined
-# broker+controller) for tests and the demo.
+# Start a throwaway single-node Apache Kafka broker (KRaft, combined
+# broker+controller) for tests and the demo: 4.x by default, 3.9 on request.
 #
 # Usage: scripts/kafka-start.sh STATE_DIR
 #
@@ -14,9 +14,13 @@
 #
 # Files in STATE_DIR: server.properties, log4j2.properties, data/ (log.dirs),
 # kafka.log (broker stdout/stderr; kafka.log.1 of the run before), kafka.pid,
-# kafka_brokers, classpath (the jars, for running Kafka tools).
+# kafka_brokers, kafka_version, classpath (the broker's jars).
 #
 # Environment (all optional):
+#   KAFKA_VERSION        which Kafka the broker runs: a version pinned by a pom in
+#                        scripts/kafka/ — pom.xml's (4.4.0, the default) or
+#                        pom-3.9.xml's (3.9.1). Anything else is refused with the
+#                        list. A restart keeps the version of the first start.
 #   KAFKA_PORT           broker port to use instead of a free one
 #   KAFKA_START_TIMEOUT  seconds to wait for the broker (default 90)
 #   KAFKA_HEAP_OPTS      default "-Xmx512m -Xms256m"
@@ -388,9 +392,17 @@ main() {
     return
   fi
 
+  [[ -f "$dir/server.properties" && -f "$dir/data/meta.properties" ]] || fresh=1
+  local version="${KAFKA_VERSION:-}"
+  if (( ! fresh )) && [[ -s "$dir/kafka_version" ]]; then
+    # The data of a broker is only read back by the version that wrote it.
+    [[ -z "$version" || "$version" == "$(cat "$dir/kafka_version")" ]] \
+      || die "KAFKA_VERSION=$version, but the broker in $dir was first started with $(cat "$dir/kafka_version"); a restart keeps its version"
+    version="$(cat "$dir/kafka_version")"
+  fi
+  kafka_use_version "$version"
   java="$(kafka_java)"
   cp="$(kafka_classpath)"
-  [[ -f "$dir/server.properties" && -f "$dir/data/meta.properties" ]] || fresh=1
 
   for attempt in 1 2 3; do
     if (( fresh )); then prepare_fresh "$dir"; else prepare_restart "$dir"; fi
@@ -411,6 +423,7 @@ main() {
   (( rc == 0 )) || fail_start "$dir" "broker could not bind its ports"
 
   printf '127.0.0.1:%s\n' "$BROKER_PORT" >"$dir/kafka_brokers"
+  kafka_pom_version "$KAFKA_POM" >"$dir/kafka_version"
   if [[ -n "$TLS_PORT" ]]; then
     printf '127.0.0.1:%s\n' "$TLS_PORT" >"$dir/kafka_ssl_brokers"
     printf '127.0.0.1:%s\n' "$SASL_PORT" >"$dir/kafka_sasl_ssl_brokers"

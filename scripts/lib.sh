@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared helpers for the project's scripts. Source it; it defines functions only.
 
 SCRIPTS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -84,4 +85,18 @@ stop_kafka() {
 stop_services() {
     stop_kafka
     stop_postgres
+}
+
+# test_second_pass — whether scripts/test.sh runs its second pass (PostgreSQL 18 and
+# Kafka 3.9): TEST_SECOND_PASS=1 (the default) yes, 0 no; any other value exits 64
+# naming what is allowed.
+test_second_pass() {
+    case ${TEST_SECOND_PASS:-1} in
+        1) return 0 ;;
+        0) return 1 ;;
+        *)
+            echo "TEST_SECOND_PASS=$TEST_SECOND_PASS is not allowed: use 1 (the default: after the first pass, run the tests of SQL, plans and the Kafka protocol again on PostgreSQL 18 and Kafka 3.9) or 0 (leave that pass out)" >&2
+            exit 64
+            ;;
+    esac
 }

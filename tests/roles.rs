@@ -449,7 +449,7 @@ fn databases_migrating_at_once_race_for_the_new_roles_and_all_succeed() {
     for db in &dbs {
         let mut c = db.client();
         for name in &names {
-            let _ = c.batch_execute(&format!("DROP OWNED BY {name}"));
+            let _ = c.batch_execute(&drop_owned_sql(name));
         }
     }
     let mut c = dbs[0].client();

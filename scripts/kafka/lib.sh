@@ -7,12 +7,15 @@
 #   JAVA_HOME            use $JAVA_HOME/bin/java instead of `java` on PATH
 #   XDG_CACHE_HOME       cache root (default ~/.cache); we use booking-expire/
 #   KAFKA_TOOL_OPTS      JVM options for CLI tools (default: fast-start flags)
+# (KAFKA_VERSION, which Kafka a broker runs, is read by kafka-start.sh only.)
 
 # Let failures inside $(...) abort the caller too (bash leaves errexit off in
 # command substitutions by default).
 shopt -s inherit_errexit
 
 KAFKA_LIB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# The jars: pom.xml pins the default Kafka (4.x); pom-*.xml pin others that a broker
+# may run instead (kafka_use_version). Tools always run on pom.xml's.
 KAFKA_POM="$KAFKA_LIB_DIR/pom.xml"
 KAFKA_CACHE_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/booking-expire"
 KAFKA_MIN_JAVA=17
@@ -93,6 +96,28 @@ classpath_complete() {
   for jar in "${jars[@]}"; do
     [[ -f "$jar" ]] || return 1
   done
+}
+
+# The kafka.version a pom pins.
+kafka_pom_version() {
+  sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$1" | head -n 1
+}
+
+# Make KAFKA_POM the pom that pins Kafka $1 (empty: the default, pom.xml), or fail
+# naming the versions there are.
+kafka_use_version() {
+  local want="$1" pom version
+  local -a known=()
+  [[ -n "$want" ]] || return 0
+  for pom in "$KAFKA_LIB_DIR/pom.xml" "$KAFKA_LIB_DIR"/pom-*.xml; do
+    version="$(kafka_pom_version "$pom")"
+    if [[ "$version" == "$want" ]]; then
+      KAFKA_POM="$pom"
+      return 0
+    fi
+    known+=("$version")
+  done
+  die "KAFKA_VERSION=$want is not a Kafka version this project pins; use one of: ${known[*]} (the first is the default; each is pinned in a pom of scripts/kafka/)"
 }
 
 # Resolve the pom's runtime classpath with Maven into $1. Maven's output is
@@ -185,6 +210,10 @@ cds_setup() {
   local -a jars
   CDS_FLAGS=() CDS_TMP="" CDS_FINAL=""
   [[ "${KAFKA_CDS:-1}" != 0 ]] || return 0
+  # Only for the default jars (pom.xml). A Kafka 3.9 broker took ~30 s on 2 busy cores
+  # to write its archive at exit, longer than kafka-stop.sh waits, and brokers of two
+  # versions would take turns replacing each other's archive.
+  [[ "$KAFKA_POM" == "$KAFKA_LIB_DIR/pom.xml" ]] || return 0
   IFS=: read -r -a jars <<<"$cp"
   key="$( { readlink -f "$java"; stat -L -c '%n %s %Y' "$java" "${jars[@]}"; } | sha256sum | cut -c1-16)"
   CDS_FINAL="$KAFKA_CACHE_DIR/cds-$name-$key.jsa"

@@ -94,6 +94,15 @@ impl TestDb {
         Run::of(self.command(args).output().expect("run the binary"))
     }
 
+    /// The database user the suite connects as (`DATABASE_URL`'s): `postgres` on the
+    /// throwaway server, whoever it is on a server of yours.
+    pub fn user(&self) -> String {
+        self.client()
+            .query_one("SELECT current_user::text", &[])
+            .expect("read current_user")
+            .get(0)
+    }
+
     /// One `run-once` that must succeed; returns its result JSON.
     pub fn run_once(&self, extra: &[&str]) -> CycleResult {
         let mut args = vec!["run-once"];
@@ -208,10 +217,17 @@ impl ReadOnlyRole {
 impl Drop for ReadOnlyRole {
     fn drop(&mut self) {
         if let Ok(mut c) = Client::connect(&self.db_url, NoTls) {
-            let _ = c.batch_execute(&format!("DROP OWNED BY {}", self.name));
+            let _ = c.batch_execute(&drop_owned_sql(&self.name));
         }
         if let Ok(mut admin) = Client::connect(&admin_url(), NoTls) {
             let _ = admin.batch_execute(&format!("DROP ROLE IF EXISTS {}", self.name));
         }
     }
+}
+
+/// `DROP OWNED BY role` for a user that is not a superuser too: one with `CREATEROLE`
+/// may only drop what a role owns or was granted once it has the role's privileges, so
+/// it grants the role to itself first (dropping the role later removes that).
+pub fn drop_owned_sql(role: &str) -> String {
+    format!("GRANT {role} TO CURRENT_USER; DROP OWNED BY {role};")
 }
