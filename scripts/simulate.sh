@@ -34,7 +34,7 @@ while [[ $# -gt 0 ]]; do
             [[ ${2:-} =~ ^[0-9]+$ ]] || { echo "simulate.sh: --seed takes a whole number (got '${2:-}')" >&2; exit 64; }
             seed=$2; shift 2 ;;
         -h|--help)
-            sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+            sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *)
             echo "simulate.sh: unknown argument '$1' (use --days N, --seed S)" >&2; exit 64 ;;
     esac
