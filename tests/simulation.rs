@@ -820,6 +820,9 @@ impl Sim {
             )
             .unwrap();
         let ids: Vec<Uuid> = rows.iter().map(|r| r.get(0)).collect();
+        if ids.is_empty() && manager_lost.is_empty() {
+            return;
+        }
         let keys: Vec<String> = ids.iter().map(Uuid::to_string).collect();
         let counts = |sim: &mut Client, sql: &str, param: &(dyn postgres::types::ToSql + Sync)| {
             sim.query(sql, &[param])
