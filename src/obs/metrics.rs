@@ -5,8 +5,8 @@
 //!
 //! Gauges, since each value describes the last run (so the names carry no `_total`):
 //! items per phase, skipped, poison, errors (1 = the run failed), duration; histograms
-//! of the run's own observations (the cycle's duration, each published event's
-//! commit → ack age), which the next run's push
+//! of the run's own observations (the cycle's duration, each expiry's lateness per
+//! phase, each published event's commit → ack age), which the next run's push
 //! replaces, so they are never counters to `rate()` over; and, read
 //! after the run in a short read-only transaction (`store::read_backlog`), the backlog
 //! figures: `run-once` the overdue backlog and the quarantined poison, `relay-outbox`
@@ -65,6 +65,13 @@ pub const CYCLE_DURATION: Family = family(
 /// Upper bounds of the cycle duration buckets (a cycle takes ~50 ms; its deadline is
 /// under a minute).
 pub const CYCLE_DURATION_BUCKETS: &[f64] = &[0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+
+pub const LATENESS: Family = family(
+    "crm_booking_expiration_lateness_seconds",
+    "Seconds from a booking's deadline to its expiry (expired_at - deadline), per phase, \
+     for each booking the last run-once expired (the objective: within 85 s, 60 s + the \
+     cycle's budget; sum_over_time of the buckets gives the distribution across runs).",
+);
 
 pub const RELAY_PUBLICATIONS: Family = family(
     "crm_booking_expiration_relay_publications",
@@ -337,6 +344,7 @@ pub fn cycle_metrics(
         CYCLE_DURATION_BUCKETS,
         &[duration.as_secs_f64()],
     );
+    out.histogram_per_phase(LATENESS, |phase| result.lateness.of(phase).clone());
     out.gauge(
         PAUSED,
         result.paused.as_ref().map_or(0.0, |p| p.paused_for_seconds),
@@ -447,6 +455,43 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_lateness_histogram_has_one_series_set_per_phase() {
+        let r = result();
+        r.lateness.observe(Phase::Reserve, 30.5);
+        r.lateness.observe(Phase::Reserve, 90.0);
+        let now = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let text = cycle_metrics(&r, false, Duration::from_millis(5), None, now);
+        let lateness: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("crm_booking_expiration_lateness_seconds"))
+            .filter(|l| {
+                !l.contains("_bucket") || l.contains("le=\"85\"") || l.contains("le=\"120\"")
+            })
+            .collect();
+        assert_eq!(
+            lateness,
+            [
+                "crm_booking_expiration_lateness_seconds_bucket{phase=\"Reserve\",le=\"85\"} 1",
+                "crm_booking_expiration_lateness_seconds_bucket{phase=\"Reserve\",le=\"120\"} 2",
+                "crm_booking_expiration_lateness_seconds_sum{phase=\"Reserve\"} 120.5",
+                "crm_booking_expiration_lateness_seconds_count{phase=\"Reserve\"} 2",
+                "crm_booking_expiration_lateness_seconds_bucket{phase=\"Booking\",le=\"85\"} 0",
+                "crm_booking_expiration_lateness_seconds_bucket{phase=\"Booking\",le=\"120\"} 0",
+                "crm_booking_expiration_lateness_seconds_sum{phase=\"Booking\"} 0.0",
+                "crm_booking_expiration_lateness_seconds_count{phase=\"Booking\"} 0",
+            ]
+        );
+        let les = text
+            .lines()
+            .filter(|l| {
+                l.starts_with("crm_booking_expiration_lateness_seconds_bucket{phase=\"Booking\"")
+            })
+            .count();
+        assert_eq!(les, crate::obs::lateness::LATENESS_BUCKETS.len() + 1);
+        assert!(text.contains("# TYPE crm_booking_expiration_lateness_seconds histogram\n"));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! the metric families, the Pushgateway client that pushes them (over the HTTP client
 //! of `push_client`), and traces over OTLP (`trace`).
 
+pub mod lateness;
 mod log;
 pub mod metrics;
 pub mod push_client;
