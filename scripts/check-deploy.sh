@@ -118,8 +118,8 @@ else
 fi
 
 echo "== Grafana dashboard" >&2
-# Its queries run against a real Prometheus in tests/prometheus.rs; Grafana's own
-# linter is scripts/dashboard-lint.sh.
+# Its queries run against a real Prometheus in tests/prometheus.rs; the linter's rules
+# are tests/dashboard.rs (scripts/dashboard-lint.sh).
 if out=$(python3 -m json.tool monitoring/grafana-dashboard.json 2>&1 >/dev/null); then
     pass "monitoring/grafana-dashboard.json is JSON"
 else

@@ -32,7 +32,7 @@ fi
 
 # `go get -tool` needs go 1.24 (Debian 12's golang-go is 1.19); a newer toolchain
 # the tool's module asks for is fetched by go itself (GOTOOLCHAIN).
-go_minor=$(go env GOVERSION 2>/dev/null | sed -n 's/^go1\.\([0-9]*\).*/\1/p')
+go_minor=$(go env GOVERSION 2>/dev/null | sed -n 's/^go1\.\([0-9]*\).*/\1/p' || true)
 if [[ -z $go_minor ]] || ((go_minor < 24)); then
     die "go 1.24 or newer is needed to build $pkg (found: $(go env GOVERSION 2>/dev/null || echo none)); install Go 1.24 or newer first"
 fi

@@ -11,10 +11,11 @@ use postgres::Client;
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::clock::Clock;
+use crate::clock::{Clock, seconds};
 use crate::config::RunOnceConfig;
 use crate::domain::{self, Phase, rfc3339};
 use crate::exit::{Classified, ClassifyExt, Failure, fail};
+use crate::obs::lateness::Lateness;
 use crate::obs::trace::{self, Attr};
 use crate::shutdown;
 use crate::store::{self, CycleStatements, Db, Need, Poison};
@@ -33,6 +34,9 @@ pub struct CycleResult {
     /// Set when `run-once` is paused (`booking-expire pause run-once`): nothing ran.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub paused: Option<crate::ops::pause::Paused>,
+    /// How late the committed expiries were, per phase (for the metrics push).
+    #[serde(skip)]
+    pub lateness: Lateness,
 }
 
 /// What one batch did.
@@ -42,6 +46,8 @@ struct BatchOutcome {
     expired: u64,
     skipped: u64,
     poison: u64,
+    /// Seconds from deadline to AsOf of each committed expiry (at most the batch size).
+    lateness: Vec<f64>,
 }
 
 /// Runs one cycle of run `result.run_id`, counting into `result` as batches commit, so
@@ -268,6 +274,9 @@ fn run_phase(
         }
         result.skipped_locked_count += batch.skipped;
         result.poison_count += batch.poison;
+        for seconds in &batch.lateness {
+            result.lateness.observe(phase, *seconds);
+        }
         // A short batch means the phase's queue is drained (for us).
         if batch.claimed < cfg.batch.size as usize {
             break;
@@ -376,10 +385,12 @@ fn run_batch(
         .classify(Failure::Temporary, context("commit failed"))?;
 
     let expired: std::collections::HashSet<Uuid> = written.expired.iter().copied().collect();
+    let mut lateness = Vec::with_capacity(expired.len());
     for w in writes
         .iter()
         .filter(|w| expired.contains(&w.expiry.booking_id))
     {
+        lateness.push(seconds(w.expiry.expired_at - w.expiry.deadline));
         info!(BookingId:% = w.expiry.booking_id, DealId:% = w.expiry.deal_id, Phase:% = phase,
               TenantId:% = w.expiry.tenant_id, MessageId:% = w.message_id; "booking expired");
         trace::event(
@@ -397,6 +408,7 @@ fn run_batch(
         expired: written.expired.len() as u64,
         skipped,
         poison: poison.len() as u64,
+        lateness,
     })
 }
 

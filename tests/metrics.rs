@@ -39,6 +39,10 @@ const RUN_ONCE_SERIES: &[&str] = &[
     "crm_booking_expiration_items{phase=\"Booking\"}",
     "crm_booking_expiration_items{phase=\"Reserve\"}",
     "crm_booking_expiration_last_success_timestamp_seconds",
+    "crm_booking_expiration_lateness_seconds_count{phase=\"Booking\"}",
+    "crm_booking_expiration_lateness_seconds_count{phase=\"Reserve\"}",
+    "crm_booking_expiration_lateness_seconds_sum{phase=\"Booking\"}",
+    "crm_booking_expiration_lateness_seconds_sum{phase=\"Reserve\"}",
     "crm_booking_expiration_paused_seconds",
     "crm_booking_expiration_poison",
     "crm_booking_expiration_poison_isolated",
@@ -123,6 +127,51 @@ fn run_once_pushes_the_runs_gauges_and_the_backlog() {
     );
     let age = group["crm_booking_expiration_backlog_oldest_age_seconds{phase=\"Booking\"}"];
     assert!((3_600.0..3_700.0).contains(&age), "{age}");
+
+    // Lateness: the deadlines were 600, 300 and 60 s (Reserve) and 120 s (Booking)
+    // before the seed; the run's AsOf came a moment (under 10 s) after it. The poison
+    // row did not expire and counts nowhere.
+    let slack = after - before + 10.0;
+    for (phase, count, sum) in [("Reserve", 3.0, 960.0), ("Booking", 1.0, 120.0)] {
+        assert_eq!(
+            group[&format!("crm_booking_expiration_lateness_seconds_count{{phase=\"{phase}\"}}")],
+            count
+        );
+        let got =
+            group[&format!("crm_booking_expiration_lateness_seconds_sum{{phase=\"{phase}\"}}")];
+        assert!(sum < got && got < sum + count * slack, "{phase}: {got}");
+    }
+    let lateness = |phase: &str| -> Vec<(String, f64)> {
+        samples(&gateway.exposition())
+            .into_iter()
+            .filter(|(name, labels, _)| {
+                name == "crm_booking_expiration_lateness_seconds_bucket"
+                    && labels["step"] == "run-once"
+                    && labels["phase"] == phase
+            })
+            .map(|(_, labels, v)| (labels["le"].clone(), v))
+            .collect()
+    };
+    let bounds = [
+        "1", "5", "10", "20", "30", "45", "60", "70", "85", "120", "300", "900", "3600", "+Inf",
+    ];
+    let counts = |values: [f64; 14]| -> Vec<(String, f64)> {
+        bounds.iter().map(|b| b.to_string()).zip(values).collect()
+    };
+    // Reserve: 60+ s → le 70, 300+ s and 600+ s → le 900.
+    assert_eq!(
+        lateness("Reserve"),
+        counts([
+            0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 3.0, 3.0, 3.0
+        ])
+    );
+    // Booking: 120+ s → le 300.
+    assert_eq!(
+        lateness("Booking"),
+        counts([
+            0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0
+        ])
+    );
 }
 
 #[test]
@@ -266,12 +315,25 @@ fn a_run_stopped_by_sigterm_pushes_before_it_exits() {
             "crm_booking_expiration_errors",
             "crm_booking_expiration_items{phase=\"Booking\"}",
             "crm_booking_expiration_items{phase=\"Reserve\"}",
+            "crm_booking_expiration_lateness_seconds_count{phase=\"Booking\"}",
+            "crm_booking_expiration_lateness_seconds_count{phase=\"Reserve\"}",
+            "crm_booking_expiration_lateness_seconds_sum{phase=\"Booking\"}",
+            "crm_booking_expiration_lateness_seconds_sum{phase=\"Reserve\"}",
             "crm_booking_expiration_paused_seconds",
             "crm_booking_expiration_poison_isolated",
             "crm_booking_expiration_skip_locked",
             "push_failure_time_seconds",
             "push_time_seconds",
         ]
+    );
+    // Lateness counts what committed: the Reserve expiry, not the rolled-back Booking one.
+    assert_eq!(
+        group["crm_booking_expiration_lateness_seconds_count{phase=\"Reserve\"}"],
+        1.0
+    );
+    assert_eq!(
+        group["crm_booking_expiration_lateness_seconds_count{phase=\"Booking\"}"],
+        0.0
     );
     assert_eq!(group["crm_booking_expiration_errors"], 1.0);
     assert_eq!(

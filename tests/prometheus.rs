@@ -337,6 +337,44 @@ fn prometheus_scraping_the_pushgateway_sees_what_the_rules_and_the_dashboard_rea
             ),
             1.0,
         ),
+        // Lateness: the oldest 200 Reserve deadlines were 750 to 949 s before the
+        // seed, the 20 Booking ones 600 to 619 s; AsOf came moments after it.
+        (
+            format!(
+                r#"crm_booking_expiration_lateness_seconds_count{{{job}, step="run-once", phase="Reserve"}}"#
+            ),
+            200.0,
+        ),
+        (
+            format!(
+                r#"crm_booking_expiration_lateness_seconds_count{{{job}, step="run-once", phase="Booking"}}"#
+            ),
+            20.0,
+        ),
+        (
+            format!(
+                r#"crm_booking_expiration_lateness_seconds_bucket{{{job}, step="run-once", phase="Reserve", le="300"}}"#
+            ),
+            0.0,
+        ),
+        (
+            format!(
+                r#"crm_booking_expiration_lateness_seconds_bucket{{{job}, step="run-once", phase="Reserve", le="3600"}}"#
+            ),
+            200.0,
+        ),
+        (
+            format!(
+                r#"crm_booking_expiration_lateness_seconds_bucket{{{job}, step="run-once", phase="Booking", le="300"}}"#
+            ),
+            0.0,
+        ),
+        (
+            format!(
+                r#"crm_booking_expiration_lateness_seconds_bucket{{{job}, step="run-once", phase="Booking", le="900"}}"#
+            ),
+            20.0,
+        ),
         (
             format!(r#"crm_booking_expiration_relay_published{{{job}, step="relay-outbox"}}"#),
             220.0,
@@ -423,26 +461,66 @@ fn prometheus_scraping_the_pushgateway_sees_what_the_rules_and_the_dashboard_rea
         );
     }
 
+    // The sum of a 15-minute window of scrapes of this one push: every count times
+    // the number of scrapes, so the same p99. Booking: all 20 in (300, 900], so
+    // p99 = 300 + 600 × 19.8 / 20 exactly.
+    let p99 = |phase: &str| {
+        value(
+            &prom,
+            &format!(
+                r#"histogram_quantile(0.99, sum by (phase, le) (sum_over_time(crm_booking_expiration_lateness_seconds_bucket{{{job}, step="run-once", phase="{phase}"}}[15m])))"#
+            ),
+        )
+    };
+    let booking_p99 = p99("Booking");
+    assert!((booking_p99 - 894.0).abs() < 1e-6, "{booking_p99}");
+    let reserve_p99 = p99("Reserve");
+    assert!(
+        (900.0..3600.0).contains(&reserve_p99),
+        "the p99 of 750..949 s lies in the (900, 3600] bucket: {reserve_p99}"
+    );
+
     // 150 overdue > 100: the backlog alert fires (for: 1s in this copy of the rules);
-    // the liveness and failure alerts do not.
+    // every expiry was 10 minutes late, past the 85 s objective: the lateness alert
+    // fires for both phases; the liveness and failure alerts do not.
     let mut alerts = Vec::new();
-    wait_until(Duration::from_secs(30), "the backlog alert fires", || {
-        let (_, body) = get(&prom.addr, "/api/v1/alerts").unwrap();
-        let json: Value = serde_json::from_str(&body).unwrap();
-        alerts = json["data"]["alerts"].as_array().unwrap().clone();
-        alerts.iter().any(|a| {
-            a["labels"]["alertname"] == "BookingExpirationBacklogHigh" && a["state"] == "firing"
-        })
-    });
+    let firing = |alerts: &[Value], name: &str| {
+        alerts
+            .iter()
+            .filter(|a| a["labels"]["alertname"] == name && a["state"] == "firing")
+            .count()
+    };
+    wait_until(
+        Duration::from_secs(30),
+        "the backlog and lateness alerts fire",
+        || {
+            let (_, body) = get(&prom.addr, "/api/v1/alerts").unwrap();
+            let json: Value = serde_json::from_str(&body).unwrap();
+            alerts = json["data"]["alerts"].as_array().unwrap().clone();
+            firing(&alerts, "BookingExpirationBacklogHigh") == 1
+                && firing(&alerts, "BookingExpirationLate") == 2
+        },
+    );
     let names: BTreeSet<&str> = alerts
         .iter()
         .map(|a| a["labels"]["alertname"].as_str().unwrap())
         .collect();
     assert_eq!(
         names,
-        BTreeSet::from(["BookingExpirationBacklogHigh"]),
+        BTreeSet::from(["BookingExpirationBacklogHigh", "BookingExpirationLate"]),
         "{alerts:#?}"
     );
+    let late = |phase: &str| {
+        let alert = alerts
+            .iter()
+            .find(|a| {
+                a["labels"]["alertname"] == "BookingExpirationLate" && a["labels"]["phase"] == phase
+            })
+            .unwrap_or_else(|| panic!("no lateness alert for {phase}: {alerts:#?}"));
+        alert["value"].as_str().unwrap().parse::<f64>().unwrap()
+    };
+    assert!((late("Booking") - 894.0).abs() < 1e-6, "{alerts:#?}");
+    assert!((late("Reserve") - reserve_p99).abs() < 1e-6, "{alerts:#?}");
     let backlog = alerts
         .iter()
         .find(|a| a["labels"]["alertname"] == "BookingExpirationBacklogHigh")

@@ -1,18 +1,29 @@
 //! The metric families, in one place: the gauges `run-once` and `relay-outbox` push
 //! when they end (`obs::pushgateway` sends them) and the gauges `backlog --format
-//! prometheus` prints, under the very same names and help texts.
+//! prometheus` prints, under the very same names and help texts. The text is encoded by
+//! the `prometheus-client` crate (`Exposition`).
 //!
 //! Gauges, since each value describes the last run (so the names carry no `_total`):
-//! items per phase, skipped, poison, errors (1 = the run failed), duration; and, read
+//! items per phase, skipped, poison, errors (1 = the run failed), duration; histograms
+//! of the run's own observations (the cycle's duration, each expiry's lateness per
+//! phase, each published event's commit → ack age), which the next run's push
+//! replaces, so they are never counters to `rate()` over; and, read
 //! after the run in a short read-only transaction (`store::read_backlog`), the backlog
 //! figures: `run-once` the overdue backlog and the quarantined poison, `relay-outbox`
 //! the outbox lag, each from the tables its least-privilege role may read (the worker
 //! may insert into the outbox, not read it).
 
-use std::fmt::Write as _;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use prometheus_client::encoding::prometheus_text;
+use prometheus_client::encoding::{
+    EncodeGaugeValue, EncodeMetric, GaugeValueEncoder, MetricEncoder,
+};
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::{MetricType, TypedMetric};
+use prometheus_client::registry::{Metric, Registry};
 
 use crate::clock::seconds;
 use crate::cycle::CycleResult;
@@ -54,6 +65,13 @@ pub const CYCLE_DURATION: Family = family(
 /// Upper bounds of the cycle duration buckets (a cycle takes ~50 ms; its deadline is
 /// under a minute).
 pub const CYCLE_DURATION_BUCKETS: &[f64] = &[0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+
+pub const LATENESS: Family = family(
+    "crm_booking_expiration_lateness_seconds",
+    "Seconds from a booking's deadline to its expiry (expired_at - deadline), per phase, \
+     for each booking the last run-once expired (the objective: within 85 s, 60 s + the \
+     cycle's budget; sum_over_time of the buckets gives the distribution across runs).",
+);
 
 pub const RELAY_PUBLICATIONS: Family = family(
     "crm_booking_expiration_relay_publications",
@@ -132,79 +150,125 @@ pub const OUTBOX_FAILED: Family = family(
     "Outbox rows the relay gave up on (e.g. too large to send).",
 );
 
-/// The text exposition format (version 0.0.4), gauges only.
+/// The text exposition format (version 0.0.4) of a set of families, encoded by the
+/// `prometheus-client` crate (its `prometheus_text` encoder): each family is
+/// registered in the order it is added and printed in that order, with its HELP and
+/// TYPE lines; label values are escaped by the crate.
+///
+/// The values are the ones a run already holds (counts, durations, ages), so they are
+/// registered as constant metrics rather than updated live.
 #[derive(Debug, Default)]
-pub struct Exposition(String);
+pub struct Exposition(Registry);
 
-impl Exposition {
-    fn family(&mut self, f: Family) {
-        self.typed(f, "gauge");
+/// A sample value as the text format shows it: whole numbers without a fraction (`6`,
+/// as Prometheus's own clients print them), anything else as the shortest decimal that
+/// reads back the same.
+#[derive(Debug, Clone, Copy)]
+struct Number(f64);
+
+impl EncodeGaugeValue for Number {
+    fn encode(&self, encoder: &mut GaugeValueEncoder) -> std::fmt::Result {
+        // Below 2^53 every whole f64 is exactly an i64.
+        if self.0.fract() == 0.0 && self.0.abs() < 9_007_199_254_740_992.0 {
+            (self.0 as i64).encode(encoder)
+        } else {
+            self.0.encode(encoder)
+        }
+    }
+}
+
+/// A family whose samples carry labels, in the order given (the crate's own `Family`
+/// is a hash map: its order would change from run to run). No sample, no family.
+#[derive(Debug)]
+struct Labelled<M> {
+    samples: Vec<(Vec<(String, String)>, M)>,
+}
+
+impl<M: EncodeMetric + TypedMetric> EncodeMetric for Labelled<M> {
+    fn encode(&self, mut encoder: MetricEncoder) -> std::fmt::Result {
+        for (labels, metric) in &self.samples {
+            metric.encode(encoder.encode_family(labels)?)?;
+        }
+        Ok(())
     }
 
-    fn typed(&mut self, f: Family, kind: &str) {
-        let _ = write!(
-            self.0,
-            "# HELP {} {}\n# TYPE {} {kind}\n",
-            f.name, f.help, f.name
-        );
+    fn metric_type(&self) -> MetricType {
+        M::TYPE
+    }
+
+    fn is_empty(&self) -> bool {
+        self.samples.is_empty()
+    }
+}
+
+fn owned(labels: &[(&str, &str)]) -> Vec<(String, String)> {
+    labels
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+fn phase_label(phase: Phase) -> Vec<(String, String)> {
+    vec![("phase".to_owned(), phase.to_string())]
+}
+
+/// A histogram of `observations` with the upper bounds `buckets` (`+Inf` added).
+pub fn histogram_of(buckets: &[f64], observations: &[f64]) -> Histogram {
+    let h = Histogram::new(buckets.iter().copied());
+    for o in observations {
+        h.observe(*o);
+    }
+    h
+}
+
+impl Exposition {
+    fn register(&mut self, f: Family, metric: impl Metric) {
+        // The crate ends every help text with a period of its own.
+        let help = f.help.strip_suffix('.').unwrap_or(f.help);
+        self.0.register(f.name, help, metric);
     }
 
     pub fn gauge(&mut self, f: Family, value: f64) {
-        self.family(f);
-        let _ = writeln!(self.0, "{} {value}", f.name);
+        self.register(f, ConstGauge::new(Number(value)));
     }
 
     pub fn per_phase(&mut self, f: Family, value: impl Fn(Phase) -> f64) {
-        self.family(f);
-        for phase in Phase::ALL {
-            let _ = writeln!(self.0, "{}{{phase=\"{phase}\"}} {}", f.name, value(phase));
-        }
+        let samples = Phase::ALL
+            .iter()
+            .map(|p| (phase_label(*p), ConstGauge::new(Number(value(*p)))))
+            .collect();
+        self.register(f, Labelled { samples });
     }
 
     /// A histogram of `observations` with the upper bounds `buckets` (+Inf added).
     pub fn histogram(&mut self, f: Family, buckets: &[f64], observations: &[f64]) {
-        self.typed(f, "histogram");
-        for le in buckets {
-            let n = observations.iter().filter(|o| **o <= *le).count();
-            let _ = writeln!(self.0, "{}_bucket{{le=\"{le}\"}} {n}", f.name);
-        }
-        let _ = writeln!(
-            self.0,
-            "{}_bucket{{le=\"+Inf\"}} {}",
-            f.name,
-            observations.len()
-        );
-        let _ = writeln!(
-            self.0,
-            "{}_sum {}",
-            f.name,
-            observations.iter().sum::<f64>()
-        );
-        let _ = writeln!(self.0, "{}_count {}", f.name, observations.len());
+        self.register(f, histogram_of(buckets, observations));
+    }
+
+    /// A histogram per phase.
+    pub fn histogram_per_phase(&mut self, f: Family, of: impl Fn(Phase) -> Histogram) {
+        let samples = Phase::ALL
+            .iter()
+            .map(|p| (phase_label(*p), of(*p)))
+            .collect();
+        self.register(f, Labelled { samples });
     }
 
     /// A gauge with one sample per label set.
     pub fn labelled(&mut self, f: Family, samples: &[(Vec<(&str, &str)>, f64)]) {
-        self.family(f);
-        for (labels, value) in samples {
-            let labels: Vec<String> = labels
-                .iter()
-                .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
-                .collect();
-            let _ = writeln!(self.0, "{}{{{}}} {value}", f.name, labels.join(","));
-        }
+        let samples = samples
+            .iter()
+            .map(|(labels, v)| (owned(labels), ConstGauge::new(Number(*v))))
+            .collect();
+        self.register(f, Labelled { samples });
     }
 
     pub fn into_text(self) -> String {
-        self.0
+        let mut text = String::new();
+        // Writing into a String cannot fail, and every value here encodes.
+        prometheus_text::encode(&mut text, &self.0).expect("metrics encode as text");
+        text
     }
-}
-
-/// A label value in the text format.
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 fn unix_seconds(at: DateTime<Utc>) -> f64 {
@@ -280,6 +344,7 @@ pub fn cycle_metrics(
         CYCLE_DURATION_BUCKETS,
         &[duration.as_secs_f64()],
     );
+    out.histogram_per_phase(LATENESS, |phase| result.lateness.of(phase).clone());
     out.gauge(
         PAUSED,
         result.paused.as_ref().map_or(0.0, |p| p.paused_for_seconds),
@@ -390,6 +455,75 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_lateness_histogram_has_one_series_set_per_phase() {
+        let r = result();
+        r.lateness.observe(Phase::Reserve, 30.5);
+        r.lateness.observe(Phase::Reserve, 90.0);
+        let now = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let text = cycle_metrics(&r, false, Duration::from_millis(5), None, now);
+        let lateness: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("crm_booking_expiration_lateness_seconds"))
+            .filter(|l| {
+                !l.contains("_bucket") || l.contains("le=\"85\"") || l.contains("le=\"120\"")
+            })
+            .collect();
+        assert_eq!(
+            lateness,
+            [
+                "crm_booking_expiration_lateness_seconds_bucket{phase=\"Reserve\",le=\"85\"} 1",
+                "crm_booking_expiration_lateness_seconds_bucket{phase=\"Reserve\",le=\"120\"} 2",
+                "crm_booking_expiration_lateness_seconds_sum{phase=\"Reserve\"} 120.5",
+                "crm_booking_expiration_lateness_seconds_count{phase=\"Reserve\"} 2",
+                "crm_booking_expiration_lateness_seconds_bucket{phase=\"Booking\",le=\"85\"} 0",
+                "crm_booking_expiration_lateness_seconds_bucket{phase=\"Booking\",le=\"120\"} 0",
+                "crm_booking_expiration_lateness_seconds_sum{phase=\"Booking\"} 0.0",
+                "crm_booking_expiration_lateness_seconds_count{phase=\"Booking\"} 0",
+            ]
+        );
+        let les = text
+            .lines()
+            .filter(|l| {
+                l.starts_with("crm_booking_expiration_lateness_seconds_bucket{phase=\"Booking\"")
+            })
+            .count();
+        assert_eq!(les, crate::obs::lateness::LATENESS_BUCKETS.len() + 1);
+        assert!(text.contains("# TYPE crm_booking_expiration_lateness_seconds histogram\n"));
+    }
+
+    #[test]
+    fn the_text_is_the_exposition_format_with_escaped_labels() {
+        let mut out = Exposition::default();
+        out.gauge(RELAY_DURATION, 0.25);
+        out.labelled(
+            RELAY_PUBLICATIONS,
+            &[(vec![("topic", "a\"b\\c\nd"), ("phase", "Reserve")], 3.0)],
+        );
+        out.labelled(RELAY_PUBLICATIONS, &[]);
+        out.histogram(RELAY_ACK_AGE, &[0.5, 1.0], &[0.25, 0.75, 7.0]);
+        assert_eq!(
+            out.into_text(),
+            "# HELP crm_booking_expiration_relay_duration_seconds How long the last \
+             relay-outbox took, in seconds.\n\
+             # TYPE crm_booking_expiration_relay_duration_seconds gauge\n\
+             crm_booking_expiration_relay_duration_seconds 0.25\n\
+             # HELP crm_booking_expiration_relay_publications Outbox rows the last \
+             relay-outbox published, per topic and Phase of the event.\n\
+             # TYPE crm_booking_expiration_relay_publications gauge\n\
+             crm_booking_expiration_relay_publications{topic=\"a\\\"b\\\\c\\nd\",phase=\"Reserve\"} 3\n\
+             # HELP crm_booking_expiration_relay_ack_age_seconds Seconds from an event's \
+             write (the cycle's commit) to Kafka's acknowledgement, for each event the last \
+             relay-outbox published.\n\
+             # TYPE crm_booking_expiration_relay_ack_age_seconds histogram\n\
+             crm_booking_expiration_relay_ack_age_seconds_bucket{le=\"0.5\"} 1\n\
+             crm_booking_expiration_relay_ack_age_seconds_bucket{le=\"1\"} 2\n\
+             crm_booking_expiration_relay_ack_age_seconds_bucket{le=\"+Inf\"} 3\n\
+             crm_booking_expiration_relay_ack_age_seconds_sum 8.0\n\
+             crm_booking_expiration_relay_ack_age_seconds_count 3\n"
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! of `push_client`), and traces over OTLP (`trace`).
 
 pub mod backlog_only;
+pub mod lateness;
 mod log;
 pub mod metrics;
 pub mod push_client;
