@@ -259,6 +259,17 @@ pub struct RunOnceArgs {
     #[arg(long, env = "BOOKING_EXPIRATION_MAX_CLOCK_SKEW", value_name = "DURATION",
           default_value = "2s", value_parser = duration_in(Duration::from_millis(100), Duration::from_secs(300)))]
     pub max_clock_skew: Duration,
+
+    /// The topics each expiry is published to, comma-separated, each at most once: one
+    /// outbox row per topic, written with the expiry. Allowed: pin.crm.booking-expired.v1,
+    /// pin.crm.booking-expired.v2 (both while consumers move from v1 to v2)
+    #[arg(
+        long,
+        env = "BOOKING_EXPIRATION_TOPICS",
+        value_name = "TOPIC,...",
+        default_value = "pin.crm.booking-expired.v1"
+    )]
+    pub topics: String,
 }
 
 /// How to reach Kafka.

@@ -376,12 +376,14 @@ fn wait_for_outbox(client: &mut Client, limit: Duration) -> Result<()> {
     Ok(())
 }
 
-/// At most one message in flight per key: the oldest pending row of each key goes in
-/// this batch, later rows of the same key wait for the next one.
+/// At most one message in flight per key and topic: the oldest pending row of each key
+/// on each topic goes in this batch, later rows of the same key and topic wait for the
+/// next one. Order is per topic (a partition belongs to one topic), so the rows of one
+/// expiry on two contract versions' topics go together.
 fn one_per_key(rows: Vec<OutboxRow>) -> Vec<OutboxRow> {
     let mut seen = HashSet::new();
     rows.into_iter()
-        .filter(|r| seen.insert(r.key.clone()))
+        .filter(|r| seen.insert((r.topic.clone(), r.key.clone())))
         .collect()
 }
 
@@ -457,6 +459,22 @@ mod tests {
             row("a", 3),
             row("c", 4),
             row("b", 5),
+        ]);
+        let ids: Vec<u128> = batch.iter().map(|r| r.id.as_u128()).collect();
+        assert_eq!(ids, [1, 2, 4]);
+    }
+
+    #[test]
+    fn the_same_key_on_another_topic_goes_in_the_same_batch() {
+        let on = |topic: &str, key: &str, n: u128| OutboxRow {
+            topic: topic.to_owned(),
+            ..row(key, n)
+        };
+        let batch = one_per_key(vec![
+            on("v1", "a", 1),
+            on("v2", "a", 2),
+            on("v1", "a", 3),
+            on("v2", "b", 4),
         ]);
         let ids: Vec<u128> = batch.iter().map(|r| r.id.as_u128()).collect();
         assert_eq!(ids, [1, 2, 4]);

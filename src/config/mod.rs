@@ -5,6 +5,7 @@
 
 mod db;
 mod kafka;
+mod topics;
 
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use anyhow::Result;
 
 pub use self::db::{DbConfig, SslMode};
 pub use self::kafka::{KafkaConfig, KafkaSecurity, Secret};
+pub use self::topics::{TOPICS_INPUT, Topics};
 use crate::cli::{
     BacklogArgs, BatchArgs, Command, DryRunArgs, MetricsArgs, RelayArgs, ReportFormat, RunOnceArgs,
 };
@@ -174,6 +176,8 @@ pub struct RunOnceConfig {
     /// The largest difference between the system clock and the database clock at
     /// which the cycle still expires bookings.
     pub max_clock_skew: Duration,
+    /// The contract versions each expiry is published in: one outbox row per topic.
+    pub topics: Topics,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -198,6 +202,7 @@ impl RunOnceConfig {
             batch: Batch::from(&args.batch),
             deadline: args.deadline,
             max_clock_skew: args.max_clock_skew,
+            topics: Topics::parse(&args.topics)?,
         })
     }
 }

@@ -17,7 +17,7 @@ use uuid::Uuid;
 use super::format::{self, SHORT_ID_WIDTH, Stdout, StreamTable, TIME_WIDTH, Table, UUID_WIDTH};
 use crate::clock::Clock;
 use crate::config::{Batch, DryRunConfig};
-use crate::domain::{self, BookingRow, Phase, TOPIC, rfc3339};
+use crate::domain::{self, BookingRow, ContractVersion, Phase, rfc3339};
 use crate::exit::{ClassifyExt, Failure};
 use crate::shutdown;
 use crate::store::{self, BatchWrite, CHUNK_ROWS, Need, Poison, Quarantined};
@@ -117,8 +117,14 @@ fn stream_phase(
     store::candidates_in_chunks(tx, phase, scope.as_of, scope.limit, CHUNK_ROWS, |rows| {
         counts.candidates += rows.len() as u64;
         // The dry run's own message ids, time-ordered as run-once's are.
-        let (writes, poison) =
-            domain::decide(&rows, phase, scope.as_of, scope.run_id, &mut Uuid::now_v7);
+        let (writes, poison) = domain::decide(
+            &rows,
+            phase,
+            scope.as_of,
+            scope.run_id,
+            &[ContractVersion::V1],
+            &mut Uuid::now_v7,
+        );
         counts.would_expire += writes.len() as u64;
         counts.rejected += poison.len() as u64;
         if !poison.is_empty() {
@@ -481,9 +487,9 @@ impl Report for JsonLines {
                     to: e.to.as_str(),
                     deadline: rfc3339(e.deadline),
                     overdue_by_seconds: format::seconds(s.as_of - e.deadline),
-                    topic: TOPIC,
-                    event: &w.payload,
-                    headers: &w.headers,
+                    topic: w.events[0].topic,
+                    event: &w.events[0].payload,
+                    headers: &w.events[0].headers,
                 },
             )?;
         }
