@@ -400,11 +400,21 @@ pub struct DryRunArgs {
     #[arg(long, conflicts_with = "json")]
     pub wide: bool,
 
-    /// JSON lines on stdout: one per booking with the exact event payload and headers a
-    /// cycle would publish (ce_id, traceparent and ce_correlationid are this dry run's
-    /// own: run-once assigns fresh ones), then a summary line
+    /// JSON lines on stdout: one per booking and topic with the exact event payload and
+    /// headers a cycle would publish (ce_id, traceparent and ce_correlationid are this
+    /// dry run's own: run-once assigns fresh ones), then a summary line
     #[arg(long)]
     pub json: bool,
+
+    /// The topics a cycle would publish each expiry to, as run-once's --topics (the same
+    /// variable): --json shows one event per topic
+    #[arg(
+        long,
+        env = "BOOKING_EXPIRATION_TOPICS",
+        value_name = "TOPIC,...",
+        default_value = "pin.crm.booking-expired.v1"
+    )]
+    pub topics: String,
 }
 
 const AS_OF_EXPECTED: &str = "expected RFC 3339 with an offset, e.g. 2026-11-29T18:00:00Z \

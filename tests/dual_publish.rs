@@ -420,3 +420,50 @@ fn the_topics_setting_names_the_flag_the_value_and_what_is_allowed() {
     }
     assert_eq!(checksum(&mut c), before, "a refused setting writes nothing");
 }
+
+#[test]
+fn dry_run_shows_each_expiry_once_per_configured_topic() {
+    let db = TestDb::new();
+    let mut c = db.client();
+    let seeds = seed_six(&mut c);
+    let before = checksum(&mut c);
+    let run = Run::of(
+        db.command(&["dry-run", "--as-of", "now", "--json"])
+            .env("BOOKING_EXPIRATION_TOPICS", format!("{V1},{V2}"))
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let lines = json_lines(&run.stdout);
+    let events: Vec<&Value> = lines.iter().filter(|l| l.get("Topic").is_some()).collect();
+    assert_eq!(events.len(), 12, "{}", run.stdout);
+    for s in &seeds {
+        let mine: Vec<&&Value> = events
+            .iter()
+            .filter(|l| l["BookingId"] == json!(s.id.to_string()))
+            .collect();
+        let topics: Vec<&str> = mine.iter().map(|l| l["Topic"].as_str().unwrap()).collect();
+        assert_eq!(topics, [V1, V2]);
+        for (line, major) in mine.iter().zip([1, 2]) {
+            let producer = contract_validator(major, false);
+            assert!(
+                producer.is_valid(&line["Event"]),
+                "v{major}: {}",
+                schema_errors(&producer, &line["Event"])
+            );
+            assert_eq!(
+                line["Headers"]["ce_contractversion"],
+                json!(major.to_string())
+            );
+        }
+        assert_ne!(mine[0]["Headers"]["ce_id"], mine[1]["Headers"]["ce_id"]);
+    }
+    let summary = &lines.last().unwrap()["Summary"];
+    assert_eq!(
+        summary["Reserve"]["WouldExpire"],
+        json!(3),
+        "bookings, not events"
+    );
+    assert_eq!(summary["Booking"]["WouldExpire"], json!(3));
+    assert_eq!(checksum(&mut c), before, "a dry run writes nothing");
+}

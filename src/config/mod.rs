@@ -123,6 +123,8 @@ pub struct DryRunConfig {
     pub json: bool,
     /// Full ids in the table instead of their first eight characters.
     pub wide: bool,
+    /// The topics a cycle would publish each expiry on (`--json` shows each event).
+    pub topics: Topics,
 }
 
 impl DryRunConfig {
@@ -134,6 +136,7 @@ impl DryRunConfig {
             all: args.all,
             json: args.json,
             wide: args.wide,
+            topics: Topics::parse(&args.topics)?,
         })
     }
 
