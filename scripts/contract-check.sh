@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
-# The event contract's checks (contracts/):
-#   1. contracts/asyncapi.yaml and the released documents are valid AsyncAPI (the
-#      official @asyncapi/parser);
-#   2. the producer and consumer JSON Schemas are what asyncapi.yaml generates;
-#   3. the documents' examples and contracts/validation-cases.json pass or fail each
-#      schema as the table says, formats asserted (ajv + ajv-formats);
-#   4. asyncapi.yaml is compatible with every released document of its major version
-#      (contracts/released/asyncapi-v1.yaml), by @asyncapi/diff with the evolution
-#      rules as overrides: a breaking change fails;
-#   5. the compatibility rules themselves, on purpose-made edits (node --test).
+# The event contract's checks (contracts/), for each major version: v1
+# (asyncapi.yaml) and v2 (asyncapi-v2.yaml):
+#   1. the documents and the released ones are valid AsyncAPI (the official
+#      @asyncapi/parser);
+#   2. each version's producer and consumer JSON Schemas are what its document
+#      generates;
+#   3. the documents' examples and the case tables (validation-cases.json,
+#      validation-cases-v2.json) pass or fail each schema as the table says, formats
+#      asserted (ajv + ajv-formats);
+#   4. each document is compatible with the released document of its major version
+#      (contracts/released/asyncapi-v1.yaml, asyncapi-v2.yaml), by @asyncapi/diff
+#      with the evolution rules as overrides: a breaking change fails;
+#   5. the compatibility rules themselves, on purpose-made edits, and v2 being a
+#      breaking change of v1 (node --test).
 #
 # Usage: scripts/contract-check.sh [--write]
-#   --write  regenerate the two JSON Schemas from asyncapi.yaml instead of checking them
+#   --write  regenerate the JSON Schemas from the documents instead of checking them
 #
 # The npm packages are pinned by contracts/tooling/package-lock.json and installed
 # with `npm ci` into ${XDG_CACHE_HOME:-~/.cache}/booking-expire/npm-<hash of the lock
@@ -66,12 +70,13 @@ export NODE_PATH="$cache/node_modules"
 contract() { node "$TOOLING/contract.cjs" "$@"; }
 
 echo "== AsyncAPI documents" >&2
-contract validate contracts/asyncapi.yaml contracts/released/*.yaml
-echo "== JSON Schemas generated from contracts/asyncapi.yaml" >&2
+contract validate contracts/asyncapi.yaml contracts/asyncapi-v2.yaml contracts/released/*.yaml
+echo "== JSON Schemas generated from contracts/asyncapi.yaml and asyncapi-v2.yaml" >&2
 if (( write )); then contract generate; else contract generate --check; fi
 echo "== examples and validation cases against both schemas" >&2
 contract messages
-echo "== compatibility with the released contract" >&2
+echo "== compatibility with the released contracts" >&2
 contract compat contracts/released/asyncapi-v1.yaml contracts/asyncapi.yaml
+contract compat contracts/released/asyncapi-v2.yaml contracts/asyncapi-v2.yaml
 echo "== the compatibility rules on purpose-made edits" >&2
 node --test "$TOOLING/compat.test.cjs"

@@ -259,6 +259,17 @@ pub struct RunOnceArgs {
     #[arg(long, env = "BOOKING_EXPIRATION_MAX_CLOCK_SKEW", value_name = "DURATION",
           default_value = "2s", value_parser = duration_in(Duration::from_millis(100), Duration::from_secs(300)))]
     pub max_clock_skew: Duration,
+
+    /// The topics each expiry is published to, comma-separated, each at most once: one
+    /// outbox row per topic, written with the expiry. Allowed: pin.crm.booking-expired.v1,
+    /// pin.crm.booking-expired.v2 (both while consumers move from v1 to v2)
+    #[arg(
+        long,
+        env = "BOOKING_EXPIRATION_TOPICS",
+        value_name = "TOPIC,...",
+        default_value = "pin.crm.booking-expired.v1"
+    )]
+    pub topics: String,
 }
 
 /// How to reach Kafka.
@@ -389,11 +400,21 @@ pub struct DryRunArgs {
     #[arg(long, conflicts_with = "json")]
     pub wide: bool,
 
-    /// JSON lines on stdout: one per booking with the exact event payload and headers a
-    /// cycle would publish (ce_id, traceparent and ce_correlationid are this dry run's
-    /// own: run-once assigns fresh ones), then a summary line
+    /// JSON lines on stdout: one per booking and topic with the exact event payload and
+    /// headers a cycle would publish (ce_id, traceparent and ce_correlationid are this
+    /// dry run's own: run-once assigns fresh ones), then a summary line
     #[arg(long)]
     pub json: bool,
+
+    /// The topics a cycle would publish each expiry to, as run-once's --topics (the same
+    /// variable): --json shows one event per topic
+    #[arg(
+        long,
+        env = "BOOKING_EXPIRATION_TOPICS",
+        value_name = "TOPIC,...",
+        default_value = "pin.crm.booking-expired.v1"
+    )]
+    pub topics: String,
 }
 
 const AS_OF_EXPECTED: &str = "expected RFC 3339 with an offset, e.g. 2026-11-29T18:00:00Z \

@@ -84,7 +84,7 @@ fn cycle_at(
     result: &mut CycleResult,
 ) -> Result<()> {
     info!(RunId:% = result.run_id, AsOf:% = rfc3339(as_of), BatchSize = cfg.batch.size,
-          MaxBatches = cfg.batch.max_batches;
+          MaxBatches = cfg.batch.max_batches, Topics = cfg.topics.to_flag().as_str();
           "cycle started");
 
     let mut db = store::connect(&cfg.db)?;
@@ -259,8 +259,8 @@ fn run_phase(
             return Ok(PhaseEnd::Deadline);
         }
         let span = trace::span("expire batch", vec![Attr::new("Phase", phase.to_string())]);
-        let batch = run_batch(client, stmts, phase, cfg.batch.size, run_id, as_of)
-            .inspect_err(|e| span.fail(e))?;
+        let batch =
+            run_batch(client, stmts, phase, cfg, run_id, as_of).inspect_err(|e| span.fail(e))?;
         span.set([
             Attr::new("Claimed", batch.claimed as i64),
             Attr::new("Expired", batch.expired as i64),
@@ -317,10 +317,11 @@ fn run_batch(
     client: &mut Client,
     stmts: &CycleStatements,
     phase: Phase,
-    batch_size: u32,
+    cfg: &RunOnceConfig,
     run_id: Uuid,
     as_of: DateTime<Utc>,
 ) -> Result<BatchOutcome> {
+    let batch_size = cfg.batch.size;
     let context = |what: &str| format!("{phase} batch: {what}; the batch rolled back");
     let mut tx = client
         .transaction()
@@ -340,12 +341,13 @@ fn run_batch(
         });
     }
 
+    let versions = cfg.topics.versions();
     let (mut writes, mut poison) =
-        domain::decide(&claimed, phase, as_of, run_id, &mut Uuid::now_v7);
+        domain::decide(&claimed, phase, as_of, run_id, versions, &mut Uuid::now_v7);
     // While tracing is on, each event's parent is the batch that wrote it.
     if let Some(traceparent) = trace::current_traceparent() {
-        for w in &mut writes {
-            if let Some(headers) = w.headers.as_object_mut() {
+        for e in writes.iter_mut().flat_map(|w| &mut w.events) {
+            if let Some(headers) = e.headers.as_object_mut() {
                 headers.insert("traceparent".to_owned(), traceparent.clone().into());
             }
         }
@@ -391,15 +393,22 @@ fn run_batch(
         .filter(|w| expired.contains(&w.expiry.booking_id))
     {
         lateness.push(seconds(w.expiry.expired_at - w.expiry.deadline));
+        // One message id per published contract version, comma-separated.
+        let message_ids = w
+            .events
+            .iter()
+            .map(|e| e.message_id.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
         info!(BookingId:% = w.expiry.booking_id, DealId:% = w.expiry.deal_id, Phase:% = phase,
-              TenantId:% = w.expiry.tenant_id, MessageId:% = w.message_id; "booking expired");
+              TenantId:% = w.expiry.tenant_id, MessageId = message_ids.as_str(); "booking expired");
         trace::event(
             "booking expired",
             vec![
                 Attr::new("BookingId", w.expiry.booking_id.to_string()),
                 Attr::new("TenantId", w.expiry.tenant_id.to_string()),
                 Attr::new("DealId", w.expiry.deal_id.to_string()),
-                Attr::new("MessageId", w.message_id.to_string()),
+                Attr::new("MessageId", message_ids),
             ],
         );
     }

@@ -376,12 +376,14 @@ fn wait_for_outbox(client: &mut Client, limit: Duration) -> Result<()> {
     Ok(())
 }
 
-/// At most one message in flight per key: the oldest pending row of each key goes in
-/// this batch, later rows of the same key wait for the next one.
+/// At most one message in flight per key and topic: the oldest pending row of each key
+/// on each topic goes in this batch, later rows of the same key and topic wait for the
+/// next one. Order is per topic (a partition belongs to one topic), so the rows of one
+/// expiry on two contract versions' topics go together.
 fn one_per_key(rows: Vec<OutboxRow>) -> Vec<OutboxRow> {
     let mut seen = HashSet::new();
     rows.into_iter()
-        .filter(|r| seen.insert(r.key.clone()))
+        .filter(|r| seen.insert((r.topic.clone(), r.key.clone())))
         .collect()
 }
 
@@ -450,16 +452,21 @@ mod tests {
     }
 
     #[test]
-    fn only_the_oldest_row_of_each_key_is_sent() {
+    fn only_the_oldest_row_of_each_key_on_each_topic_is_sent() {
+        let on_v2 = OutboxRow {
+            topic: "t.v2".to_owned(),
+            ..row("a", 6)
+        };
         let batch = one_per_key(vec![
             row("a", 1),
             row("b", 2),
             row("a", 3),
             row("c", 4),
             row("b", 5),
+            on_v2,
         ]);
         let ids: Vec<u128> = batch.iter().map(|r| r.id.as_u128()).collect();
-        assert_eq!(ids, [1, 2, 4]);
+        assert_eq!(ids, [1, 2, 4, 6]);
     }
 
     #[test]

@@ -1,8 +1,10 @@
-//! The event contract's two JSON Schemas (`contracts/`): the producer's strict one and
-//! the consumers' tolerant one, both generated from `contracts/asyncapi.yaml`.
+//! The event contract's JSON Schemas (`contracts/`), for each major version: the
+//! producer's strict one and the consumers' tolerant one, generated from
+//! `contracts/asyncapi.yaml` (v1) and `contracts/asyncapi-v2.yaml` (v2).
 //!
 //! - formats (`uuid`, `date-time`) are asserted, not just patterned;
-//! - the table `contracts/validation-cases.json` passes or fails each schema as it says;
+//! - the tables `contracts/validation-cases.json` and `validation-cases-v2.json` pass or
+//!   fail each schema as they say;
 //! - the consumer schema is exactly the producer schema without its producer-only
 //!   keywords (so the two cannot drift apart);
 //! - every producer-valid message is consumer-valid, and each schema accepts exactly
@@ -23,12 +25,24 @@ fn read_json(name: &str) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
+/// The contract versions and the name each gives the developer company's id (v2 renamed
+/// v1's `TenantId`).
+const VERSIONS: [(u32, &str); 2] = [(1, "TenantId"), (2, "DeveloperId")];
+
+fn producer_schema_of(major: u32) -> Value {
+    read_json(&format!("booking-expired.v{major}.schema.json"))
+}
+
+fn consumer_schema_of(major: u32) -> Value {
+    read_json(&format!("booking-expired.v{major}.consumer.schema.json"))
+}
+
 fn producer_schema() -> Value {
-    read_json("booking-expired.v1.schema.json")
+    producer_schema_of(1)
 }
 
 fn consumer_schema() -> Value {
-    read_json("booking-expired.v1.consumer.schema.json")
+    consumer_schema_of(1)
 }
 
 /// A validator that asserts formats (jsonschema only annotates them by default under
@@ -97,6 +111,50 @@ fn both_schemas_are_draft_2020_12_and_valid() {
 }
 
 #[test]
+fn version_2_schemas_are_valid_and_differ_from_v1_in_the_renamed_field_only() {
+    for (schema, side) in [
+        (producer_schema_of(2), "producer"),
+        (consumer_schema_of(2), "consumer"),
+    ] {
+        assert!(
+            jsonschema::meta::is_valid(&schema),
+            "v2 {side}: not a valid JSON Schema"
+        );
+        assert_eq!(
+            schema["$id"],
+            json!(format!("urn:pin:crm:booking-expired:v2:{side}"))
+        );
+    }
+    for (v1, v2) in [
+        (producer_schema_of(1), producer_schema_of(2)),
+        (consumer_schema_of(1), consumer_schema_of(2)),
+    ] {
+        let mut renamed = v1["properties"].clone();
+        let tenant = renamed.as_object_mut().unwrap().remove("TenantId").unwrap();
+        let developer = &v2["properties"]["DeveloperId"];
+        // Same type, format and pattern; only the description tells the story.
+        for keyword in ["type", "format", "pattern"] {
+            assert_eq!(tenant[keyword], developer[keyword], "{keyword}");
+        }
+        renamed["DeveloperId"] = developer.clone();
+        assert_eq!(renamed, v2["properties"]);
+        let required = |s: &Value| s["required"].clone();
+        assert_eq!(
+            required(&v2),
+            json!([
+                "BookingId",
+                "DeveloperId",
+                "DealId",
+                "PropertyObjectId",
+                "Phase",
+                "ExpiredAt"
+            ])
+        );
+        assert_eq!(required(&v1)[1], json!("TenantId"));
+    }
+}
+
+#[test]
 fn formats_are_asserted_not_just_patterned() {
     let impossible = with("ExpiredAt", json!("2026-13-45T25:61:61Z"));
     // The consumer's ExpiredAt pattern is only the shape of a date-time: the month 13
@@ -133,10 +191,46 @@ fn formats_are_asserted_not_just_patterned() {
 }
 
 #[test]
-fn the_validation_table_passes_and_fails_each_schema_as_it_says() {
-    let table = read_json("validation-cases.json");
+fn the_validation_tables_pass_and_fail_each_schema_as_they_say() {
+    for (major, tenant_field) in VERSIONS {
+        validation_table(major, tenant_field);
+    }
+    // v2's own cases: a v1 value is not a v2 value; v1's old name as an extra field is.
+    let table = read_json("validation-cases-v2.json");
+    let case = |name: &str| {
+        table["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == json!(name))
+            .unwrap_or_else(|| panic!("no case {name:?} in the v2 table"))
+            .clone()
+    };
+    let v1_value = case("a version 1 value");
+    assert_eq!(
+        (&v1_value["producer"], &v1_value["consumer"]),
+        (&json!(false), &json!(false))
+    );
+    assert!(
+        producer().is_valid(&v1_value["payload"]),
+        "it is a good v1 value"
+    );
+    let both = case("DeveloperId and TenantId");
+    assert_eq!(
+        (&both["producer"], &both["consumer"]),
+        (&json!(false), &json!(true))
+    );
+}
+
+fn validation_table(major: u32, tenant_field: &str) {
+    let table = read_json(if major == 1 {
+        "validation-cases.json"
+    } else {
+        "validation-cases-v2.json"
+    });
     let cases = table["cases"].as_array().unwrap();
-    let (producer, consumer) = (producer(), consumer());
+    let producer = asserting(&producer_schema_of(major));
+    let consumer = asserting(&consumer_schema_of(major));
     let mut failures = Vec::new();
     for c in cases {
         let name = c["name"].as_str().unwrap();
@@ -152,7 +246,7 @@ fn the_validation_table_passes_and_fails_each_schema_as_it_says() {
             }
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(failures.is_empty(), "v{major}: {}", failures.join("\n"));
 
     // The table holds the acceptance cases of the contract.
     let case = |name: &str| {
@@ -181,7 +275,7 @@ fn the_validation_table_passes_and_fails_each_schema_as_it_says() {
     );
     for field in [
         "BookingId",
-        "TenantId",
+        tenant_field,
         "DealId",
         "PropertyObjectId",
         "Phase",
@@ -214,6 +308,17 @@ fn consumer_side(node: &Value) -> Value {
 
 #[test]
 fn the_consumer_schema_is_the_producer_schema_without_its_producer_only_keywords() {
+    let mut derived = consumer_side(&producer_schema_of(2));
+    let mut consumer = consumer_schema_of(2);
+    for key in ["$id", "title", "description"] {
+        derived.as_object_mut().unwrap().remove(key);
+        consumer.as_object_mut().unwrap().remove(key);
+    }
+    assert_eq!(
+        derived, consumer,
+        "the v2 consumer schema drifted from its producer schema"
+    );
+
     let mut derived = consumer_side(&producer_schema());
     let mut consumer = consumer_schema();
     // Their headers differ by design.
@@ -339,8 +444,8 @@ fn expired_at() -> impl Strategy<Value = Field> {
 }
 
 /// A message built from generated fields, maybe with one extra field, and what each
-/// schema should say about it.
-fn message() -> impl Strategy<Value = (Value, bool, bool)> {
+/// schema should say about it; `tenant_field` names the developer company's id.
+fn message(tenant_field: &'static str) -> impl Strategy<Value = (Value, bool, bool)> {
     (
         [guid(), guid(), guid(), guid()],
         phase(),
@@ -350,7 +455,7 @@ fn message() -> impl Strategy<Value = (Value, bool, bool)> {
         .prop_map(|(guids, phase, expired_at, extra)| {
             let names = [
                 "BookingId",
-                "TenantId",
+                tenant_field,
                 "DealId",
                 "PropertyObjectId",
                 "Phase",
@@ -377,7 +482,23 @@ fn message() -> impl Strategy<Value = (Value, bool, bool)> {
 
 proptest! {
     #[test]
-    fn every_producer_valid_message_is_consumer_valid((m, producer_ok, consumer_ok) in message()) {
+    fn every_producer_valid_v2_message_is_consumer_valid((m, producer_ok, consumer_ok) in message("DeveloperId")) {
+        thread_local! {
+            static VALIDATORS: (Validator, Validator) =
+                (asserting(&producer_schema_of(2)), asserting(&consumer_schema_of(2)));
+        }
+        VALIDATORS.with(|(producer, consumer)| {
+            let p = producer.is_valid(&m);
+            let c = consumer.is_valid(&m);
+            prop_assert!(!p || c, "producer-valid but consumer-invalid: {m} ({})", errors(consumer, &m));
+            prop_assert_eq!(p, producer_ok, "producer schema on {}: {}", m, errors(producer, &m));
+            prop_assert_eq!(c, consumer_ok, "consumer schema on {}: {}", m, errors(consumer, &m));
+            Ok(())
+        })?;
+    }
+
+    #[test]
+    fn every_producer_valid_message_is_consumer_valid((m, producer_ok, consumer_ok) in message("TenantId")) {
         thread_local! {
             static VALIDATORS: (Validator, Validator) = (producer(), consumer());
         }

@@ -1,9 +1,11 @@
 //! Golden messages (`contracts/examples/`): the relay produces the Reserve and Booking
-//! examples byte for byte from fixed inputs, on a real broker; every example is valid
-//! for the consumer schema, and the two the producer sends for the producer schema.
+//! examples of each contract version (v1 `reserve`, `booking`; v2 `reserve-v2`,
+//! `booking-v2`) byte for byte from fixed inputs, on a real broker; every example is
+//! valid for its version's consumer schema, and the ones the producer sends for its
+//! producer schema.
 //!
-//! `GOLDEN_BLESS=1 cargo test --test golden` rewrites the two produced examples from
-//! what the relay sent (review the diff before committing it).
+//! `GOLDEN_BLESS=1 cargo test --test golden` rewrites the produced examples from what
+//! the relay sent (review the diff before committing it).
 
 mod common;
 
@@ -11,7 +13,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use booking_expire::domain::{ExpiredEvent, Expiry, Phase, event_headers};
+use booking_expire::domain::{ContractVersion, ExpiredEvent, Expiry, Phase, event_headers};
 use chrono::{DateTime, Utc};
 use common::kafka::*;
 use common::*;
@@ -39,7 +41,8 @@ fn uuid(s: &str) -> Uuid {
     s.parse().unwrap()
 }
 
-/// The fixed inputs: an expiry, its message id; the run id is shared.
+/// The fixed inputs: an expiry, its message id (v1's; v2's is the same id with `b` in
+/// place of the twelfth-last digit); the run id is shared.
 fn fixed(phase: Phase) -> (Expiry, Uuid) {
     use booking_expire::domain::Status;
     let at: DateTime<Utc> = "2026-11-29T18:00:00.123456Z".parse().unwrap();
@@ -102,6 +105,29 @@ fn the_relay_produces_the_golden_messages_byte_for_byte() {
         )
         .unwrap();
     }
+    // The v2 rows, as a dual-publishing cycle writes them beside the v1 rows, on a
+    // topic of their own.
+    let topic_v2 = unique_topic();
+    create_topic(&brokers, &topic_v2, 6, &[]);
+    for (phase, _) in names {
+        let (expiry, message_id) = fixed(phase);
+        let message_id = v2_id(message_id);
+        let v2 = ContractVersion::V2;
+        c.execute(
+            "INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload,
+                                     headers, occurred_at)
+             VALUES ($1, 'Booking', $2, 'pin.crm.booking-expired', $3, $4, $5, $6)",
+            &[
+                &message_id,
+                &expiry.booking_id.to_string(),
+                &topic_v2,
+                &v2.payload(&expiry),
+                &Value::Object(v2.headers(&expiry, message_id, uuid(RUN_ID))),
+                &expiry.expired_at,
+            ],
+        )
+        .unwrap();
+    }
     let run = db.run(&["relay-outbox", "--brokers", &brokers]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     // The publication line names the event: its booking, deal, object, phase, moment.
@@ -123,16 +149,37 @@ fn the_relay_produces_the_golden_messages_byte_for_byte() {
             assert!(line.contains(&want), "{want} not in: {line}");
         }
     }
-    let got = consume(&brokers, &topic, 6, 2, Duration::from_secs(30));
+    for (read_from, published_as, suffix) in [
+        (&topic, "pin.crm.booking-expired.v1", ""),
+        (&topic_v2, "pin.crm.booking-expired.v2", "-v2"),
+    ] {
+        compare_with_examples(&brokers, read_from, published_as, suffix);
+    }
+}
+
+/// The v2 message id of a fixed input.
+fn v2_id(v1: Uuid) -> Uuid {
+    let text = v1.to_string().replace("-00000000ab", "-00000000bb");
+    assert_ne!(text, v1.to_string());
+    uuid(&text)
+}
+
+/// Reads the two records of `read_from` and compares each with its example
+/// (`reserve{suffix}`, `booking{suffix}`), which names the topic `published_as`.
+fn compare_with_examples(brokers: &str, read_from: &str, published_as: &str, suffix: &str) {
+    let names = [(Phase::Reserve, "reserve"), (Phase::Booking, "booking")];
+    let got = consume(brokers, read_from, 6, 2, Duration::from_secs(30));
     assert_eq!(got.len(), 2);
     for (phase, name) in names {
+        let name = format!("{name}{suffix}");
+        let name = name.as_str();
         let (expiry, _) = fixed(phase);
         let m = got
             .iter()
             .find(|m| m.key == expiry.booking_id.to_string())
             .unwrap();
         let sent = json!({
-            "topic": "pin.crm.booking-expired.v1",
+            "topic": published_as,
             "partition": m.partition,
             "key": m.key,
             "headers": m.headers,
@@ -185,6 +232,27 @@ fn every_example_is_valid_for_the_consumer_and_the_sent_ones_for_the_producer() 
     for d in deliveries {
         assert!(producer.is_valid(&value(d)));
     }
+    // Version 2's examples: valid for v2, not for v1 (TenantId is named DeveloperId).
+    let (producer_v2, consumer_v2) = (
+        schema("booking-expired.v2.schema.json"),
+        schema("booking-expired.v2.consumer.schema.json"),
+    );
+    for name in ["reserve-v2", "booking-v2"] {
+        let v = value(&example(name));
+        assert!(producer_v2.is_valid(&v), "{name}: v2 producer schema");
+        assert!(consumer_v2.is_valid(&v), "{name}: v2 consumer schema");
+        assert!(!consumer.is_valid(&v), "{name}: v1 consumer schema");
+        let v1 = value(&example(name.trim_end_matches("-v2")));
+        assert_eq!(v["DeveloperId"], v1["TenantId"], "{name}: the same event");
+        let headers = &example(name)["headers"];
+        assert_eq!(headers["ce_contractversion"], json!("2"));
+        assert_eq!(headers["ce_type"], json!("pin.crm.booking-expired.v2"));
+        assert_eq!(
+            headers["ce_dataschema"],
+            json!("urn:pin:crm:booking-expired:v2:consumer")
+        );
+    }
+
     // The examples' headers are the ten the contract names.
     let headers: BTreeMap<String, Value> =
         serde_json::from_value(example("reserve")["headers"].clone()).unwrap();

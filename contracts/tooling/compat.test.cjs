@@ -105,3 +105,11 @@ test('rewording a description is compatible', async () => {
   assert.deepEqual([r.breaking, r.unclassified], [[], []]);
   assert.ok(r.nonBreaking.length > 0);
 });
+
+test('version 2 is a breaking change of version 1: it needed its own topic', async () => {
+  const v2 = fs.readFileSync(path.resolve(__dirname, '../asyncapi-v2.yaml'), 'utf8');
+  const r = await compare(RELEASED, v2);
+  const breaking = paths(r.breaking);
+  assert.ok(breaking.includes('remove /components/schemas/BookingExpiredPayload/properties/TenantId'), breaking.join('\n'));
+  assert.ok(breaking.includes('edit /components/schemas/BookingExpiredPayload/required/1'), breaking.join('\n'));
+});

@@ -3,9 +3,10 @@
 // pinned packages of package-lock.json and sets NODE_PATH to them).
 //
 //   node contract.cjs validate FILE...        AsyncAPI documents, with the official parser
-//   node contract.cjs generate [--check]      the two JSON Schemas from contracts/asyncapi.yaml
-//   node contract.cjs messages                the documents' examples and the case table,
-//                                             against both generated schemas (ajv)
+//   node contract.cjs generate [--check]      each version's two JSON Schemas from its
+//                                             document (asyncapi.yaml, asyncapi-v2.yaml)
+//   node contract.cjs messages                each document's examples and case table,
+//                                             against its two generated schemas (ajv)
 //   node contract.cjs compat RELEASED CURRENT fails on a change the evolution rules forbid
 //
 // Exit status: 0 when every check passed, 1 when one failed, 2 on a usage error.
@@ -16,11 +17,18 @@ const path = require('node:path');
 const yaml = require('js-yaml');
 
 const CONTRACTS = path.resolve(__dirname, '..');
-const SOURCE = path.join(CONTRACTS, 'asyncapi.yaml');
-const PRODUCER = path.join(CONTRACTS, 'booking-expired.v1.schema.json');
-const CONSUMER = path.join(CONTRACTS, 'booking-expired.v1.consumer.schema.json');
-const CASES = path.join(CONTRACTS, 'validation-cases.json');
 const PAYLOAD_SCHEMA = 'BookingExpiredPayload';
+
+// One entry per major version of the contract: its AsyncAPI document (the single
+// source of that version), the two schemas generated from it and its case table.
+const VERSIONS = [1, 2].map((major) => ({
+  major,
+  topic: `pin.crm.booking-expired.v${major}`,
+  source: path.join(CONTRACTS, major === 1 ? 'asyncapi.yaml' : `asyncapi-v${major}.yaml`),
+  producer: path.join(CONTRACTS, `booking-expired.v${major}.schema.json`),
+  consumer: path.join(CONTRACTS, `booking-expired.v${major}.consumer.schema.json`),
+  cases: path.join(CONTRACTS, major === 1 ? 'validation-cases.json' : `validation-cases-v${major}.json`),
+}));
 
 // ---------------------------------------------------------------------------------
 // AsyncAPI parsing
@@ -73,15 +81,16 @@ function derive(node, forConsumer) {
   return out;
 }
 
-function payloadSource() {
-  const doc = yaml.load(fs.readFileSync(SOURCE, 'utf8'));
+function payloadSource(version) {
+  const doc = yaml.load(fs.readFileSync(version.source, 'utf8'));
   const schema = doc.components && doc.components.schemas && doc.components.schemas[PAYLOAD_SCHEMA];
-  if (!schema) throw new Error(`${SOURCE} has no components.schemas.${PAYLOAD_SCHEMA}`);
+  if (!schema) throw new Error(`${version.source} has no components.schemas.${PAYLOAD_SCHEMA}`);
   return schema;
 }
 
-function schemas() {
-  const source = payloadSource();
+function schemas(version) {
+  const source = payloadSource(version);
+  const { major, topic } = version;
   const head = (id, title, description) => ({
     $schema: 'https://json-schema.org/draft/2020-12/schema',
     $id: id,
@@ -95,23 +104,23 @@ function schemas() {
     return copy;
   };
   const generated =
-    'Generated from contracts/asyncapi.yaml (components.schemas.BookingExpiredPayload) ' +
+    `Generated from contracts/${path.basename(version.source)} (components.schemas.BookingExpiredPayload) ` +
     'by scripts/contract-check.sh: do not edit by hand.';
   const producer = {
     ...head(
-      'urn:pin:crm:booking-expired:v1:producer',
-      'BookingExpiredEvent v1: producer schema (strict)',
-      'Exactly what booking-expire publishes on pin.crm.booking-expired.v1. Consumers ' +
-        'must NOT validate with this schema: use booking-expired.v1.consumer.schema.json. ' +
+      `urn:pin:crm:booking-expired:v${major}:producer`,
+      `BookingExpiredEvent v${major}: producer schema (strict)`,
+      `Exactly what booking-expire publishes on ${topic}. Consumers ` +
+        `must NOT validate with this schema: use booking-expired.v${major}.consumer.schema.json. ` +
         'Formats (uuid, date-time) are meant to be asserted. ' + generated,
     ),
     ...body(derive(source, false)),
   };
   const consumer = {
     ...head(
-      'urn:pin:crm:booking-expired:v1:consumer',
-      'BookingExpiredEvent v1: consumer schema (tolerant)',
-      'What a consumer of pin.crm.booking-expired.v1 must accept under the evolution ' +
+      `urn:pin:crm:booking-expired:v${major}:consumer`,
+      `BookingExpiredEvent v${major}: consumer schema (tolerant)`,
+      `What a consumer of ${topic} must accept under the evolution ` +
         'rules: unknown Phase values and unknown extra fields pass; a missing or mistyped ' +
         'required field fails. Formats (uuid, date-time) are meant to be asserted. ' + generated,
     ),
@@ -125,9 +134,12 @@ function render(schema) {
 }
 
 function generate(check) {
-  const { producer, consumer } = schemas();
   let stale = false;
-  for (const [file, schema] of [[PRODUCER, producer], [CONSUMER, consumer]]) {
+  const files = VERSIONS.flatMap((version) => {
+    const { producer, consumer } = schemas(version);
+    return [[version.producer, producer], [version.consumer, consumer]];
+  });
+  for (const [file, schema] of files) {
     const want = render(schema);
     const have = fs.existsSync(file) ? fs.readFileSync(file, 'utf8') : null;
     if (have === want) {
@@ -135,7 +147,7 @@ function generate(check) {
     } else if (check) {
       stale = true;
       console.error(
-        `${path.relative(CONTRACTS, file)} is not what contracts/asyncapi.yaml generates: ` +
+        `${path.relative(CONTRACTS, file)} is not what its AsyncAPI document generates: ` +
           'run scripts/contract-check.sh --write and commit the result',
       );
     } else {
@@ -149,7 +161,7 @@ function generate(check) {
 // ---------------------------------------------------------------------------------
 // Messages against the schemas
 
-function validators() {
+function validators(version) {
   const Ajv2020 = require('ajv/dist/2020').default;
   const addFormats = require('ajv-formats').default;
   const compile = (file) => {
@@ -158,34 +170,37 @@ function validators() {
     addFormats(ajv, { mode: 'full', formats: ['date-time', 'uuid'] });
     return ajv.compile(JSON.parse(fs.readFileSync(file, 'utf8')));
   };
-  return { producer: compile(PRODUCER), consumer: compile(CONSUMER) };
+  return { producer: compile(version.producer), consumer: compile(version.consumer) };
 }
 
 function messages() {
-  const v = validators();
   let failed = 0;
   let checked = 0;
-  const expect = (name, payload, want) => {
-    for (const side of ['producer', 'consumer']) {
-      const ok = v[side](payload);
-      checked += 1;
-      if (ok !== want[side]) {
-        failed += 1;
-        const why = ok ? 'passed' : `failed: ${v[side].errors.map((e) => `${e.instancePath} ${e.message}`).join('; ')}`;
-        console.error(`${name}: the ${side} schema should ${want[side] ? 'accept' : 'reject'} it but ${why}`);
+  for (const version of VERSIONS) {
+    const v = validators(version);
+    const expect = (name, payload, want) => {
+      for (const side of ['producer', 'consumer']) {
+        const ok = v[side](payload);
+        checked += 1;
+        if (ok !== want[side]) {
+          failed += 1;
+          const why = ok ? 'passed' : `failed: ${v[side].errors.map((e) => `${e.instancePath} ${e.message}`).join('; ')}`;
+          console.error(`v${version.major} ${name}: the ${side} schema should ${want[side] ? 'accept' : 'reject'} it but ${why}`);
+        }
+      }
+    };
+    // Every example of every message must be a valid message of today's producer.
+    const source = path.basename(version.source);
+    const doc = yaml.load(fs.readFileSync(version.source, 'utf8'));
+    for (const [name, message] of Object.entries(doc.components.messages)) {
+      for (const example of message.examples || []) {
+        expect(`${source} example ${name}/${example.name}`, example.payload, { producer: true, consumer: true });
       }
     }
-  };
-  // Every example of every message must be a valid message of today's producer.
-  const doc = yaml.load(fs.readFileSync(SOURCE, 'utf8'));
-  for (const [name, message] of Object.entries(doc.components.messages)) {
-    for (const example of message.examples || []) {
-      expect(`asyncapi.yaml example ${name}/${example.name}`, example.payload, { producer: true, consumer: true });
+    const table = JSON.parse(fs.readFileSync(version.cases, 'utf8'));
+    for (const c of table.cases) {
+      expect(`${path.basename(version.cases)} "${c.name}"`, c.payload, { producer: c.producer, consumer: c.consumer });
     }
-  }
-  const table = JSON.parse(fs.readFileSync(CASES, 'utf8'));
-  for (const c of table.cases) {
-    expect(`validation-cases.json "${c.name}"`, c.payload, { producer: c.producer, consumer: c.consumer });
   }
   console.log(`${checked - failed} passed, ${failed} failed`);
   return failed ? 1 : 0;
@@ -320,7 +335,7 @@ async function compat(releasedFile, currentFile) {
   if (r.breaking.length || r.unclassified.length) {
     console.error(
       `${currentFile} is not compatible with ${releasedFile}. A breaking change needs a new ` +
-        'contract version: a .v2 topic with ContractVersion 2 (see docs/event-contract.md).',
+        'contract version: a new topic with the next ContractVersion (see docs/event-contract.md).',
     );
     return 1;
   }
@@ -328,7 +343,7 @@ async function compat(releasedFile, currentFile) {
   return 0;
 }
 
-module.exports = { parse, compare, derive, schemas, compatOverrides };
+module.exports = { parse, compare, derive, schemas, compatOverrides, VERSIONS };
 
 async function main(argv) {
   const [command, ...args] = argv;

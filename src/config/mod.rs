@@ -5,6 +5,7 @@
 
 mod db;
 mod kafka;
+mod topics;
 
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use anyhow::Result;
 
 pub use self::db::{DbConfig, SslMode};
 pub use self::kafka::{KafkaConfig, KafkaSecurity, Secret};
+pub use self::topics::{TOPICS_INPUT, Topics};
 use crate::cli::{
     BacklogArgs, BatchArgs, Command, DryRunArgs, MetricsArgs, RelayArgs, ReportFormat, RunOnceArgs,
 };
@@ -121,6 +123,8 @@ pub struct DryRunConfig {
     pub json: bool,
     /// Full ids in the table instead of their first eight characters.
     pub wide: bool,
+    /// The topics a cycle would publish each expiry on (`--json` shows each event).
+    pub topics: Topics,
 }
 
 impl DryRunConfig {
@@ -132,6 +136,7 @@ impl DryRunConfig {
             all: args.all,
             json: args.json,
             wide: args.wide,
+            topics: Topics::parse(&args.topics)?,
         })
     }
 
@@ -177,6 +182,8 @@ pub struct RunOnceConfig {
     /// The largest difference between the system clock and the database clock at
     /// which the cycle still expires bookings.
     pub max_clock_skew: Duration,
+    /// The contract versions each expiry is published in: one outbox row per topic.
+    pub topics: Topics,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -201,6 +208,7 @@ impl RunOnceConfig {
             batch: Batch::from(&args.batch),
             deadline: args.deadline,
             max_clock_skew: args.max_clock_skew,
+            topics: Topics::parse(&args.topics)?,
         })
     }
 }

@@ -1,5 +1,10 @@
-//! The integration event `pin.crm.booking-expired` (contract version 1): its payload and
-//! its CloudEvents headers (Kafka binding, binary mode).
+//! The integration event `pin.crm.booking-expired`: its contract versions (one topic
+//! each), the payload of each version and its CloudEvents headers (Kafka binding,
+//! binary mode).
+//!
+//! Version 1 is the released contract. Version 2 is its one breaking change: the field
+//! `TenantId` is named `DeveloperId` (same value). A transition writes one outbox row
+//! per configured version, each with its own message id, payload and headers.
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
@@ -8,12 +13,108 @@ use uuid::Uuid;
 use super::{Expiry, Phase};
 
 pub const EVENT_TYPE: &str = "pin.crm.booking-expired";
+/// The topic of contract version 1, the default.
 pub const TOPIC: &str = "pin.crm.booking-expired.v1";
 pub const AGGREGATE_TYPE: &str = "Booking";
 pub const CE_SOURCE: &str = "/pin/crm/booking-expiration";
-pub const CONTRACT_VERSION: u32 = 1;
 
-/// The event's value: exactly these six fields, identifiers only (no PII).
+/// A major version of the event's contract: its own topic, payload shape and headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ContractVersion {
+    V1,
+    V2,
+}
+
+impl ContractVersion {
+    /// Every version this build can write, oldest first.
+    pub const ALL: [ContractVersion; 2] = [ContractVersion::V1, ContractVersion::V2];
+
+    /// The major version number: the topic suffix and `ce_contractversion`.
+    pub fn number(self) -> u32 {
+        match self {
+            ContractVersion::V1 => 1,
+            ContractVersion::V2 => 2,
+        }
+    }
+
+    /// The topic this version is published on.
+    pub fn topic(self) -> &'static str {
+        match self {
+            ContractVersion::V1 => TOPIC,
+            ContractVersion::V2 => "pin.crm.booking-expired.v2",
+        }
+    }
+
+    /// The version whose topic is `topic`, if any.
+    pub fn of_topic(topic: &str) -> Option<ContractVersion> {
+        Self::ALL.into_iter().find(|v| v.topic() == topic)
+    }
+
+    /// `ce_type`: v1 keeps the released `pin.crm.booking-expired`; from v2 on the type
+    /// names its version, so a consumer can tell the shapes apart by type alone.
+    pub fn ce_type(self) -> &'static str {
+        match self {
+            ContractVersion::V1 => EVENT_TYPE,
+            ContractVersion::V2 => "pin.crm.booking-expired.v2",
+        }
+    }
+
+    /// `ce_dataschema`: the consumer schema's `$id` (`contracts/`). v1 was released
+    /// without the header and keeps its ten headers unchanged.
+    pub fn dataschema(self) -> Option<&'static str> {
+        match self {
+            ContractVersion::V1 => None,
+            ContractVersion::V2 => Some("urn:pin:crm:booking-expired:v2:consumer"),
+        }
+    }
+
+    /// The event's value in this version's shape.
+    pub fn payload(self, expiry: &Expiry) -> serde_json::Value {
+        let v1 = ExpiredEvent::of(expiry);
+        match self {
+            ContractVersion::V1 => v1.to_json(),
+            ContractVersion::V2 => serde_json::to_value(ExpiredEventV2::from(v1))
+                .expect("the event payload always serializes"),
+        }
+    }
+
+    /// The CloudEvents headers of this version's event: see [`event_headers`].
+    pub fn headers(
+        self,
+        expiry: &Expiry,
+        message_id: Uuid,
+        run_id: Uuid,
+    ) -> serde_json::Map<String, serde_json::Value> {
+        let mut pairs: Vec<(&str, String)> = vec![
+            ("ce_specversion", "1.0".to_owned()),
+            ("ce_id", message_id.to_string()),
+            ("ce_type", self.ce_type().to_owned()),
+            ("ce_source", CE_SOURCE.to_owned()),
+            ("ce_subject", expiry.booking_id.to_string()),
+            ("ce_time", rfc3339(expiry.expired_at)),
+            ("content-type", "application/json".to_owned()),
+            ("ce_contractversion", self.number().to_string()),
+            ("ce_correlationid", run_id.to_string()),
+            ("traceparent", traceparent(run_id, message_id)),
+        ];
+        if let Some(schema) = self.dataschema() {
+            pairs.push(("ce_dataschema", schema.to_owned()));
+        }
+        pairs
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), serde_json::Value::String(v)))
+            .collect()
+    }
+}
+
+impl std::fmt::Display for ContractVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.topic())
+    }
+}
+
+/// The event's value, contract version 1: exactly these six fields, identifiers only
+/// (no PII).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct ExpiredEvent {
@@ -43,10 +144,38 @@ impl ExpiredEvent {
     }
 }
 
-/// The payload's fields in the contract's order.
-pub const PAYLOAD_FIELDS: [&str; 6] = [
+/// The event's value, contract version 2: version 1 with `TenantId` named
+/// `DeveloperId` (the developer company the property object belongs to).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ExpiredEventV2 {
+    pub booking_id: Uuid,
+    pub developer_id: Uuid,
+    pub deal_id: Uuid,
+    pub property_object_id: Uuid,
+    pub phase: &'static str,
+    pub expired_at: String,
+}
+
+impl From<ExpiredEvent> for ExpiredEventV2 {
+    fn from(v1: ExpiredEvent) -> Self {
+        ExpiredEventV2 {
+            booking_id: v1.booking_id,
+            developer_id: v1.tenant_id,
+            deal_id: v1.deal_id,
+            property_object_id: v1.property_object_id,
+            phase: v1.phase,
+            expired_at: v1.expired_at,
+        }
+    }
+}
+
+/// The payload's fields in the contract's order, every version's: each version has
+/// six of them (v1 `TenantId`, v2 `DeveloperId` in its place).
+pub const PAYLOAD_FIELDS: [&str; 7] = [
     "BookingId",
     "TenantId",
+    "DeveloperId",
     "DealId",
     "PropertyObjectId",
     "Phase",
@@ -54,9 +183,9 @@ pub const PAYLOAD_FIELDS: [&str; 6] = [
 ];
 
 /// The payload's JSON text with the contract's field order: `jsonb` keeps keys in an
-/// order of its own (by length), so the relay writes the six contract fields first, in
-/// [`PAYLOAD_FIELDS`] order, then any other field by name; compact, no spaces. Text
-/// that is not a JSON object is sent as it is.
+/// order of its own (by length), so the relay writes the contract fields first, in
+/// [`PAYLOAD_FIELDS`] order (whatever the version), then any other field by name;
+/// compact, no spaces. Text that is not a JSON object is sent as it is.
 pub fn payload_in_contract_order(text: &str) -> String {
     let Ok(serde_json::Value::Object(map)) = serde_json::from_str::<serde_json::Value>(text) else {
         return text.to_owned();
@@ -77,30 +206,15 @@ pub fn rfc3339(at: DateTime<Utc>) -> String {
     at.to_rfc3339_opts(SecondsFormat::Micros, true)
 }
 
-/// The CloudEvents headers of one event, captured when the outbox row is written.
-/// `message_id` is the outbox row's id and the event's `ce_id`; `run_id` the cycle's
-/// correlation id and the W3C trace id.
+/// The CloudEvents headers of one contract-version-1 event, captured when the outbox
+/// row is written. `message_id` is the outbox row's id and the event's `ce_id`;
+/// `run_id` the cycle's correlation id and the W3C trace id.
 pub fn event_headers(
     expiry: &Expiry,
     message_id: Uuid,
     run_id: Uuid,
 ) -> serde_json::Map<String, serde_json::Value> {
-    let pairs: [(&str, String); 10] = [
-        ("ce_specversion", "1.0".to_owned()),
-        ("ce_id", message_id.to_string()),
-        ("ce_type", EVENT_TYPE.to_owned()),
-        ("ce_source", CE_SOURCE.to_owned()),
-        ("ce_subject", expiry.booking_id.to_string()),
-        ("ce_time", rfc3339(expiry.expired_at)),
-        ("content-type", "application/json".to_owned()),
-        ("ce_contractversion", CONTRACT_VERSION.to_string()),
-        ("ce_correlationid", run_id.to_string()),
-        ("traceparent", traceparent(run_id, message_id)),
-    ];
-    pairs
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), serde_json::Value::String(v)))
-        .collect()
+    ContractVersion::V1.headers(expiry, message_id, run_id)
 }
 
 /// A W3C `traceparent`: the run is the trace, each event a span of it. The span id is
@@ -181,6 +295,45 @@ mod tests {
             get("traceparent"),
             "00-6c0e1f6e57c34bd29d0c3b1ef1a2b3c4-800000000000abcd-01"
         );
+    }
+
+    #[test]
+    fn version_2_names_tenant_id_developer_id_and_its_headers_name_the_version() {
+        let e = expiry();
+        let v2 = ContractVersion::V2.payload(&e);
+        let mut want = ContractVersion::V1.payload(&e);
+        let tenant = want.as_object_mut().unwrap().remove("TenantId").unwrap();
+        want["DeveloperId"] = tenant;
+        assert_eq!(v2, want);
+        assert_eq!(
+            payload_in_contract_order(&v2.to_string()),
+            r#"{"BookingId":"0f8fad5b-d9cb-469f-a165-70867728950e","DeveloperId":"00000000-0000-0000-0000-000000000002","DealId":"00000000-0000-0000-0000-000000000003","PropertyObjectId":"00000000-0000-0000-0000-000000000004","Phase":"Booking","ExpiredAt":"2026-11-29T18:00:00.123456Z"}"#
+        );
+
+        let message_id = Uuid::from_u128(7);
+        let v1 = ContractVersion::V1.headers(&e, message_id, Uuid::from_u128(8));
+        let v2 = ContractVersion::V2.headers(&e, message_id, Uuid::from_u128(8));
+        assert_eq!(v1, event_headers(&e, message_id, Uuid::from_u128(8)));
+        assert!(v1.get("ce_dataschema").is_none());
+        assert_eq!(v2.len(), 11);
+        assert_eq!(v2["ce_type"], "pin.crm.booking-expired.v2");
+        assert_eq!(v2["ce_contractversion"], "2");
+        assert_eq!(
+            v2["ce_dataschema"],
+            "urn:pin:crm:booking-expired:v2:consumer"
+        );
+        for same in ["ce_id", "ce_subject", "ce_time", "ce_source", "traceparent"] {
+            assert_eq!(v1[same], v2[same], "{same}");
+        }
+    }
+
+    #[test]
+    fn each_version_has_its_topic() {
+        for v in ContractVersion::ALL {
+            assert_eq!(ContractVersion::of_topic(v.topic()), Some(v));
+            assert!(v.topic().ends_with(&format!(".v{}", v.number())));
+        }
+        assert_eq!(ContractVersion::of_topic("pin.crm.booking-expired"), None);
     }
 
     #[test]

@@ -12,7 +12,7 @@ pub mod plan;
 
 pub use booking::{BookingRow, Expiry, Phase, Status, expire};
 pub use event::{
-    AGGREGATE_TYPE, EVENT_TYPE, ExpiredEvent, PAYLOAD_FIELDS, TOPIC, event_headers,
-    payload_in_contract_order, rfc3339,
+    AGGREGATE_TYPE, ContractVersion, EVENT_TYPE, ExpiredEvent, ExpiredEventV2, PAYLOAD_FIELDS,
+    TOPIC, event_headers, payload_in_contract_order, rfc3339,
 };
-pub use plan::{AsOf, BatchWrite, Poison, decide};
+pub use plan::{AsOf, BatchWrite, OutboxEvent, Poison, decide};

@@ -7,7 +7,7 @@
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::{BookingRow, ExpiredEvent, Expiry, Phase, event_headers, expire};
+use super::{BookingRow, ContractVersion, ExpiredEvent, Expiry, Phase, expire};
 
 /// The moment a cycle decides at: a given one, or now, read by the caller from its
 /// clock (already at PostgreSQL's microsecond precision, see `clock::to_micros`).
@@ -27,11 +27,24 @@ impl AsOf {
     }
 }
 
-/// One booking to expire: the domain's decision plus the event it publishes.
+/// One booking to expire: the domain's decision plus the events it publishes, one per
+/// configured contract version.
 #[derive(Debug, Clone)]
 pub struct BatchWrite {
     pub expiry: Expiry,
+    /// The deal-timeline entry's details: the domain event in the shape of contract
+    /// version 1, whichever versions are published.
+    pub details: serde_json::Value,
+    /// One outbox row each, in the order the versions were configured; never empty.
+    pub events: Vec<OutboxEvent>,
+}
+
+/// One outbox row: one contract version's event of one expiry.
+#[derive(Debug, Clone)]
+pub struct OutboxEvent {
+    /// The row id and the event's `ce_id`: each version's event has its own.
     pub message_id: Uuid,
+    pub topic: &'static str,
     pub payload: serde_json::Value,
     pub headers: serde_json::Value,
 }
@@ -51,13 +64,15 @@ pub struct Poison {
 }
 
 /// The domain decision for each row of `phase` at `as_of`: what to write (with the
-/// exact event it publishes, its message id taken from `next_id` in row order), and
-/// what is poison. `run-once` and `dry-run` both call this very function.
+/// exact events it publishes, one per version of `versions`, their message ids taken
+/// from `next_id` in row order, then version order), and what is poison. `run-once` and
+/// `dry-run` both call this very function.
 pub fn decide(
     rows: &[BookingRow],
     phase: Phase,
     as_of: DateTime<Utc>,
     run_id: Uuid,
+    versions: &[ContractVersion],
     next_id: &mut dyn FnMut() -> Uuid,
 ) -> (Vec<BatchWrite>, Vec<Poison>) {
     let mut writes = Vec::with_capacity(rows.len());
@@ -65,11 +80,21 @@ pub fn decide(
     for row in rows {
         match expire(row, as_of) {
             Ok(expiry) => {
-                let message_id = next_id();
+                let events = versions
+                    .iter()
+                    .map(|&version| {
+                        let message_id = next_id();
+                        OutboxEvent {
+                            message_id,
+                            topic: version.topic(),
+                            payload: version.payload(&expiry),
+                            headers: version.headers(&expiry, message_id, run_id).into(),
+                        }
+                    })
+                    .collect();
                 writes.push(BatchWrite {
-                    payload: ExpiredEvent::of(&expiry).to_json(),
-                    headers: event_headers(&expiry, message_id, run_id).into(),
-                    message_id,
+                    details: ExpiredEvent::of(&expiry).to_json(),
+                    events,
                     expiry,
                 });
             }
@@ -118,19 +143,63 @@ mod tests {
         let run_id = Uuid::from_u128(9);
         let plan = || {
             let mut n = 100;
-            decide(&rows, Phase::Reserve, as_of, run_id, &mut || {
-                n += 1;
-                Uuid::from_u128(n)
-            })
+            decide(
+                &rows,
+                Phase::Reserve,
+                as_of,
+                run_id,
+                &[ContractVersion::V1],
+                &mut || {
+                    n += 1;
+                    Uuid::from_u128(n)
+                },
+            )
         };
         let (writes, poison) = plan();
         assert_eq!(writes.len(), 1);
-        assert_eq!(writes[0].message_id, Uuid::from_u128(101));
+        assert_eq!(writes[0].events.len(), 1);
+        assert_eq!(writes[0].events[0].message_id, Uuid::from_u128(101));
+        assert_eq!(writes[0].events[0].payload, writes[0].details);
         assert_eq!(poison.len(), 1);
         assert_eq!(poison[0].version, 7);
         let (again, _) = plan();
-        assert_eq!(again[0].payload, writes[0].payload);
-        assert_eq!(again[0].headers, writes[0].headers);
+        assert_eq!(again[0].events[0].payload, writes[0].events[0].payload);
+        assert_eq!(again[0].events[0].headers, writes[0].events[0].headers);
+    }
+
+    #[test]
+    fn each_configured_version_gets_its_own_event_id_topic_and_shape() {
+        let as_of = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let rows = [row("Reserved", Some(as_of - chrono::TimeDelta::minutes(5)))];
+        let mut n = 200;
+        let (writes, _) = decide(
+            &rows,
+            Phase::Reserve,
+            as_of,
+            Uuid::from_u128(9),
+            &[ContractVersion::V1, ContractVersion::V2],
+            &mut || {
+                n += 1;
+                Uuid::from_u128(n)
+            },
+        );
+        let events = &writes[0].events;
+        let topics: Vec<&str> = events.iter().map(|e| e.topic).collect();
+        assert_eq!(
+            topics,
+            ["pin.crm.booking-expired.v1", "pin.crm.booking-expired.v2"]
+        );
+        for (event, (id, version)) in events.iter().zip([(201, "1"), (202, "2")]) {
+            assert_eq!(event.message_id, Uuid::from_u128(id));
+            assert_eq!(event.headers["ce_id"], Uuid::from_u128(id).to_string());
+            assert_eq!(event.headers["ce_contractversion"], version);
+        }
+        let tenant = Uuid::from_u128(2).to_string();
+        assert_eq!(events[0].payload["TenantId"], tenant);
+        assert_eq!(events[1].payload["DeveloperId"], tenant);
+        assert!(events[1].payload.get("TenantId").is_none());
+        // The timeline keeps the v1 shape whatever is published.
+        assert_eq!(writes[0].details, events[0].payload);
     }
 
     #[test]

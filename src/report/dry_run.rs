@@ -16,8 +16,8 @@ use uuid::Uuid;
 
 use super::format::{self, SHORT_ID_WIDTH, Stdout, StreamTable, TIME_WIDTH, Table, UUID_WIDTH};
 use crate::clock::Clock;
-use crate::config::{Batch, DryRunConfig};
-use crate::domain::{self, BookingRow, Phase, TOPIC, rfc3339};
+use crate::config::{Batch, DryRunConfig, Topics};
+use crate::domain::{self, BookingRow, Phase, rfc3339};
 use crate::exit::{ClassifyExt, Failure};
 use crate::shutdown;
 use crate::store::{self, BatchWrite, CHUNK_ROWS, Need, Poison, Quarantined};
@@ -29,6 +29,8 @@ struct Scope {
     /// Candidates per phase one cycle takes; `None` with `--all`.
     limit: Option<i64>,
     batch: Batch,
+    /// The contract versions a cycle would publish each expiry in (`--topics`).
+    topics: Topics,
 }
 
 /// What a cycle at AsOf would do in one phase, counted as it is printed.
@@ -57,6 +59,7 @@ pub fn dry_run(cfg: &DryRunConfig, run_id: Uuid, clock: &dyn Clock) -> Result<()
         as_of,
         limit,
         batch,
+        topics: cfg.topics.clone(),
     };
     // Printed as it is read, chunk by chunk, so memory stays flat whatever the number
     // of candidates. Nothing is printed before the first query has answered.
@@ -117,8 +120,14 @@ fn stream_phase(
     store::candidates_in_chunks(tx, phase, scope.as_of, scope.limit, CHUNK_ROWS, |rows| {
         counts.candidates += rows.len() as u64;
         // The dry run's own message ids, time-ordered as run-once's are.
-        let (writes, poison) =
-            domain::decide(&rows, phase, scope.as_of, scope.run_id, &mut Uuid::now_v7);
+        let (writes, poison) = domain::decide(
+            &rows,
+            phase,
+            scope.as_of,
+            scope.run_id,
+            scope.topics.versions(),
+            &mut Uuid::now_v7,
+        );
         counts.would_expire += writes.len() as u64;
         counts.rejected += poison.len() as u64;
         if !poison.is_empty() {
@@ -468,7 +477,11 @@ impl Report for JsonLines {
         writes: &[BatchWrite],
         out: &mut Stdout,
     ) -> Result<()> {
-        for w in writes {
+        // One line per event: per expiry, one per topic a cycle would publish it on.
+        for (w, event) in writes
+            .iter()
+            .flat_map(|w| w.events.iter().map(move |ev| (w, ev)))
+        {
             let e = &w.expiry;
             json_line(
                 out,
@@ -481,9 +494,9 @@ impl Report for JsonLines {
                     to: e.to.as_str(),
                     deadline: rfc3339(e.deadline),
                     overdue_by_seconds: format::seconds(s.as_of - e.deadline),
-                    topic: TOPIC,
-                    event: &w.payload,
-                    headers: &w.headers,
+                    topic: event.topic,
+                    event: &event.payload,
+                    headers: &event.headers,
                 },
             )?;
         }

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use postgres::{Client, GenericClient, Statement, Transaction};
 use uuid::Uuid;
 
-use crate::domain::{AGGREGATE_TYPE, BookingRow, EVENT_TYPE, Phase, TOPIC};
+use crate::domain::{AGGREGATE_TYPE, BookingRow, EVENT_TYPE, Phase};
 pub use crate::domain::{BatchWrite, Poison};
 
 /// Who the audit trail names as the actor of an expiry.
@@ -95,6 +95,9 @@ pub fn skipped_sql(phase: Phase) -> String {
 /// One statement writes a whole batch, whatever its size. Every row is guarded on the
 /// status and version it was claimed with, so a stale row is a no-op, never a
 /// corruption; only rows the UPDATE really changed get audit, timeline and outbox rows.
+/// The outbox rows come from their own arrays (`events`: one element per outbox row,
+/// keyed by booking), so an expiry writes one row per configured contract version,
+/// each with its own id, topic, payload and headers, in the same statement.
 ///
 /// `status_type` is the declared type of `crm.bookings.status` (from the catalog), so
 /// the new status is cast to it: text, varchar and enums all work.
@@ -102,9 +105,11 @@ fn write_sql(status_type: &str) -> String {
     format!(
         "\
 WITH input AS (
-    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int8[], $5::uuid[],
-                         $6::jsonb[], $7::jsonb[], $8::text[])
-        AS t(id, from_status, to_status, expected_version, message_id, payload, headers, timeline_kind)
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int8[], $6::jsonb[], $8::text[])
+        AS t(id, from_status, to_status, expected_version, payload, timeline_kind)
+), events AS (
+    SELECT * FROM unnest($15::uuid[], $5::uuid[], $14::text[], $16::jsonb[], $7::jsonb[])
+        WITH ORDINALITY AS e(booking_id, message_id, topic, payload, headers, ord)
 ), expired AS (
     UPDATE crm.bookings b
        SET status = CAST(i.to_status AS {status_type}), expired_at = $9, updated_at = $9,
@@ -113,7 +118,7 @@ WITH input AS (
      WHERE b.id = i.id AND b.status::text = i.from_status AND b.version = i.expected_version
        AND b.expired_at IS NULL
     RETURNING b.id, b.tenant_id, b.deal_id, b.version, i.from_status, i.to_status,
-              i.message_id, i.payload, i.headers, i.timeline_kind
+              i.payload, i.timeline_kind
 ), audit AS (
     INSERT INTO crm.booking_audit (booking_id, tenant_id, from_status, to_status, version, actor, run_id, at)
     SELECT id, tenant_id, from_status, to_status, version, $11, $10, $9 FROM expired
@@ -122,7 +127,8 @@ WITH input AS (
     SELECT deal_id, tenant_id, id, timeline_kind, $9, $10, payload FROM expired
 ), outbox AS (
     INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload, headers, occurred_at)
-    SELECT message_id, $12, id::text, $13, $14, payload, headers, $9 FROM expired
+    SELECT e.message_id, $12, x.id::text, $13, e.topic, e.payload, e.headers, $9
+      FROM expired x JOIN events e ON e.booking_id = x.id ORDER BY e.ord
 ), released AS (
     DELETE FROM crm.booking_expiration_poison p USING expired e WHERE p.booking_id = e.id
 )
@@ -450,9 +456,17 @@ fn write_once(
     let from: Vec<&str> = part.iter().map(|w| w.expiry.from.as_str()).collect();
     let to: Vec<&str> = part.iter().map(|w| w.expiry.to.as_str()).collect();
     let versions: Vec<i64> = part.iter().map(|w| w.expiry.expected_version).collect();
-    let message_ids: Vec<Uuid> = part.iter().map(|w| w.message_id).collect();
-    let payloads: Vec<&serde_json::Value> = part.iter().map(|w| &w.payload).collect();
-    let headers: Vec<&serde_json::Value> = part.iter().map(|w| &w.headers).collect();
+    let details: Vec<&serde_json::Value> = part.iter().map(|w| &w.details).collect();
+    // The outbox rows, one per (expiry, contract version).
+    let events = || {
+        part.iter()
+            .flat_map(|w| w.events.iter().map(move |e| (w, e)))
+    };
+    let event_bookings: Vec<Uuid> = events().map(|(w, _)| w.expiry.booking_id).collect();
+    let message_ids: Vec<Uuid> = events().map(|(_, e)| e.message_id).collect();
+    let topics: Vec<&str> = events().map(|(_, e)| e.topic).collect();
+    let payloads: Vec<&serde_json::Value> = events().map(|(_, e)| &e.payload).collect();
+    let headers: Vec<&serde_json::Value> = events().map(|(_, e)| &e.headers).collect();
     let kinds: Vec<&str> = part
         .iter()
         .map(|w| w.expiry.phase.timeline_kind())
@@ -465,7 +479,7 @@ fn write_once(
             &to,
             &versions,
             &message_ids,
-            &payloads,
+            &details,
             &headers,
             &kinds,
             &as_of,
@@ -473,7 +487,9 @@ fn write_once(
             &ACTOR,
             &AGGREGATE_TYPE,
             &EVENT_TYPE,
-            &TOPIC,
+            &topics,
+            &event_bookings,
+            &payloads,
         ],
     )?;
     Ok(rows.iter().map(|r| r.get("id")).collect())

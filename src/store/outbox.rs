@@ -42,8 +42,9 @@ pub fn listen(client: &mut impl GenericClient) -> Result<()> {
 }
 
 /// The oldest rows due for sending, in write order (served by `ix_outbox_pending`):
-/// pending, not waiting out a back-off, and not behind an older row of the same key
-/// that is (per-key order; served by the small `ix_outbox_backing_off`).
+/// pending, not waiting out a back-off, and not behind an older row of the same key on
+/// the same topic that is (per-key order within a topic; served by the small
+/// `ix_outbox_backing_off`).
 pub fn pending(
     client: &mut impl GenericClient,
     now: DateTime<Utc>,
@@ -56,7 +57,8 @@ pub fn pending(
           WHERE o.published_at IS NULL AND o.failed_at IS NULL
             AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= $2)
             AND NOT EXISTS (SELECT 1 FROM crm.outbox w
-                             WHERE w.aggregateid = o.aggregateid AND w.seq < o.seq
+                             WHERE w.aggregateid = o.aggregateid AND w.topic = o.topic
+                               AND w.seq < o.seq
                                AND w.published_at IS NULL AND w.failed_at IS NULL
                                AND w.next_attempt_at > $2)
           ORDER BY o.seq

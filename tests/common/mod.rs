@@ -1,8 +1,9 @@
 //! Shared test harness, one room per concern: the database of each test (`database`),
 //! seeding and reading back (`seed`), the real binary as a process (`process`), locks
 //! and gates (`locks`), servers of a test's own (`servers`), Kafka (`kafka`), TLS
-//! (`tls`) and the Pushgateway (`pushgateway`). Everything but `kafka`, `tls` and
-//! `pushgateway` is re-exported here, so a test says `use common::*;`.
+//! (`tls`), the Pushgateway (`pushgateway`) and the contract's schemas (`schemas`).
+//! Everything but `kafka`, `tls`, `pushgateway` and `schemas` is re-exported here, so a
+//! test says `use common::*;`.
 
 #![allow(dead_code)]
 
@@ -11,6 +12,7 @@ pub mod kafka;
 mod locks;
 mod process;
 pub mod pushgateway;
+pub mod schemas;
 mod seed;
 mod servers;
 pub mod tls;

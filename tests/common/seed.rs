@@ -223,34 +223,54 @@ pub fn insert_outbox_rows(c: &mut Client, state: OutboxState, ages: &[i64]) -> V
     .expect("insert outbox rows");
     ids
 }
+
 /// The invariants of the expiry write, whatever happened before: every expired
 /// booking (status *Expired with `expired_at` set) has exactly one outbox row, one
 /// audit row and one timeline entry, and nothing else has any.
 pub fn assert_each_expiry_written_once(c: &mut Client) -> i64 {
+    assert_each_expiry_written_once_per_topic(c, 1)
+}
+
+/// As [`assert_each_expiry_written_once`] for a run that publishes on `topics` topics
+/// (contract versions): one audit row and one timeline entry per expiry, and one outbox
+/// row per expiry on each topic, so `topics` rows per expiry in all.
+pub fn assert_each_expiry_written_once_per_topic(c: &mut Client, topics: i64) -> i64 {
     let expired = count(
         c,
         "SELECT count(*) FROM crm.bookings
           WHERE status IN ('ReserveExpired', 'BookingExpired') AND expired_at IS NOT NULL",
     );
-    for (sql, what) in [
+    for (sql, what, per_expiry) in [
         (
             "SELECT count(*) FROM crm.outbox o JOIN crm.bookings b ON b.id::text = o.aggregateid
               WHERE b.status IN ('ReserveExpired', 'BookingExpired')",
             "outbox rows of expired bookings",
+            topics,
         ),
         (
             "SELECT count(DISTINCT aggregateid) FROM crm.outbox",
             "bookings with an outbox row",
+            1,
         ),
-        ("SELECT count(*) FROM crm.outbox", "outbox rows"),
-        ("SELECT count(*) FROM crm.booking_audit", "audit rows"),
+        (
+            "SELECT count(DISTINCT (aggregateid, topic)) FROM crm.outbox",
+            "bookings with an outbox row, per topic",
+            topics,
+        ),
+        ("SELECT count(*) FROM crm.outbox", "outbox rows", topics),
+        ("SELECT count(*) FROM crm.booking_audit", "audit rows", 1),
         (
             "SELECT count(DISTINCT booking_id) FROM crm.booking_audit",
             "bookings with an audit row",
+            1,
         ),
-        ("SELECT count(*) FROM crm.deal_timeline", "timeline entries"),
+        (
+            "SELECT count(*) FROM crm.deal_timeline",
+            "timeline entries",
+            1,
+        ),
     ] {
-        assert_eq!(count(c, sql), expired, "{what}");
+        assert_eq!(count(c, sql), expired * per_expiry, "{what}");
     }
     expired
 }
