@@ -258,10 +258,23 @@ fn the_table_shows_every_count() {
         ("Reserve", mix.oldest_reserve_id, "2h 0m"),
         ("Booking", mix.next_booking_id, "10m"),
     ] {
-        let line = format!("next {phase} claim: booking {id} is {late}");
-        assert!(run.stdout.contains(&line), "{line}:\n{}", run.stdout);
-        let explain = format!("(booking-expire explain {id})");
-        assert!(run.stdout.contains(&explain), "{}", run.stdout);
+        let line = run
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("next {phase} claim, {late}")))
+            .unwrap_or_else(|| panic!("no next {phase} claim:\n{}", run.stdout));
+        assert!(
+            line.ends_with(&format!(" late: booking-expire explain {id}")),
+            "{line}"
+        );
+    }
+    // The table and the lines under it fit 120 columns (characters, not bytes).
+    for line in run.stdout.lines() {
+        assert!(
+            line.chars().count() <= 120,
+            "{} columns: {line}",
+            line.chars().count()
+        );
     }
 }
 

@@ -154,9 +154,9 @@ fn table(b: &Backlog) -> String {
         out.push('\n');
     }
     for (phase, c) in claims {
+        // The full id once, in the command that explains it: the line fits 120 columns.
         out.push_str(&format!(
-            "next {phase} claim: booking {} is {} late (booking-expire explain {})\n",
-            c.booking_id,
+            "next {phase} claim, {} late: booking-expire explain {}\n",
             format::duration(b.as_of - c.deadline),
             c.booking_id
         ));
