@@ -395,8 +395,9 @@ pub struct DryRunArgs {
     #[arg(long)]
     pub all: bool,
 
-    /// Show full ids in the table (by default the first 8 characters, so the table fits
-    /// 120 columns)
+    /// Show everything in full: ids, times to the microsecond, reasons and errors in
+    /// columns (by default every line fits 120 columns: ids by their first 8
+    /// characters, times at whole seconds, long errors cut with …)
     #[arg(long, conflicts_with = "json")]
     pub wide: bool,
 

@@ -258,10 +258,23 @@ fn the_table_shows_every_count() {
         ("Reserve", mix.oldest_reserve_id, "2h 0m"),
         ("Booking", mix.next_booking_id, "10m"),
     ] {
-        let line = format!("next {phase} claim: booking {id} is {late}");
-        assert!(run.stdout.contains(&line), "{line}:\n{}", run.stdout);
-        let explain = format!("(booking-expire explain {id})");
-        assert!(run.stdout.contains(&explain), "{}", run.stdout);
+        let line = run
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("next {phase} claim, {late}")))
+            .unwrap_or_else(|| panic!("no next {phase} claim:\n{}", run.stdout));
+        assert!(
+            line.ends_with(&format!(" late: booking-expire explain {id}")),
+            "{line}"
+        );
+    }
+    // The table and the lines under it fit 120 columns (characters, not bytes).
+    for line in run.stdout.lines() {
+        assert!(
+            line.chars().count() <= 120,
+            "{} columns: {line}",
+            line.chars().count()
+        );
     }
 }
 
@@ -645,4 +658,64 @@ fn both_reports_work_under_a_read_only_role() {
         assert_eq!(err.code(), Some(&SqlState::INSUFFICIENT_PRIVILEGE), "{err}");
     }
     assert_eq!(checksum(&mut c), before);
+}
+
+/// The table on the demo's data (scripts/demo-seed.sql), after a cycle that quarantines
+/// one booking and with relay-outbox paused for a long reason: every line fits 120
+/// columns (characters, not bytes), the reason is wrapped, not cut, and the command
+/// that ends the pause is whole on one line.
+#[test]
+fn the_table_fits_120_columns_on_the_demo_seed() {
+    let db = TestDb::new();
+    let mut c = db.client();
+    c.batch_execute(&std::fs::read_to_string("scripts/demo-seed.sql").unwrap())
+        .unwrap();
+    let before = db.run(&["backlog"]);
+    assert_eq!(before.code, 0, "{}", before.stderr);
+    assert!(
+        before.stdout.contains(
+            "\nnext Reserve claim, 2h 0m 0s late: booking-expire explain \
+             b1000001-0000-4000-8000-000000000000\n"
+        ),
+        "{}",
+        before.stdout
+    );
+    c.execute(
+        "UPDATE crm.bookings SET expired_at = now() - interval '1 day'
+          WHERE id = 'b1000004-0000-4000-8000-000000000000'",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(db.run_once(&[]).counts(), (6, 1, 0, 1));
+    let reason = "Kafka incident INC-42: the brokers of the second rack are being replaced; \
+                  resume once the partition reassignment has finished and the ISR is whole again";
+    let paused = db.run(&[
+        "pause",
+        "relay-outbox",
+        "--reason",
+        reason,
+        "--actor",
+        "alice",
+    ]);
+    assert_eq!(paused.code, 0, "{}", paused.stderr);
+    let run = db.run(&["backlog"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    for report in [&before.stdout, &run.stdout] {
+        for line in report.lines() {
+            assert!(
+                line.chars().count() <= 120,
+                "{} columns: {line}\nin:\n{report}",
+                line.chars().count()
+            );
+        }
+    }
+    let words = run.stdout.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(words.contains(&format!(": {reason}")), "{}", run.stdout);
+    assert!(
+        run.stdout
+            .lines()
+            .any(|l| l.ends_with("(booking-expire resume relay-outbox)")),
+        "{}",
+        run.stdout
+    );
 }

@@ -285,11 +285,13 @@ fn the_outbox_row_is_pending_then_published_with_a_receipt_that_a_consumer_confi
     );
     assert!(row["ReadBack"]["TimestampMs"].as_i64().unwrap() > 0);
 
-    // The text report says the same in words.
+    // The text report says the same in words (wrapped to 120 columns: compared with
+    // its lines joined).
     let text = db.run(&["explain", &ids[0].to_string(), "--brokers", &brokers]);
     assert_eq!(text.code, 0, "{}", text.stderr);
+    let words = text.stdout.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(
-        text.stdout.contains(&format!(
+        words.contains(&format!(
             "published at {} to {topic} partition {partition} offset {offset}",
             row["PublishedAt"].as_str().unwrap()
         )),
@@ -297,7 +299,7 @@ fn the_outbox_row_is_pending_then_published_with_a_receipt_that_a_consumer_confi
         text.stdout
     );
     assert!(
-        text.stdout.contains(&format!(
+        words.contains(&format!(
             "read back: the message there has ce_id {} and key {}",
             row["Id"].as_str().unwrap(),
             ids[0]
@@ -340,4 +342,44 @@ fn the_read_only_role_may_explain() {
         "{}",
         run.stdout
     );
+}
+
+/// The text of `explain` on the demo's data (scripts/demo-seed.sql), for a booking with
+/// every section: a quarantined one with audit rows; every line fits 120 columns
+/// (characters, not bytes).
+#[test]
+fn the_text_fits_120_columns_on_the_demo_seed() {
+    let db = TestDb::new();
+    let mut c = db.client();
+    c.batch_execute(&std::fs::read_to_string("scripts/demo-seed.sql").unwrap())
+        .unwrap();
+    c.execute(
+        "UPDATE crm.bookings SET expired_at = now() - interval '1 day'
+          WHERE id = 'b1000004-0000-4000-8000-000000000000'",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(db.run_once(&[]).counts(), (6, 1, 0, 1));
+    for id in [
+        "b1000004-0000-4000-8000-000000000000",
+        "b1000001-0000-4000-8000-000000000000",
+        "b1000005-0000-4000-8000-000000000000",
+        "b1000008-0000-4000-8000-000000000000",
+    ] {
+        let run = db.run(&["explain", id]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        assert!(
+            run.stdout.starts_with(&format!("booking {id} at ")),
+            "{}",
+            run.stdout
+        );
+        for line in run.stdout.lines() {
+            assert!(
+                line.chars().count() <= 120,
+                "{} columns: {line}\nin:\n{}",
+                line.chars().count(),
+                run.stdout
+            );
+        }
+    }
 }

@@ -537,6 +537,13 @@ fn read_back(cfg: &KafkaConfig, row: &OutboxJson, partition: i32, offset: i64) -
     back
 }
 
+/// The widest actor the audit table shows, cut with `…` beyond: with the RunId by its
+/// first 8 characters (as `dry-run` shows ids; `--json` has it in full), an audit row
+/// fits 120 columns.
+const ACTOR_WIDTH: usize = 32;
+
+/// The report for people: every line fits 120 columns; prose wraps, the audit's RunId
+/// is shortened and a long actor cut.
 fn text(e: &Explanation) -> String {
     let mut out = format!("booking {} at {}\n\n", e.booking_id, e.as_of);
     if let Some(b) = &e.booking {
@@ -566,11 +573,15 @@ fn text(e: &Explanation) -> String {
     } else {
         out.push_str("next cycle: would NOT expire it, because\n");
         for r in &n.reasons {
-            out.push_str(&format!("  - {}: {}\n", r.code, r.detail));
+            out.push_str(&format::wrap(
+                &format!("- {}: {}", r.code, r.detail),
+                "  ",
+                "    ",
+            ));
         }
     }
     for note in &n.notes {
-        out.push_str(&format!("  note: {note}\n"));
+        out.push_str(&format::wrap(&format!("note: {note}"), "  ", "    "));
     }
     if !e.audit.is_empty() {
         out.push_str("\naudit\n");
@@ -581,8 +592,8 @@ fn text(e: &Explanation) -> String {
                 a.from.clone(),
                 a.to.clone(),
                 a.version.to_string(),
-                a.actor.clone(),
-                a.run_id.map_or("-".to_owned(), |r| r.to_string()),
+                format::fit(&a.actor, ACTOR_WIDTH),
+                a.run_id.map_or("-".to_owned(), format::short_id),
             ]);
         }
         t.render(&mut out);
@@ -631,7 +642,11 @@ fn text(e: &Explanation) -> String {
                     .map_or(String::new(), |e| format!(", last error: {e}")),
             ),
         };
-        out.push_str(&format!("  {} {}: {state}\n", o.id, o.r#type));
+        out.push_str(&format::wrap(
+            &format!("{} {}: {state}", o.id, o.r#type),
+            "  ",
+            "    ",
+        ));
         if let Some(b) = &o.read_back {
             let line = match (b.found, b.matches, &b.error) {
                 (_, _, Some(err)) => format!("read back: {err}"),
@@ -645,7 +660,7 @@ fn text(e: &Explanation) -> String {
                     b.ce_id.as_deref().unwrap_or("(none)")
                 ),
             };
-            out.push_str(&format!("    {line}\n"));
+            out.push_str(&format::wrap(&line, "    ", "      "));
         }
     }
     out

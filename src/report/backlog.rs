@@ -134,17 +134,29 @@ fn table(b: &Backlog) -> String {
     }
     t.render(&mut out);
     for p in &b.pauses {
-        out.push_str(&format!(
-            "\n{} is paused since {} by {}: {} (booking-expire resume {})",
-            p.command,
-            format::time(p.paused_at),
-            p.paused_by,
-            p.reason,
-            p.command
-        ));
-    }
-    if !b.pauses.is_empty() {
+        // Wrapped to 120 columns (the reason is the operator's text, of any length);
+        // the command that ends the pause is never split.
         out.push('\n');
+        let said = format::wrap(
+            &format!(
+                "{} is paused since {} by {}: {}",
+                p.command,
+                format::time(p.paused_at),
+                p.paused_by,
+                p.reason
+            ),
+            "",
+            "  ",
+        );
+        let resume = format!("(booking-expire resume {})", p.command);
+        let last = said.trim_end().rsplit('\n').next().unwrap_or_default();
+        if last.chars().count() + 1 + resume.chars().count() <= format::SCREEN_WIDTH {
+            out.push_str(said.trim_end());
+            out.push_str(&format!(" {resume}\n"));
+        } else {
+            out.push_str(&said);
+            out.push_str(&format!("  {resume}\n"));
+        }
     }
     let claims: Vec<_> = Phase::ALL
         .iter()
@@ -154,9 +166,9 @@ fn table(b: &Backlog) -> String {
         out.push('\n');
     }
     for (phase, c) in claims {
+        // The full id once, in the command that explains it: the line fits 120 columns.
         out.push_str(&format!(
-            "next {phase} claim: booking {} is {} late (booking-expire explain {})\n",
-            c.booking_id,
+            "next {phase} claim, {} late: booking-expire explain {}\n",
             format::duration(b.as_of - c.deadline),
             c.booking_id
         ));

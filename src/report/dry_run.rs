@@ -14,7 +14,9 @@ use postgres::{Client, Transaction};
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::format::{self, SHORT_ID_WIDTH, Stdout, StreamTable, TIME_WIDTH, Table, UUID_WIDTH};
+use super::format::{
+    self, SHORT_ID_WIDTH, Stdout, StreamTable, TIME_S_WIDTH, TIME_WIDTH, Table, UUID_WIDTH,
+};
 use crate::clock::Clock;
 use crate::config::{Batch, DryRunConfig, Topics};
 use crate::domain::{self, BookingRow, Phase, rfc3339};
@@ -204,13 +206,18 @@ trait Report {
     fn end(&mut self, s: &Scope, phases: &[(Phase, Counts)], out: &mut Stdout) -> Result<()>;
 }
 
-/// The table for people. Its first line goes out with the first output, after the
+/// The table for people. Its first lines go out with the first output, after the
 /// first query has answered; the expiries stream under columns whose widths are known
 /// up front (see [`expiry_table`]); the few refused and quarantined rows are collected
 /// per phase and aligned to their widest cell, as before.
+///
+/// By default every line fits [`format::SCREEN_WIDTH`] (120) columns: ids by their
+/// first characters, times at whole seconds, a status cut to the longest known one,
+/// and the reason and error of a refused or quarantined row on a line of its own under
+/// it, cut with `…`. `--wide` shows all of it in full, in columns.
 #[derive(Default)]
 struct TableReport {
-    /// Full ids (`--wide`) instead of their first characters.
+    /// Everything in full (`--wide`) instead of the layout that fits 120 columns.
     wide: bool,
     started: bool,
     /// The expiry table of the phase under way, once its heading is out.
@@ -230,6 +237,25 @@ impl TableReport {
         }
     }
 
+    /// A moment as the table shows it: microseconds with `--wide`, else whole seconds.
+    fn time(&self, at: DateTime<Utc>) -> String {
+        if self.wide {
+            format::time(at)
+        } else {
+            format::time_s(at)
+        }
+    }
+
+    /// A booking's status cell: in full with `--wide`, else cut to the longest status
+    /// the job knows (`AwaitingPayment`), which only a status it does not know exceeds.
+    fn status(&self, status: &str) -> String {
+        if self.wide {
+            status.to_owned()
+        } else {
+            format::fit(status, STATUS_WIDTH)
+        }
+    }
+
     /// Writes what `fill` puts in the buffer, after the report's first line if it is
     /// not out yet.
     fn write(&mut self, s: &Scope, out: &mut Stdout, fill: impl FnOnce(&mut String)) -> Result<()> {
@@ -244,7 +270,7 @@ impl TableReport {
                 None => "every candidate (--all)".to_owned(),
             };
             self.buf.push_str(&format!(
-                "dry-run at AsOf {}: {what}; nothing is written\n",
+                "dry-run at AsOf {}; nothing is written\n{what}\n",
                 rfc3339(s.as_of)
             ));
         }
@@ -253,11 +279,19 @@ impl TableReport {
     }
 }
 
-/// The expiries of a phase: every column's width is known before the first row (UUIDs,
-/// the phase's transitions, [`format::time`] at microseconds); OverdueBy, the last
-/// column, needs none.
+/// The longest status the job knows, `AwaitingPayment`: a status cell's width in the
+/// default layout.
+const STATUS_WIDTH: usize = 15;
+
+/// The expiries of a phase: every column's width is known before the first row (ids,
+/// the phase's transitions, [`format::time`] at microseconds or [`format::time_s`]);
+/// OverdueBy, the last column, needs none.
 fn expiry_table(phase: Phase, wide: bool) -> StreamTable {
-    let id = if wide { UUID_WIDTH } else { SHORT_ID_WIDTH };
+    let (id, time) = if wide {
+        (UUID_WIDTH, TIME_WIDTH)
+    } else {
+        (SHORT_ID_WIDTH, TIME_S_WIDTH)
+    };
     let to = phase.expired_status();
     let status = phase
         .active_statuses()
@@ -270,7 +304,7 @@ fn expiry_table(phase: Phase, wide: bool) -> StreamTable {
         ("TenantId", id),
         ("DealId", id),
         ("Status", status),
-        ("Deadline", TIME_WIDTH),
+        ("Deadline", time),
         ("OverdueBy", 0),
     ])
 }
@@ -288,7 +322,7 @@ impl Report for TableReport {
         }
         let mut table = self.expiries.take();
         let wide = self.wide;
-        let rows: Vec<[String; 3]> = writes
+        let rows: Vec<[String; 4]> = writes
             .iter()
             .map(|w| {
                 let e = &w.expiry;
@@ -296,6 +330,7 @@ impl Report for TableReport {
                     self.id(e.booking_id),
                     self.id(e.tenant_id),
                     self.id(e.deal_id),
+                    self.time(e.deadline),
                 ]
             })
             .collect();
@@ -306,7 +341,7 @@ impl Report for TableReport {
                 t.header(buf);
                 t
             });
-            for (w, [booking, tenant, deal]) in writes.iter().zip(rows) {
+            for (w, [booking, tenant, deal, deadline]) in writes.iter().zip(rows) {
                 let e = &w.expiry;
                 t.row(
                     &[
@@ -314,7 +349,7 @@ impl Report for TableReport {
                         tenant,
                         deal,
                         format!("{} → {}", e.from, e.to),
-                        format::time(e.deadline),
+                        deadline,
                         format::duration(s.as_of - e.deadline),
                     ],
                     buf,
@@ -344,25 +379,35 @@ impl Report for TableReport {
         if rejected.is_empty() {
             return Ok(());
         }
-        let mut t = Table::new(&[
-            "BookingId",
-            "TenantId",
-            "DealId",
-            "Status",
-            "Deadline",
-            "Reason",
-            "Error",
-        ]);
+        let headers: &[&'static str] = if self.wide {
+            &[
+                "BookingId",
+                "TenantId",
+                "DealId",
+                "Status",
+                "Deadline",
+                "Reason",
+                "Error",
+            ]
+        } else {
+            &["BookingId", "TenantId", "DealId", "Status", "Deadline"]
+        };
+        let mut t = Table::new(headers);
         for (row, poison) in rejected {
-            t.row(vec![
+            let mut cells = vec![
                 self.id(row.id),
                 self.id(row.tenant_id),
                 self.id(row.deal_id),
-                row.status.clone(),
-                row.deadline(phase).map_or("-".to_owned(), format::time),
-                poison.reason.to_owned(),
-                poison.error.clone(),
-            ]);
+                self.status(&row.status),
+                row.deadline(phase).map_or("-".to_owned(), |d| self.time(d)),
+            ];
+            if self.wide {
+                cells.extend([poison.reason.to_owned(), one_line(&poison.error)]);
+                t.row(cells);
+            } else {
+                t.row(cells);
+                t.note(reason_note(poison.reason, &poison.error));
+            }
         }
         self.write(s, out, |buf| {
             buf.push_str(&format!(
@@ -379,44 +424,53 @@ impl Report for TableReport {
         q: &[Quarantined],
         _out: &mut Stdout,
     ) -> Result<()> {
-        let ids: Vec<[String; 3]> = q
+        let wide = self.wide;
+        let rows: Vec<Vec<String>> = q
             .iter()
             .map(|q| {
                 let row = &q.booking;
-                [
+                let deadline = row.deadline(phase);
+                let mut cells = vec![
                     self.id(row.id),
                     self.id(row.tenant_id),
                     self.id(row.deal_id),
-                ]
+                    self.status(&row.status),
+                    deadline.map_or("-".to_owned(), |d| self.time(d)),
+                    deadline.map_or("-".to_owned(), |d| format::duration(s.as_of - d)),
+                ];
+                if wide {
+                    cells.push(q.reason.clone());
+                }
+                cells.extend([q.attempts.to_string(), self.time(q.retry_at)]);
+                if wide {
+                    cells.push(one_line(&q.error));
+                }
+                cells
             })
             .collect();
         let t = self.quarantined.get_or_insert_with(|| {
-            Table::new(&[
+            let mut headers = vec![
                 "BookingId",
                 "TenantId",
                 "DealId",
                 "Status",
                 "Deadline",
                 "OverdueBy",
-                "Reason",
-                "Attempts",
-                "RetryAt",
-            ])
+            ];
+            if wide {
+                headers.push("Reason");
+            }
+            headers.extend(["Attempts", "RetryAt"]);
+            if wide {
+                headers.push("Error");
+            }
+            Table::new(&headers)
         });
-        for (q, [booking, tenant, deal]) in q.iter().zip(ids) {
-            let row = &q.booking;
-            t.row(vec![
-                booking,
-                tenant,
-                deal,
-                row.status.clone(),
-                row.deadline(phase).map_or("-".to_owned(), format::time),
-                row.deadline(phase)
-                    .map_or("-".to_owned(), |d| format::duration(s.as_of - d)),
-                q.reason.clone(),
-                q.attempts.to_string(),
-                format::time(q.retry_at),
-            ]);
+        for (q, cells) in q.iter().zip(rows) {
+            t.row(cells);
+            if !wide {
+                t.note(reason_note(&q.reason, &q.error));
+            }
         }
         Ok(())
     }
@@ -430,6 +484,13 @@ impl Report for TableReport {
         out: &mut Stdout,
     ) -> Result<()> {
         let quarantined = self.quarantined.take();
+        // The AsOf is in the report's first line; the default layout leaves it out here
+        // so the line fits 120 columns.
+        let as_of = if self.wide {
+            format!(" (AsOf {})", rfc3339(s.as_of))
+        } else {
+            String::new()
+        };
         self.write(s, out, |buf| {
             if let Some(t) = quarantined {
                 buf.push_str(&format!(
@@ -445,18 +506,32 @@ impl Report for TableReport {
             }
             buf.push_str(&format!(
                 "{phase}: {} would expire, {} rejected by the guard, {} in quarantine, \
-                 {} left for later cycles (AsOf {})\n",
+                 {} left for later cycles{as_of}\n",
                 counts.would_expire,
                 counts.rejected,
                 counts.quarantined,
                 counts.left_for_later,
-                rfc3339(s.as_of)
             ));
         })
     }
 
     fn end(&mut self, _: &Scope, _: &[(Phase, Counts)], _: &mut Stdout) -> Result<()> {
         Ok(())
+    }
+}
+
+/// An error in full on one line (`--wide`): a line break would split the table's row.
+fn one_line(error: &str) -> String {
+    format::fit(error, usize::MAX)
+}
+
+/// The line under a refused or quarantined row in the default layout: its reason and
+/// error, cut to fit.
+fn reason_note(reason: &str, error: &str) -> String {
+    if error.is_empty() {
+        format::note(reason)
+    } else {
+        format::note(&format!("{reason}: {error}"))
     }
 }
 

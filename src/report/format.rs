@@ -10,7 +10,8 @@ use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
 /// trailing blanks.
 pub struct Table {
     headers: Vec<&'static str>,
-    rows: Vec<Vec<String>>,
+    /// Each row with the lines of text under it (see [`Table::note`]).
+    rows: Vec<(Vec<String>, Vec<String>)>,
 }
 
 impl Table {
@@ -23,19 +24,32 @@ impl Table {
 
     pub fn row(&mut self, cells: Vec<String>) {
         debug_assert_eq!(cells.len(), self.headers.len());
-        self.rows.push(cells);
+        self.rows.push((cells, Vec::new()));
+    }
+
+    /// A line of text under the last row, indented and outside the columns: for a cell
+    /// too long to share a line with the others (an error message). It is printed as
+    /// given; [`note`] makes one that fits the screen.
+    pub fn note(&mut self, line: String) {
+        if let Some((_, notes)) = self.rows.last_mut() {
+            notes.push(line);
+        }
     }
 
     pub fn render(&self, out: &mut String) {
         let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
-        for row in &self.rows {
+        for (row, _) in &self.rows {
             for (w, cell) in widths.iter_mut().zip(row) {
                 *w = (*w).max(cell.chars().count());
             }
         }
         push_line(out, &self.headers, &widths);
-        for row in &self.rows {
+        for (row, notes) in &self.rows {
             push_line(out, row, &widths);
+            for note in notes {
+                out.push_str(note);
+                out.push('\n');
+            }
         }
     }
 }
@@ -92,6 +106,73 @@ fn push_line(out: &mut String, cells: &[impl AsRef<str>], widths: &[usize]) {
     out.push('\n');
 }
 
+/// The width the default layout of a table fits in, in columns (characters: `→` is one).
+/// `--wide` layouts may exceed it; they cut nothing.
+pub const SCREEN_WIDTH: usize = 120;
+
+/// `text` on one line of at most `width` characters: line breaks and tabs become
+/// spaces, and a longer text is cut with `…` as its last character.
+pub fn fit(text: &str, width: usize) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= width {
+        return flat;
+    }
+    let mut cut: String = flat.chars().take(width.saturating_sub(1)).collect();
+    cut.truncate(cut.trim_end().len());
+    cut.push('…');
+    cut
+}
+
+/// A note under a table's row ([`Table::note`]): `  ↳ text`, cut to [`SCREEN_WIDTH`].
+pub fn note(text: &str) -> String {
+    format!("  {}", fit(&format!("↳ {text}"), SCREEN_WIDTH - 2))
+}
+
+/// `text` as lines of at most [`SCREEN_WIDTH`] characters, each ending in `\n`: words
+/// (split at whitespace, line breaks included) filled after `first` on the first line
+/// and after `rest` on the others; a word longer than a whole line is cut across lines.
+/// For prose too long for one line (`explain`'s reasons), where cutting would lose it.
+pub fn wrap(text: &str, first: &str, rest: &str) -> String {
+    let mut out = String::new();
+    let mut line = first.to_owned();
+    let mut indent = first.chars().count();
+    let mut len = indent;
+    for word in text.split_whitespace() {
+        let mut word: Vec<char> = word.chars().collect();
+        loop {
+            let gap = usize::from(len > indent);
+            if len + gap + word.len() <= SCREEN_WIDTH {
+                if gap == 1 {
+                    line.push(' ');
+                }
+                line.extend(&word);
+                len += gap + word.len();
+                break;
+            }
+            if len > indent {
+                out.push_str(&line);
+                out.push('\n');
+                line = rest.to_owned();
+                indent = rest.chars().count();
+                len = indent;
+                continue;
+            }
+            // Longer than a whole line: as much as fits, the rest on the next.
+            let room = SCREEN_WIDTH.saturating_sub(len).max(1);
+            line.extend(&word[..room]);
+            word.drain(..room);
+            out.push_str(&line);
+            out.push('\n');
+            line = rest.to_owned();
+            indent = rest.chars().count();
+            len = indent;
+        }
+    }
+    out.push_str(line.trim_end());
+    out.push('\n');
+    out
+}
+
 /// The widest [`time`] of a PostgreSQL timestamp (microseconds), years 1–9999.
 pub const TIME_WIDTH: usize = "2026-11-29T18:00:00.000000Z".len();
 
@@ -112,6 +193,15 @@ pub fn short_id(id: uuid::Uuid) -> String {
 /// A moment for people: UTC, fractions of a second only when there are any.
 pub fn time(at: DateTime<Utc>) -> String {
     at.to_rfc3339_opts(SecondsFormat::AutoSi, true)
+}
+
+/// The width of [`time_s`], years 1–9999.
+pub const TIME_S_WIDTH: usize = "2026-11-29T18:00:00Z".len();
+
+/// A moment at whole seconds (the fraction cut, not rounded), UTC: what a table's
+/// default layout shows; `--wide` and JSON keep [`time`] / microseconds.
+pub fn time_s(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
 /// A duration for people: `2d 3h 0m 5s`, `4m 10s`, `45s`, `250ms`.
@@ -252,6 +342,50 @@ mod tests {
              x     Reserved → ReserveExpired\n\
              long  y                          z\n"
         );
+    }
+
+    #[test]
+    fn notes_go_under_their_row_and_long_texts_are_cut_to_fit() {
+        let mut t = Table::new(&["A", "B"]);
+        t.row(vec!["x".into(), "y".into()]);
+        t.note(note("reason: why"));
+        t.row(vec!["long".into(), "z".into()]);
+        let mut out = String::new();
+        t.render(&mut out);
+        assert_eq!(out, "A     B\nx     y\n  ↳ reason: why\nlong  z\n");
+
+        assert_eq!(fit("short", 5), "short");
+        assert_eq!(fit("line one\n  line two", 40), "line one line two");
+        assert_eq!(fit("abcdef", 5), "abcd…");
+        assert_eq!(fit("ab   cdef", 4), "ab…");
+        let long = note(&"é".repeat(500));
+        assert_eq!(long.chars().count(), SCREEN_WIDTH);
+        assert!(long.ends_with("é…"), "{long}");
+    }
+
+    #[test]
+    fn prose_wraps_at_words_within_the_screen() {
+        let text = format!("{} {}", "word ".repeat(40), "x".repeat(300));
+        let out = wrap(&text, "  - ", "    ");
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(out.ends_with('\n'));
+        for line in &lines {
+            assert!(line.chars().count() <= SCREEN_WIDTH, "{line}");
+        }
+        assert!(lines[0].starts_with("  - word word "));
+        assert!(lines[1..].iter().all(|l| l.starts_with("    ")));
+        assert_eq!(out.replace(['\n', ' ', '-'], ""), text.replace(' ', ""));
+        assert_eq!(wrap("short", "  ", "    "), "  short\n");
+    }
+
+    #[test]
+    fn seconds_times_cut_the_fraction() {
+        let at = DateTime::parse_from_rfc3339("2026-11-30T19:17:30.999999Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        assert_eq!(time_s(at), "2026-11-30T19:17:30Z");
+        assert_eq!(time_s(at).len(), TIME_S_WIDTH);
+        assert_eq!(time(at), "2026-11-30T19:17:30.999999Z");
     }
 
     #[test]

@@ -131,11 +131,13 @@ pub fn table(h: &Hygiene, as_of: DateTime<Utc>, out: &mut String) {
     more(&x.prepared, "prepared transactions", out);
     more(&x.slots, "replication slots", out);
     if x.hidden_sessions.total > 0 {
-        out.push_str(
+        out.push_str(&format::wrap(
             "sessions of unknown age: this role may not see other roles' session state \
              and start (grant it pg_read_all_stats, sql/010_backlog_hygiene.sql); their \
-             xid age is how many transactions old their snapshot is\n",
-        );
+             xid age is how many transactions old their snapshot is",
+            "",
+            "  ",
+        ));
     }
 }
 
@@ -489,6 +491,42 @@ mod tests {
         };
         table(&none, at("2030-01-01T12:00:00Z"), &mut quiet);
         assert!(quiet.ends_with("\nxmin horizon: nothing holds it back longer than 15m 0s\n"));
+    }
+
+    #[test]
+    fn the_note_on_sessions_of_unknown_age_wraps_to_120_columns() {
+        let mut h = hygiene(1);
+        h.xmin_horizon.hidden_sessions = Listed {
+            shown: vec![SessionHolder {
+                pid: 7,
+                application_name: "etl".into(),
+                user: None,
+                state: None,
+                transaction_start: None,
+                xid: None,
+                xmin: None,
+                xid_age: Some(12),
+            }],
+            total: 1,
+        };
+        let mut out = String::new();
+        table(&h, at("2030-01-01T12:00:00Z"), &mut out);
+        let note: Vec<&str> = out
+            .lines()
+            .skip_while(|l| !l.starts_with("sessions of unknown age: "))
+            .collect();
+        assert_eq!(note.len(), 2, "{out}");
+        assert!(note.iter().all(|l| l.chars().count() <= 120), "{out}");
+        assert!(note[1].starts_with("  "), "{out}");
+        assert_eq!(
+            note.join(" ")
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" "),
+            "sessions of unknown age: this role may not see other roles' session state and \
+             start (grant it pg_read_all_stats, sql/010_backlog_hygiene.sql); their xid age is \
+             how many transactions old their snapshot is"
+        );
     }
 
     #[test]
