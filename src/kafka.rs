@@ -1,3 +1,4 @@
+// Over 450 lines: the producer's settings, each with the reason it is set, the topic check with its operator-facing errors, and the batch send with its delivery-report bookkeeping.
 //! The rdkafka producer: configuration (idempotent, acks=all, Java-compatible murmur2
 //! partitioning, no topic auto-creation), the topic check, and sending a batch while
 //! waiting for every delivery report. Knows nothing of the outbox.

@@ -1,3 +1,4 @@
+// Over 450 lines: the families with their help texts, the push's and backlog's encodings of them, and their unit tests (a third of the file).
 //! The metric families, in one place: the gauges `run-once` and `relay-outbox` push
 //! when they end (`obs::pushgateway` sends them) and the gauges `backlog --format
 //! prometheus` prints, under the very same names and help texts. The text is encoded by

@@ -1,3 +1,4 @@
+// Over 450 lines: one read of everything a booking touches, the judgment of every "why not" case, and its two renderings (text and JSON).
 //! `explain BOOKING_ID`: the first question of every incident ("why didn't booking X
 //! expire, why is its object still blocked, did its event go out?") in one read-only
 //! command, instead of hand-written SQL over four tables and a Kafka consumer.
