@@ -13,8 +13,8 @@ mod schema;
 pub use clock::{ClockSkew, measure_clock_skew};
 pub use connect::{Db, connect};
 pub use expiration::{
-    BatchWrite, CycleStatements, Poison, booking_row, candidates_sql, claim, claim_sql,
-    count_skipped, quarantine, release_stale_quarantine, skipped_sql, write_isolating,
+    BatchWrite, CycleStatements, Poison, booking_row, candidates_sql, claim, claim_sql, count_left,
+    count_skipped, left_sql, quarantine, release_stale_quarantine, skipped_sql, write_isolating,
 };
 pub use outbox::{
     MAX_FAILURES, OUTBOX_CHANNEL, OutboxRow, listen, mark_attempted, mark_failed, mark_published,
