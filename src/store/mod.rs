@@ -17,8 +17,9 @@ pub use expiration::{
     count_skipped, left_sql, quarantine, release_stale_quarantine, skipped_sql, write_isolating,
 };
 pub use outbox::{
-    MAX_FAILURES, OUTBOX_CHANNEL, OutboxRow, listen, mark_attempted, mark_failed, mark_published,
-    mark_retry, pending, purge_published, try_relay_lock,
+    MARK_PUBLISHED_SQL, MAX_FAILURES, OUTBOX_CHANNEL, OutboxRow, PENDING_SQL, listen,
+    mark_attempted, mark_failed, mark_published, mark_retry, pending, purge_published,
+    try_relay_lock,
 };
 pub use report::{
     Backlog, CHUNK_ROWS, Figures, OUTBOX_FAILED_SQL, OUTBOX_PENDING_SQL, OutboxLag, Overdue,
