@@ -455,7 +455,7 @@ bench_catchup() {
     local total=$((2 * CATCHUP_OVERDUE)) flags=() n left r b d sum_ms=0 line
     mapfile -t flags < <(shipped_run_once_flags)
     [[ ${#flags[@]} -gt 0 ]] || die "no run-once flags found in cronjob.yaml"
-    template bench_catchup scripts/bench/seed.sql history=$CATCHUP_HISTORY active=$ACTIVE overdue=$CATCHUP_OVERDUE
+    template bench_catchup scripts/bench/seed.sql history="$CATCHUP_HISTORY" active="$ACTIVE" overdue="$CATCHUP_OVERDUE"
     copy bench_catchup
     progress "catch-up: $total overdue ($CATCHUP_OVERDUE per phase, $CATCHUP_HISTORY history), run-once ${flags[*]} until none is left"
     local overdue_sql="SELECT count(*) FROM crm.bookings

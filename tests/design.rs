@@ -349,3 +349,42 @@ fn the_relays_statements_keep_their_index_plans_on_an_outbox_a_burst_filled_afte
         assert_eq!(lines.len(), 4, "{mode}:\n{plan}");
     }
 }
+
+#[test]
+fn the_claim_keeps_its_partial_index_on_bookings_a_burst_filled_after_their_last_analyze() {
+    let db = TestDb::new();
+    let mut c = db.client();
+    // Statistics taken on history only (no active row), then 50,000 overdue active rows
+    // that no ANALYZE has seen.
+    c.batch_execute(
+        "ALTER TABLE crm.bookings SET (autovacuum_enabled = false);
+         INSERT INTO crm.bookings
+         SELECT gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), gen_random_uuid(),
+                'Completed', now() - interval '9 days', now() - interval '8 days', NULL,
+                now(), now(), 3
+           FROM generate_series(1, 2000);
+         ANALYZE crm.bookings;
+         INSERT INTO crm.bookings
+         SELECT gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), gen_random_uuid(),
+                (ARRAY['Reserved','AwaitingPayment','Booked'])[1 + i % 3],
+                now() - interval '1 day' + i * interval '1 second',
+                now() - interval '1 day' + i * interval '1 second', NULL, now(), now(), 1
+           FROM generate_series(1, 50000) i;",
+    )
+    .unwrap();
+    let now = chrono::Utc::now();
+    for (phase, index) in [
+        (Phase::Reserve, "ix_bookings_reserve_expires_at"),
+        (Phase::Booking, "ix_bookings_booking_expires_at"),
+    ] {
+        for mode in ["force_custom_plan", "force_generic_plan"] {
+            let plan = explain(&mut c, mode, &claim_sql(phase), &[&now, &200_i64]);
+            assert!(
+                plan.contains(&format!("Index Scan using {index} on bookings b")),
+                "{phase} {mode}:\n{plan}"
+            );
+            assert!(!plan.contains("Seq Scan"), "{phase} {mode}:\n{plan}");
+            assert!(!plan.contains("Sort"), "{phase} {mode}:\n{plan}");
+        }
+    }
+}
