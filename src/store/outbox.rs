@@ -58,10 +58,12 @@ pub fn listen(client: &mut impl GenericClient) -> Result<()> {
 /// The oldest rows due for sending, in write order (served by `ix_outbox_pending`):
 /// pending, not waiting out a back-off, and not behind an older row of the same key
 /// that is (per-key order). `$1` = the limit, `$2` = now. The older row of the same
-/// key is looked up through `ix_outbox_aggregateid` (a key has a row or two); its
-/// pending test is written as `coalesce(…) IS NULL` so that the planner cannot pick
-/// the pending index for it, which stale statistics make look empty while it holds
-/// the whole burst.
+/// key is looked up through `ix_outbox_aggregateid` (a key has a row or two), once
+/// per fetched row: its pending test is written as `coalesce(…) IS NULL` so that the
+/// planner cannot pick the pending index for it, which stale statistics make look
+/// empty while it holds the whole burst, and `OFFSET 0` keeps it a subplan keyed by
+/// the row's key, so fresh statistics (which know that hardly any row backs off)
+/// cannot turn it into a scan of the table either.
 pub const PENDING_SQL: &str = "\
 SELECT o.id, o.seq, o.aggregateid, o.topic, o.payload::text AS payload, o.headers, o.occurred_at
   FROM crm.outbox o
@@ -70,7 +72,8 @@ SELECT o.id, o.seq, o.aggregateid, o.topic, o.payload::text AS payload, o.header
    AND NOT EXISTS (SELECT 1 FROM crm.outbox w
                     WHERE w.aggregateid = o.aggregateid AND w.seq < o.seq
                       AND coalesce(w.published_at, w.failed_at) IS NULL
-                      AND w.next_attempt_at > $2)
+                      AND w.next_attempt_at > $2
+                   OFFSET 0)
  ORDER BY o.seq
  LIMIT $1";
 
