@@ -15,7 +15,9 @@
 #   BENCH_RUNS=7                runs per contender of the cycle bench (a, b)
 #   BENCH_DRAIN_RUNS=5          runs per contender of the drain and relay benches (c, d)
 #   BENCH_HISTORY="10000 100000 1000000"   historical rows of the cycle bench (b)
-#   BENCH_ONLY="cycle drain relay latency rss"   which parts to run
+#   BENCH_CATCHUP_OVERDUE=500000  overdue rows per phase of the catch-up bench (f), with
+#                               1M historical rows besides
+#   BENCH_ONLY="cycle drain relay relay-stale latency rss catchup"   which parts to run
 #   BENCH_BIN                   the binary to measure (default: cargo build --release)
 #   DATABASE_URL, KAFKA_BROKERS use these servers instead of throwaway ones; the bench
 #                               creates and drops databases named bench_* there, and
@@ -30,7 +32,9 @@ source scripts/lib.sh
 RUNS=${BENCH_RUNS:-7}
 DRAIN_RUNS=${BENCH_DRAIN_RUNS:-5}
 HISTORY=${BENCH_HISTORY:-10000 100000 1000000}
-ONLY=${BENCH_ONLY:-cycle drain relay latency rss}
+ONLY=${BENCH_ONLY:-cycle drain relay relay-stale latency rss catchup}
+CATCHUP_OVERDUE=${BENCH_CATCHUP_OVERDUE:-500000}
+CATCHUP_HISTORY=1000000
 ACTIVE=10000          # active bookings with future deadlines, beside the history
 BATCH=200             # rows per batch and phase, ours and the peer's
 DRAIN_OVERDUE=50000   # overdue rows per phase for the drain bench (100k in all)
@@ -76,7 +80,7 @@ fi
 start_postgres
 # The broker with a full JIT (kafka-start.sh's default stops at C1 to start faster).
 if [[ -z ${KAFKA_BROKERS:-} ]]; then export KAFKA_JVM_OPTS=${KAFKA_JVM_OPTS:--XX:+UseSerialGC}; fi
-if wants relay || wants latency; then start_kafka; fi
+if wants relay || wants relay-stale || wants latency; then start_kafka; fi
 export PGOPTIONS="-c client_min_messages=warning"
 
 # URL of database $1 on the server of DATABASE_URL (as tests/common does).
@@ -408,11 +412,105 @@ bench_rss() {
     } | table
 }
 
+# ---------------------------------------------------------------- (g) relay, stale statistics
+
+# relay-outbox through a burst on an outbox whose statistics predate it (the state
+# after an outage, before autovacuum catches up): the plans must not depend on them.
+bench_relay_stale() {
+    local i before
+    ensure_topic
+    template bench_outbox_stale scripts/bench/outbox-seed.sql rows=$RELAY_ROWS stale=1
+    progress "relay $RELAY_ROWS pending rows never analyzed: $DRAIN_RUNS × relay-outbox"
+    for ((i = 1; i <= DRAIN_RUNS; i++)); do
+        copy bench_outbox_stale
+        before=$(topic_end)
+        measure relay_stale env DATABASE_URL="$(db_url bench_run)" "$BIN" relay-outbox \
+            --brokers "$KAFKA_BROKERS" --deadline 10m
+        expect_result Published $RELAY_ROWS
+        [[ $(( $(topic_end) - before )) -eq $RELAY_ROWS ]] || die "relay-outbox (stale): topic did not grow by $RELAY_ROWS"
+        # The same outbox once ANALYZE has seen the burst, interleaved.
+        copy bench_outbox_stale
+        sql bench_run -c "ANALYZE crm.outbox"
+        before=$(topic_end)
+        measure relay_analyzed env DATABASE_URL="$(db_url bench_run)" "$BIN" relay-outbox \
+            --brokers "$KAFKA_BROKERS" --deadline 10m
+        expect_result Published $RELAY_ROWS
+        [[ $(( $(topic_end) - before )) -eq $RELAY_ROWS ]] || die "relay-outbox (analyzed): topic did not grow by $RELAY_ROWS"
+    done
+    {
+        echo "(g) Relay on stale statistics: $RELAY_ROWS pending rows written after the outbox's last"
+        echo "    ANALYZE (1000 published rows then), never analyzed since, autovacuum off;"
+        echo "    events/s of the whole process, median [slowest–fastest] of $DRAIN_RUNS runs"
+        echo
+        printf '%-50s %s\n' "relay-outbox, stale statistics" \
+            "$(per_s relay_stale $RELAY_ROWS) [$(per_s relay_stale $RELAY_ROWS max)-$(per_s relay_stale $RELAY_ROWS min)]"
+        printf '%-50s %s\n' "relay-outbox, the same outbox after ANALYZE" \
+            "$(per_s relay_analyzed $RELAY_ROWS) [$(per_s relay_analyzed $RELAY_ROWS max)-$(per_s relay_analyzed $RELAY_ROWS min)]"
+        echo
+        echo "stale/analyzed $(ratio "$(per_s relay_stale $RELAY_ROWS)" "$(per_s relay_analyzed $RELAY_ROWS)");" \
+             "plans independent of the statistics: target ≥ 0.8: $(verdict "$(ratio "$(per_s relay_stale $RELAY_ROWS)" "$(per_s relay_analyzed $RELAY_ROWS)")" '>=' 0.8)"
+        echo
+    } | table
+}
+
+# ---------------------------------------------------------------- (f) catch-up
+
+# The run-once flags of the shipped CronJob, as cronjob.yaml lists them.
+shipped_run_once_flags() {
+    awk '/^ *- run-once$/ { on = 1; next } on && /envFrom/ { on = 0 }
+         on && /^ *- --/ { sub(/^ *- /, ""); print }' cronjob.yaml
+}
+
+bench_catchup() {
+    local total=$((2 * CATCHUP_OVERDUE)) flags=() n left r b d sum_ms=0 line
+    mapfile -t flags < <(shipped_run_once_flags)
+    [[ ${#flags[@]} -gt 0 ]] || die "no run-once flags found in cronjob.yaml"
+    template bench_catchup scripts/bench/seed.sql history="$CATCHUP_HISTORY" active="$ACTIVE" overdue="$CATCHUP_OVERDUE"
+    copy bench_catchup
+    progress "catch-up: $total overdue ($CATCHUP_OVERDUE per phase, $CATCHUP_HISTORY history), run-once ${flags[*]} until none is left"
+    local overdue_sql="SELECT count(*) FROM crm.bookings
+                        WHERE (status IN ('Reserved', 'AwaitingPayment') AND reserve_expires_at < now())
+                           OR (status = 'Booked' AND booking_expires_at < now())"
+    : >"$WORK/catchup"
+    for ((n = 1; n <= 10; n++)); do
+        progress "catch-up cycle $n"
+        measure catchup_cycle env DATABASE_URL="$(db_url bench_run)" "$BIN" run-once "${flags[@]}"
+        r=$(grep -o '"ReserveExpiredCount":[0-9]*' "$WORK/out" | cut -d: -f2)
+        b=$(grep -o '"BookingExpiredCount":[0-9]*' "$WORK/out" | cut -d: -f2)
+        d=$(grep -o '"DurationMs":[0-9]*' "$WORK/out" | cut -d: -f2)
+        line=$(grep -o '"[A-Za-z]*Left":"[0-9+]*"' "$WORK/err" | sort -r | tr -d '"' | paste -sd ' ')
+        left=$(sql bench_run -c "$overdue_sql")
+        sum_ms=$((sum_ms + d))
+        printf '%-7s %-12s %-12s %-10s %-14s %s\n' "$n" "$r" "$b" \
+            "$(awk -v ms="$d" 'BEGIN { printf "%.1f", ms / 1000 }')" "$left" "$line" >>"$WORK/catchup"
+        [[ $left -gt 0 ]] || break
+    done
+    # Drained: every expiry written once. Not drained after 10 cycles: the table says so.
+    if [[ $left -eq 0 ]]; then expect_rows bench_run $total; else n=">$((n - 1))"; fi
+    {
+        echo "(f) Catch-up after an outage: $total overdue bookings ($CATCHUP_OVERDUE per phase) beside"
+        echo "    $CATCHUP_HISTORY historical and $ACTIVE future ones, template vacuumed and analyzed before"
+        echo "    the outage; the shipped CronJob's run-once (${flags[*]}) run back to back until"
+        echo "    nothing is overdue; each row of the table is one cycle (one minute of the CronJob)"
+        echo
+        printf '%-7s %-12s %-12s %-10s %-14s %s\n' "cycle" "Reserve" "Booking" "s" "overdue after" "the cycle's log: left"
+        cat "$WORK/catchup"
+        echo
+        echo "$total overdue drained in $n cycles of the shipped configuration," \
+             "$(awk -v ms="$sum_ms" 'BEGIN { printf "%.1f", ms / 1000 }') s of cycle time" \
+             "($n minutes of the CronJob); $(awk -v n="$total" -v ms="$sum_ms" 'BEGIN { printf "%.0f", n / (ms / 1000) }') expiries/s;" \
+             "target ≤ 3 cycles: $([[ $n == ">"* ]] && echo MISSED || verdict "$n" '<=' 3)"
+        echo
+    } | table
+}
+
 wants cycle && bench_cycle
 wants drain && bench_drain
 wants relay && bench_relay
+wants relay-stale && bench_relay_stale
 wants latency && bench_latency
 wants rss && bench_rss
+wants catchup && bench_catchup
 
 {
     echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'))," \

@@ -219,10 +219,12 @@ pub struct BatchArgs {
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub batch_size: u32,
 
-    /// Batches per phase in one cycle (1..=1000); more drains a backlog in several short
-    /// transactions within the time budget
+    /// Most batches per phase in one cycle (1..=100000). A cycle takes batch after batch,
+    /// the phases in turn, while overdue rows remain, this many were not taken and
+    /// --deadline leaves time for one more; each batch is its own short transaction, so
+    /// a large value drains a backlog without holding locks longer
     #[arg(long, env = "BOOKING_EXPIRATION_MAX_BATCHES", value_name = "N", default_value_t = 1,
-          value_parser = clap::value_parser!(u32).range(1..=1_000))]
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_batches: u32,
 }
 
@@ -247,8 +249,10 @@ pub struct RunOnceArgs {
     #[command(flatten)]
     pub metrics: MetricsArgs,
 
-    /// Start no new batch after this much time since the start; keep it below the
-    /// schedule's interval (1s..=10m)
+    /// The cycle's time budget since its start (1s..=10m): no batch starts unless the
+    /// time left exceeds twice the slowest batch so far (and a tenth of the budget, at
+    /// most 1s); a statement still running at the end is cancelled (exit 75). Keep it
+    /// below the schedule's interval
     #[arg(long, env = "BOOKING_EXPIRATION_DEADLINE", value_name = "DURATION",
           default_value = "25s", value_parser = duration_in(Duration::from_secs(1), Duration::from_secs(600)))]
     pub deadline: Duration,

@@ -1,6 +1,7 @@
-//! `run-once`: one expiration cycle. AsOf is read once; each phase runs up to
-//! `max_batches` batches, each in its own short transaction: claim → domain decision
-//! → one set-based write → quarantine the poison → commit.
+//! `run-once`: one expiration cycle. AsOf is read once; the phases take batches in
+//! turn while rows remain, up to `max_batches` each and while the deadline leaves time
+//! for one more, each batch in its own short transaction: claim → domain decision →
+//! one set-based write → quarantine the poison → commit.
 
 use std::time::Instant;
 
@@ -190,10 +191,15 @@ fn check_clock(client: &mut Client, max: std::time::Duration) -> Result<()> {
     ))
 }
 
-/// Both phases, each up to `max_batches` batches. A phase that fails does not stop the
-/// other: its batch rolled back, the error is kept, the next phase runs, and the cycle
-/// then fails with the first error (a poison row in one phase must never hold back the
-/// other's expiries). A signal, the deadline or a lost connection stop everything.
+/// Both phases, batch by batch in turn (Reserve, Booking, Reserve, …), each until its
+/// queue is empty for us or it took `max_batches`, while the cycle's budget allows a
+/// new batch (see [`Budget`]). Taking turns keeps a backlog of one phase from holding
+/// back the other's expiries when a catch-up needs several cycles. A phase that fails
+/// does not stop the other: its batch rolled back, the error is kept, the other phase
+/// goes on, and the cycle then fails with the first error (a poison row in one phase
+/// must never hold back the other's expiries). A signal or a lost connection stop
+/// everything. Running out of budget with rows left is a normal end: the rest waits
+/// for the next cycle, and how much is left is logged.
 fn run_phases(
     client: &mut Client,
     stmts: &CycleStatements,
@@ -204,23 +210,57 @@ fn run_phases(
     result: &mut CycleResult,
 ) -> Result<()> {
     let mut first_error: Option<anyhow::Error> = None;
-    for phase in Phase::ALL {
-        match run_phase(client, stmts, cfg, phase, run_id, as_of, started, result) {
-            Ok(PhaseEnd::Drained) => {}
-            Ok(PhaseEnd::Deadline) => break,
-            Err(e) => {
-                let fatal = shutdown::requested().is_some() || client.is_closed();
-                error!(phase:% = phase, error:% = format!("{e:#}");
-                       "phase failed; its batch rolled back");
-                first_error.get_or_insert(e);
-                if fatal {
-                    break;
+    let mut budget = Budget::new(cfg.deadline, started);
+    // Per phase: batches taken, and whether it is still taking turns.
+    let mut phases: Vec<(Phase, u32, bool)> = Phase::ALL.iter().map(|&p| (p, 0, true)).collect();
+    let mut out_of_budget = false;
+    'turns: while phases.iter().any(|(_, _, open)| *open) {
+        for (phase, taken, open) in phases.iter_mut().filter(|(_, _, open)| *open) {
+            if let Some(signal) = shutdown::requested() {
+                first_error.get_or_insert(fail(
+                    Failure::Interrupted(signal),
+                    format!("interrupted by signal {signal}; no new batch started"),
+                ));
+                break 'turns;
+            }
+            if !budget.allows_a_batch() {
+                out_of_budget = true;
+                break 'turns;
+            }
+            let phase = *phase;
+            let batch_started = Instant::now();
+            match run_one(client, stmts, cfg, phase, run_id, as_of, result) {
+                Ok(claimed) => {
+                    budget.batch_took(batch_started.elapsed());
+                    *taken += 1;
+                    // A short batch means the phase's queue is drained (for us).
+                    if claimed < cfg.batch.size as usize || *taken >= cfg.batch.max_batches {
+                        *open = false;
+                    }
+                }
+                Err(e) => {
+                    *open = false;
+                    let fatal = shutdown::requested().is_some() || client.is_closed();
+                    error!(phase:% = phase, error:% = format!("{e:#}");
+                           "phase failed; its batch rolled back");
+                    first_error.get_or_insert(e);
+                    if fatal {
+                        break 'turns;
+                    }
                 }
             }
         }
     }
+    if out_of_budget && first_error.is_none() {
+        let unfinished: Vec<Phase> = phases
+            .iter()
+            .filter(|(_, _, open)| *open)
+            .map(|(p, _, _)| *p)
+            .collect();
+        report_left(client, stmts, cfg, &budget, as_of, &unfinished);
+    }
     if !client.is_closed() {
-        release_stale_quarantine(client, stmts, as_of, started, cfg, &mut first_error);
+        release_stale_quarantine(client, stmts, as_of, &budget, &mut first_error);
     }
     match first_error {
         Some(e) => Err(e),
@@ -228,61 +268,117 @@ fn run_phases(
     }
 }
 
-enum PhaseEnd {
-    /// The phase's queue is empty for us, or `max_batches` were taken.
-    Drained,
-    /// The cycle's time is up: the rest waits for the next cycle.
-    Deadline,
+/// The cycle's time budget for starting batches. `--deadline` is the hard end (a
+/// statement still running then is cancelled and its batch rolls back, exit 75), so
+/// the cycle stops taking new batches early enough for the batch it starts to finish
+/// before it: no batch starts once the time left is less than twice the slowest batch
+/// so far, nor less than a margin of a tenth of the deadline (at most 1 s) that covers
+/// a first batch and the bookkeeping after the last.
+#[derive(Debug)]
+struct Budget {
+    deadline: std::time::Duration,
+    started: Instant,
+    slowest: std::time::Duration,
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_phase(
+impl Budget {
+    fn new(deadline: std::time::Duration, started: Instant) -> Self {
+        Budget {
+            deadline,
+            started,
+            slowest: std::time::Duration::ZERO,
+        }
+    }
+
+    fn margin(&self) -> std::time::Duration {
+        (self.deadline / 10).min(std::time::Duration::from_secs(1))
+    }
+
+    fn left(&self) -> std::time::Duration {
+        self.deadline.saturating_sub(self.started.elapsed())
+    }
+
+    /// Whether a new batch may start now.
+    fn allows_a_batch(&self) -> bool {
+        self.left() >= self.margin().max(self.slowest * 2)
+    }
+
+    fn batch_took(&mut self, took: std::time::Duration) {
+        self.slowest = self.slowest.max(took);
+    }
+}
+
+/// The most overdue rows a cycle counts per phase when it stops with work left: the
+/// count stays cheap (well within the margin) however large the backlog.
+const LEFT_COUNT_CAP: i64 = 1_000_000;
+
+/// Logs how many overdue bookings the cycle leaves for the next one (a normal end after
+/// an outage: exit 0). The count is bounded, and a failed count is only a warning.
+fn report_left(
+    client: &mut Client,
+    stmts: &CycleStatements,
+    cfg: &RunOnceConfig,
+    budget: &Budget,
+    as_of: DateTime<Utc>,
+    unfinished: &[Phase],
+) {
+    let mut left = [None, None];
+    for &phase in unfinished {
+        match store::count_left(client, stmts, phase, as_of, LEFT_COUNT_CAP) {
+            Ok(n) => left[phase_slot(phase)] = Some(n),
+            Err(e) => warn!(phase:% = phase, error:% = format!("{e:#}");
+                            "cannot count the overdue bookings left"),
+        }
+    }
+    let shown = |n: Option<u64>| match n {
+        Some(n) if n >= LEFT_COUNT_CAP as u64 => format!("{LEFT_COUNT_CAP}+"),
+        Some(n) => n.to_string(),
+        None => "0".to_owned(),
+    };
+    warn!(ReserveLeft = shown(left[0]).as_str(), BookingLeft = shown(left[1]).as_str(),
+          DeadlineMs = cfg.deadline.as_millis() as u64,
+          SlowestBatchMs = budget.slowest.as_millis() as u64,
+          ElapsedMs = budget.started.elapsed().as_millis() as u64;
+          "cycle budget spent with overdue bookings left; the next cycle goes on with them");
+}
+
+fn phase_slot(phase: Phase) -> usize {
+    match phase {
+        Phase::Reserve => 0,
+        Phase::Booking => 1,
+    }
+}
+
+/// One batch of `phase`, counted into `result`; returns how many rows it claimed.
+fn run_one(
     client: &mut Client,
     stmts: &CycleStatements,
     cfg: &RunOnceConfig,
     phase: Phase,
     run_id: Uuid,
     as_of: DateTime<Utc>,
-    started: Instant,
     result: &mut CycleResult,
-) -> Result<PhaseEnd> {
-    for _ in 0..cfg.batch.max_batches {
-        if let Some(signal) = shutdown::requested() {
-            return Err(fail(
-                Failure::Interrupted(signal),
-                format!("interrupted by signal {signal}; no new batch started"),
-            ));
-        }
-        if started.elapsed() >= cfg.deadline {
-            warn!(phase:% = phase, deadline_ms = cfg.deadline.as_millis() as u64;
-                  "cycle deadline reached; the rest waits for the next cycle");
-            return Ok(PhaseEnd::Deadline);
-        }
-        let span = trace::span("expire batch", vec![Attr::new("Phase", phase.to_string())]);
-        let batch =
-            run_batch(client, stmts, phase, cfg, run_id, as_of).inspect_err(|e| span.fail(e))?;
-        span.set([
-            Attr::new("Claimed", batch.claimed as i64),
-            Attr::new("Expired", batch.expired as i64),
-            Attr::new("Poison", batch.poison as i64),
-            Attr::new("SkippedLocked", batch.skipped as i64),
-        ]);
-        drop(span);
-        match phase {
-            Phase::Reserve => result.reserve_expired_count += batch.expired,
-            Phase::Booking => result.booking_expired_count += batch.expired,
-        }
-        result.skipped_locked_count += batch.skipped;
-        result.poison_count += batch.poison;
-        for seconds in &batch.lateness {
-            result.lateness.observe(phase, *seconds);
-        }
-        // A short batch means the phase's queue is drained (for us).
-        if batch.claimed < cfg.batch.size as usize {
-            break;
-        }
+) -> Result<usize> {
+    let span = trace::span("expire batch", vec![Attr::new("Phase", phase.to_string())]);
+    let batch =
+        run_batch(client, stmts, phase, cfg, run_id, as_of).inspect_err(|e| span.fail(e))?;
+    span.set([
+        Attr::new("Claimed", batch.claimed as i64),
+        Attr::new("Expired", batch.expired as i64),
+        Attr::new("Poison", batch.poison as i64),
+        Attr::new("SkippedLocked", batch.skipped as i64),
+    ]);
+    drop(span);
+    for seconds in &batch.lateness {
+        result.lateness.observe(phase, *seconds);
     }
-    Ok(PhaseEnd::Drained)
+    match phase {
+        Phase::Reserve => result.reserve_expired_count += batch.expired,
+        Phase::Booking => result.booking_expired_count += batch.expired,
+    }
+    result.skipped_locked_count += batch.skipped;
+    result.poison_count += batch.poison;
+    Ok(batch.claimed)
 }
 
 /// Drops quarantine entries whose booking changed since (repaired, extended, cancelled,
@@ -292,11 +388,10 @@ fn release_stale_quarantine(
     client: &mut Client,
     stmts: &CycleStatements,
     as_of: DateTime<Utc>,
-    started: Instant,
-    cfg: &RunOnceConfig,
+    budget: &Budget,
     first_error: &mut Option<anyhow::Error>,
 ) {
-    if shutdown::requested().is_some() || started.elapsed() >= cfg.deadline {
+    if shutdown::requested().is_some() || !budget.allows_a_batch() {
         return;
     }
     match store::release_stale_quarantine(client, stmts) {

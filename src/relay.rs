@@ -232,7 +232,9 @@ fn drain(
                 } => transient.push((row.id, error.clone())),
             }
         }
-        result.published += store::mark_published(client, now, &acked)?;
+        let seqs = sendable.iter().map(|r| r.seq);
+        let seq_span = (seqs.clone().min().unwrap_or(0), seqs.max().unwrap_or(0));
+        result.published += store::mark_published(client, now, &acked, seq_span)?;
         store::mark_failed(client, now, &permanent)?;
         for (id, error) in &permanent {
             log::error!(MessageId:% = id, Error = error.as_str();
@@ -443,6 +445,7 @@ mod tests {
     fn row(key: &str, n: u128) -> OutboxRow {
         OutboxRow {
             id: Uuid::from_u128(n),
+            seq: n as i64,
             key: key.to_owned(),
             topic: "t".to_owned(),
             payload: "{}".to_owned(),

@@ -5,7 +5,7 @@
 mod common;
 
 use booking_expire::domain::Phase;
-use booking_expire::store::{claim_sql, skipped_sql};
+use booking_expire::store::{MARK_PUBLISHED_SQL, PENDING_SQL, claim_sql, skipped_sql};
 use common::*;
 
 #[test]
@@ -244,4 +244,160 @@ fn a_batch_issues_the_same_statements_for_1_or_1000_rows() {
         one, thousand,
         "statements of a 1-row and a 1000-row batch differ"
     );
+}
+
+/// An outbox that a burst filled after its last ANALYZE, as after an outage when
+/// autovacuum has not caught up: the statistics say no row is pending (they were taken
+/// when all 1,000 rows were published), while 50,000 are. Autovacuum is off for the
+/// table so it stays that way during the test.
+fn stale_outbox(c: &mut postgres::Client) {
+    c.batch_execute(
+        "ALTER TABLE crm.outbox SET (autovacuum_enabled = false);
+         INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload, occurred_at, published_at)
+         SELECT gen_random_uuid(), 'Booking', gen_random_uuid()::text, 'pin.crm.booking-expired',
+                'pin.crm.booking-expired.v1', '{}', now() - interval '1 hour', now()
+           FROM generate_series(1, 1000);
+         ANALYZE crm.outbox;
+         INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload, occurred_at)
+         SELECT gen_random_uuid(), 'Booking', gen_random_uuid()::text, 'pin.crm.booking-expired',
+                'pin.crm.booking-expired.v1', '{}', now()
+           FROM generate_series(1, 50000);",
+    )
+    .unwrap();
+}
+
+fn explain(
+    c: &mut postgres::Client,
+    mode: &str,
+    sql: &str,
+    params: &[&(dyn postgres::types::ToSql + Sync)],
+) -> String {
+    c.batch_execute(&format!("SET plan_cache_mode = {mode}"))
+        .unwrap();
+    c.query(&format!("EXPLAIN (COSTS OFF) {sql}"), params)
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn the_relays_statements_keep_their_index_plans_on_an_outbox_a_burst_filled_after_its_last_analyze()
+{
+    let db = TestDb::new();
+    let mut c = db.client();
+    stale_outbox(&mut c);
+    let batch = c
+        .query(
+            "SELECT id, seq FROM crm.outbox WHERE published_at IS NULL ORDER BY seq LIMIT 500",
+            &[],
+        )
+        .unwrap();
+    let ids: Vec<uuid::Uuid> = batch.iter().map(|r| r.get(0)).collect();
+    let (first, last): (i64, i64) = (batch[0].get(1), batch[batch.len() - 1].get(1));
+    let partitions = vec![0_i32; ids.len()];
+    let offsets = vec![0_i64; ids.len()];
+    let now = chrono::Utc::now();
+    // Stale first, then once ANALYZE has seen the burst: the same plans.
+    for (analyze, mode) in [
+        (false, "force_custom_plan"),
+        (false, "force_generic_plan"),
+        (true, "force_custom_plan"),
+        (true, "force_generic_plan"),
+    ] {
+        if analyze {
+            c.batch_execute("ANALYZE crm.outbox").unwrap();
+        }
+        // The queue: in seq order from the pending index (no sort, no scan of the
+        // table); the older row of the same key by the key index, once per fetched row.
+        let plan = explain(&mut c, mode, PENDING_SQL, &[&500_i64, &now]);
+        let lines: Vec<&str> = plan.lines().map(str::trim).collect();
+        let scans: Vec<&str> = lines
+            .iter()
+            .copied()
+            .filter(|l| l.contains("Scan"))
+            .map(|l| l.trim_start_matches("->  "))
+            .collect();
+        assert_eq!(
+            scans,
+            [
+                "Index Scan using ix_outbox_pending on outbox o",
+                "Index Scan using ix_outbox_aggregateid on outbox w"
+            ],
+            "{mode}:\n{plan}"
+        );
+        assert!(
+            lines.contains(&"Index Cond: (aggregateid = o.aggregateid)"),
+            "{mode}:\n{plan}"
+        );
+        assert!(lines[0].starts_with("Limit"), "{mode}:\n{plan}");
+        assert!(
+            !plan.contains("Seq Scan") && !plan.contains("Materialize"),
+            "{mode}:\n{plan}"
+        );
+        assert!(!plan.contains("Sort"), "{mode}:\n{plan}");
+
+        // The mark: the batch's span of the queue, one table, no join.
+        let plan = explain(
+            &mut c,
+            mode,
+            MARK_PUBLISHED_SQL,
+            &[&ids, &partitions, &offsets, &now, &first, &last],
+        );
+        let lines: Vec<&str> = plan.lines().map(str::trim).collect();
+        assert_eq!(lines[0], "Update on outbox o", "{mode}:\n{plan}");
+        assert_eq!(
+            lines[1], "->  Index Scan using ux_outbox_seq on outbox o",
+            "{mode}:\n{plan}"
+        );
+        assert!(
+            lines[2].starts_with("Index Cond: ((seq >= ") && lines[2].contains("AND (seq <= "),
+            "{mode}:\n{plan}"
+        );
+        assert!(
+            lines[3].starts_with("Filter: ((published_at IS NULL) AND (id = ANY ("),
+            "{mode}:\n{plan}"
+        );
+        assert_eq!(lines.len(), 4, "{mode}:\n{plan}");
+    }
+}
+
+#[test]
+fn the_claim_keeps_its_partial_index_on_bookings_a_burst_filled_after_their_last_analyze() {
+    let db = TestDb::new();
+    let mut c = db.client();
+    // Statistics taken on history only (no active row), then 50,000 overdue active rows
+    // that no ANALYZE has seen.
+    c.batch_execute(
+        "ALTER TABLE crm.bookings SET (autovacuum_enabled = false);
+         INSERT INTO crm.bookings
+         SELECT gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), gen_random_uuid(),
+                'Completed', now() - interval '9 days', now() - interval '8 days', NULL,
+                now(), now(), 3
+           FROM generate_series(1, 2000);
+         ANALYZE crm.bookings;
+         INSERT INTO crm.bookings
+         SELECT gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), gen_random_uuid(),
+                (ARRAY['Reserved','AwaitingPayment','Booked'])[1 + i % 3],
+                now() - interval '1 day' + i * interval '1 second',
+                now() - interval '1 day' + i * interval '1 second', NULL, now(), now(), 1
+           FROM generate_series(1, 50000) i;",
+    )
+    .unwrap();
+    let now = chrono::Utc::now();
+    for (phase, index) in [
+        (Phase::Reserve, "ix_bookings_reserve_expires_at"),
+        (Phase::Booking, "ix_bookings_booking_expires_at"),
+    ] {
+        for mode in ["force_custom_plan", "force_generic_plan"] {
+            let plan = explain(&mut c, mode, &claim_sql(phase), &[&now, &200_i64]);
+            assert!(
+                plan.contains(&format!("Index Scan using {index} on bookings b")),
+                "{phase} {mode}:\n{plan}"
+            );
+            assert!(!plan.contains("Seq Scan"), "{phase} {mode}:\n{plan}");
+            assert!(!plan.contains("Sort"), "{phase} {mode}:\n{plan}");
+        }
+    }
 }

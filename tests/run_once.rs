@@ -380,3 +380,158 @@ fn json_logs_carry_the_run_id_on_every_line_and_the_spec_events() {
     assert_eq!(completed["SkippedLocked"], json!(0));
     assert!(completed["DurationMs"].is_u64());
 }
+
+/// The `msg` and fields of each JSON log line of a run.
+fn json_lines(stderr: &str) -> Vec<serde_json::Value> {
+    stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?} is not JSON: {e}")))
+        .collect()
+}
+
+#[test]
+fn a_cycle_takes_batches_of_both_phases_in_turn_until_drained_or_max_batches() {
+    let db = TestDb::new();
+    let mut c = db.client();
+    seed_many(&mut c, 50, |i| {
+        if i % 2 == 0 {
+            Seed::reserved(-600 + i as i64)
+        } else {
+            Seed::booked(-600 + i as i64)
+        }
+    });
+    drop(c);
+    let twin = db.copy();
+    let mut c = db.client();
+
+    // Up to 3 batches of 5 per phase: 15 + 15 of 25 + 25, the phases in turn.
+    let capped = db.run_once(&["--batch-size", "5", "--max-batches", "3"]);
+    assert_eq!(capped.counts(), (15, 15, 0, 0));
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM crm.bookings WHERE expired_at IS NULL"
+        ),
+        20
+    );
+
+    // No cap in reach: 5 full batches per phase, then one short (empty) batch each
+    // says the phase is drained; Reserve and Booking alternate batch by batch.
+    let out = twin
+        .command(&["run-once", "--batch-size", "5", "--max-batches", "100"])
+        .env("LOG_FORMAT", "json")
+        .output()
+        .unwrap();
+    let run = Run::of(out);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.result().counts(), (25, 25, 0, 0));
+    let lines = json_lines(&run.stderr);
+    let batches: Vec<(String, u64)> = lines
+        .iter()
+        .filter(|l| l["msg"] == "batch selected")
+        .map(|l| {
+            (
+                l["Phase"].as_str().unwrap().to_owned(),
+                l["Count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let mut expected = Vec::new();
+    for _ in 0..5 {
+        expected.push(("Reserve".to_owned(), 5));
+        expected.push(("Booking".to_owned(), 5));
+    }
+    expected.push(("Reserve".to_owned(), 0));
+    expected.push(("Booking".to_owned(), 0));
+    assert_eq!(batches, expected);
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l["msg"].as_str().unwrap().contains("budget spent")),
+        "a drained cycle reports nothing left: {}",
+        run.stderr
+    );
+    let mut t = twin.client();
+    assert_eq!(assert_each_expiry_written_once(&mut t), 50);
+}
+
+#[test]
+fn a_cycle_out_of_budget_with_rows_left_ends_before_its_deadline_with_exit_0_and_says_what_is_left()
+{
+    let db = TestDb::new();
+    let mut c = db.client();
+    seed_many(&mut c, 400, |i| {
+        if i % 2 == 0 {
+            Seed::reserved(-600 + i as i64)
+        } else {
+            Seed::booked(-600 + i as i64)
+        }
+    });
+    // Every batch write takes 0.4 s: with a 2 s budget the cycle can take only a few
+    // of the 40 batches of 5 per phase before the time left is under twice the slowest.
+    slow_outbox_writes(&mut c, 0.4);
+    let out = db
+        .command(&[
+            "run-once",
+            "--batch-size",
+            "5",
+            "--max-batches",
+            "100000",
+            "--deadline",
+            "2s",
+        ])
+        .env("LOG_FORMAT", "json")
+        .output()
+        .unwrap();
+    let run = Run::of(out);
+    assert_eq!(run.code, 0, "out of budget is a normal end: {}", run.stderr);
+    let result = run.result();
+    let expired = result.reserve + result.booking;
+    assert!(
+        expired > 0 && expired < 400,
+        "some batches, not all: {result:?}"
+    );
+    // The batches alternate, so the phases differ by one batch at most.
+    assert!((result.reserve - result.booking).abs() <= 5, "{result:?}");
+    // The last batch started with time to finish: nothing was cancelled.
+    assert!(result.duration_ms < 2_000, "{result:?}");
+    assert_eq!(assert_each_expiry_written_once(&mut c), expired);
+
+    let lines = json_lines(&run.stderr);
+    let left = lines
+        .iter()
+        .find(|l| {
+            l["msg"]
+                == "cycle budget spent with overdue bookings left; the next cycle goes on with them"
+        })
+        .unwrap_or_else(|| panic!("no budget line in {}", run.stderr));
+    let still = |phase: &str| {
+        let statuses = if phase == "Reserve" {
+            "('Reserved', 'AwaitingPayment')"
+        } else {
+            "('Booked')"
+        };
+        count(
+            &mut db.client(),
+            &format!("SELECT count(*) FROM crm.bookings WHERE status IN {statuses}"),
+        )
+        .to_string()
+    };
+    assert_eq!(left["ReserveLeft"], json!(still("Reserve")));
+    assert_eq!(left["BookingLeft"], json!(still("Booking")));
+    assert_eq!(left["DeadlineMs"], json!(2000));
+    assert!(lines.iter().any(|l| l["msg"] == "cycle completed"));
+
+    // The next cycles go on where it stopped, until nothing is left.
+    let mut cycles = 1;
+    while count(
+        &mut c,
+        "SELECT count(*) FROM crm.bookings WHERE expired_at IS NULL",
+    ) > 0
+    {
+        db.run_once(&["--batch-size", "200", "--max-batches", "10"]);
+        cycles += 1;
+        assert!(cycles < 10, "the backlog does not shrink");
+    }
+    assert_eq!(assert_each_expiry_written_once(&mut c), 400);
+}

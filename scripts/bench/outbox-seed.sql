@@ -1,7 +1,16 @@
 -- Pending outbox rows for the relay bench (scripts/bench.sh), on a migrated database:
 -- :rows events of the exact shape run-once writes (payload and CloudEvents headers),
--- one key per row, in write order. psql variable: rows.
+-- one key per row, in write order. psql variables: rows, and stale (optional, below).
 \set ON_ERROR_STOP 1
+
+\if :{?stale}
+ALTER TABLE crm.outbox SET (autovacuum_enabled = false);
+INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload, occurred_at, published_at)
+SELECT gen_random_uuid(), 'Booking', gen_random_uuid()::text, 'pin.crm.booking-expired',
+       'pin.crm.booking-expired.v1', '{}', now() - interval '1 day', now() - interval '1 day'
+  FROM generate_series(1, 1000);
+ANALYZE crm.outbox;
+\endif
 
 INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload, headers, occurred_at)
 SELECT e.message_id, 'Booking', e.booking_id::text, 'pin.crm.booking-expired',
@@ -29,4 +38,11 @@ SELECT e.message_id, 'Booking', e.booking_id::text, 'pin.crm.booking-expired',
           FROM generate_series(1, :rows) i) e
  ORDER BY e.i;
 
+-- With -v stale=1: the state after an outage. The statistics are those of the outbox
+-- before the burst (1,000 published rows, analyzed), the burst above is never analyzed,
+-- and autovacuum stays off for the table (copies keep the setting), so no run sees it
+-- catch up.
+\if :{?stale}
+\else
 VACUUM (FREEZE, ANALYZE);
+\endif

@@ -92,6 +92,15 @@ pub fn skipped_sql(phase: Phase) -> String {
     )
 }
 
+/// How many overdue bookings of a phase are left, counted up to `$2` (so the count
+/// stays cheap however large the backlog). `$1` = AsOf.
+pub fn left_sql(phase: Phase) -> String {
+    format!(
+        "SELECT count(*) AS left FROM (SELECT 1 FROM crm.bookings b WHERE {} LIMIT $2) x",
+        overdue_predicate(phase),
+    )
+}
+
 /// One statement writes a whole batch, whatever its size. Every row is guarded on the
 /// status and version it was claimed with, so a stale row is a no-op, never a
 /// corruption; only rows the UPDATE really changed get audit, timeline and outbox rows.
@@ -190,6 +199,7 @@ DELETE FROM crm.booking_expiration_poison
 pub struct CycleStatements {
     claim: [Statement; 2],
     skipped: [Statement; 2],
+    left: [Statement; 2],
     write: Statement,
     quarantine: Statement,
     release_stale: Statement,
@@ -211,6 +221,10 @@ impl CycleStatements {
             skipped: [
                 prepare(&skipped_sql(Phase::Reserve))?,
                 prepare(&skipped_sql(Phase::Booking))?,
+            ],
+            left: [
+                prepare(&left_sql(Phase::Reserve))?,
+                prepare(&left_sql(Phase::Booking))?,
             ],
             write: prepare(&write_sql(&status_type))?,
             quarantine: prepare(QUARANTINE_SQL)?,
@@ -278,6 +292,18 @@ pub fn count_skipped(
         &[&as_of, &ids, &deadline, &id],
     )?;
     Ok(row.get::<_, i64>("skipped").max(0) as u64)
+}
+
+/// Overdue bookings of `phase` at `as_of` (quarantined ones included), up to `cap`.
+pub fn count_left(
+    client: &mut impl GenericClient,
+    stmts: &CycleStatements,
+    phase: Phase,
+    as_of: DateTime<Utc>,
+    cap: i64,
+) -> Result<u64> {
+    let row = client.query_one(&stmts.left[index(phase)], &[&as_of, &cap])?;
+    Ok(row.get::<_, i64>("left").max(0) as u64)
 }
 
 /// Why the database refused one booking's write.

@@ -14,15 +14,16 @@ mod schema;
 pub use clock::{ClockSkew, measure_clock_skew};
 pub use connect::{Db, connect};
 pub use expiration::{
-    BatchWrite, CycleStatements, Poison, booking_row, candidates_sql, claim, claim_sql,
-    count_skipped, quarantine, release_stale_quarantine, skipped_sql, write_isolating,
+    BatchWrite, CycleStatements, Poison, booking_row, candidates_sql, claim, claim_sql, count_left,
+    count_skipped, left_sql, quarantine, release_stale_quarantine, skipped_sql, write_isolating,
 };
 pub use hygiene::{
     Hygiene, IndexSize, Listed, PreparedHolder, SessionHolder, SlotHolder, TableHealth, XminHorizon,
 };
 pub use outbox::{
-    MAX_FAILURES, OUTBOX_CHANNEL, OutboxRow, listen, mark_attempted, mark_failed, mark_published,
-    mark_retry, pending, purge_published, try_relay_lock,
+    MARK_PUBLISHED_SQL, MAX_FAILURES, OUTBOX_CHANNEL, OutboxRow, PENDING_SQL, listen,
+    mark_attempted, mark_failed, mark_published, mark_retry, pending, purge_published,
+    try_relay_lock,
 };
 pub use report::{
     Backlog, CHUNK_ROWS, Figures, NextClaim, OUTBOX_FAILED_SQL, OUTBOX_PENDING_SQL, OutboxLag,

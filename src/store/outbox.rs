@@ -19,6 +19,8 @@ pub const OUTBOX_CHANNEL: &str = "crm_outbox";
 #[derive(Debug, Clone)]
 pub struct OutboxRow {
     pub id: Uuid,
+    /// The row's place in the queue (write order).
+    pub seq: i64,
     pub key: String,
     pub topic: String,
     /// The payload's JSON text.
@@ -41,34 +43,68 @@ pub fn listen(client: &mut impl GenericClient) -> Result<()> {
     Ok(())
 }
 
+/// The relay's statements are written so that their plans do not depend on fresh
+/// statistics. After an outage `run-once` fills the outbox with a burst that autovacuum
+/// has not analyzed yet: the statistics still say that almost no row is pending, and a
+/// statement whose predicate the planner reads through them (`published_at IS NULL`)
+/// is planned for one row: a sequential scan joined in a loop, or the pending index
+/// scanned whole for each row. Each statement below therefore reaches the table only
+/// through an index whose use the planner cannot cost away: the pending index for the
+/// queue (it carries the ORDER BY), the key index per fetched row, the primary key for
+/// the ids of a mark (`id = ANY($1)`, a cost proportional to the batch, whatever the
+/// statistics). `tests/design.rs` checks the plans on an outbox a burst filled after
+/// its last ANALYZE.
+///
 /// The oldest rows due for sending, in write order (served by `ix_outbox_pending`):
-/// pending, not waiting out a back-off, and not behind an older row of the same key on
-/// the same topic that is (per-key order within a topic; served by the small
-/// `ix_outbox_backing_off`).
+/// pending, not waiting out a back-off, and not behind an older row of the same key
+/// on the same topic that is (per-key order within a topic). `$1` = the limit, `$2` =
+/// now. The older row of the same key is looked up through `ix_outbox_aggregateid` (a
+/// key has a row or two), once per fetched row: its pending test is written as `coalesce(…) IS NULL` so that the
+/// planner cannot pick the pending index for it, which stale statistics make look
+/// empty while it holds the whole burst, and `OFFSET 0` keeps it a subplan keyed by
+/// the row's key, so fresh statistics (which know that hardly any row backs off)
+/// cannot turn it into a scan of the table either.
+pub const PENDING_SQL: &str = "\
+SELECT o.id, o.seq, o.aggregateid, o.topic, o.payload::text AS payload, o.headers, o.occurred_at
+  FROM crm.outbox o
+ WHERE o.published_at IS NULL AND o.failed_at IS NULL
+   AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= $2)
+   AND NOT EXISTS (SELECT 1 FROM crm.outbox w
+                    WHERE w.aggregateid = o.aggregateid AND w.topic = o.topic
+                      AND w.seq < o.seq
+                      AND coalesce(w.published_at, w.failed_at) IS NULL
+                      AND w.next_attempt_at > $2
+                   OFFSET 0)
+ ORDER BY o.seq
+ LIMIT $1";
+
+/// Marks acknowledged rows published: `$1` ids, `$2` partitions, `$3` offsets, `$4`
+/// now, `$5`..=`$6` the span of `seq` the batch was fetched from. The span is the way
+/// in: a range of `ux_outbox_seq` whose estimate holds even on stale statistics (a
+/// bound beyond the histogram is read from the index itself), so the statement costs
+/// the batch's span of the queue, never a scan of the table, and there is no join
+/// whose order stale statistics could turn into a loop over the batch for each row:
+/// each row finds its receipt by its place in `$1`.
+pub const MARK_PUBLISHED_SQL: &str = "\
+UPDATE crm.outbox o
+   SET published_at = $4, attempts = least(o.attempts, 2147483646) + 1,
+       last_error = NULL, next_attempt_at = NULL,
+       delivered_partition = ($2::int4[])[array_position($1::uuid[], o.id)],
+       delivered_offset = ($3::int8[])[array_position($1::uuid[], o.id)]
+ WHERE o.seq BETWEEN $5 AND $6 AND o.id = ANY($1::uuid[]) AND o.published_at IS NULL";
+
+/// The oldest rows due for sending; see [`PENDING_SQL`].
 pub fn pending(
     client: &mut impl GenericClient,
     now: DateTime<Utc>,
     limit: u32,
 ) -> Result<Vec<OutboxRow>> {
-    let rows = client.query(
-        "SELECT o.id, o.aggregateid, o.topic, o.payload::text AS payload, o.headers,
-                o.occurred_at
-           FROM crm.outbox o
-          WHERE o.published_at IS NULL AND o.failed_at IS NULL
-            AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= $2)
-            AND NOT EXISTS (SELECT 1 FROM crm.outbox w
-                             WHERE w.aggregateid = o.aggregateid AND w.topic = o.topic
-                               AND w.seq < o.seq
-                               AND w.published_at IS NULL AND w.failed_at IS NULL
-                               AND w.next_attempt_at > $2)
-          ORDER BY o.seq
-          LIMIT $1",
-        &[&i64::from(limit), &now],
-    )?;
+    let rows = client.query(PENDING_SQL, &[&i64::from(limit), &now])?;
     Ok(rows
         .iter()
         .map(|r| OutboxRow {
             id: r.get("id"),
+            seq: r.get("seq"),
             key: r.get("aggregateid"),
             topic: r.get("topic"),
             payload: r.get("payload"),
@@ -79,11 +115,13 @@ pub fn pending(
 }
 
 /// Marks acknowledged rows published at `now`, in one statement, each with its
-/// delivery receipt: the partition and offset the broker acknowledged.
+/// delivery receipt: the partition and offset the broker acknowledged. `seqs` spans
+/// the `seq` of every row in `acked` (see [`MARK_PUBLISHED_SQL`]).
 pub fn mark_published(
     client: &mut impl GenericClient,
     now: DateTime<Utc>,
     acked: &[(Uuid, i32, i64)],
+    seqs: (i64, i64),
 ) -> Result<u64> {
     if acked.is_empty() {
         return Ok(0);
@@ -92,13 +130,8 @@ pub fn mark_published(
     let partitions: Vec<i32> = acked.iter().map(|a| a.1).collect();
     let offsets: Vec<i64> = acked.iter().map(|a| a.2).collect();
     Ok(client.execute(
-        "UPDATE crm.outbox o
-            SET published_at = $4, attempts = least(o.attempts, 2147483646) + 1,
-                last_error = NULL, next_attempt_at = NULL,
-                delivered_partition = r.p, delivered_offset = r.o
-           FROM unnest($1::uuid[], $2::int4[], $3::int8[]) AS r(id, p, o)
-          WHERE o.id = r.id AND o.published_at IS NULL",
-        &[&ids, &partitions, &offsets, &now],
+        MARK_PUBLISHED_SQL,
+        &[&ids, &partitions, &offsets, &now, &seqs.0, &seqs.1],
     )?)
 }
 
@@ -117,7 +150,7 @@ pub fn mark_failed(
             SET attempts = least(o.attempts, 2147483646) + 1, last_error = f.error,
                 failed_at = $3, next_attempt_at = NULL
            FROM unnest($1::uuid[], $2::text[]) AS f(id, error)
-          WHERE o.id = f.id AND o.published_at IS NULL",
+          WHERE o.id = ANY($1::uuid[]) AND o.id = f.id AND o.published_at IS NULL",
         &[&ids, &errors, &now],
     )?)
 }
@@ -133,7 +166,7 @@ pub fn mark_attempted(client: &mut impl GenericClient, failures: &[(Uuid, String
         "UPDATE crm.outbox o
             SET attempts = least(o.attempts, 2147483646) + 1, last_error = f.error
            FROM unnest($1::uuid[], $2::text[]) AS f(id, error)
-          WHERE o.id = f.id AND o.published_at IS NULL",
+          WHERE o.id = ANY($1::uuid[]) AND o.id = f.id AND o.published_at IS NULL",
         &[&ids, &errors],
     )?)
 }
@@ -167,7 +200,7 @@ pub fn mark_retry(
                                        ELSE $3::timestamptz + least(interval '1 second' * power(2, least(o.failures, 10)),
                                                        interval '10 minutes') END
            FROM unnest($1::uuid[], $2::text[]) AS f(id, error)
-          WHERE o.id = f.id AND o.published_at IS NULL
+          WHERE o.id = ANY($1::uuid[]) AND o.id = f.id AND o.published_at IS NULL
       RETURNING o.id, o.failed_at IS NOT NULL AS gave_up",
         &[&ids, &errors, &now, &MAX_FAILURES],
     )?;
