@@ -45,9 +45,9 @@ pub struct RelayResult {
     /// the metrics push, not printed.
     #[serde(skip)]
     pub publications: std::collections::BTreeMap<(String, String), u64>,
-    /// Seconds from each published row's write to Kafka's acknowledgement.
+    /// Seconds from each published row's write to Kafka's acknowledgement, in buckets.
     #[serde(skip)]
-    pub ack_age_seconds: Vec<f64>,
+    pub ack_ages: crate::obs::metrics::AckAges,
 }
 
 /// Relays the outbox, counting into `result` as rows are marked, so what was published
@@ -220,7 +220,7 @@ fn drain(
                         .entry((row.topic.clone(), phase.to_owned()))
                         .or_default() += 1;
                     let age = (now - row.occurred_at).num_milliseconds().max(0) as f64 / 1e3;
-                    result.ack_age_seconds.push(age);
+                    result.ack_ages.observe(age);
                 }
                 Delivery::Failed {
                     permanent: true,

@@ -88,6 +88,23 @@ pub const RELAY_ACK_AGE: Family = family(
 /// Upper bounds of the ack age buckets, around the delivery objective of one minute.
 pub const RELAY_ACK_AGE_BUCKETS: &[f64] = &[0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
 
+/// A relay run's ack ages, counted into `RELAY_ACK_AGE_BUCKETS` as rows are marked: the
+/// memory stays the same however long a `--follow` run publishes.
+#[derive(Debug, Clone)]
+pub struct AckAges(Histogram);
+
+impl Default for AckAges {
+    fn default() -> Self {
+        AckAges(Histogram::new(RELAY_ACK_AGE_BUCKETS.iter().copied()))
+    }
+}
+
+impl AckAges {
+    pub fn observe(&self, seconds: f64) {
+        self.0.observe(seconds);
+    }
+}
+
 // Of a `relay-outbox` run.
 pub const RELAY_PUBLISHED: Family = family(
     "crm_booking_expiration_relay_published",
@@ -389,11 +406,7 @@ pub fn relay_metrics(
     if !publications.is_empty() {
         out.labelled(RELAY_PUBLICATIONS, &publications);
     }
-    out.histogram(
-        RELAY_ACK_AGE,
-        RELAY_ACK_AGE_BUCKETS,
-        &result.ack_age_seconds,
-    );
+    out.register(RELAY_ACK_AGE, result.ack_ages.0.clone());
     out.gauge(
         PAUSED,
         result.paused.as_ref().map_or(0.0, |p| p.paused_for_seconds),
@@ -493,6 +506,26 @@ mod tests {
             .count();
         assert_eq!(les, crate::obs::lateness::LATENESS_BUCKETS.len() + 1);
         assert!(text.contains("# TYPE crm_booking_expiration_lateness_seconds histogram\n"));
+    }
+
+    #[test]
+    fn ack_ages_are_counted_into_buckets_however_many_rows_a_run_publishes() {
+        let ages = AckAges::default();
+        for _ in 0..100_000 {
+            ages.observe(0.25);
+        }
+        ages.observe(400.0);
+        let mut out = Exposition::default();
+        out.register(RELAY_ACK_AGE, ages.0.clone());
+        let text = out.into_text();
+        for line in [
+            "crm_booking_expiration_relay_ack_age_seconds_bucket{le=\"0.5\"} 100000\n",
+            "crm_booking_expiration_relay_ack_age_seconds_bucket{le=\"300\"} 100000\n",
+            "crm_booking_expiration_relay_ack_age_seconds_bucket{le=\"+Inf\"} 100001\n",
+            "crm_booking_expiration_relay_ack_age_seconds_count 100001\n",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
     }
 
     #[test]
