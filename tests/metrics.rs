@@ -487,7 +487,7 @@ fn the_pod_as_deployed_gets_each_commit_to_kafka_within_5_seconds() {
         "run-once",
         "--log-format=json",
         "--batch-size=200",
-        "--max-batches=10",
+        "--max-batches=2000",
         "--deadline=25s",
     ]))
     .output()
