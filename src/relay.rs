@@ -47,7 +47,7 @@ pub struct RelayResult {
     pub publications: std::collections::BTreeMap<(String, String), u64>,
     /// Seconds from each published row's write to Kafka's acknowledgement, in buckets.
     #[serde(skip)]
-    pub ack_ages: crate::obs::metrics::AckAges,
+    pub ack_ages: crate::obs::ack_age::AckAges,
 }
 
 /// Relays the outbox, counting into `result` as rows are marked, so what was published

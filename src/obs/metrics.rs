@@ -85,25 +85,7 @@ pub const RELAY_ACK_AGE: Family = family(
      for each event the last relay-outbox published.",
 );
 
-/// Upper bounds of the ack age buckets, around the delivery objective of one minute.
-pub const RELAY_ACK_AGE_BUCKETS: &[f64] = &[0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
-
-/// A relay run's ack ages, counted into `RELAY_ACK_AGE_BUCKETS` as rows are marked: the
-/// memory stays the same however long a `--follow` run publishes.
-#[derive(Debug, Clone)]
-pub struct AckAges(Histogram);
-
-impl Default for AckAges {
-    fn default() -> Self {
-        AckAges(Histogram::new(RELAY_ACK_AGE_BUCKETS.iter().copied()))
-    }
-}
-
-impl AckAges {
-    pub fn observe(&self, seconds: f64) {
-        self.0.observe(seconds);
-    }
-}
+pub use super::ack_age::{AckAges, RELAY_ACK_AGE_BUCKETS};
 
 // Of a `relay-outbox` run.
 pub const RELAY_PUBLISHED: Family = family(
@@ -406,7 +388,7 @@ pub fn relay_metrics(
     if !publications.is_empty() {
         out.labelled(RELAY_PUBLICATIONS, &publications);
     }
-    out.register(RELAY_ACK_AGE, result.ack_ages.0.clone());
+    out.register(RELAY_ACK_AGE, result.ack_ages.histogram().clone());
     out.gauge(
         PAUSED,
         result.paused.as_ref().map_or(0.0, |p| p.paused_for_seconds),
@@ -516,7 +498,7 @@ mod tests {
         }
         ages.observe(400.0);
         let mut out = Exposition::default();
-        out.register(RELAY_ACK_AGE, ages.0.clone());
+        out.register(RELAY_ACK_AGE, ages.histogram().clone());
         let text = out.into_text();
         for line in [
             "crm_booking_expiration_relay_ack_age_seconds_bucket{le=\"0.5\"} 100000\n",

@@ -2,6 +2,7 @@
 //! the metric families, the Pushgateway client that pushes them (over the HTTP client
 //! of `push_client`), and traces over OTLP (`trace`).
 
+pub mod ack_age;
 pub mod backlog_only;
 pub mod lateness;
 mod log;
