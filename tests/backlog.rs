@@ -269,13 +269,7 @@ fn the_table_shows_every_count() {
         );
     }
     // The table and the lines under it fit 120 columns (characters, not bytes).
-    for line in run.stdout.lines() {
-        assert!(
-            line.chars().count() <= 120,
-            "{} columns: {line}",
-            line.chars().count()
-        );
-    }
+    assert_fits_120(&run.stdout);
 }
 
 /// The upkeep families of `backlog --format prometheus` (values: tests/hygiene.rs).
@@ -668,8 +662,7 @@ fn both_reports_work_under_a_read_only_role() {
 fn the_table_fits_120_columns_on_the_demo_seed() {
     let db = TestDb::new();
     let mut c = db.client();
-    c.batch_execute(&std::fs::read_to_string("scripts/demo-seed.sql").unwrap())
-        .unwrap();
+    seed_demo(&mut c);
     let before = db.run(&["backlog"]);
     assert_eq!(before.code, 0, "{}", before.stderr);
     assert!(
@@ -680,12 +673,7 @@ fn the_table_fits_120_columns_on_the_demo_seed() {
         "{}",
         before.stdout
     );
-    c.execute(
-        "UPDATE crm.bookings SET expired_at = now() - interval '1 day'
-          WHERE id = 'b1000004-0000-4000-8000-000000000000'",
-        &[],
-    )
-    .unwrap();
+    break_demo_booking(&mut c);
     assert_eq!(db.run_once(&[]).counts(), (6, 1, 0, 1));
     let reason = "Kafka incident INC-42: the brokers of the second rack are being replaced; \
                   resume once the partition reassignment has finished and the ISR is whole again";
@@ -700,15 +688,8 @@ fn the_table_fits_120_columns_on_the_demo_seed() {
     assert_eq!(paused.code, 0, "{}", paused.stderr);
     let run = db.run(&["backlog"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
-    for report in [&before.stdout, &run.stdout] {
-        for line in report.lines() {
-            assert!(
-                line.chars().count() <= 120,
-                "{} columns: {line}\nin:\n{report}",
-                line.chars().count()
-            );
-        }
-    }
+    assert_fits_120(&before.stdout);
+    assert_fits_120(&run.stdout);
     let words = run.stdout.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(words.contains(&format!(": {reason}")), "{}", run.stdout);
     assert!(

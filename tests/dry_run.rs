@@ -690,18 +690,6 @@ fn infrastructure_failures_keep_their_exit_codes() {
     }
 }
 
-/// Every line of `text` fits 120 columns, counted in characters (`→`, `↳` and `…` are
-/// one column each), not bytes.
-fn assert_fits_120(text: &str) {
-    for line in text.lines() {
-        assert!(
-            line.chars().count() <= 120,
-            "{} columns: {line}\nin:\n{text}",
-            line.chars().count()
-        );
-    }
-}
-
 #[test]
 fn the_default_table_fits_120_columns_and_wide_shows_everything_in_full() {
     let db = TestDb::new();
@@ -898,8 +886,7 @@ fn the_default_table_fits_120_columns_and_wide_shows_everything_in_full() {
 fn the_demo_seed_fits_120_columns() {
     let db = TestDb::new();
     let mut c = db.client();
-    c.batch_execute(&std::fs::read_to_string("scripts/demo-seed.sql").unwrap())
-        .unwrap();
+    seed_demo(&mut c);
     let first = db.run(&["dry-run", "--as-of", "now"]);
     assert_eq!(first.code, 0, "{}", first.stderr);
     assert_fits_120(&first.stdout);
@@ -913,12 +900,7 @@ fn the_demo_seed_fits_120_columns() {
 
     // As in README's worked example: one booking made inconsistent, a cycle that
     // quarantines it, and a look ahead past its retry, when the guard refuses it again.
-    c.execute(
-        "UPDATE crm.bookings SET expired_at = now() - interval '1 day'
-          WHERE id = 'b1000004-0000-4000-8000-000000000000'",
-        &[],
-    )
-    .unwrap();
+    break_demo_booking(&mut c);
     assert_eq!(db.run_once(&[]).counts(), (6, 1, 0, 1));
     let quarantined = db.run(&["dry-run", "--as-of", "now"]);
     assert_eq!(quarantined.code, 0, "{}", quarantined.stderr);

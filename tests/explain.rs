@@ -351,14 +351,8 @@ fn the_read_only_role_may_explain() {
 fn the_text_fits_120_columns_on_the_demo_seed() {
     let db = TestDb::new();
     let mut c = db.client();
-    c.batch_execute(&std::fs::read_to_string("scripts/demo-seed.sql").unwrap())
-        .unwrap();
-    c.execute(
-        "UPDATE crm.bookings SET expired_at = now() - interval '1 day'
-          WHERE id = 'b1000004-0000-4000-8000-000000000000'",
-        &[],
-    )
-    .unwrap();
+    seed_demo(&mut c);
+    break_demo_booking(&mut c);
     assert_eq!(db.run_once(&[]).counts(), (6, 1, 0, 1));
     for id in [
         "b1000004-0000-4000-8000-000000000000",
@@ -373,13 +367,6 @@ fn the_text_fits_120_columns_on_the_demo_seed() {
             "{}",
             run.stdout
         );
-        for line in run.stdout.lines() {
-            assert!(
-                line.chars().count() <= 120,
-                "{} columns: {line}\nin:\n{}",
-                line.chars().count(),
-                run.stdout
-            );
-        }
+        assert_fits_120(&run.stdout);
     }
 }

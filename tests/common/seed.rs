@@ -323,3 +323,32 @@ pub fn marked_published(c: &mut Client) -> std::collections::HashSet<String> {
     .map(|r| r.get(0))
     .collect()
 }
+
+/// The demo's data (`scripts/demo-seed.sql`), as README's worked example starts.
+pub fn seed_demo(c: &mut Client) {
+    c.batch_execute(&std::fs::read_to_string("scripts/demo-seed.sql").unwrap())
+        .unwrap();
+}
+
+/// README's worked example, next step: the demo's booking b1000004 made inconsistent
+/// (`expired_at` set while it is still Booked), so the guard refuses it.
+pub fn break_demo_booking(c: &mut Client) {
+    c.execute(
+        "UPDATE crm.bookings SET expired_at = now() - interval '1 day'
+          WHERE id = 'b1000004-0000-4000-8000-000000000000'",
+        &[],
+    )
+    .unwrap();
+}
+
+/// Every line of `text` fits 120 columns, counted in characters (`→`, `↳` and `…` are
+/// one column each), not bytes.
+pub fn assert_fits_120(text: &str) {
+    for line in text.lines() {
+        assert!(
+            line.chars().count() <= 120,
+            "{} columns: {line}\nin:\n{text}",
+            line.chars().count()
+        );
+    }
+}
