@@ -1,3 +1,4 @@
+// Over 450 lines: one cycle read top to bottom: the clock guard, the phases taking turns within the budget, and each batch's claim, decision, write, quarantine and commit.
 //! `run-once`: one expiration cycle. AsOf is read once; the phases take batches in
 //! turn while rows remain, up to `max_batches` each and while the deadline leaves time
 //! for one more, each batch in its own short transaction: claim → domain decision →

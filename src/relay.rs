@@ -1,3 +1,4 @@
+// Over 450 lines: the relay's one loop (fetch, topic check, send, mark, back-off, purge) read as one, and its unit tests.
 //! `relay-outbox`: one relay at a time moves pending outbox rows to Kafka, at least
 //! once: send a batch (at most one message in flight per key), wait for every
 //! delivery report, mark the acknowledged rows published in one statement. Rows that
