@@ -33,16 +33,8 @@ timeout=${JAEGER_START_TIMEOUT:-60}
 
 bin=$("$scripts/go-tool.sh" github.com/jaegertracing/jaeger/cmd/jaeger "$version")
 
-# N distinct free ports, picked by the kernel (bind to port 0).
-free_ports() {
-    perl -MIO::Socket::INET -e '
-      my @s = map {
-        IO::Socket::INET->new(LocalAddr => "127.0.0.1", LocalPort => 0,
-                              Proto => "tcp", Listen => 1)
-          or die "cannot bind a free port: $!\n"
-      } 1 .. $ARGV[0];
-      print join(" ", map { $_->sockport } @s), "\n";' "$1"
-}
+# shellcheck source=scripts/lib.sh
+source "$scripts/lib.sh"
 read -r http grpc query query_grpc health <<<"$(free_ports 5)"
 
 # The all-in-one configuration with OTLP only, every listener on a port of ours

@@ -53,6 +53,8 @@
 # when missing (root only).
 set -euo pipefail
 
+# shellcheck source=SCRIPTDIR/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # shellcheck source=SCRIPTDIR/kafka/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/kafka/lib.sh"
 
@@ -67,19 +69,6 @@ usage() { die "usage: $(basename "$0") STATE_DIR  (an existing directory, e.g. f
 
 # Is something accepting connections on 127.0.0.1:$1?
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-# Print N distinct free ports. The kernel picks them (bind to port 0), which
-# avoids collisions between brokers started at the same moment far better
-# than guessing. perl-base is Essential on Debian, so perl is always there.
-free_ports() {
-  perl -MIO::Socket::INET -e '
-    my @s = map {
-      IO::Socket::INET->new(LocalAddr => "127.0.0.1", LocalPort => 0,
-                            Proto => "tcp", Listen => 1)
-        or die "cannot bind a free port: $!\n"
-    } 1 .. $ARGV[0];
-    print join(" ", map { $_->sockport } @s), "\n";' "$1"
-}
 
 # Read "broker controller" ports back from an existing server.properties.
 configured_ports() {

@@ -3,6 +3,20 @@
 
 SCRIPTS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
+# free_ports N — prints N distinct free TCP ports of 127.0.0.1 on one line. The kernel
+# picks them (bind to port 0), which avoids collisions between services started at
+# the same moment far better than guessing; another process may still take one
+# before our server binds it, so callers retry. perl-base is Essential on Debian.
+free_ports() {
+    perl -MIO::Socket::INET -e '
+      my @s = map {
+        IO::Socket::INET->new(LocalAddr => "127.0.0.1", LocalPort => 0,
+                              Proto => "tcp", Listen => 1)
+          or die "cannot bind a free port: $!\n"
+      } 1 .. $ARGV[0];
+      print join(" ", map { $_->sockport } @s), "\n";' "$1"
+}
+
 # ensure_apt_packages PACKAGE... — installs the Debian packages that are missing,
 # when running as root (a fresh CI machine); otherwise says what to install.
 ensure_apt_packages() {

