@@ -608,6 +608,11 @@ pub struct RequeueArgs {
     /// One JSON object on stdout instead of the text report
     #[arg(long)]
     pub json: bool,
+
+    /// Full booking ids in the table (by default every line fits 120 columns: the
+    /// booking by its first 8 characters; the row id, the event's ce_id, is always whole)
+    #[arg(long, conflicts_with = "json")]
+    pub wide: bool,
 }
 
 fn parse_uuid(s: &str) -> Result<uuid::Uuid, String> {

@@ -201,28 +201,39 @@ pub fn republish(args: &RequeueArgs, failed_only: bool) -> Result<()> {
     if args.json {
         println!("{}", serde_json::to_string(&outcome)?);
     } else {
-        format::print(&text(&outcome))?;
+        format::print(&text(&outcome, args.wide))?;
     }
     Ok(())
 }
 
-fn text(o: &Outcome) -> String {
+fn text(o: &Outcome, wide: bool) -> String {
     let mut out = String::new();
     let verb = if o.dry_run {
         "would re-queue"
     } else {
         "re-queued"
     };
-    out.push_str(&format!(
-        "{}: {verb} {} outbox rows ({})\n",
-        o.command, o.requeued, o.selection
+    out.push_str(&format::wrap(
+        &format!(
+            "{}: {verb} {} outbox rows ({})",
+            o.command, o.requeued, o.selection
+        ),
+        "",
+        "  ",
     ));
     if !o.rows.is_empty() {
         let mut t = Table::new(&["Id", "Booking", "Was", "At", "Partition", "Offset"]);
         for r in &o.rows {
             t.row(vec![
                 r.id.to_string(),
-                r.aggregate_id.clone(),
+                if wide {
+                    r.aggregate_id.clone()
+                } else {
+                    r.aggregate_id
+                        .chars()
+                        .take(format::SHORT_ID_WIDTH)
+                        .collect()
+                },
                 r.state.to_owned(),
                 r.published_at
                     .clone()
@@ -244,12 +255,73 @@ fn text(o: &Outcome) -> String {
     }
     match (o.dry_run, o.operation_id) {
         (true, _) => out.push_str("dry run: nothing was changed\n"),
-        (false, Some(id)) => out.push_str(&format!(
-            "the next relay-outbox run sends them again with the same ce_id; recorded as \
-             operation {id} by {}: {}\n",
-            o.actor, o.reason
+        (false, Some(id)) => out.push_str(&format::wrap(
+            &format!(
+                "the next relay-outbox run sends them again with the same ce_id; recorded as \
+                 operation {id} by {}: {}",
+                o.actor, o.reason
+            ),
+            "",
+            "  ",
         )),
         (false, None) => out.push_str("nothing to re-queue; nothing was changed\n"),
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(reason: &str) -> Outcome {
+        let id: Uuid = "01a22e27-eb27-753a-823b-74b8c190ac35".parse().unwrap();
+        Outcome {
+            command: "republish",
+            dry_run: false,
+            selection: "booking b1000001-0000-4000-8000-000000000000".into(),
+            requeued: 1,
+            rows: vec![RowJson {
+                id,
+                aggregate_id: "b1000001-0000-4000-8000-000000000000".into(),
+                topic: "pin.crm.booking-expired".into(),
+                state: "published",
+                published_at: Some("2026-11-30T20:31:40.055381Z".into()),
+                partition: Some(5),
+                offset: Some(2_147_483_648),
+                failed_at: None,
+                last_error: None,
+            }],
+            left_alone: vec![],
+            not_found: vec![],
+            actor: "ops@example.com (database user postgres)".into(),
+            reason: reason.into(),
+            operation_id: Some(i64::MAX),
+        }
+    }
+
+    #[test]
+    fn the_report_fits_120_columns_and_wide_shows_the_whole_booking_id() {
+        let reason = "INC-9: the chessboard lost its event ".repeat(4);
+        let text = text(&outcome(reason.trim()), false);
+        assert_eq!(
+            text,
+            "republish: re-queued 1 outbox rows (booking b1000001-0000-4000-8000-000000000000)\n\
+             Id                                    Booking   Was        At                           \
+             Partition  Offset\n\
+             01a22e27-eb27-753a-823b-74b8c190ac35  b1000001  published  2026-11-30T20:31:40.055381Z  \
+             5          2147483648\n\
+             the next relay-outbox run sends them again with the same ce_id; recorded as operation \
+             9223372036854775807 by\n  ops@example.com (database user postgres): INC-9: the chessboard \
+             lost its event INC-9: the chessboard lost its event\n  INC-9: the chessboard lost its event \
+             INC-9: the chessboard lost its event\n"
+        );
+        assert!(text.lines().all(|l| l.chars().count() <= 120), "{text}");
+        let wide = super::text(&outcome("INC-9"), true);
+        assert!(
+            wide.contains(
+                "\n01a22e27-eb27-753a-823b-74b8c190ac35  b1000001-0000-4000-8000-000000000000  published  "
+            ),
+            "{wide}"
+        );
+    }
 }

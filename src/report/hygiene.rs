@@ -93,7 +93,9 @@ pub fn table(h: &Hygiene, as_of: DateTime<Utc>, out: &mut String) {
         "\nxmin horizon held back (VACUUM cannot remove dead rows newer than these; \
          threshold {threshold})\n\n"
     ));
-    let mut t = Table::new(&["Holder", "Id", "Who", "State", "Since", "Age", "Xid age"]);
+    // Fits 120 columns: names a user chose (application, gid, slot) are cut to their
+    // column, and the age stands for the start (the JSON keeps the start itself).
+    let mut t = Table::new(&["Holder", "Who", "State", "Age", "Xid age"]);
     for s in &x.sessions.shown {
         t.row(session_row(s, as_of));
     }
@@ -102,11 +104,9 @@ pub fn table(h: &Hygiene, as_of: DateTime<Utc>, out: &mut String) {
     }
     for p in &x.prepared.shown {
         t.row(vec![
-            "prepared transaction".into(),
-            format!("gid {}", p.gid),
-            p.owner.clone(),
+            format::fit(&format!("prepared gid {}", p.gid), HOLDER_WIDTH),
+            format::fit(&p.owner, WHO_WIDTH),
             "prepared".into(),
-            format::time(p.prepared_at),
             format::duration(as_of - p.prepared_at),
             p.xid_age.to_string(),
         ]);
@@ -114,13 +114,11 @@ pub fn table(h: &Hygiene, as_of: DateTime<Utc>, out: &mut String) {
     for s in &x.slots.shown {
         let wal = s
             .retained_wal_bytes
-            .map_or(String::new(), |b| format!(", keeps {} of WAL", bytes(b)));
+            .map_or(String::new(), |b| format!(", {} WAL", bytes(b)));
         t.row(vec![
-            "replication slot".into(),
-            s.name.clone(),
-            format!("{} {}", s.slot_type, opt(&s.database)),
+            format::fit(&format!("slot {}", s.name), HOLDER_WIDTH),
+            format::fit(&format!("{} {}", s.slot_type, opt(&s.database)), WHO_WIDTH),
             format!("inactive{wal}"),
-            "-".into(),
             "-".into(),
             opt(&s.xid_age),
         ]);
@@ -141,19 +139,23 @@ pub fn table(h: &Hygiene, as_of: DateTime<Utc>, out: &mut String) {
     }
 }
 
+/// Widths of the xmin holders' free-text columns. With the longest state
+/// ("idle in transaction (aborted)", 29), an age of years ("365d 23h 59m 59s", 16) and
+/// a 10-digit xid age, a row is at most 28 + 28 + 29 + 16 + 10 + 4 × 2 = 119 columns.
+const HOLDER_WIDTH: usize = 28;
+const WHO_WIDTH: usize = 28;
+
 fn session_row(s: &SessionHolder, as_of: DateTime<Utc>) -> Vec<String> {
     let who = match &s.user {
         Some(user) => format!("{user} {}", s.application_name),
         None => s.application_name.clone(),
     };
     vec![
-        "session".into(),
-        format!("pid {}", s.pid),
-        who.trim().to_owned(),
+        format!("session pid {}", s.pid),
+        format::fit(&who, WHO_WIDTH),
         s.state.clone().unwrap_or_else(|| "(hidden)".into()),
-        s.transaction_start.map_or("(hidden)".into(), format::time),
         s.transaction_start
-            .map_or("-".into(), |at| format::duration(as_of - at)),
+            .map_or("(hidden)".into(), |at| format::duration(as_of - at)),
         opt(&s.xid_age),
     ]
 }
@@ -470,17 +472,11 @@ mod tests {
         assert_eq!(out.matches("\nsession ").count(), 5, "{out}");
         assert!(out.contains("… and 2 more sessions\n"), "{out}");
         assert!(
-            out.contains(
-                "session           pid 1  loader etl   idle in transaction             \
-                 2030-01-01T11:00:00Z  1h 0m 0s  4000\n"
-            ),
+            out.contains("session pid 1  loader etl   idle in transaction    1h 0m 0s  4000\n"),
             "{out}"
         );
         assert!(
-            out.contains(
-                "replication slot  cdc    logical crm  inactive, keeps 3.0 MiB of WAL  \
-                 -                     -         4100\n"
-            ),
+            out.contains("slot cdc       logical crm  inactive, 3.0 MiB WAL  -         4100\n"),
             "{out}"
         );
         let mut quiet = String::new();
@@ -491,6 +487,61 @@ mod tests {
         };
         table(&none, at("2030-01-01T12:00:00Z"), &mut quiet);
         assert!(quiet.ends_with("\nxmin horizon: nothing holds it back longer than 15m 0s\n"));
+    }
+
+    #[test]
+    fn the_holders_fit_120_columns_with_the_longest_names_states_and_ages() {
+        let mut h = hygiene(1);
+        let long = "x".repeat(200);
+        let s = &mut h.xmin_horizon.sessions.shown[0];
+        s.pid = i32::MAX;
+        s.application_name = long.clone();
+        s.user = Some("y".repeat(63));
+        s.state = Some("idle in transaction (aborted)".into());
+        s.transaction_start = Some(at("2029-01-01T00:00:01Z"));
+        s.xid_age = Some(i32::MAX);
+        h.xmin_horizon.prepared = Listed {
+            shown: vec![crate::store::PreparedHolder {
+                gid: long.clone(),
+                owner: "z".repeat(63),
+                prepared_at: at("2029-01-01T00:00:01Z"),
+                xid: "1".into(),
+                xid_age: i32::MAX,
+            }],
+            total: 1,
+        };
+        let slot = &mut h.xmin_horizon.slots.shown[0];
+        slot.name = long;
+        slot.database = Some("d".repeat(63));
+        slot.retained_wal_bytes = Some(i64::MAX);
+        let mut out = String::new();
+        table(&h, at("2030-01-01T12:00:00Z"), &mut out);
+        let rows: Vec<&str> = out
+            .lines()
+            .filter(|l| {
+                l.starts_with("session ") || l.starts_with("prepared ") || l.starts_with("slot ")
+            })
+            .collect();
+        assert_eq!(rows.len(), 3, "{out}");
+        for line in out.lines() {
+            assert!(
+                line.chars().count() <= 120,
+                "{} columns: {line}",
+                line.chars().count()
+            );
+        }
+        assert_eq!(
+            rows,
+            [
+                "session pid 2147483647        yyyyyyyyyyyyyyyyyyyyyyyyyyy…  \
+                 idle in transaction (aborted)  365d 11h 59m 59s  2147483647",
+                "prepared gid xxxxxxxxxxxxxx…  zzzzzzzzzzzzzzzzzzzzzzzzzzz…  \
+                 prepared                       365d 11h 59m 59s  2147483647",
+                "slot xxxxxxxxxxxxxxxxxxxxxx…  logical ddddddddddddddddddd…  \
+                 inactive, 8388608.0 TiB WAL    -                 4100",
+            ],
+            "{out}"
+        );
     }
 
     #[test]
