@@ -184,13 +184,13 @@ bench_cycle() {
         echo "       against the peer's psql process (one set-based statement per phase), $ACTIVE active"
         echo "       future bookings besides the history; wall time in ms, median [min–max] of $RUNS runs"
         echo
-        printf '%-12s %-22s %-22s %-10s %s\n' "history" "run-once" "peer (psql)" "ours/peer" "target (a) ≤ 1.5"
+        printf '%-12s %-22s %-22s %-10s %s\n' "history" "run-once" "peer (psql)" "ours/peer" "target (a) ≤ 1.0"
         for h in $HISTORY; do
             o=$(ms "cycle_${h}_ours"); p=$(ms "cycle_${h}_peer")
             printf '%-12s %-22s %-22s %-10s %s\n' "$h" \
                 "$o [$(ms "cycle_${h}_ours" min)-$(ms "cycle_${h}_ours" max)]" \
                 "$p [$(ms "cycle_${h}_peer" min)-$(ms "cycle_${h}_peer" max)]" \
-                "$(ratio "$o" "$p")" "$(verdict "$(ratio "$o" "$p")" '<=' 1.5)"
+                "$(ratio "$o" "$p")" "$(verdict "$(ratio "$o" "$p")" '<=' 1.0)"
         done
         echo
         if [[ $first != "$last" ]]; then
