@@ -337,18 +337,23 @@ fn report_left(
     as_of: DateTime<Utc>,
     unfinished: &[Phase],
 ) {
-    let mut left = [None, None];
+    // A finished phase has none left; a count that failed (the deadline can cancel it
+    // on a loaded database) is shown as unknown, not as none.
+    let mut left = [Some(0), Some(0)];
     for &phase in unfinished {
         match store::count_left(client, stmts, phase, as_of, LEFT_COUNT_CAP) {
             Ok(n) => left[phase_slot(phase)] = Some(n),
-            Err(e) => warn!(phase:% = phase, error:% = format!("{e:#}");
-                            "cannot count the overdue bookings left"),
+            Err(e) => {
+                left[phase_slot(phase)] = None;
+                warn!(phase:% = phase, error:% = format!("{e:#}");
+                      "cannot count the overdue bookings left");
+            }
         }
     }
     let shown = |n: Option<u64>| match n {
         Some(n) if n >= LEFT_COUNT_CAP as u64 => format!("{LEFT_COUNT_CAP}+"),
         Some(n) => n.to_string(),
-        None => "0".to_owned(),
+        None => "unknown".to_owned(),
     };
     warn!(ReserveLeft = shown(left[0]).as_str(), BookingLeft = shown(left[1]).as_str(),
           DeadlineMs = cfg.deadline.as_millis() as u64,

@@ -121,7 +121,9 @@ pub fn left_sql(phase: Phase) -> String {
 /// corruption; only rows the UPDATE really changed get audit, timeline and outbox rows.
 /// The outbox rows come from their own arrays (`events`: one element per outbox row,
 /// keyed by booking), so an expiry writes one row per configured contract version,
-/// each with its own id, topic, payload and headers, in the same statement.
+/// each with its own id, topic, payload and headers, in the same statement. An event
+/// whose payload is the timeline's details (version 1's is) is sent as NULL and takes
+/// them: each JSON document crosses the wire and is parsed once.
 ///
 /// `status_type` is the declared type of `crm.bookings.status` (from the catalog), so
 /// the new status is cast to it: text, varchar and enums all work.
@@ -151,7 +153,7 @@ WITH input AS (
     SELECT deal_id, tenant_id, id, timeline_kind, $9, $10, payload FROM expired
 ), outbox AS (
     INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload, headers, occurred_at)
-    SELECT e.message_id, $12, x.id::text, $13, e.topic, e.payload, e.headers, $9
+    SELECT e.message_id, $12, x.id::text, $13, e.topic, coalesce(e.payload, x.payload), e.headers, $9
       FROM expired x JOIN events e ON e.booking_id = x.id ORDER BY e.ord
 ), released AS (
     DELETE FROM crm.booking_expiration_poison p USING expired e WHERE p.booking_id = e.id
@@ -522,7 +524,10 @@ fn write_once(
     let event_bookings: Vec<Uuid> = events().map(|(w, _)| w.expiry.booking_id).collect();
     let message_ids: Vec<Uuid> = events().map(|(_, e)| e.message_id).collect();
     let topics: Vec<&str> = events().map(|(_, e)| e.topic).collect();
-    let payloads: Vec<&serde_json::Value> = events().map(|(_, e)| &e.payload).collect();
+    // NULL: the same document as the booking's timeline details (see `write_sql`).
+    let payloads: Vec<Option<&serde_json::Value>> = events()
+        .map(|(w, e)| (e.payload != w.details).then_some(&e.payload))
+        .collect();
     let headers: Vec<&serde_json::Value> = events().map(|(_, e)| &e.headers).collect();
     let kinds: Vec<&str> = part
         .iter()
