@@ -145,7 +145,7 @@ fn the_skipped_count_reads_only_up_to_the_claimed_key_in_its_generic_plan() {
 }
 
 /// Calls per statement text that the binary made in this database, from
-/// pg_stat_statements (statement-level counts, also of BEGIN, SAVEPOINT, COMMIT and of
+/// pg_stat_statements (statement-level counts, also of BEGIN, COMMIT AND CHAIN and of
 /// statements run by triggers).
 fn statement_calls(c: &mut postgres::Client) -> Option<Vec<(String, i64)>> {
     let dealloc = |c: &mut postgres::Client| -> i64 {
@@ -172,8 +172,8 @@ fn statement_calls(c: &mut postgres::Client) -> Option<Vec<(String, i64)>> {
 
 #[test]
 fn a_batch_issues_the_same_statements_for_1_or_1000_rows() {
-    // Every statement a cycle sends — session set-up, claim, skipped count, savepoint,
-    // write, release, commit — counted by PostgreSQL itself.
+    // Every statement a cycle sends — session set-up, claim (with its skipped count),
+    // write, commit and chain — counted by PostgreSQL itself.
     // pg_stat_statements is a server-level setting (preloaded, track = all), so the
     // count runs on a throwaway server of the test's own, configured as
     // scripts/pg-start.sh does, whatever server DATABASE_URL names; and no other test's
