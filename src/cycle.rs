@@ -487,6 +487,11 @@ fn run_batch(
         Ok(None) | Err(_) => "ROLLBACK AND CHAIN",
     };
     let ended = client.batch_execute(end);
+    if ended.is_err() && !client.is_closed() {
+        // Whatever state the failure left the session in, the next batch must find a
+        // transaction of its own open, never run its claim and write in autocommit.
+        let _ = client.batch_execute("ROLLBACK; BEGIN");
+    }
     let outcome = outcome?;
     let what = if outcome.is_some() {
         "commit failed"
