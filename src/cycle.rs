@@ -215,6 +215,15 @@ fn run_phases(
     // Per phase: batches taken, and whether it is still taking turns.
     let mut phases: Vec<(Phase, u32, bool)> = Phase::ALL.iter().map(|&p| (p, 0, true)).collect();
     let mut out_of_budget = false;
+    // The batches' transactions form a chain (see `run_batch`): the first is begun
+    // here, each batch ends its own with `COMMIT AND CHAIN` (or `ROLLBACK AND CHAIN`),
+    // and the empty one left after the last batch is ended below.
+    if let Err(e) = client.batch_execute("BEGIN") {
+        return Err(anyhow::Error::new(e).context(Classified {
+            failure: Failure::Temporary,
+            message: "cannot begin the first batch's transaction".to_owned(),
+        }));
+    }
     'turns: while phases.iter().any(|(_, _, open)| *open) {
         for (phase, taken, open) in phases.iter_mut().filter(|(_, _, open)| *open) {
             if let Some(signal) = shutdown::requested() {
@@ -251,6 +260,11 @@ fn run_phases(
                 }
             }
         }
+    }
+    // Ends the empty transaction the last batch chained (nothing in it: no statement
+    // ran since). A lost connection shows in `is_closed` below.
+    if !client.is_closed() {
+        let _ = client.batch_execute("ROLLBACK");
     }
     if out_of_budget && first_error.is_none() {
         let unfinished: Vec<Phase> = phases
@@ -323,18 +337,23 @@ fn report_left(
     as_of: DateTime<Utc>,
     unfinished: &[Phase],
 ) {
-    let mut left = [None, None];
+    // A finished phase has none left; a count that failed (the deadline can cancel it
+    // on a loaded database) is shown as unknown, not as none.
+    let mut left = [Some(0), Some(0)];
     for &phase in unfinished {
         match store::count_left(client, stmts, phase, as_of, LEFT_COUNT_CAP) {
             Ok(n) => left[phase_slot(phase)] = Some(n),
-            Err(e) => warn!(phase:% = phase, error:% = format!("{e:#}");
-                            "cannot count the overdue bookings left"),
+            Err(e) => {
+                left[phase_slot(phase)] = None;
+                warn!(phase:% = phase, error:% = format!("{e:#}");
+                      "cannot count the overdue bookings left");
+            }
         }
     }
     let shown = |n: Option<u64>| match n {
         Some(n) if n >= LEFT_COUNT_CAP as u64 => format!("{LEFT_COUNT_CAP}+"),
         Some(n) => n.to_string(),
-        None => "0".to_owned(),
+        None => "unknown".to_owned(),
     };
     warn!(ReserveLeft = shown(left[0]).as_str(), BookingLeft = shown(left[1]).as_str(),
           DeadlineMs = cfg.deadline.as_millis() as u64,
@@ -361,8 +380,33 @@ fn run_one(
     result: &mut CycleResult,
 ) -> Result<usize> {
     let span = trace::span("expire batch", vec![Attr::new("Phase", phase.to_string())]);
-    let batch =
-        run_batch(client, stmts, phase, cfg, run_id, as_of).inspect_err(|e| span.fail(e))?;
+    let batch = match run_batch(
+        client,
+        stmts,
+        phase,
+        cfg,
+        run_id,
+        as_of,
+        Isolation::OnRefusal,
+    ) {
+        Ok(Some(batch)) => Ok(batch),
+        Ok(None) => {
+            info!(Phase:% = phase;
+                  "the database refused a row of the batch; rolled back, redone with isolation");
+            run_batch(
+                client,
+                stmts,
+                phase,
+                cfg,
+                run_id,
+                as_of,
+                Isolation::Savepoints,
+            )
+            .map(|b| b.expect("a batch written with savepoints is never sent back for isolation"))
+        }
+        Err(e) => Err(e),
+    }
+    .inspect_err(|e| span.fail(e))?;
     span.set([
         Attr::new("Claimed", batch.claimed as i64),
         Attr::new("Expired", batch.expired as i64),
@@ -409,6 +453,25 @@ fn release_stale_quarantine(
     }
 }
 
+/// How a batch's write meets a row the database refuses (a trigger, a constraint).
+#[derive(Clone, Copy, PartialEq)]
+enum Isolation {
+    /// One write statement, no savepoint; a refusal rolls the whole batch back and the
+    /// caller redoes it with [`Isolation::Savepoints`]. The happy path: begin, claim,
+    /// write, commit.
+    OnRefusal,
+    /// The write under savepoints, the refused rows isolated and quarantined, the rest
+    /// written ([`store::write_isolating`]).
+    Savepoints,
+}
+
+/// One batch in its own transaction, which the caller has begun (the first with
+/// `BEGIN`, every later one chained by the batch before): the batch ends it with
+/// `COMMIT AND CHAIN`, which commits and begins the next batch's transaction in the
+/// same round trip, or on any failure with `ROLLBACK AND CHAIN`. The chained
+/// transaction holds no snapshot, lock or transaction id until its first statement.
+/// `Ok(None)`: with [`Isolation::OnRefusal`], the database refused a row; the batch
+/// rolled back and nothing of it counts.
 fn run_batch(
     client: &mut Client,
     stmts: &CycleStatements,
@@ -416,45 +479,92 @@ fn run_batch(
     cfg: &RunOnceConfig,
     run_id: Uuid,
     as_of: DateTime<Utc>,
-) -> Result<BatchOutcome> {
+    isolation: Isolation,
+) -> Result<Option<BatchOutcome>> {
+    let outcome = batch_in_transaction(client, stmts, phase, cfg, run_id, as_of, isolation);
+    let end = match &outcome {
+        Ok(Some(_)) => "COMMIT AND CHAIN",
+        Ok(None) | Err(_) => "ROLLBACK AND CHAIN",
+    };
+    let ended = client.batch_execute(end);
+    if ended.is_err() && !client.is_closed() {
+        // Whatever state the failure left the session in, the next batch must find a
+        // transaction of its own open, never run its claim and write in autocommit.
+        let _ = client.batch_execute("ROLLBACK; BEGIN");
+    }
+    let outcome = outcome?;
+    let what = if outcome.is_some() {
+        "commit failed"
+    } else {
+        "rollback failed"
+    };
+    ended.classify(
+        Failure::Temporary,
+        format!("{phase} batch: {what}; the batch rolled back"),
+    )?;
+    Ok(outcome)
+}
+
+/// The batch's statements, in the transaction `run_batch` ends.
+fn batch_in_transaction(
+    client: &mut Client,
+    stmts: &CycleStatements,
+    phase: Phase,
+    cfg: &RunOnceConfig,
+    run_id: Uuid,
+    as_of: DateTime<Utc>,
+    isolation: Isolation,
+) -> Result<Option<BatchOutcome>> {
     let batch_size = cfg.batch.size;
     let context = |what: &str| format!("{phase} batch: {what}; the batch rolled back");
-    let mut tx = client
-        .transaction()
-        .classify(Failure::Temporary, context("cannot begin"))?;
-    let claimed = store::claim(&mut tx, stmts, phase, as_of, batch_size)
+    let tx = client;
+    let store::Claim {
+        rows: claimed,
+        skipped,
+    } = store::claim(tx, stmts, phase, as_of, batch_size)
         .map_err(|e| e.context(context("claim failed")))?;
-    let full = claimed.len() == batch_size as usize;
-    let skipped = store::count_skipped(&mut tx, stmts, phase, as_of, &claimed, full)
-        .map_err(|e| e.context(context("skipped-locked count failed")))?;
     info!(Phase:% = phase, Count = claimed.len(), SkippedLocked = skipped; "batch selected");
     if claimed.is_empty() {
-        // Nothing written, nothing to commit; ending the transaction releases nothing.
-        drop(tx);
-        return Ok(BatchOutcome {
+        // Nothing written: the commit that ends the transaction releases nothing.
+        return Ok(Some(BatchOutcome {
             skipped,
             ..BatchOutcome::default()
-        });
+        }));
     }
 
     let versions = cfg.topics.versions();
     let (mut writes, mut poison) =
         domain::decide(&claimed, phase, as_of, run_id, versions, &mut Uuid::now_v7);
     // While tracing is on, each event's parent is the batch that wrote it.
-    if let Some(traceparent) = trace::current_traceparent() {
+    let traceparent = trace::current_traceparent();
+    if let Some(traceparent) = &traceparent {
         for e in writes.iter_mut().flat_map(|w| &mut w.events) {
             if let Some(headers) = e.headers.as_object_mut() {
                 headers.insert("traceparent".to_owned(), traceparent.clone().into());
             }
         }
     }
+    let written = match isolation {
+        Isolation::OnRefusal => {
+            match store::write_direct(tx, stmts, run_id, as_of, &writes)
+                .map_err(|e| e.context(context("write failed")))?
+            {
+                Ok(expired) => store::WriteOutcome {
+                    expired,
+                    rejected: Vec::new(),
+                },
+                // The transaction is aborted: `run_batch` rolls it back.
+                Err(_) => return Ok(None),
+            }
+        }
+        Isolation::Savepoints => store::write_isolating(tx, stmts, run_id, as_of, &writes)
+            .map_err(|e| e.context(context("write failed")))?,
+    };
     for p in &poison {
         error!(BookingId:% = p.booking_id, TenantId:% = p.tenant_id, Phase:% = phase, Reason = p.reason,
                Error = p.error.as_str(); "item failed: the guard refused the row, quarantined");
         item_failed(p.booking_id, p.tenant_id, &p.error);
     }
-    let written = store::write_isolating(&mut tx, stmts, run_id, as_of, &writes)
-        .map_err(|e| e.context(context("write failed")))?;
     for (index, rejection) in &written.rejected {
         let w = &writes[*index];
         error!(BookingId:% = w.expiry.booking_id, TenantId:% = w.expiry.tenant_id, Phase:% = phase,
@@ -477,10 +587,8 @@ fn run_batch(
         // row locks. The guard made the write a no-op for them.
         warn!(phase:% = phase, count = stale; "rows changed after the claim were left as they are");
     }
-    store::quarantine(&mut tx, stmts, run_id, as_of, &poison)
+    store::quarantine(tx, stmts, run_id, as_of, &poison)
         .map_err(|e| e.context(context("quarantine failed")))?;
-    tx.commit()
-        .classify(Failure::Temporary, context("commit failed"))?;
 
     let expired: std::collections::HashSet<Uuid> = written.expired.iter().copied().collect();
     let mut lateness = Vec::with_capacity(expired.len());
@@ -498,6 +606,10 @@ fn run_batch(
             .join(",");
         info!(BookingId:% = w.expiry.booking_id, DealId:% = w.expiry.deal_id, Phase:% = phase,
               TenantId:% = w.expiry.tenant_id, MessageId = message_ids.as_str(); "booking expired");
+        // With tracing off there is no span to carry the event: skip building it.
+        if traceparent.is_none() {
+            continue;
+        }
         trace::event(
             "booking expired",
             vec![
@@ -508,13 +620,13 @@ fn run_batch(
             ],
         );
     }
-    Ok(BatchOutcome {
+    Ok(Some(BatchOutcome {
         claimed: claimed.len(),
         expired: written.expired.len() as u64,
         skipped,
         poison: poison.len() as u64,
         lateness,
-    })
+    }))
 }
 
 /// A per-item event on the batch's span: the row is poison.

@@ -96,6 +96,72 @@ fn partial_failure_isolates_guard_and_database_poison_and_commits_the_rest() {
 }
 
 #[test]
+fn a_batch_with_a_refused_row_is_rolled_back_and_redone_with_isolation_each_row_once() {
+    // A batch writes without savepoints; when the database refuses a row, the batch
+    // rolls back and is done again from its claim with isolation. Nothing of the first
+    // attempt may survive: every other row of that batch expires once, with one event,
+    // and the refused row is quarantined and logged once.
+    let db = TestDb::new();
+    let mut c = db.client();
+    let ids = seed_many(&mut c, 12, |i| Seed::booked(-300 + i as i64));
+    // Batches of 5, oldest first: the second (ids[5..10]) holds the refused row.
+    let frozen = ids[7];
+    reject_writes_for(&mut c, &[frozen]);
+
+    let run = db.run(&["run-once", "--batch-size", "5", "--max-batches", "10"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.result().counts(), (0, 11, 0, 1));
+    for id in ids.iter().filter(|id| **id != frozen) {
+        assert_eq!(status_of(&mut c, *id), "BookingExpired");
+    }
+    assert_eq!(status_of(&mut c, frozen), "Booked");
+    for (table, key) in [
+        ("crm.outbox", "aggregateid::uuid"),
+        ("crm.booking_audit", "booking_id"),
+        ("crm.deal_timeline", "booking_id"),
+    ] {
+        assert_eq!(
+            count(
+                &mut c,
+                &format!("SELECT count(*) FROM {table} WHERE {key} <> '{frozen}'")
+            ),
+            11,
+            "{table}"
+        );
+        assert_eq!(
+            count(
+                &mut c,
+                &format!("SELECT count(DISTINCT {key}) FROM {table}")
+            ),
+            11,
+            "{table}: a booking written twice"
+        );
+    }
+    assert_eq!(
+        count(
+            &mut c,
+            &format!(
+                "SELECT count(*) FROM crm.booking_expiration_poison
+                  WHERE booking_id = '{frozen}' AND attempts = 1 AND reason = 'database'"
+            )
+        ),
+        1
+    );
+    let lines = |needle: &str| run.stderr.lines().filter(|l| l.contains(needle)).count();
+    assert_eq!(
+        run.stderr
+            .lines()
+            .filter(|l| l.contains("item failed") && l.contains(&frozen.to_string()))
+            .count(),
+        1,
+        "{}",
+        run.stderr
+    );
+    assert_eq!(lines("redone with isolation"), 1, "{}", run.stderr);
+    assert_eq!(lines("booking expired"), 11, "{}", run.stderr);
+}
+
+#[test]
 fn a_repaired_poison_row_expires_later_and_leaves_quarantine() {
     let db = TestDb::new();
     let mut c = db.client();
@@ -340,7 +406,15 @@ fn a_confirm_racing_with_a_cycle_never_both_win() {
     let mut c = db.client();
     let ids = seed_many(&mut c, 400, |i| Seed::booked(-1_000 + i as i64));
     // Managers confirm every other booking with a version check while a cycle runs.
-    let cycle = spawn(db.command(&["run-once", "--batch-size", "20", "--max-batches", "30"]));
+    let mut cycle = spawn(db.command(&["run-once", "--batch-size", "20", "--max-batches", "30"]));
+    // Its log is read while the managers work: a full pipe would stop the cycle in a
+    // log line while it holds a batch's locks, which a manager then waits for.
+    let mut stderr = cycle.stderr.take().unwrap();
+    let log = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut stderr, &mut bytes).unwrap();
+        bytes
+    });
     let mut manager = db.client();
     let mut confirmed = Vec::new();
     for id in ids.iter().step_by(2) {
@@ -355,7 +429,9 @@ fn a_confirm_racing_with_a_cycle_never_both_win() {
             confirmed.push(*id);
         }
     }
-    let run = Run::of(cycle.wait_with_output().unwrap());
+    let mut output = cycle.wait_with_output().unwrap();
+    output.stderr = log.join().unwrap();
+    let run = Run::of(output);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let result = run.result();
     let expired = count(

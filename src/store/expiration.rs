@@ -5,7 +5,7 @@
 
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
-use postgres::{Client, GenericClient, Statement, Transaction};
+use postgres::{Client, GenericClient, Statement};
 use uuid::Uuid;
 
 use crate::domain::{AGGREGATE_TYPE, BookingRow, EVENT_TYPE, Phase};
@@ -74,20 +74,35 @@ pub fn claim_sql(phase: Phase) -> String {
     format!("{} FOR UPDATE OF b SKIP LOCKED", candidates_sql(phase))
 }
 
-/// Eligible rows at or before the last claimed key (or anywhere, when the claim did not
-/// fill the batch) that the claim did not get: someone else holds them.
+/// The claim and the skipped-locked count in one statement (one round trip): the first
+/// column, `skipped`, counts the eligible rows at or before the last claimed key (or
+/// anywhere, when the claim did not fill the batch) that the claim did not get because
+/// someone else holds them; the other columns are the claimed rows, in claim order. An
+/// empty claim still returns one row, with the count and NULL booking columns.
 ///
-/// The bound is one row comparison, with "no bound" written as the largest key, rather
-/// than `$3 IS NULL OR …`: the comparison is then an index condition also in the generic
-/// plan a session switches to after five batches, so a drain reads only up to the
-/// claimed key instead of the whole remaining backlog per batch.
-pub fn skipped_sql(phase: Phase) -> String {
+/// The count runs after the claim (it reads the claimed CTE) and locks nothing. Its
+/// bound is one row comparison, with "no bound" written as the largest key, rather than
+/// `$3 IS NULL OR …`: the comparison is then an index condition also in the generic plan
+/// a session switches to after five batches, so a drain reads only up to the claimed
+/// key instead of the whole remaining backlog per batch. `$1` = AsOf, `$2` = the limit.
+pub fn claim_counting_sql(phase: Phase) -> String {
     format!(
-        "SELECT count(*) AS skipped FROM crm.bookings b \
-          WHERE {} AND {NOT_QUARANTINED} AND b.id <> ALL($2::uuid[]) \
-            AND (b.{col}, b.id) <= (coalesce($3::timestamptz, 'infinity'), \
-                                    coalesce($4::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'))",
-        overdue_predicate(phase),
+        "WITH claimed AS MATERIALIZED ({claim}), \
+              last AS MATERIALIZED ( \
+                SELECT c.{col} AS deadline, c.id FROM claimed c \
+                 WHERE (SELECT count(*) FROM claimed) = $2 \
+                 ORDER BY c.{col} DESC, c.id DESC LIMIT 1), \
+              skipped AS ( \
+                SELECT count(*) AS skipped FROM crm.bookings b \
+                 WHERE {predicate} AND {NOT_QUARANTINED} \
+                   AND b.id <> ALL(ARRAY(SELECT id FROM claimed)) \
+                   AND (b.{col}, b.id) <= \
+                       (coalesce((SELECT deadline FROM last), 'infinity'::timestamptz), \
+                        coalesce((SELECT id FROM last), 'ffffffff-ffff-ffff-ffff-ffffffffffff'::uuid))) \
+         SELECT s.skipped, c.* FROM skipped s LEFT JOIN claimed c ON true \
+          ORDER BY c.{col}, c.id",
+        claim = claim_sql(phase),
+        predicate = overdue_predicate(phase),
         col = deadline_column(phase),
     )
 }
@@ -106,7 +121,9 @@ pub fn left_sql(phase: Phase) -> String {
 /// corruption; only rows the UPDATE really changed get audit, timeline and outbox rows.
 /// The outbox rows come from their own arrays (`events`: one element per outbox row,
 /// keyed by booking), so an expiry writes one row per configured contract version,
-/// each with its own id, topic, payload and headers, in the same statement.
+/// each with its own id, topic, payload and headers, in the same statement. An event
+/// whose payload is the timeline's details (version 1's is) is sent as NULL and takes
+/// them: each JSON document crosses the wire and is parsed once.
 ///
 /// `status_type` is the declared type of `crm.bookings.status` (from the catalog), so
 /// the new status is cast to it: text, varchar and enums all work.
@@ -136,7 +153,7 @@ WITH input AS (
     SELECT deal_id, tenant_id, id, timeline_kind, $9, $10, payload FROM expired
 ), outbox AS (
     INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload, headers, occurred_at)
-    SELECT e.message_id, $12, x.id::text, $13, e.topic, e.payload, e.headers, $9
+    SELECT e.message_id, $12, x.id::text, $13, e.topic, coalesce(e.payload, x.payload), e.headers, $9
       FROM expired x JOIN events e ON e.booking_id = x.id ORDER BY e.ord
 ), released AS (
     DELETE FROM crm.booking_expiration_poison p USING expired e WHERE p.booking_id = e.id
@@ -198,7 +215,6 @@ DELETE FROM crm.booking_expiration_poison
 /// The cycle's statements, prepared once per session.
 pub struct CycleStatements {
     claim: [Statement; 2],
-    skipped: [Statement; 2],
     left: [Statement; 2],
     write: Statement,
     quarantine: Statement,
@@ -215,12 +231,8 @@ impl CycleStatements {
         };
         Ok(CycleStatements {
             claim: [
-                prepare(&claim_sql(Phase::Reserve))?,
-                prepare(&claim_sql(Phase::Booking))?,
-            ],
-            skipped: [
-                prepare(&skipped_sql(Phase::Reserve))?,
-                prepare(&skipped_sql(Phase::Booking))?,
+                prepare(&claim_counting_sql(Phase::Reserve))?,
+                prepare(&claim_counting_sql(Phase::Booking))?,
             ],
             left: [
                 prepare(&left_sql(Phase::Reserve))?,
@@ -256,42 +268,35 @@ pub fn booking_row(row: &postgres::Row) -> BookingRow {
     }
 }
 
-/// Claims up to `limit` overdue bookings of `phase`, locked until the transaction ends.
+/// What a claim got: the rows, locked until the transaction ends, and how many
+/// eligible rows around them another holder had locked (see [`claim_counting_sql`]).
+#[derive(Debug, Default)]
+pub struct Claim {
+    pub rows: Vec<BookingRow>,
+    pub skipped: u64,
+}
+
+/// Claims up to `limit` overdue bookings of `phase`, locked until the transaction ends,
+/// and counts the rows it skipped because someone else holds them, in one statement.
 pub fn claim(
     tx: &mut impl GenericClient,
     stmts: &CycleStatements,
     phase: Phase,
     as_of: DateTime<Utc>,
     limit: u32,
-) -> Result<Vec<BookingRow>> {
+) -> Result<Claim> {
     let rows = tx.query(&stmts.claim[index(phase)], &[&as_of, &i64::from(limit)])?;
-    Ok(rows.iter().map(booking_row).collect())
-}
-
-/// How many eligible rows ahead of (or, for a short batch, anywhere around) the claimed
-/// range another holder had locked.
-pub fn count_skipped(
-    tx: &mut impl GenericClient,
-    stmts: &CycleStatements,
-    phase: Phase,
-    as_of: DateTime<Utc>,
-    claimed: &[BookingRow],
-    batch_full: bool,
-) -> Result<u64> {
-    let ids: Vec<Uuid> = claimed.iter().map(|r| r.id).collect();
-    let last = claimed
-        .last()
-        .filter(|_| batch_full)
-        .map(|r| (r.deadline(phase), r.id));
-    let (deadline, id) = match last {
-        Some((deadline, id)) => (deadline, Some(id)),
-        None => (None, None),
-    };
-    let row = tx.query_one(
-        &stmts.skipped[index(phase)],
-        &[&as_of, &ids, &deadline, &id],
-    )?;
-    Ok(row.get::<_, i64>("skipped").max(0) as u64)
+    let skipped = rows
+        .first()
+        .map_or(0, |r| r.get::<_, i64>("skipped").max(0) as u64);
+    Ok(Claim {
+        rows: rows
+            .iter()
+            .filter(|r| r.get::<_, Option<Uuid>>("id").is_some())
+            .map(booking_row)
+            .collect(),
+        skipped,
+    })
 }
 
 /// Overdue bookings of `phase` at `as_of` (quarantined ones included), up to `cap`.
@@ -332,8 +337,8 @@ pub struct WriteOutcome {
 /// PostgreSQL's per-session cache overflows and every session's snapshots slow down).
 /// Infrastructure errors (lost connection, timeouts, cancellation) are returned and
 /// roll the whole batch back.
-pub fn write_isolating(
-    tx: &mut Transaction<'_>,
+pub fn write_isolating<C: GenericClient>(
+    tx: &mut C,
     stmts: &CycleStatements,
     run_id: Uuid,
     as_of: DateTime<Utc>,
@@ -367,6 +372,40 @@ pub fn write_isolating(
     Ok(outcome)
 }
 
+/// Writes the batch in one statement with no savepoint: what a batch costs when no row
+/// is refused, which is nearly always. `Ok(Err(_))`: the database refused a row's data
+/// and the transaction is aborted, so the caller rolls the batch back and redoes it with
+/// [`write_isolating`], which finds the refused rows and writes the rest. Infrastructure
+/// errors are returned as errors, as there.
+pub fn write_direct(
+    tx: &mut impl GenericClient,
+    stmts: &CycleStatements,
+    run_id: Uuid,
+    as_of: DateTime<Utc>,
+    batch: &[BatchWrite],
+) -> Result<std::result::Result<Vec<Uuid>, DbRejection>> {
+    if batch.is_empty() {
+        return Ok(Ok(Vec::new()));
+    }
+    let rows: Vec<&BatchWrite> = batch.iter().collect();
+    match write_once(tx, stmts, run_id, as_of, &rows) {
+        Ok(ids) => Ok(Ok(ids)),
+        Err(e) if is_row_rejection(&e) => Ok(Err(rejection(&e))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The SQLSTATE and message of a row rejection.
+fn rejection(e: &postgres::Error) -> DbRejection {
+    let db = e
+        .as_db_error()
+        .expect("a row rejection is a database error");
+    DbRejection {
+        sqlstate: db.code().code().to_owned(),
+        message: db.message().to_owned(),
+    }
+}
+
 /// Whether a successful write is kept (the savepoint released) or only probed (rolled
 /// back, then released).
 #[derive(Clone, Copy, PartialEq)]
@@ -377,15 +416,15 @@ enum Keep {
 
 const SAVEPOINT: &str = "expire_write";
 
-struct Writer<'a, 't> {
-    tx: &'a mut Transaction<'t>,
+struct Writer<'a, C: GenericClient> {
+    tx: &'a mut C,
     stmts: &'a CycleStatements,
     run_id: Uuid,
     as_of: DateTime<Utc>,
     batch: &'a [BatchWrite],
 }
 
-impl Writer<'_, '_> {
+impl<C: GenericClient> Writer<'_, C> {
     /// Writes the rows `part` (indexes into the batch) under a savepoint, released in
     /// every outcome. `Ok(Err(_))`: the database refused a row's data.
     fn attempt(
@@ -407,13 +446,7 @@ impl Writer<'_, '_> {
             }
             Err(e) if is_row_rejection(&e) => {
                 self.undo()?;
-                let db = e
-                    .as_db_error()
-                    .expect("a row rejection is a database error");
-                Ok(Err(DbRejection {
-                    sqlstate: db.code().code().to_owned(),
-                    message: db.message().to_owned(),
-                }))
+                Ok(Err(rejection(&e)))
             }
             Err(e) => Err(e.into()),
         }
@@ -491,7 +524,10 @@ fn write_once(
     let event_bookings: Vec<Uuid> = events().map(|(w, _)| w.expiry.booking_id).collect();
     let message_ids: Vec<Uuid> = events().map(|(_, e)| e.message_id).collect();
     let topics: Vec<&str> = events().map(|(_, e)| e.topic).collect();
-    let payloads: Vec<&serde_json::Value> = events().map(|(_, e)| &e.payload).collect();
+    // NULL: the same document as the booking's timeline details (see `write_sql`).
+    let payloads: Vec<Option<&serde_json::Value>> = events()
+        .map(|(w, e)| (e.payload != w.details).then_some(&e.payload))
+        .collect();
     let headers: Vec<&serde_json::Value> = events().map(|(_, e)| &e.headers).collect();
     let kinds: Vec<&str> = part
         .iter()

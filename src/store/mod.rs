@@ -14,8 +14,9 @@ mod schema;
 pub use clock::{ClockSkew, measure_clock_skew};
 pub use connect::{Db, connect};
 pub use expiration::{
-    BatchWrite, CycleStatements, Poison, booking_row, candidates_sql, claim, claim_sql, count_left,
-    count_skipped, left_sql, quarantine, release_stale_quarantine, skipped_sql, write_isolating,
+    BatchWrite, Claim, CycleStatements, Poison, WriteOutcome, booking_row, candidates_sql, claim,
+    claim_counting_sql, claim_sql, count_left, left_sql, quarantine, release_stale_quarantine,
+    write_direct, write_isolating,
 };
 pub use hygiene::{
     Hygiene, IndexSize, Listed, PreparedHolder, SessionHolder, SlotHolder, TableHealth, XminHorizon,
