@@ -492,8 +492,8 @@ fn run_batch(
         // transaction of its own open, never run its claim and write in autocommit.
         let _ = client.batch_execute("ROLLBACK; BEGIN");
     }
-    let outcome = outcome?;
-    let what = if outcome.is_some() {
+    let staged = outcome?;
+    let what = if staged.is_some() {
         "commit failed"
     } else {
         "rollback failed"
@@ -502,10 +502,86 @@ fn run_batch(
         Failure::Temporary,
         format!("{phase} batch: {what}; the batch rolled back"),
     )?;
-    Ok(outcome)
+    // Committed: only now are its expiries and quarantined rows logged and counted.
+    Ok(staged.map(|s| s.report(phase)))
 }
 
-/// The batch's statements, in the transaction `run_batch` ends.
+/// A batch written in its transaction, not yet committed: what to report once it is.
+#[derive(Default)]
+struct Staged {
+    claimed: usize,
+    skipped: u64,
+    writes: Vec<domain::BatchWrite>,
+    /// Rows the guard refused (quarantined with the batch).
+    refused: Vec<Poison>,
+    written: store::WriteOutcome,
+    traced: bool,
+}
+
+impl Staged {
+    /// Logs each committed expiry and quarantined row, and counts them.
+    fn report(self, phase: Phase) -> BatchOutcome {
+        for p in &self.refused {
+            error!(BookingId:% = p.booking_id, TenantId:% = p.tenant_id, Phase:% = phase, Reason = p.reason,
+                   Error = p.error.as_str(); "item failed: the guard refused the row, quarantined");
+            item_failed(p.booking_id, p.tenant_id, &p.error);
+        }
+        for (index, rejection) in &self.written.rejected {
+            let w = &self.writes[*index];
+            error!(BookingId:% = w.expiry.booking_id, TenantId:% = w.expiry.tenant_id, Phase:% = phase,
+                   SqlState = rejection.sqlstate.as_str(), Error = rejection.message.as_str(); "item failed: the database rejected the write, quarantined");
+            item_failed(w.expiry.booking_id, w.expiry.tenant_id, &rejection.message);
+        }
+        let stale = self.writes.len() - self.written.expired.len() - self.written.rejected.len();
+        if stale > 0 {
+            // Locked rows cannot change under us; this would mean another writer ignores
+            // row locks. The guard made the write a no-op for them.
+            warn!(phase:% = phase, count = stale; "rows changed after the claim were left as they are");
+        }
+        let expired: std::collections::HashSet<Uuid> =
+            self.written.expired.iter().copied().collect();
+        let mut lateness = Vec::with_capacity(expired.len());
+        for w in self
+            .writes
+            .iter()
+            .filter(|w| expired.contains(&w.expiry.booking_id))
+        {
+            lateness.push(seconds(w.expiry.expired_at - w.expiry.deadline));
+            // One message id per published contract version, comma-separated.
+            let message_ids = w
+                .events
+                .iter()
+                .map(|e| e.message_id.to_string())
+                .collect::<Vec<_>>()
+                .join(",");
+            info!(BookingId:% = w.expiry.booking_id, DealId:% = w.expiry.deal_id, Phase:% = phase,
+                  TenantId:% = w.expiry.tenant_id, MessageId = message_ids.as_str(); "booking expired");
+            // With tracing off there is no span to carry the event: skip building it.
+            if !self.traced {
+                continue;
+            }
+            trace::event(
+                "booking expired",
+                vec![
+                    Attr::new("BookingId", w.expiry.booking_id.to_string()),
+                    Attr::new("TenantId", w.expiry.tenant_id.to_string()),
+                    Attr::new("DealId", w.expiry.deal_id.to_string()),
+                    Attr::new("MessageId", message_ids),
+                ],
+            );
+        }
+        BatchOutcome {
+            claimed: self.claimed,
+            expired: self.written.expired.len() as u64,
+            skipped: self.skipped,
+            poison: (self.refused.len() + self.written.rejected.len()) as u64,
+            lateness,
+        }
+    }
+}
+
+/// The batch's statements, in the transaction `run_batch` ends. Nothing is logged or
+/// counted here: the transaction may still fail to commit.
 fn batch_in_transaction(
     client: &mut Client,
     stmts: &CycleStatements,
@@ -514,7 +590,7 @@ fn batch_in_transaction(
     run_id: Uuid,
     as_of: DateTime<Utc>,
     isolation: Isolation,
-) -> Result<Option<BatchOutcome>> {
+) -> Result<Option<Staged>> {
     let batch_size = cfg.batch.size;
     let context = |what: &str| format!("{phase} batch: {what}; the batch rolled back");
     let tx = client;
@@ -526,14 +602,14 @@ fn batch_in_transaction(
     info!(Phase:% = phase, Count = claimed.len(), SkippedLocked = skipped; "batch selected");
     if claimed.is_empty() {
         // Nothing written: the commit that ends the transaction releases nothing.
-        return Ok(Some(BatchOutcome {
+        return Ok(Some(Staged {
             skipped,
-            ..BatchOutcome::default()
+            ..Staged::default()
         }));
     }
 
     let versions = cfg.topics.versions();
-    let (mut writes, mut poison) =
+    let (mut writes, refused) =
         domain::decide(&claimed, phase, as_of, run_id, versions, &mut Uuid::now_v7);
     // While tracing is on, each event's parent is the batch that wrote it.
     let traceparent = trace::current_traceparent();
@@ -560,16 +636,11 @@ fn batch_in_transaction(
         Isolation::Savepoints => store::write_isolating(tx, stmts, run_id, as_of, &writes)
             .map_err(|e| e.context(context("write failed")))?,
     };
-    for p in &poison {
-        error!(BookingId:% = p.booking_id, TenantId:% = p.tenant_id, Phase:% = phase, Reason = p.reason,
-               Error = p.error.as_str(); "item failed: the guard refused the row, quarantined");
-        item_failed(p.booking_id, p.tenant_id, &p.error);
-    }
+    // The guard's refusals and the database's, quarantined in this transaction; they
+    // are logged once it commits (`Staged::report`).
+    let mut poison = refused.clone();
     for (index, rejection) in &written.rejected {
         let w = &writes[*index];
-        error!(BookingId:% = w.expiry.booking_id, TenantId:% = w.expiry.tenant_id, Phase:% = phase,
-               SqlState = rejection.sqlstate.as_str(), Error = rejection.message.as_str(); "item failed: the database rejected the write, quarantined");
-        item_failed(w.expiry.booking_id, w.expiry.tenant_id, &rejection.message);
         poison.push(Poison {
             booking_id: w.expiry.booking_id,
             tenant_id: w.expiry.tenant_id,
@@ -581,51 +652,15 @@ fn batch_in_transaction(
             sqlstate: Some(rejection.sqlstate.clone()),
         });
     }
-    let stale = writes.len() - written.expired.len() - written.rejected.len();
-    if stale > 0 {
-        // Locked rows cannot change under us; this would mean another writer ignores
-        // row locks. The guard made the write a no-op for them.
-        warn!(phase:% = phase, count = stale; "rows changed after the claim were left as they are");
-    }
     store::quarantine(tx, stmts, run_id, as_of, &poison)
         .map_err(|e| e.context(context("quarantine failed")))?;
-
-    let expired: std::collections::HashSet<Uuid> = written.expired.iter().copied().collect();
-    let mut lateness = Vec::with_capacity(expired.len());
-    for w in writes
-        .iter()
-        .filter(|w| expired.contains(&w.expiry.booking_id))
-    {
-        lateness.push(seconds(w.expiry.expired_at - w.expiry.deadline));
-        // One message id per published contract version, comma-separated.
-        let message_ids = w
-            .events
-            .iter()
-            .map(|e| e.message_id.to_string())
-            .collect::<Vec<_>>()
-            .join(",");
-        info!(BookingId:% = w.expiry.booking_id, DealId:% = w.expiry.deal_id, Phase:% = phase,
-              TenantId:% = w.expiry.tenant_id, MessageId = message_ids.as_str(); "booking expired");
-        // With tracing off there is no span to carry the event: skip building it.
-        if traceparent.is_none() {
-            continue;
-        }
-        trace::event(
-            "booking expired",
-            vec![
-                Attr::new("BookingId", w.expiry.booking_id.to_string()),
-                Attr::new("TenantId", w.expiry.tenant_id.to_string()),
-                Attr::new("DealId", w.expiry.deal_id.to_string()),
-                Attr::new("MessageId", message_ids),
-            ],
-        );
-    }
-    Ok(Some(BatchOutcome {
+    Ok(Some(Staged {
         claimed: claimed.len(),
-        expired: written.expired.len() as u64,
         skipped,
-        poison: poison.len() as u64,
-        lateness,
+        writes,
+        refused,
+        written,
+        traced: traceparent.is_some(),
     }))
 }
 

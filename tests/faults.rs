@@ -237,6 +237,69 @@ fn a_statement_timeout_in_a_later_batch_keeps_the_earlier_batches_and_rolls_back
     versions_are_two_for_the_expired(&mut c);
 }
 
+#[test]
+fn a_batch_whose_commit_fails_is_neither_logged_nor_counted_as_expired() {
+    let db = TestDb::new();
+    let mut c = db.client();
+    let ids = seed_many(&mut c, 6, |i| Seed::booked(-600 + i as i64));
+    // The second batch's commit fails: a deferred check that runs at COMMIT refuses
+    // once four outbox rows exist (the first batch wrote two and committed).
+    c.batch_execute(
+        "CREATE FUNCTION crm.refuse_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           IF (SELECT count(*) FROM crm.outbox) >= 4 THEN
+             RAISE EXCEPTION 'refused at commit';
+           END IF;
+           RETURN NULL;
+         END $$;
+         CREATE CONSTRAINT TRIGGER refuse_at_commit AFTER INSERT ON crm.outbox
+           DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION crm.refuse_at_commit();",
+    )
+    .unwrap();
+    let run = db.run(&["run-once", "--batch-size", "2", "--max-batches", "3"]);
+    assert_eq!(run.code, 75, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("Booking batch: commit failed; the batch rolled back"),
+        "{}",
+        run.stderr
+    );
+    assert_locks_released(&mut c, &db.name);
+    assert_eq!(
+        assert_each_expiry_written_once(&mut c),
+        2,
+        "the first batch only"
+    );
+    // The log names exactly the bookings the database holds as expired: the first
+    // batch's two, none of the batch whose commit failed.
+    let expired: HashSet<uuid::Uuid> = c
+        .query(
+            "SELECT id FROM crm.bookings WHERE status = 'BookingExpired'",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let logged: HashSet<uuid::Uuid> = ids
+        .iter()
+        .copied()
+        .filter(|id| {
+            run.stderr
+                .lines()
+                .any(|l| l.contains("booking expired") && l.contains(&id.to_string()))
+        })
+        .collect();
+    assert_eq!(expired.len(), 2);
+    assert_eq!(logged, expired, "{}", run.stderr);
+
+    c.batch_execute("DROP TRIGGER refuse_at_commit ON crm.outbox")
+        .unwrap();
+    assert_eq!(db.run_once(&[]).counts(), (0, 4, 0, 0));
+    assert_eq!(assert_each_expiry_written_once(&mut c), 6);
+    versions_are_two_for_the_expired(&mut c);
+}
+
 /// Expires `n` bookings with run-once and points the new outbox rows at `topic`.
 fn expire_into(db: &TestDb, c: &mut postgres::Client, n: usize, topic: &str) {
     seed_many(c, n, |i| Seed::booked(-100 - i as i64));
