@@ -311,7 +311,11 @@ fn the_relays_statements_keep_their_index_plans_on_an_outbox_a_burst_filled_afte
         }
         // The queue: in seq order from the pending index (no sort, no scan of the
         // table); the older row of the same key by the key index, once per fetched row.
-        let plan = explain(&mut c, mode, PENDING_SQL, &[&500_i64, &now]);
+        // With the keys of two batches in flight, as the pipelined relay fetches.
+        let in_flight: Vec<String> = (0..1000)
+            .map(|_| uuid::Uuid::new_v4().to_string())
+            .collect();
+        let plan = explain(&mut c, mode, PENDING_SQL, &[&500_i64, &now, &in_flight]);
         let lines: Vec<&str> = plan.lines().map(str::trim).collect();
         let scans: Vec<&str> = lines
             .iter()

@@ -57,8 +57,10 @@ pub fn listen(client: &mut impl GenericClient) -> Result<()> {
 ///
 /// The oldest rows due for sending, in write order (served by `ix_outbox_pending`):
 /// pending, not waiting out a back-off, and not behind an older row of the same key
-/// on the same topic that is (per-key order within a topic). `$1` = the limit, `$2` =
-/// now. The older row of the same key is looked up through `ix_outbox_aggregateid` (a
+/// on the same topic that is (per-key order within a topic), nor of a key whose row is
+/// still in flight at the broker (`$3`, the pipelined relay's keys in flight: a newer
+/// row of such a key waits until the older one is acknowledged and marked). `$1` = the
+/// limit, `$2` = now. The older row of the same key is looked up through `ix_outbox_aggregateid` (a
 /// key has a row or two), once per fetched row: its pending test is written as `coalesce(…) IS NULL` so that the
 /// planner cannot pick the pending index for it, which stale statistics make look
 /// empty while it holds the whole burst, and `OFFSET 0` keeps it a subplan keyed by
@@ -69,6 +71,7 @@ SELECT o.id, o.seq, o.aggregateid, o.topic, o.payload::text AS payload, o.header
   FROM crm.outbox o
  WHERE o.published_at IS NULL AND o.failed_at IS NULL
    AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= $2)
+   AND o.aggregateid <> ALL($3::text[])
    AND NOT EXISTS (SELECT 1 FROM crm.outbox w
                     WHERE w.aggregateid = o.aggregateid AND w.topic = o.topic
                       AND w.seq < o.seq
@@ -93,13 +96,14 @@ UPDATE crm.outbox o
        delivered_offset = ($3::int8[])[array_position($1::uuid[], o.id)]
  WHERE o.seq BETWEEN $5 AND $6 AND o.id = ANY($1::uuid[]) AND o.published_at IS NULL";
 
-/// The oldest rows due for sending; see [`PENDING_SQL`].
+/// The oldest rows due for sending, none of a key in `in_flight`; see [`PENDING_SQL`].
 pub fn pending(
     client: &mut impl GenericClient,
     now: DateTime<Utc>,
     limit: u32,
+    in_flight: &[&str],
 ) -> Result<Vec<OutboxRow>> {
-    let rows = client.query(PENDING_SQL, &[&i64::from(limit), &now])?;
+    let rows = client.query(PENDING_SQL, &[&i64::from(limit), &now, &in_flight])?;
     Ok(rows
         .iter()
         .map(|r| OutboxRow {
