@@ -7,6 +7,7 @@
 //! failures stay pending and end the run non-zero. Published rows older than the
 //! retention are purged.
 
+mod marker;
 mod settle;
 
 use std::collections::{HashSet, VecDeque};
@@ -27,6 +28,7 @@ use crate::obs::trace::{self, Attr};
 use crate::shutdown;
 use crate::store::{self, Need, OutboxRow};
 
+use marker::Marker;
 use settle::InFlight;
 
 /// The result of a relay run, printed as one JSON line on stdout.
@@ -133,13 +135,39 @@ fn relay(cfg: &RelayConfig, clock: &dyn Clock, result: &mut RelayResult) -> Resu
 }
 
 /// Batches enqueued at the broker at once. While the oldest waits for its delivery
-/// reports, the next is fetched and enqueued; the oldest is then marked. Two bound what
-/// is in flight to 2 × --batch-size rows (and their payloads), and give the database a
-/// batch to fetch or mark during each wait for the broker.
-const IN_FLIGHT_BATCHES: usize = 2;
+/// reports, the next is fetched and enqueued; the oldest is then marked on the mark
+/// session while the relay goes on.
+const ENQUEUED_BATCHES: usize = 2;
+/// Batches in flight in all: enqueued, or acknowledged and waiting for their mark. Their
+/// keys stay out of the next fetch; they bound what is in flight to 3 × --batch-size
+/// rows (and their payloads).
+const IN_FLIGHT_BATCHES: usize = 3;
 
 fn drain(
     client: &mut Client,
+    producer: &mut KafkaProducer,
+    cfg: &RelayConfig,
+    clock: &dyn Clock,
+    started: Instant,
+    result: &mut RelayResult,
+) -> Result<Option<anyhow::Error>> {
+    let mut marker = Marker::new(&cfg.db);
+    let outcome = pipeline(client, &mut marker, producer, cfg, clock, started, result);
+    // Every acknowledged row gets its mark, also when the run ends early.
+    let marked = marker.finish(result);
+    match (outcome, marked) {
+        (Err(e), Err(m)) => {
+            warn!(error:% = m; "the marks of the last batches failed too");
+            Err(e)
+        }
+        (Err(e), Ok(())) | (Ok(_), Err(e)) => Err(e),
+        (Ok(row_failure), Ok(())) => Ok(row_failure),
+    }
+}
+
+fn pipeline(
+    client: &mut Client,
+    marker: &mut Marker,
     producer: &mut KafkaProducer,
     cfg: &RelayConfig,
     clock: &dyn Clock,
@@ -158,7 +186,11 @@ fn drain(
     let mut brokers_down = false;
     let mut in_flight: VecDeque<InFlight> = VecDeque::new();
     loop {
-        while stop.is_none() && in_flight.len() < IN_FLIGHT_BATCHES {
+        marker.collect_ready(result)?;
+        while stop.is_none()
+            && in_flight.len() < ENQUEUED_BATCHES
+            && in_flight.len() + marker.len() < IN_FLIGHT_BATCHES
+        {
             if let Err(e) = interrupted() {
                 stop = Some(e);
                 break;
@@ -168,7 +200,11 @@ fn drain(
             }
             // A key with a row in flight has no newer row sent before that one is
             // acknowledged and marked: its keys stay out of this fetch.
-            let keys: Vec<&str> = in_flight.iter().flat_map(InFlight::keys).collect();
+            let keys: Vec<&str> = in_flight
+                .iter()
+                .flat_map(InFlight::keys)
+                .chain(marker.keys())
+                .collect();
             let rows = store::pending(client, clock.now(), cfg.batch_size, &keys)?;
             if rows.is_empty() {
                 break;
@@ -182,6 +218,12 @@ fn drain(
             }
         }
         let Some(batch) = in_flight.pop_front() else {
+            if marker.len() > 0 {
+                // The keys of a batch being marked may have newer rows: fetch again
+                // once its mark is in.
+                marker.collect_one(result)?;
+                continue;
+            }
             if let Some(e) = stop {
                 return Err(e);
             }
@@ -193,6 +235,7 @@ fn drain(
         };
         let ctx = settle::Settle {
             client: &mut *client,
+            marker: &mut *marker,
             producer,
             cfg,
             clock,

@@ -296,8 +296,11 @@ fn the_relays_statements_keep_their_index_plans_on_an_outbox_a_burst_filled_afte
         .unwrap();
     let ids: Vec<uuid::Uuid> = batch.iter().map(|r| r.get(0)).collect();
     let (first, last): (i64, i64) = (batch[0].get(1), batch[batch.len() - 1].get(1));
-    let partitions = vec![0_i32; ids.len()];
-    let offsets = vec![0_i64; ids.len()];
+    let receipts: serde_json::Map<String, serde_json::Value> = ids
+        .iter()
+        .map(|id| (id.to_string(), serde_json::json!([0, 0])))
+        .collect();
+    let receipts = serde_json::Value::Object(receipts);
     let now = chrono::Utc::now();
     // Stale first, then once ANALYZE has seen the burst: the same plans.
     for (analyze, mode) in [
@@ -347,7 +350,7 @@ fn the_relays_statements_keep_their_index_plans_on_an_outbox_a_burst_filled_afte
             &mut c,
             mode,
             MARK_PUBLISHED_SQL,
-            &[&ids, &partitions, &offsets, &now, &first, &last],
+            &[&ids, &receipts, &now, &first, &last],
         );
         let lines: Vec<&str> = plan.lines().map(str::trim).collect();
         assert_eq!(lines[0], "Update on outbox o", "{mode}:\n{plan}");

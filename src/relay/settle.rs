@@ -9,6 +9,7 @@ use log::info;
 use postgres::Client;
 use uuid::Uuid;
 
+use super::marker::Marker;
 use super::{RelayResult, message};
 use crate::clock::Clock;
 use crate::config::RelayConfig;
@@ -85,15 +86,17 @@ pub(super) fn enqueue(
 }
 
 /// What settling a batch needs.
-pub(super) struct Settle<'a> {
+pub(super) struct Settle<'a, 'm> {
     pub client: &'a mut Client,
+    pub marker: &'a mut Marker<'m>,
     pub producer: &'a KafkaProducer,
     pub cfg: &'a RelayConfig,
     pub clock: &'a dyn Clock,
 }
 
-impl Settle<'_> {
-    /// Waits for the batch's delivery reports and marks its rows. Returns the error
+impl Settle<'_, '_> {
+    /// Waits for the batch's delivery reports and marks its rows (the acknowledged
+    /// ones through the mark session, the others here). Returns the error
     /// that ends the run when the brokers are gone (`brokers_down`: already known so);
     /// `Err` when the database fails.
     pub(super) fn settle(
@@ -105,6 +108,7 @@ impl Settle<'_> {
     ) -> Result<Option<anyhow::Error>> {
         let Settle {
             client,
+            marker,
             producer,
             cfg,
             clock,
@@ -150,7 +154,9 @@ impl Settle<'_> {
         }
         let seqs = sendable.iter().map(|r| r.seq);
         let seq_span = (seqs.clone().min().unwrap_or(0), seqs.max().unwrap_or(0));
-        result.published += store::mark_published(client, now, &acked, seq_span)?;
+        let acked_count = acked.len();
+        let keys = sendable.iter().map(|r| r.key.clone()).collect();
+        marker.submit(keys, now, acked, seq_span)?;
         store::mark_failed(client, now, &permanent)?;
         for (id, error) in &permanent {
             log::error!(MessageId:% = id, Error = error.as_str();
@@ -172,7 +178,7 @@ impl Settle<'_> {
             }
         });
         span.set([
-            Attr::new("Published", acked.len() as i64),
+            Attr::new("Published", acked_count as i64),
             Attr::new("Failed", permanent.len() as i64),
             Attr::new("Transient", transient.len() as i64),
         ]);
@@ -180,7 +186,7 @@ impl Settle<'_> {
             store::mark_attempted(client, &transient)?;
             store::mark_retry(client, now, &retry)?;
             let (_, first_error) = &transient[0];
-            let failure = if acked.is_empty() {
+            let failure = if acked_count == 0 {
                 Failure::Unavailable
             } else {
                 Failure::Temporary
@@ -220,7 +226,7 @@ impl Settle<'_> {
         }
         result.failed += gave_up.len() as u64;
         result.retrying += (retry.len() - gave_up.len()) as u64;
-        info!(sent = sendable.len(), published = acked.len(), failed = permanent.len() + gave_up.len(),
+        info!(sent = sendable.len(), published = acked_count, failed = permanent.len() + gave_up.len(),
               backing_off = retry.len() - gave_up.len(); "batch relayed");
         Ok(None)
     }
