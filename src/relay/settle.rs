@@ -2,7 +2,10 @@
 //! checked, then settled: its delivery reports collected, the acknowledged rows marked
 //! published, the others marked failed, backing off, or attempted (an outage).
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
+
+use opentelemetry::trace::TraceContextExt;
 
 use anyhow::Result;
 use log::info;
@@ -128,8 +131,11 @@ impl Settle<'_, '_> {
             )],
         );
         let deliveries = producer.wait(enqueued);
-        for (row, delivery) in sendable.iter().zip(&deliveries) {
-            send_span(row, delivery, sent_at);
+        // The producer spans, when traces are exported (the batch's span records).
+        if opentelemetry::Context::current().span().is_recording() {
+            for (row, delivery) in sendable.iter().zip(&deliveries) {
+                send_span(row, delivery, sent_at);
+            }
         }
         // Every delivery report is in: this is when the broker acknowledged.
         let now = clock.now();
@@ -232,6 +238,24 @@ impl Settle<'_, '_> {
     }
 }
 
+/// The payload's fields of the publication line (any may be missing: other writers).
+#[derive(Default, serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct Published<'a> {
+    #[serde(borrow, default)]
+    deal_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    property_object_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    phase: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    expired_at: Option<Cow<'a, str>>,
+}
+
+fn text<'a>(field: &'a Option<Cow<'_, str>>) -> &'a str {
+    field.as_deref().unwrap_or("")
+}
+
 /// The publication line consumers' teams search for (the event's identity and where
 /// it went), and the run's counts by topic and Phase and its ack ages.
 fn published(
@@ -241,21 +265,32 @@ fn published(
     now: chrono::DateTime<chrono::Utc>,
     result: &mut RelayResult,
 ) {
-    let payload: serde_json::Value = serde_json::from_str(&row.payload).unwrap_or_default();
-    let field = |name: &str| payload.get(name).and_then(|v| v.as_str()).unwrap_or("");
-    info!(BookingId = row.key.as_str(), DealId = field("DealId"),
-          PropertyObjectId = field("PropertyObjectId"), Phase = field("Phase"),
-          ExpiredAt = field("ExpiredAt"), MessageId:% = row.id,
+    // Only the fields the line names, read without building the whole document.
+    let fields: Published = serde_json::from_str(&row.payload).unwrap_or_else(|_| {
+        // A field of another type (another writer's payload): the string fields only.
+        let payload: serde_json::Value = serde_json::from_str(&row.payload).unwrap_or_default();
+        let owned = |name: &str| {
+            let text = payload.get(name).and_then(|v| v.as_str())?;
+            Some(Cow::Owned(text.to_owned()))
+        };
+        Published {
+            deal_id: owned("DealId"),
+            property_object_id: owned("PropertyObjectId"),
+            phase: owned("Phase"),
+            expired_at: owned("ExpiredAt"),
+        }
+    });
+    info!(BookingId = row.key.as_str(), DealId = text(&fields.deal_id),
+          PropertyObjectId = text(&fields.property_object_id), Phase = text(&fields.phase),
+          ExpiredAt = text(&fields.expired_at), MessageId:% = row.id,
           Topic = row.topic.as_str(), Partition = partition, Offset = offset;
           "event published");
-    let phase = match field("Phase") {
+    let phase = match text(&fields.phase) {
         "" => "none",
         phase => phase,
     };
-    *result
-        .publications
-        .entry((row.topic.clone(), phase.to_owned()))
-        .or_default() += 1;
+    let key = (row.topic.clone(), phase.to_owned());
+    *result.publications.entry(key).or_default() += 1;
     let age = (now - row.occurred_at).num_milliseconds().max(0) as f64 / 1e3;
     result.ack_ages.observe(age);
 }
