@@ -20,7 +20,8 @@
 #   BENCH_SCALEOUT_OVERDUE=500000  overdue rows per phase of the scale-out bench, with
 #                               1M historical rows besides
 #   BENCH_SCALEOUT_PROCS="1 2 4"   how many run-once processes drain it at once, per run
-#   BENCH_ONLY="cycle drain relay relay-stale latency rss catchup scaleout"   which parts to run
+#   BENCH_FOLLOW_RUNS=3         runs of the follow-burst bench (i)
+#   BENCH_ONLY="cycle drain relay relay-stale latency rss catchup scaleout follow-burst"   which parts to run
 #   BENCH_BIN                   the binary to measure (default: cargo build --release)
 #   DATABASE_URL, KAFKA_BROKERS use these servers instead of throwaway ones; the bench
 #                               creates and drops databases named bench_* there, and
@@ -35,7 +36,7 @@ source scripts/lib.sh
 RUNS=${BENCH_RUNS:-7}
 DRAIN_RUNS=${BENCH_DRAIN_RUNS:-5}
 HISTORY=${BENCH_HISTORY:-10000 100000 1000000}
-ONLY=${BENCH_ONLY:-cycle drain relay relay-stale latency rss catchup scaleout}
+ONLY=${BENCH_ONLY:-cycle drain relay relay-stale latency rss catchup scaleout follow-burst}
 CATCHUP_OVERDUE=${BENCH_CATCHUP_OVERDUE:-500000}
 CATCHUP_HISTORY=1000000
 SCALEOUT_OVERDUE=${BENCH_SCALEOUT_OVERDUE:-500000}
@@ -45,6 +46,8 @@ BATCH=200             # rows per batch and phase, ours and the peer's
 DRAIN_OVERDUE=50000   # overdue rows per phase for the drain bench (100k in all)
 RELAY_ROWS=100000     # pending outbox rows for the relay bench
 LATENCY_CYCLES=8      # run-once cycles of the latency bench, 25 + 25 events each
+FOLLOW_BURST=100000   # overdue bookings run-once expires while relay-outbox --follows (i)
+FOLLOW_RUNS=${BENCH_FOLLOW_RUNS:-3}
 TOPIC=pin.crm.booking-expired.v1
 
 progress() { printf '[bench %s] %s\n' "$(date +%T)" "$*" >&2; }
@@ -85,7 +88,7 @@ fi
 start_postgres
 # The broker with a full JIT (kafka-start.sh's default stops at C1 to start faster).
 if [[ -z ${KAFKA_BROKERS:-} ]]; then export KAFKA_JVM_OPTS=${KAFKA_JVM_OPTS:--XX:+UseSerialGC}; fi
-if wants relay || wants relay-stale || wants latency; then start_kafka; fi
+if wants relay || wants relay-stale || wants latency || wants follow-burst; then start_kafka; fi
 export PGOPTIONS="-c client_min_messages=warning"
 
 # URL of database $1 on the server of DATABASE_URL (as tests/common does).
@@ -305,7 +308,7 @@ bench_relay() {
         [[ $perf_line == "$RELAY_ROWS records sent"* ]] || die "ProducerPerformance: $perf_line"
         awk '{ print $4 }' <<<"$perf_line" >>"$WORK/perf-rates"
     done
-    local o p c
+    local o p c f
     o=$(per_s relay_ours $RELAY_ROWS); p=$(per_s relay_pipe $RELAY_ROWS)
     c=$(sort -n "$WORK/perf-rates" | awk '{ v[NR] = $1 } END { printf "%.0f", v[int((NR + 1) / 2)] }')
     {
@@ -326,6 +329,9 @@ bench_relay() {
         echo
         echo "ours/pipeline $(ratio "$o" "$p"), ours/ceiling $(ratio "$o" "$c");" \
              "target (d) ≥ 0.5 × pipeline: $(verdict "$(ratio "$o" "$p")" '>=' 0.5)"
+        f=$(per_s relay_floor $RELAY_ROWS)
+        echo "ours/database floor $(ratio "$o" "$f"): target ≥ 0.8 × the floor:" \
+             "$(verdict "$(ratio "$o" "$f")" '>=' 0.8)"
         echo
     } | table
 }
@@ -598,6 +604,83 @@ bench_scaleout() {
     } | table
 }
 
+# ---------------------------------------------------------------- (i) follow-burst
+
+# relay-outbox --follow through the burst after an outage: run-once expires
+# $FOLLOW_BURST overdue bookings in one run while the relay follows the outbox, whose
+# statistics are those of before the burst (1000 published rows, analyzed, autovacuum
+# off). Each outbox row gets the time it was written (a column of this bench only, a
+# clock_timestamp() default, within the batch's short transaction, just before its
+# commit); the latency is LogAppendTime minus that, per event, joined by the receipt
+# (partition, offset) the relay marked.
+bench_follow_burst() {
+    local i start_ms writer_us
+    ensure_topic
+    template bench_follow scripts/bench/seed.sql history=10000 active=$ACTIVE overdue=$((FOLLOW_BURST / 2))
+    sql bench_follow >/dev/null <<'EOF'
+ALTER TABLE crm.outbox SET (autovacuum_enabled = false);
+ALTER TABLE crm.outbox ADD COLUMN bench_written_at timestamptz DEFAULT clock_timestamp();
+INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload, occurred_at, published_at)
+SELECT gen_random_uuid(), 'Booking', gen_random_uuid()::text, 'pin.crm.booking-expired',
+       'pin.crm.booking-expired.v1', '{}', now() - interval '1 day', now() - interval '1 day'
+  FROM generate_series(1, 1000);
+VACUUM ANALYZE crm.outbox;
+EOF
+    progress "follow-burst: $FOLLOW_RUNS × (relay-outbox --follow beside run-once expiring $FOLLOW_BURST)"
+    : >"$WORK/follow-burst"
+    for ((i = 1; i <= FOLLOW_RUNS; i++)); do
+        copy bench_follow
+        DATABASE_URL=$(db_url bench_run) "$BIN" relay-outbox --brokers "$KAFKA_BROKERS" --follow 120s \
+            >"$WORK/follow-out" 2>"$WORK/follow-err" &
+        RELAY_PID=$!
+        sleep 2
+        kill -0 "$RELAY_PID" 2>/dev/null || { cat "$WORK/follow-err" >&2; die "relay-outbox --follow exited"; }
+        start_ms=$(( ${EPOCHREALTIME//[.,]/} / 1000 ))
+        measure follow_writer env DATABASE_URL="$(db_url bench_run)" "$BIN" run-once \
+            --batch-size $BATCH --max-batches 10000 --deadline 10m
+        writer_us=$(tail -n 1 "$WORK/res/follow_writer.us")
+        timeout 120 kcat -C -b "$KAFKA_BROKERS" -t "$TOPIC" -o "s@$start_ms" -c "$FOLLOW_BURST" \
+            -q -f '%p\t%o\t%T\n' >"$WORK/arrivals" \
+            || die "the consumer did not read $FOLLOW_BURST events within 120 s"
+        kill -TERM "$RELAY_PID" 2>/dev/null || true
+        wait "$RELAY_PID" 2>/dev/null || true
+        RELAY_PID=""
+        [[ $(sql bench_run -c "SELECT count(*) FROM crm.outbox WHERE published_at IS NULL") == 0 ]] \
+            || die "follow-burst: rows left pending"
+        # events, relay events/s (first to last append), p50/p99/max ms, run-once's wall s
+        sql bench_run -F ' ' >>"$WORK/follow-burst" <<EOF
+CREATE TEMP TABLE arrival (p int, o bigint, appended_ms bigint);
+\copy arrival FROM '$WORK/arrivals'
+SELECT count(*),
+       round(count(*) / nullif((max(appended_ms) - min(appended_ms)) / 1000.0, 0)),
+       round(percentile_cont(0.5) WITHIN GROUP (ORDER BY l)),
+       round(percentile_cont(0.99) WITHIN GROUP (ORDER BY l)),
+       round(max(l)),
+       round($writer_us / 1e6, 1)
+  FROM (SELECT a.appended_ms, a.appended_ms - extract(epoch FROM b.bench_written_at) * 1000 AS l
+          FROM arrival a JOIN crm.outbox b ON b.delivered_partition = a.p AND b.delivered_offset = a.o
+         WHERE b.bench_written_at IS NOT NULL) x;
+EOF
+    done
+    local median_rate median_p99
+    median_rate=$(awk '{ print $2 }' "$WORK/follow-burst" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+    median_p99=$(awk '{ print $4 }' "$WORK/follow-burst" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+    {
+        echo "(i) relay-outbox --follow through a burst: run-once (--batch-size $BATCH --max-batches 10000)"
+        echo "    expires $FOLLOW_BURST overdue bookings in one run while the relay follows; the outbox was"
+        echo "    analyzed before the burst (1000 published rows), never since, autovacuum off. events/s of"
+        echo "    the relay from the first to the last event's LogAppendTime; latency from each row's write"
+        echo "    (clock_timestamp() in the batch's transaction) to its LogAppendTime; one line per run"
+        echo
+        printf '%-4s %-8s %-10s %-8s %-8s %-8s %s\n' "run" "events" "events/s" "p50 ms" "p99 ms" "max ms" "run-once s"
+        awk '{ printf "%-4s %-8s %-10s %-8s %-8s %-8s %s\n", NR, $1, $2, $3, $4, $5, $6 }' "$WORK/follow-burst"
+        echo
+        echo "median: ${median_rate} events/s, target ≥ 30000: $(verdict "$median_rate" '>=' 30000);" \
+             "p99 ${median_p99} ms, target < 2000: $(verdict "$median_p99" '<' 2000)"
+        echo
+    } | table
+}
+
 wants cycle && bench_cycle
 wants drain && bench_drain
 wants relay && bench_relay
@@ -606,6 +689,7 @@ wants latency && bench_latency
 wants rss && bench_rss
 wants catchup && bench_catchup
 wants scaleout && bench_scaleout
+wants follow-burst && bench_follow_burst
 
 {
     echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'))," \

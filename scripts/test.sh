@@ -68,7 +68,7 @@ if test_second_pass; then
         # no OpenSSL; faults, signals, ACLs: they stop and kill servers), but for the
         # statement count of tests/design.rs, which then starts a PostgreSQL 18 of its own.
         cargo test --locked --test run_once --test relay --test design \
-            --test poison_and_races --test relay_isolation --test golden \
+            --test poison_and_races --test relay_isolation --test relay_pipeline --test golden \
             --test explain --test republish --test pause --test backlog \
             --test dry_run --test roles --test exit_codes --test pooler \
             -- --skip contract_exactly_one_message --skip broker_down_marks_nothing \

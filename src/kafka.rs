@@ -49,12 +49,14 @@ pub enum Delivery {
     Failed { permanent: bool, error: String },
 }
 
-/// Collects delivery reports by the message's index in the batch, and the broker
+/// Collects delivery reports by the message's number, and the broker
 /// errors librdkafka reports on the side (a failed TLS handshake, refused credentials),
 /// which say why a broker cannot be reached.
 #[derive(Default)]
 struct Reports {
-    deliveries: Mutex<Vec<Option<Delivery>>>,
+    /// By the message's number among all the producer enqueued (several batches may
+    /// be in flight); each is taken out when its batch is collected.
+    deliveries: Mutex<HashMap<usize, Delivery>>,
     broker_error: Mutex<Option<BrokerError>>,
 }
 
@@ -106,10 +108,10 @@ impl ProducerContext for Reports {
             },
             Err((e, _)) => failed(e),
         };
-        let mut reports = self.deliveries.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(slot) = reports.get_mut(index) {
-            *slot = Some(delivery);
-        }
+        self.deliveries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(index, delivery);
     }
 }
 
@@ -136,6 +138,8 @@ pub struct KafkaProducer {
     message_timeout: Duration,
     /// Topics already checked this run, with their partition counts.
     checked: HashMap<String, usize>,
+    /// The number the next enqueued message gets (its delivery report's key).
+    next_message: usize,
 }
 
 impl KafkaProducer {
@@ -172,6 +176,7 @@ impl KafkaProducer {
             security: cfg.security.clone(),
             message_timeout: cfg.message_timeout,
             checked: HashMap::new(),
+            next_message: 0,
         })
     }
 
@@ -332,17 +337,15 @@ impl KafkaProducer {
         }
     }
 
-    /// Sends the batch and waits for every delivery report (each arrives within
-    /// `message.timeout.ms`). Returns one `Delivery` per message, in order.
-    pub fn send_batch(&self, messages: &[OutMessage]) -> Vec<Delivery> {
-        *self
-            .producer
-            .context()
-            .deliveries
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = vec![None; messages.len()];
+    /// Enqueues the batch and returns at once: its delivery reports arrive while the
+    /// caller does other work (fetches the next batch, marks the previous one), and
+    /// [`KafkaProducer::wait`] collects them. Messages of several batches may be in
+    /// flight together; the caller keeps them to distinct keys.
+    pub fn enqueue(&mut self, messages: &[OutMessage]) -> Enqueued {
+        let first = self.next_message;
+        self.next_message += messages.len();
         let mut refused: Vec<(usize, Delivery)> = Vec::new();
-        for (index, m) in messages.iter().enumerate() {
+        for (i, m) in messages.iter().enumerate() {
             let mut headers = OwnedHeaders::new_with_capacity(m.headers.len());
             for (k, v) in &m.headers {
                 headers = headers.insert(Header {
@@ -350,7 +353,7 @@ impl KafkaProducer {
                     value: Some(v.as_bytes()),
                 });
             }
-            let mut record = BaseRecord::with_opaque_to(&m.topic, index)
+            let mut record = BaseRecord::with_opaque_to(&m.topic, first + i)
                 .key(m.key.as_bytes())
                 .payload(&m.payload)
                 .headers(headers);
@@ -363,41 +366,76 @@ impl KafkaProducer {
                         record = back;
                     }
                     Err((e, _)) => {
-                        refused.push((index, failed(&e)));
+                        refused.push((i, failed(&e)));
                         break;
                     }
                 }
             }
         }
         // Every enqueued message gets a report within message.timeout.ms; the margin
-        // covers the broker's answer to the last retry. Not `flush()`: rdkafka's
-        // `BaseProducer::flush` polls in 100 ms slices that only end when the slice does,
-        // so each batch would wait at least 100 ms for reports that arrive in a few.
-        let until = Instant::now() + self.message_timeout + Duration::from_secs(2);
-        let mut in_flight = self.producer.in_flight_count();
-        while in_flight > 0 && Instant::now() < until {
-            // One event per call (a delivery report event covers a message set); sleep
-            // only when none was waiting.
-            self.producer.poll(Duration::ZERO);
-            let now = self.producer.in_flight_count();
-            if now == in_flight {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            in_flight = now;
+        // covers the broker's answer to the last retry.
+        Enqueued {
+            first,
+            count: messages.len(),
+            refused,
+            until: Instant::now() + self.message_timeout + Duration::from_secs(2),
         }
-        let mut reports = std::mem::take(
-            &mut *self
+    }
+
+    /// Waits for every delivery report of an enqueued batch (serving the reports of
+    /// later batches on the way). Returns one `Delivery` per message, in order. Not
+    /// `flush()`: that waits for every batch in flight, and rdkafka's
+    /// `BaseProducer::flush` polls in 100 ms slices that only end when the slice does.
+    pub fn wait(&self, batch: Enqueued) -> Vec<Delivery> {
+        let Enqueued {
+            first,
+            count,
+            refused,
+            until,
+        } = batch;
+        // Reports of earlier batches that came after their batch was collected (past
+        // its timeout) belong to nobody: dropped, so that nothing accumulates.
+        self.producer
+            .context()
+            .deliveries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|&n, _| n >= first);
+        let mut out: Vec<Option<Delivery>> = vec![None; count];
+        for (i, delivery) in refused {
+            out[i] = Some(delivery);
+        }
+        let mut missing = out.iter().filter(|d| d.is_none()).count();
+        let take = |out: &mut Vec<Option<Delivery>>, missing: &mut usize| {
+            let mut reports = self
                 .producer
                 .context()
                 .deliveries
                 .lock()
-                .unwrap_or_else(|e| e.into_inner()),
-        );
-        for (index, delivery) in refused {
-            reports[index] = Some(delivery);
+                .unwrap_or_else(|e| e.into_inner());
+            for (i, slot) in out.iter_mut().enumerate() {
+                if slot.is_none()
+                    && let Some(d) = reports.remove(&(first + i))
+                {
+                    *slot = Some(d);
+                    *missing -= 1;
+                }
+            }
+        };
+        take(&mut out, &mut missing);
+        while missing > 0 && Instant::now() < until {
+            // One event per call (a delivery report event covers a message set); sleep
+            // only when none was waiting.
+            let before = self.producer.in_flight_count();
+            self.producer.poll(Duration::ZERO);
+            if self.producer.in_flight_count() == before {
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            take(&mut out, &mut missing);
         }
-        reports
-            .into_iter()
+        take(&mut out, &mut missing);
+        out.into_iter()
             .map(|r| {
                 r.unwrap_or(Delivery::Failed {
                     permanent: false,
@@ -406,6 +444,25 @@ impl KafkaProducer {
             })
             .collect()
     }
+
+    /// Sends the batch and waits for every delivery report (each arrives within
+    /// `message.timeout.ms`). Returns one `Delivery` per message, in order.
+    pub fn send_batch(&mut self, messages: &[OutMessage]) -> Vec<Delivery> {
+        let batch = self.enqueue(messages);
+        self.wait(batch)
+    }
+}
+
+/// A batch enqueued by [`KafkaProducer::enqueue`], whose reports are still to collect.
+#[derive(Debug)]
+pub struct Enqueued {
+    /// The number of its first message among all this producer enqueued.
+    first: usize,
+    count: usize,
+    /// Messages the producer refused at once, by index in the batch.
+    refused: Vec<(usize, Delivery)>,
+    /// When a report still missing will not come any more.
+    until: Instant,
 }
 
 fn missing_topic(topic: &str) -> TopicCheck {

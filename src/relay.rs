@@ -1,11 +1,16 @@
-// Over 450 lines: the relay's one loop (fetch, topic check, send, mark, back-off, purge) read as one, and its unit tests.
 //! `relay-outbox`: one relay at a time moves pending outbox rows to Kafka, at least
-//! once: send a batch (at most one message in flight per key), wait for every
-//! delivery report, mark the acknowledged rows published in one statement. Rows that
-//! can never be delivered are marked failed; transient failures stay pending and end
-//! the run non-zero. Published rows older than the retention are purged.
+//! once, through a pipeline two batches deep: while one batch waits for its delivery
+//! reports the next is fetched and enqueued (at most one message in flight per key and
+//! topic; a key with a row in flight is left out of the next fetch), and the
+//! acknowledged rows of each batch are marked published in one statement once all its
+//! reports are in. Rows that can never be delivered are marked failed; transient
+//! failures stay pending and end the run non-zero. Published rows older than the
+//! retention are purged.
 
-use std::collections::{HashMap, HashSet};
+mod marker;
+mod settle;
+
+use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -18,10 +23,13 @@ use uuid::Uuid;
 use crate::clock::Clock;
 use crate::config::RelayConfig;
 use crate::exit::{Failure, fail};
-use crate::kafka::{Delivery, KafkaProducer, OutMessage, TopicCheck};
+use crate::kafka::{KafkaProducer, OutMessage};
 use crate::obs::trace::{self, Attr};
 use crate::shutdown;
 use crate::store::{self, Need, OutboxRow};
+
+use marker::Marker;
+use settle::InFlight;
 
 /// The result of a relay run, printed as one JSON line on stdout.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -93,7 +101,7 @@ fn relay(cfg: &RelayConfig, clock: &dyn Clock, result: &mut RelayResult) -> Resu
         result.duration_ms = started.elapsed().as_millis() as u64;
         return Ok(());
     }
-    // On SIGTERM the batch in flight still gets its delivery reports and its marks
+    // On SIGTERM the batches in flight still get their delivery reports and marks
     // (so nothing is sent twice needlessly); then no new batch starts.
     shutdown::on_signal(|| {});
     if !cfg.follow.is_zero() {
@@ -126,8 +134,40 @@ fn relay(cfg: &RelayConfig, clock: &dyn Clock, result: &mut RelayResult) -> Resu
     }
 }
 
+/// Batches enqueued at the broker at once. While the oldest waits for its delivery
+/// reports, the next is fetched and enqueued; the oldest is then marked on the mark
+/// session while the relay goes on.
+const ENQUEUED_BATCHES: usize = 2;
+/// Batches in flight in all: enqueued, or acknowledged and waiting for their mark. Their
+/// keys stay out of the next fetch; they bound what is in flight to 3 × --batch-size
+/// rows (and their payloads).
+const IN_FLIGHT_BATCHES: usize = 3;
+
 fn drain(
     client: &mut Client,
+    producer: &mut KafkaProducer,
+    cfg: &RelayConfig,
+    clock: &dyn Clock,
+    started: Instant,
+    result: &mut RelayResult,
+) -> Result<Option<anyhow::Error>> {
+    let mut marker = Marker::new(&cfg.db);
+    let outcome = pipeline(client, &mut marker, producer, cfg, clock, started, result);
+    // Every acknowledged row gets its mark, also when the run ends early.
+    let marked = marker.finish(result);
+    match (outcome, marked) {
+        (Err(e), Err(m)) => {
+            warn!(error:% = m; "the marks of the last batches failed too");
+            Err(e)
+        }
+        (Err(e), Ok(())) | (Ok(_), Err(e)) => Err(e),
+        (Ok(row_failure), Ok(())) => Ok(row_failure),
+    }
+}
+
+fn pipeline(
+    client: &mut Client,
+    marker: &mut Marker,
     producer: &mut KafkaProducer,
     cfg: &RelayConfig,
     clock: &dyn Clock,
@@ -138,218 +178,74 @@ fn drain(
     // The first failure of a row's own (an unusable topic, a message the broker refused
     // while taking others): the run goes on with the other rows, and ends with it.
     let mut row_failure: Option<anyhow::Error> = None;
+    // Set when no new batch may start (a signal, the brokers gone): the batches in
+    // flight still get their reports and marks, then the run ends with it.
+    let mut stop: Option<anyhow::Error> = None;
+    // Once the brokers are known to be gone, the batches still in flight are settled
+    // as an outage without asking the brokers again.
+    let mut brokers_down = false;
+    let mut in_flight: VecDeque<InFlight> = VecDeque::new();
     loop {
-        interrupted()?;
-        if started.elapsed() >= run_for {
-            break;
+        marker.collect_ready(result)?;
+        while stop.is_none()
+            && in_flight.len() < ENQUEUED_BATCHES
+            && in_flight.len() + marker.len() < IN_FLIGHT_BATCHES
+        {
+            if let Err(e) = interrupted() {
+                stop = Some(e);
+                break;
+            }
+            if started.elapsed() >= run_for {
+                break;
+            }
+            // A key with a row in flight has no newer row sent before that one is
+            // acknowledged and marked: its keys stay out of this fetch.
+            let keys: Vec<&str> = in_flight
+                .iter()
+                .flat_map(InFlight::keys)
+                .chain(marker.keys())
+                .collect();
+            let rows = store::pending(client, clock.now(), cfg.batch_size, &keys)?;
+            if rows.is_empty() {
+                break;
+            }
+            match settle::enqueue(producer, cfg, one_per_key(rows), &mut row_failure) {
+                Ok(batch) => in_flight.push_back(batch),
+                Err(e) => {
+                    brokers_down = true;
+                    stop = Some(e);
+                }
+            }
         }
-        let now = clock.now();
-        let rows = store::pending(client, now, cfg.batch_size)?;
-        if rows.is_empty() {
-            if cfg.follow.is_zero() {
+        let Some(batch) = in_flight.pop_front() else {
+            if marker.len() > 0 {
+                // The keys of a batch being marked may have newer rows: fetch again
+                // once its mark is in.
+                marker.collect_one(result)?;
+                continue;
+            }
+            if let Some(e) = stop {
+                return Err(e);
+            }
+            if cfg.follow.is_zero() || started.elapsed() >= run_for {
                 break;
             }
             wait_for_outbox(client, run_for.saturating_sub(started.elapsed()))?;
             continue;
+        };
+        let ctx = settle::Settle {
+            client: &mut *client,
+            marker: &mut *marker,
+            producer,
+            cfg,
+            clock,
+        };
+        if let Some(e) = ctx.settle(batch, brokers_down, result, &mut row_failure)? {
+            brokers_down = true;
+            stop.get_or_insert(e);
         }
-        let batch = one_per_key(rows);
-        let span = trace::span(
-            "relay batch",
-            vec![Attr::new(
-                "messaging.batch.message_count",
-                batch.len() as i64,
-            )],
-        );
-
-        // Rows of a topic that cannot take them wait; the other topics' rows go on.
-        let mut unusable: HashMap<&str, (Failure, String)> = HashMap::new();
-        for topic in batch
-            .iter()
-            .map(|r| r.topic.as_str())
-            .collect::<HashSet<_>>()
-        {
-            if let TopicCheck::Unusable { failure, reason } =
-                producer.check_topic(topic, cfg.expected_partitions)?
-            {
-                unusable.insert(topic, (failure, reason));
-            }
-        }
-        let (held, sendable): (Vec<&OutboxRow>, Vec<&OutboxRow>) = batch
-            .iter()
-            .partition(|r| unusable.contains_key(r.topic.as_str()));
-        let mut retry: Vec<(Uuid, String)> = Vec::new();
-        for (topic, (failure, reason)) in &unusable {
-            let waiting: Vec<&&OutboxRow> = held.iter().filter(|r| r.topic == *topic).collect();
-            log::error!(Topic = topic, Rows = waiting.len(), Error = reason.as_str();
-                        "item failed: the topic cannot take these rows; they back off, the other topics' rows go on");
-            retry.extend(waiting.iter().map(|r| (r.id, reason.clone())));
-            row_failure.get_or_insert_with(|| fail(*failure, reason.clone()));
-        }
-
-        let messages: Vec<OutMessage> = sendable.iter().map(|r| message(r)).collect();
-        let sent_at = std::time::SystemTime::now();
-        let deliveries = producer.send_batch(&messages);
-        for (row, delivery) in sendable.iter().zip(&deliveries) {
-            send_span(row, delivery, sent_at);
-        }
-        // Every delivery report is in: this is when the broker acknowledged.
-        let now = clock.now();
-        let mut acked = Vec::new();
-        let mut permanent = Vec::new();
-        let mut transient = Vec::new();
-        for (row, delivery) in sendable.iter().zip(&deliveries) {
-            match delivery {
-                Delivery::Acked { partition, offset } => {
-                    acked.push((row.id, *partition, *offset));
-                    // The publication line consumers' teams search for: the event's
-                    // identity and where it went.
-                    let payload: serde_json::Value =
-                        serde_json::from_str(&row.payload).unwrap_or_default();
-                    let field =
-                        |name: &str| payload.get(name).and_then(|v| v.as_str()).unwrap_or("");
-                    info!(BookingId = row.key.as_str(), DealId = field("DealId"),
-                          PropertyObjectId = field("PropertyObjectId"), Phase = field("Phase"),
-                          ExpiredAt = field("ExpiredAt"), MessageId:% = row.id,
-                          Topic = row.topic.as_str(), Partition = *partition, Offset = *offset;
-                          "event published");
-                    let phase = match field("Phase") {
-                        "" => "none",
-                        phase => phase,
-                    };
-                    *result
-                        .publications
-                        .entry((row.topic.clone(), phase.to_owned()))
-                        .or_default() += 1;
-                    let age = (now - row.occurred_at).num_milliseconds().max(0) as f64 / 1e3;
-                    result.ack_ages.observe(age);
-                }
-                Delivery::Failed {
-                    permanent: true,
-                    error,
-                } => permanent.push((row.id, error.clone())),
-                Delivery::Failed {
-                    permanent: false,
-                    error,
-                } => transient.push((row.id, error.clone())),
-            }
-        }
-        let seqs = sendable.iter().map(|r| r.seq);
-        let seq_span = (seqs.clone().min().unwrap_or(0), seqs.max().unwrap_or(0));
-        result.published += store::mark_published(client, now, &acked, seq_span)?;
-        store::mark_failed(client, now, &permanent)?;
-        for (id, error) in &permanent {
-            log::error!(MessageId:% = id, Error = error.as_str();
-                        "item failed: the message can never be delivered, marked failed");
-        }
-        result.failed += permanent.len() as u64;
-
-        // Transient refusals while the brokers do not answer are an outage: nothing is
-        // wrong with the rows, they go first next run and count no failure. While the
-        // brokers answer, the refusals are the rows' own (their partition, their topic's
-        // settings): they back off.
-        let brokers_down = transient.first().is_some_and(|(id, _)| {
-            let topic = sendable
-                .iter()
-                .find(|r| r.id == *id)
-                .map_or("", |r| r.topic.as_str());
-            !producer.brokers_answer(topic)
-        });
-        span.set([
-            Attr::new("Published", acked.len() as i64),
-            Attr::new("Failed", permanent.len() as i64),
-            Attr::new("Transient", transient.len() as i64),
-        ]);
-        if brokers_down {
-            store::mark_attempted(client, &transient)?;
-            store::mark_retry(client, now, &retry)?;
-            let (_, first_error) = &transient[0];
-            let failure = if acked.is_empty() {
-                Failure::Unavailable
-            } else {
-                Failure::Temporary
-            };
-            return Err(fail(
-                failure,
-                format!(
-                    "{} of {} messages were not acknowledged by Kafka at {} ({first_error}); \
-                     they stay pending for the next run",
-                    transient.len(),
-                    sendable.len(),
-                    cfg.kafka.brokers
-                ),
-            ));
-        }
-        for (id, error) in &transient {
-            log::error!(MessageId:% = id, Error = error.as_str();
-                        "item failed: Kafka refused the message while its brokers answer; it backs off");
-        }
-        if let Some((_, first_error)) = transient.first() {
-            row_failure.get_or_insert_with(|| {
-                fail(
-                    Failure::Temporary,
-                    format!(
-                        "{} messages were refused by Kafka while its brokers answer \
-                         ({first_error}); they back off and are retried",
-                        transient.len()
-                    ),
-                )
-            });
-        }
-        retry.extend(transient);
-        let gave_up = store::mark_retry(client, now, &retry)?;
-        for id in &gave_up {
-            log::error!(MessageId:% = id, MaxFailures = store::MAX_FAILURES;
-                        "item failed: too many failed attempts, marked failed");
-        }
-        result.failed += gave_up.len() as u64;
-        result.retrying += (retry.len() - gave_up.len()) as u64;
-        info!(sent = sendable.len(), published = acked.len(), failed = permanent.len() + gave_up.len(),
-              backing_off = retry.len() - gave_up.len(); "batch relayed");
     }
     Ok(row_failure)
-}
-
-/// The producer span of one message, per the OpenTelemetry messaging conventions
-/// (`send <topic>`), linked to the span that wrote the event (its `traceparent`).
-fn send_span(row: &OutboxRow, delivery: &Delivery, sent_at: std::time::SystemTime) {
-    let mut attributes = vec![
-        Attr::new("messaging.system", "kafka"),
-        Attr::new("messaging.operation.type", "send"),
-        Attr::new("messaging.operation.name", "send"),
-        Attr::new("messaging.destination.name", row.topic.clone()),
-        Attr::new("messaging.message.id", row.id.to_string()),
-        Attr::new("messaging.kafka.message.key", row.key.clone()),
-        Attr::new("BookingId", row.key.clone()),
-    ];
-    let error = match delivery {
-        Delivery::Acked { partition, offset } => {
-            attributes.push(Attr::new(
-                "messaging.destination.partition.id",
-                partition.to_string(),
-            ));
-            attributes.push(Attr::new("messaging.kafka.offset", *offset));
-            None
-        }
-        Delivery::Failed { error, .. } => {
-            attributes.push(Attr::new("error.type", "delivery_failed"));
-            Some(error.as_str())
-        }
-    };
-    let links = row
-        .headers
-        .get("traceparent")
-        .and_then(|v| v.as_str())
-        .and_then(trace::parse_traceparent)
-        .into_iter()
-        .collect();
-    trace::record_child(
-        format!("send {}", row.topic),
-        opentelemetry::trace::SpanKind::Producer,
-        sent_at,
-        attributes,
-        links,
-        error,
-    );
 }
 
 fn interrupted() -> Result<()> {

@@ -288,8 +288,11 @@ fn the_relays_statements_keep_their_index_plans_on_an_outbox_a_burst_filled_afte
         .unwrap();
     let ids: Vec<uuid::Uuid> = batch.iter().map(|r| r.get(0)).collect();
     let (first, last): (i64, i64) = (batch[0].get(1), batch[batch.len() - 1].get(1));
-    let partitions = vec![0_i32; ids.len()];
-    let offsets = vec![0_i64; ids.len()];
+    let receipts: serde_json::Map<String, serde_json::Value> = ids
+        .iter()
+        .map(|id| (id.to_string(), serde_json::json!([0, 0])))
+        .collect();
+    let receipts = serde_json::Value::Object(receipts);
     let now = chrono::Utc::now();
     // Stale first, then once ANALYZE has seen the burst: the same plans.
     for (analyze, mode) in [
@@ -303,7 +306,11 @@ fn the_relays_statements_keep_their_index_plans_on_an_outbox_a_burst_filled_afte
         }
         // The queue: in seq order from the pending index (no sort, no scan of the
         // table); the older row of the same key by the key index, once per fetched row.
-        let plan = explain(&mut c, mode, PENDING_SQL, &[&500_i64, &now]);
+        // With the keys of two batches in flight, as the pipelined relay fetches.
+        let in_flight: Vec<String> = (0..1000)
+            .map(|_| uuid::Uuid::new_v4().to_string())
+            .collect();
+        let plan = explain(&mut c, mode, PENDING_SQL, &[&500_i64, &now, &in_flight]);
         let lines: Vec<&str> = plan.lines().map(str::trim).collect();
         let scans: Vec<&str> = lines
             .iter()
@@ -335,7 +342,7 @@ fn the_relays_statements_keep_their_index_plans_on_an_outbox_a_burst_filled_afte
             &mut c,
             mode,
             MARK_PUBLISHED_SQL,
-            &[&ids, &partitions, &offsets, &now, &first, &last],
+            &[&ids, &receipts, &now, &first, &last],
         );
         let lines: Vec<&str> = plan.lines().map(str::trim).collect();
         assert_eq!(lines[0], "Update on outbox o", "{mode}:\n{plan}");

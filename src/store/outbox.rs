@@ -57,8 +57,10 @@ pub fn listen(client: &mut impl GenericClient) -> Result<()> {
 ///
 /// The oldest rows due for sending, in write order (served by `ix_outbox_pending`):
 /// pending, not waiting out a back-off, and not behind an older row of the same key
-/// on the same topic that is (per-key order within a topic). `$1` = the limit, `$2` =
-/// now. The older row of the same key is looked up through `ix_outbox_aggregateid` (a
+/// on the same topic that is (per-key order within a topic), nor of a key whose row is
+/// still in flight at the broker (`$3`, the pipelined relay's keys in flight: a newer
+/// row of such a key waits until the older one is acknowledged and marked). `$1` = the
+/// limit, `$2` = now. The older row of the same key is looked up through `ix_outbox_aggregateid` (a
 /// key has a row or two), once per fetched row: its pending test is written as `coalesce(…) IS NULL` so that the
 /// planner cannot pick the pending index for it, which stale statistics make look
 /// empty while it holds the whole burst, and `OFFSET 0` keeps it a subplan keyed by
@@ -69,6 +71,7 @@ SELECT o.id, o.seq, o.aggregateid, o.topic, o.payload::text AS payload, o.header
   FROM crm.outbox o
  WHERE o.published_at IS NULL AND o.failed_at IS NULL
    AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= $2)
+   AND o.aggregateid <> ALL($3::text[])
    AND NOT EXISTS (SELECT 1 FROM crm.outbox w
                     WHERE w.aggregateid = o.aggregateid AND w.topic = o.topic
                       AND w.seq < o.seq
@@ -78,28 +81,30 @@ SELECT o.id, o.seq, o.aggregateid, o.topic, o.payload::text AS payload, o.header
  ORDER BY o.seq
  LIMIT $1";
 
-/// Marks acknowledged rows published: `$1` ids, `$2` partitions, `$3` offsets, `$4`
-/// now, `$5`..=`$6` the span of `seq` the batch was fetched from. The span is the way
-/// in: a range of `ux_outbox_seq` whose estimate holds even on stale statistics (a
-/// bound beyond the histogram is read from the index itself), so the statement costs
-/// the batch's span of the queue, never a scan of the table, and there is no join
-/// whose order stale statistics could turn into a loop over the batch for each row:
-/// each row finds its receipt by its place in `$1`.
+/// Marks acknowledged rows published: `$1` ids, `$2` their receipts (a JSON object:
+/// id → [partition, offset]), `$3` now, `$4`..=`$5` the span of `seq` the batch was
+/// fetched from. The span is the way in: a range of `ux_outbox_seq` whose estimate
+/// holds even on stale statistics (a bound beyond the histogram is read from the index
+/// itself), so the statement costs the batch's span of the queue, never a scan of the
+/// table, and there is no join whose order stale statistics could turn into a loop
+/// over the batch for each row: each row finds its receipt by its id in `$2`, a lookup
+/// in a sorted object (a search in an array would cost the batch's length per row).
 pub const MARK_PUBLISHED_SQL: &str = "\
 UPDATE crm.outbox o
-   SET published_at = $4, attempts = least(o.attempts, 2147483646) + 1,
+   SET published_at = $3, attempts = least(o.attempts, 2147483646) + 1,
        last_error = NULL, next_attempt_at = NULL,
-       delivered_partition = ($2::int4[])[array_position($1::uuid[], o.id)],
-       delivered_offset = ($3::int8[])[array_position($1::uuid[], o.id)]
- WHERE o.seq BETWEEN $5 AND $6 AND o.id = ANY($1::uuid[]) AND o.published_at IS NULL";
+       delivered_partition = (($2::jsonb -> o.id::text) ->> 0)::int4,
+       delivered_offset = (($2::jsonb -> o.id::text) ->> 1)::int8
+ WHERE o.seq BETWEEN $4 AND $5 AND o.id = ANY($1::uuid[]) AND o.published_at IS NULL";
 
-/// The oldest rows due for sending; see [`PENDING_SQL`].
+/// The oldest rows due for sending, none of a key in `in_flight`; see [`PENDING_SQL`].
 pub fn pending(
     client: &mut impl GenericClient,
     now: DateTime<Utc>,
     limit: u32,
+    in_flight: &[&str],
 ) -> Result<Vec<OutboxRow>> {
-    let rows = client.query(PENDING_SQL, &[&i64::from(limit), &now])?;
+    let rows = client.query(PENDING_SQL, &[&i64::from(limit), &now, &in_flight])?;
     Ok(rows
         .iter()
         .map(|r| OutboxRow {
@@ -127,12 +132,21 @@ pub fn mark_published(
         return Ok(0);
     }
     let ids: Vec<Uuid> = acked.iter().map(|a| a.0).collect();
-    let partitions: Vec<i32> = acked.iter().map(|a| a.1).collect();
-    let offsets: Vec<i64> = acked.iter().map(|a| a.2).collect();
+    let receipts = receipts(acked);
     Ok(client.execute(
         MARK_PUBLISHED_SQL,
-        &[&ids, &partitions, &offsets, &now, &seqs.0, &seqs.1],
+        &[&ids, &receipts, &now, &seqs.0, &seqs.1],
     )?)
+}
+
+/// The receipts of [`MARK_PUBLISHED_SQL`]: id → [partition, offset].
+fn receipts(acked: &[(Uuid, i32, i64)]) -> serde_json::Value {
+    serde_json::Value::Object(
+        acked
+            .iter()
+            .map(|(id, partition, offset)| (id.to_string(), serde_json::json!([partition, offset])))
+            .collect(),
+    )
 }
 
 /// Rows the broker can never take (too large, invalid): marked failed at `now`.

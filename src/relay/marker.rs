@@ -1,0 +1,147 @@
+//! The relay's marks on a session of their own: the acknowledged rows of a batch are
+//! marked published by a thread while the relay fetches and enqueues the next batch on
+//! its main session, so the database's two statements per batch overlap the relay's
+//! own work. A batch's keys stay in flight (out of the next fetch) until its mark has
+//! committed; at most a few batches wait for their marks.
+
+use std::collections::VecDeque;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+
+use anyhow::{Result, anyhow};
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::RelayResult;
+use crate::config::DbConfig;
+use crate::store;
+
+struct Job {
+    now: DateTime<Utc>,
+    acked: Vec<(Uuid, i32, i64)>,
+    seqs: (i64, i64),
+}
+
+struct Worker {
+    jobs: mpsc::Sender<Job>,
+    done: mpsc::Receiver<Result<u64>>,
+    thread: JoinHandle<()>,
+}
+
+/// Marks submitted and not yet confirmed, with the keys they keep in flight.
+pub(super) struct Marker<'a> {
+    db: &'a DbConfig,
+    /// Started on the first mark: a run with nothing to publish opens no second session.
+    worker: Option<Worker>,
+    waiting: VecDeque<Vec<String>>,
+}
+
+impl<'a> Marker<'a> {
+    pub(super) fn new(db: &'a DbConfig) -> Self {
+        Marker {
+            db,
+            worker: None,
+            waiting: VecDeque::new(),
+        }
+    }
+
+    /// Batches whose marks are not confirmed yet.
+    pub(super) fn len(&self) -> usize {
+        self.waiting.len()
+    }
+
+    pub(super) fn keys(&self) -> impl Iterator<Item = &str> {
+        self.waiting.iter().flatten().map(String::as_str)
+    }
+
+    /// Hands the acknowledged rows of a batch (`keys`: every key it sent) to the mark
+    /// session. `seqs` spans the `seq` of the rows in `acked`.
+    pub(super) fn submit(
+        &mut self,
+        keys: Vec<String>,
+        now: DateTime<Utc>,
+        acked: Vec<(Uuid, i32, i64)>,
+        seqs: (i64, i64),
+    ) -> Result<()> {
+        if self.worker.is_none() {
+            self.worker = Some(start(self.db)?);
+        }
+        let worker = self.worker.as_ref().expect("started above");
+        worker
+            .jobs
+            .send(Job { now, acked, seqs })
+            .map_err(|_| anyhow!("the relay's mark session ended"))?;
+        self.waiting.push_back(keys);
+        Ok(())
+    }
+
+    /// Counts the marks confirmed so far, without waiting.
+    pub(super) fn collect_ready(&mut self, result: &mut RelayResult) -> Result<()> {
+        while let Some(worker) = &self.worker
+            && !self.waiting.is_empty()
+        {
+            match worker.done.try_recv() {
+                Ok(marked) => self.confirmed(marked?, result),
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    return Err(anyhow!("the relay's mark session ended"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the oldest mark.
+    pub(super) fn collect_one(&mut self, result: &mut RelayResult) -> Result<()> {
+        if let Some(worker) = &self.worker
+            && !self.waiting.is_empty()
+        {
+            let marked = worker
+                .done
+                .recv()
+                .map_err(|_| anyhow!("the relay's mark session ended"))?;
+            self.confirmed(marked?, result);
+        }
+        Ok(())
+    }
+
+    /// Waits for every mark, then closes the mark session.
+    pub(super) fn finish(&mut self, result: &mut RelayResult) -> Result<()> {
+        let mut outcome = Ok(());
+        while !self.waiting.is_empty() {
+            outcome = self.collect_one(result);
+            if outcome.is_err() {
+                break;
+            }
+        }
+        if let Some(worker) = self.worker.take() {
+            drop(worker.jobs);
+            let _ = worker.thread.join();
+        }
+        outcome
+    }
+
+    fn confirmed(&mut self, marked: u64, result: &mut RelayResult) {
+        self.waiting.pop_front();
+        result.published += marked;
+    }
+}
+
+fn start(db: &DbConfig) -> Result<Worker> {
+    let mut session = store::connect(db)?;
+    let (jobs, inbox) = mpsc::channel::<Job>();
+    let (outbox, done) = mpsc::channel();
+    let thread = std::thread::Builder::new()
+        .name("relay-marks".to_owned())
+        .spawn(move || {
+            for job in inbox {
+                let marked =
+                    store::mark_published(&mut session.client, job.now, &job.acked, job.seqs);
+                let failed = marked.is_err();
+                if outbox.send(marked).is_err() || failed {
+                    return;
+                }
+            }
+        })?;
+    Ok(Worker { jobs, done, thread })
+}
