@@ -9,7 +9,6 @@ use std::collections::HashSet;
 
 use common::kafka::*;
 use common::*;
-use serde_json::json;
 use uuid::Uuid;
 
 fn relay(db: &TestDb, brokers: &str) -> Run {
@@ -20,17 +19,6 @@ fn relay(db: &TestDb, brokers: &str) -> Run {
         "--message-timeout",
         "3s",
     ])
-}
-
-fn insert(c: &mut postgres::Client, topic: &str, key: &str, n: i32) -> Uuid {
-    let id = Uuid::now_v7();
-    c.execute(
-        "INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload)
-         VALUES ($1, 'Booking', $2, 'pin.crm.booking-expired', $3, $4)",
-        &[&id, &key, &topic, &json!({ "n": n })],
-    )
-    .unwrap();
-    id
 }
 
 /// (published, failed, failures, backing off, last_error) of a row.
@@ -66,11 +54,16 @@ fn a_missing_or_mis_partitioned_topic_holds_only_its_own_rows() {
     let mut held = Vec::new();
     for (topic, n) in [(&missing, 3), (&three, 2)] {
         for i in 0..n {
-            held.push(insert(&mut c, topic, &Uuid::new_v4().to_string(), i));
+            held.push(insert_outbox_row(
+                &mut c,
+                topic,
+                &Uuid::new_v4().to_string(),
+                i,
+            ));
         }
     }
     let delivered: Vec<Uuid> = (0..5)
-        .map(|n| insert(&mut c, &good, &Uuid::new_v4().to_string(), n))
+        .map(|n| insert_outbox_row(&mut c, &good, &Uuid::new_v4().to_string(), n))
         .collect();
 
     let run = relay(&db, &brokers);
@@ -137,7 +130,7 @@ fn a_row_backing_off_keeps_later_rows_of_its_key_on_its_topic_back() {
     let db = TestDb::new();
     let mut c = db.client();
     let key = Uuid::new_v4().to_string();
-    let first = insert(&mut c, &topic, &key, 1);
+    let first = insert_outbox_row(&mut c, &topic, &key, 1);
     c.execute(
         "UPDATE crm.outbox SET failures = 1, last_error = 'refused',
                 next_attempt_at = now() + interval '1 hour'
@@ -145,9 +138,9 @@ fn a_row_backing_off_keeps_later_rows_of_its_key_on_its_topic_back() {
         &[&first],
     )
     .unwrap();
-    let second = insert(&mut c, &topic, &key, 2);
-    let same_key_elsewhere = insert(&mut c, &other_topic, &key, 3);
-    let other = insert(&mut c, &topic, &Uuid::new_v4().to_string(), 4);
+    let second = insert_outbox_row(&mut c, &topic, &key, 2);
+    let same_key_elsewhere = insert_outbox_row(&mut c, &other_topic, &key, 3);
+    let other = insert_outbox_row(&mut c, &topic, &Uuid::new_v4().to_string(), 4);
     let run = relay(&db, &brokers);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(state(&mut c, other).0);
@@ -169,8 +162,8 @@ fn a_row_that_keeps_failing_is_given_up_at_the_cap_and_counters_never_overflow()
     let missing = format!("{}-missing", unique_topic());
     let db = TestDb::new();
     let mut c = db.client();
-    let doomed = insert(&mut c, &missing, &Uuid::new_v4().to_string(), 1);
-    let young = insert(&mut c, &missing, &Uuid::new_v4().to_string(), 2);
+    let doomed = insert_outbox_row(&mut c, &missing, &Uuid::new_v4().to_string(), 1);
+    let young = insert_outbox_row(&mut c, &missing, &Uuid::new_v4().to_string(), 2);
     // One failure short of the cap, after two billion sends; due now.
     c.execute(
         "UPDATE crm.outbox SET failures = 19, attempts = 2147483647,

@@ -14,17 +14,6 @@ use common::*;
 use serde_json::json;
 use uuid::Uuid;
 
-fn insert(c: &mut postgres::Client, topic: &str, key: &str, n: i32) -> Uuid {
-    let id = Uuid::now_v7();
-    c.execute(
-        "INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload)
-         VALUES ($1, 'Booking', $2, 'pin.crm.booking-expired', $3, $4)",
-        &[&id, &key, &topic, &json!({ "n": n })],
-    )
-    .unwrap();
-    id
-}
-
 fn pending(c: &mut postgres::Client) -> i64 {
     count(
         c,
@@ -51,9 +40,9 @@ fn rows_of_one_key_in_successive_batches_are_sent_once_each_in_write_order() {
             written
                 .entry(key.clone())
                 .or_default()
-                .push(insert(&mut c, &topic, key, n));
+                .push(insert_outbox_row(&mut c, &topic, key, n));
             n += 1;
-            insert(&mut c, &topic, &Uuid::new_v4().to_string(), n);
+            insert_outbox_row(&mut c, &topic, &Uuid::new_v4().to_string(), n);
         }
     }
     let run = db.run(&[
@@ -112,7 +101,7 @@ fn a_relay_killed_after_the_acknowledgements_and_before_the_mark_sends_again() {
     let db = TestDb::new();
     let mut c = db.client();
     let ids: Vec<Uuid> = (0..20)
-        .map(|n| insert(&mut c, &topic, &Uuid::new_v4().to_string(), n))
+        .map(|n| insert_outbox_row(&mut c, &topic, &Uuid::new_v4().to_string(), n))
         .collect();
     // A session holding one row's lock: the mark of the batch waits for it.
     let mut gate = db.client();

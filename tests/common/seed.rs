@@ -352,3 +352,16 @@ pub fn assert_fits_120(text: &str) {
         );
     }
 }
+
+/// An outbox row as another writer would insert it: key `key`, payload `{"n": n}`, on
+/// `topic`; its id (UUIDv7, so rows inserted in turn sort in that order).
+pub fn insert_outbox_row(c: &mut Client, topic: &str, key: &str, n: i32) -> Uuid {
+    let id = Uuid::now_v7();
+    c.execute(
+        "INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload)
+         VALUES ($1, 'Booking', $2, 'pin.crm.booking-expired', $3, $4)",
+        &[&id, &key, &topic, &serde_json::json!({ "n": n })],
+    )
+    .unwrap();
+    id
+}
