@@ -444,13 +444,6 @@ impl KafkaProducer {
             })
             .collect()
     }
-
-    /// Sends the batch and waits for every delivery report (each arrives within
-    /// `message.timeout.ms`). Returns one `Delivery` per message, in order.
-    pub fn send_batch(&mut self, messages: &[OutMessage]) -> Vec<Delivery> {
-        let batch = self.enqueue(messages);
-        self.wait(batch)
-    }
 }
 
 /// A batch enqueued by [`KafkaProducer::enqueue`], whose reports are still to collect.
