@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -58,6 +59,9 @@ struct Reports {
     /// be in flight); each is taken out when its batch is collected.
     deliveries: Mutex<HashMap<usize, Delivery>>,
     broker_error: Mutex<Option<BrokerError>>,
+    /// Events served so far (delivery reports and errors): tells a poll that served one
+    /// from a poll that found the queue empty.
+    served: AtomicUsize,
 }
 
 /// An error librdkafka reported about a broker connection.
@@ -81,6 +85,7 @@ impl ClientContext for Reports {
     /// Remembers the failure that explains an unreachable broker; librdkafka's own log
     /// line has already said it once (the default would log every repeat).
     fn error(&self, error: KafkaError, reason: &str) {
+        self.served.fetch_add(1, Ordering::Relaxed);
         let code = error.rdkafka_error_code();
         if code == Some(RDKafkaErrorCode::AllBrokersDown) {
             // A summary of the failures that explain it.
@@ -101,6 +106,7 @@ impl ProducerContext for Reports {
     type DeliveryOpaque = usize;
 
     fn delivery(&self, result: &DeliveryResult<'_>, index: usize) {
+        self.served.fetch_add(1, Ordering::Relaxed);
         let delivery = match result {
             Ok(msg) => Delivery::Acked {
                 partition: msg.partition(),
@@ -423,18 +429,22 @@ impl KafkaProducer {
             }
         };
         take(&mut out, &mut missing);
-        while missing > 0 && Instant::now() < until {
-            // One event per call (a delivery report event covers a message set); sleep
-            // only when none was waiting.
-            let before = self.producer.in_flight_count();
+        while missing > 0 {
+            // One event per call (a delivery report event covers a message set).
+            let served = self.producer.context().served.load(Ordering::Relaxed);
             self.producer.poll(Duration::ZERO);
-            if self.producer.in_flight_count() == before {
-                std::thread::sleep(Duration::from_millis(1));
+            if self.producer.context().served.load(Ordering::Relaxed) != served {
+                take(&mut out, &mut missing);
                 continue;
             }
-            take(&mut out, &mut missing);
+            // None was waiting. Reports already queued are served above even past the
+            // deadline: the relay may come to collect a batch late, busy with an earlier
+            // one, and the reports that came in time are not lost for that.
+            if Instant::now() >= until {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
-        take(&mut out, &mut missing);
         out.into_iter()
             .map(|r| {
                 r.unwrap_or(Delivery::Failed {

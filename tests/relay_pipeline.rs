@@ -7,7 +7,7 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::kafka::*;
 use common::*;
@@ -177,5 +177,61 @@ fn a_relay_killed_after_the_acknowledgements_and_before_the_mark_sends_again() {
     assert!(copies.values().all(|&n| n == 2), "{copies:?}");
     for id in &ids {
         assert_eq!(copies[&id.to_string()], 2, "{id}");
+    }
+}
+
+/// The relay collects a batch's delivery reports only after it has fetched, enqueued
+/// and settled others, so it may come to a batch after the batch's deadline (its
+/// message timeout and a margin). The reports that arrived in time are still served
+/// then, not counted as missing (which made a whole batch of acknowledged messages
+/// back off as refused when a slow broker delayed the batch before it).
+#[test]
+fn a_batch_collected_after_its_deadline_keeps_the_reports_that_came_in_time() {
+    use booking_expire::config::{KafkaConfig, KafkaSecurity};
+    use booking_expire::kafka::{Delivery, KafkaProducer, OutMessage};
+
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, 6, &[]);
+    let message_timeout = Duration::from_secs(5);
+    let mut producer = KafkaProducer::new(&KafkaConfig {
+        brokers: brokers.clone(),
+        security: KafkaSecurity::Plaintext,
+        message_timeout,
+    })
+    .unwrap();
+    let messages: Vec<OutMessage> = (0..200)
+        .map(|i| OutMessage {
+            topic: topic.clone(),
+            key: format!("key-{i}"),
+            payload: format!("{{\"n\":{i}}}").into_bytes(),
+            headers: vec![("ce_id".to_owned(), format!("id-{i}"))],
+        })
+        .collect();
+    let enqueued_at = Instant::now();
+    let batch = producer.enqueue(&messages);
+    // Every message is on the topic, so its acknowledgement has been sent back.
+    let got = consume(&brokers, &topic, 6, 200, Duration::from_secs(60));
+    assert_eq!(got.len(), 200);
+    // Collected well after the deadline (the message timeout and 2 s).
+    let late = enqueued_at + message_timeout + Duration::from_secs(3);
+    std::thread::sleep(late.saturating_duration_since(Instant::now()) + Duration::from_secs(1));
+    let deliveries = producer.wait(batch);
+
+    assert_eq!(deliveries.len(), 200);
+    let mut at: BTreeMap<(i32, i64), usize> = BTreeMap::new();
+    for (i, d) in deliveries.iter().enumerate() {
+        match d {
+            Delivery::Acked { partition, offset } => {
+                assert_eq!(at.insert((*partition, *offset), i), None);
+            }
+            other => panic!("message {i}: {other:?}"),
+        }
+    }
+    // Each report is the message's own: its partition and offset are where the
+    // consumer found it.
+    for m in &got {
+        let i: usize = m.headers["ce_id"]["id-".len()..].parse().unwrap();
+        assert_eq!(at[&(m.partition, m.offset)], i);
     }
 }
