@@ -3,6 +3,7 @@
 //! partitioning, no topic auto-creation), the topic check, and sending a batch while
 //! waiting for every delivery report. Knows nothing of the outbox.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -21,11 +22,11 @@ use crate::exit::{Failure, fail};
 
 /// One message to send.
 #[derive(Debug, Clone)]
-pub struct OutMessage {
-    pub topic: String,
-    pub key: String,
+pub struct OutMessage<'a> {
+    pub topic: &'a str,
+    pub key: &'a str,
     pub payload: Vec<u8>,
-    pub headers: Vec<(String, String)>,
+    pub headers: Vec<(Cow<'a, str>, Cow<'a, str>)>,
 }
 
 /// Whether a topic can take the relay's messages.
@@ -355,11 +356,11 @@ impl KafkaProducer {
             let mut headers = OwnedHeaders::new_with_capacity(m.headers.len());
             for (k, v) in &m.headers {
                 headers = headers.insert(Header {
-                    key: k,
+                    key: k.as_ref(),
                     value: Some(v.as_bytes()),
                 });
             }
-            let mut record = BaseRecord::with_opaque_to(&m.topic, first + i)
+            let mut record = BaseRecord::with_opaque_to(m.topic, first + i)
                 .key(m.key.as_bytes())
                 .payload(&m.payload)
                 .headers(headers);

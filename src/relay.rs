@@ -10,6 +10,7 @@
 mod marker;
 mod settle;
 
+use std::borrow::Cow;
 use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
@@ -22,6 +23,7 @@ use uuid::Uuid;
 
 use crate::clock::Clock;
 use crate::config::RelayConfig;
+use crate::domain::json;
 use crate::exit::{Failure, fail};
 use crate::kafka::{KafkaProducer, OutMessage};
 use crate::obs::trace::{self, Attr};
@@ -289,25 +291,27 @@ fn one_per_key(rows: Vec<OutboxRow>) -> Vec<OutboxRow> {
 /// The Kafka message of an outbox row: key = aggregate id, value = payload (in the
 /// contract's field order), headers as captured at write time, `ce_id` = the row id
 /// (the MessageId consumers dedupe on).
-fn message(row: &OutboxRow) -> OutMessage {
-    let mut headers: Vec<(String, String)> = match &row.headers {
-        serde_json::Value::Object(map) => map
-            .iter()
-            .filter(|(k, _)| k.as_str() != "ce_id")
-            .map(|(k, v)| {
-                let v = match v {
-                    serde_json::Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                };
-                (k.clone(), v)
-            })
-            .collect(),
-        _ => Vec::new(),
-    };
-    headers.push(("ce_id".to_owned(), row.id.to_string()));
+fn message(row: &OutboxRow) -> OutMessage<'_> {
+    // Read in place: a header is copied once, by the producer.
+    let mut headers: Vec<(Cow<str>, Cow<str>)> = json::object_fields(&row.headers)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(name, _)| name != "ce_id")
+        .map(|(name, value)| (name, json::as_text(value)))
+        .collect();
+    // By name; of a name given twice, the last.
+    headers.sort_by(|a, b| a.0.cmp(&b.0));
+    headers.dedup_by(|later, earlier| {
+        let same = later.0 == earlier.0;
+        if same {
+            std::mem::swap(later, earlier);
+        }
+        same
+    });
+    headers.push((Cow::Borrowed("ce_id"), Cow::Owned(row.id.to_string())));
     OutMessage {
-        topic: row.topic.clone(),
-        key: row.key.clone(),
+        topic: &row.topic,
+        key: &row.key,
         payload: crate::domain::payload_in_contract_order(&row.payload).into_bytes(),
         headers,
     }
@@ -346,7 +350,7 @@ mod tests {
             key: key.to_owned(),
             topic: "t".to_owned(),
             payload: "{}".to_owned(),
-            headers: serde_json::json!({"ce_id": "someone else's", "traceparent": "00-x", "n": 1}),
+            headers: r#"{"n": 1, "ce_id": "someone else's", "traceparent": "00-x"}"#.to_owned(),
             occurred_at: chrono::DateTime::UNIX_EPOCH,
         }
     }
@@ -371,19 +375,19 @@ mod tests {
 
     #[test]
     fn ce_id_is_always_the_row_id() {
-        let m = message(&row("k", 7));
+        let row = row("k", 7);
+        let m = message(&row);
         let ce_ids: Vec<&str> = m
             .headers
             .iter()
             .filter(|(k, _)| k == "ce_id")
-            .map(|(_, v)| v.as_str())
+            .map(|(_, v)| v.as_ref())
             .collect();
         assert_eq!(ce_ids, [Uuid::from_u128(7).to_string()]);
-        assert!(
-            m.headers
-                .contains(&("traceparent".to_owned(), "00-x".to_owned()))
-        );
-        assert!(m.headers.contains(&("n".to_owned(), "1".to_owned())));
+        let names: Vec<&str> = m.headers.iter().map(|(k, _)| k.as_ref()).collect();
+        assert_eq!(names, ["n", "traceparent", "ce_id"]);
+        assert_eq!(m.headers[0].1, "1");
+        assert_eq!(m.headers[1].1, "00-x");
         assert_eq!(m.key, "k");
     }
 }

@@ -200,12 +200,15 @@ fn a_batch_collected_after_its_deadline_keeps_the_reports_that_came_in_time() {
         message_timeout,
     })
     .unwrap();
-    let messages: Vec<OutMessage> = (0..200)
-        .map(|i| OutMessage {
-            topic: topic.clone(),
-            key: format!("key-{i}"),
+    let keys: Vec<String> = (0..200).map(|i| format!("key-{i}")).collect();
+    let messages: Vec<OutMessage> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, key)| OutMessage {
+            topic: &topic,
+            key,
             payload: format!("{{\"n\":{i}}}").into_bytes(),
-            headers: vec![("ce_id".to_owned(), format!("id-{i}"))],
+            headers: vec![("ce_id".into(), format!("id-{i}").into())],
         })
         .collect();
     let enqueued_at = Instant::now();

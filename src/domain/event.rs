@@ -6,6 +6,8 @@
 //! `TenantId` is named `DeveloperId` (same value). A transition writes one outbox row
 //! per configured version, each with its own message id, payload and headers.
 
+use std::borrow::Cow;
+
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 use uuid::Uuid;
@@ -187,18 +189,41 @@ pub const PAYLOAD_FIELDS: [&str; 7] = [
 /// [`PAYLOAD_FIELDS`] order (whatever the version), then any other field by name;
 /// compact, no spaces. Text that is not a JSON object is sent as it is.
 pub fn payload_in_contract_order(text: &str) -> String {
-    let Ok(serde_json::Value::Object(map)) = serde_json::from_str::<serde_json::Value>(text) else {
+    let Some(fields) = super::json::object_fields(text) else {
         return text.to_owned();
     };
-    let known = PAYLOAD_FIELDS.iter().filter_map(|k| map.get_key_value(*k));
-    let others = map
-        .iter()
-        .filter(|(k, _)| !PAYLOAD_FIELDS.contains(&k.as_str()));
-    let fields: Vec<String> = known
-        .chain(others)
-        .map(|(k, v)| format!("{}:{v}", serde_json::Value::String(k.clone())))
+    // Of a name given twice, the last counts (as a JSON reader that keeps one does).
+    let last = |name: &str| fields.iter().rposition(|(n, _)| n == name);
+    let mut order: Vec<usize> = PAYLOAD_FIELDS.iter().filter_map(|k| last(k)).collect();
+    let mut others: Vec<usize> = (0..fields.len())
+        .filter(|&i| {
+            let name = fields[i].0.as_ref();
+            !PAYLOAD_FIELDS.contains(&name) && last(name) == Some(i)
+        })
         .collect();
-    format!("{{{}}}", fields.join(","))
+    others.sort_by(|&a, &b| fields[a].0.cmp(&fields[b].0));
+    order.extend(others);
+    let mut out = String::with_capacity(text.len());
+    out.push('{');
+    for (n, i) in order.into_iter().enumerate() {
+        if n > 0 {
+            out.push(',');
+        }
+        let (name, value) = &fields[i];
+        match name {
+            // Read from the text without an escape: it needs none.
+            Cow::Borrowed(name) => {
+                out.push('"');
+                out.push_str(name);
+                out.push('"');
+            }
+            Cow::Owned(name) => out.push_str(&serde_json::Value::from(name.as_str()).to_string()),
+        }
+        out.push(':');
+        out.push_str(&super::json::compact(value));
+    }
+    out.push('}');
+    out
 }
 
 /// RFC 3339 with microseconds (PostgreSQL's precision) and `Z` as the UTC offset.

@@ -8,6 +8,7 @@
 
 pub(crate) mod booking;
 mod event;
+pub mod json;
 pub mod plan;
 
 pub use booking::{BookingRow, Expiry, Phase, Status, expire};

@@ -321,11 +321,11 @@ fn send_span(row: &OutboxRow, delivery: &Delivery, sent_at: std::time::SystemTim
             Some(error.as_str())
         }
     };
-    let links = row
-        .headers
-        .get("traceparent")
-        .and_then(|v| v.as_str())
-        .and_then(trace::parse_traceparent)
+    let links = crate::domain::json::object_fields(&row.headers)
+        .unwrap_or_default()
+        .iter()
+        .rfind(|(name, _)| name == "traceparent")
+        .and_then(|(_, value)| trace::parse_traceparent(&crate::domain::json::as_text(value)))
         .into_iter()
         .collect();
     trace::record_child(

@@ -25,7 +25,8 @@ pub struct OutboxRow {
     pub topic: String,
     /// The payload's JSON text.
     pub payload: String,
-    pub headers: serde_json::Value,
+    /// The headers' JSON text (an object of names and values).
+    pub headers: String,
     /// When the row was written (for the commit → acknowledgement age).
     pub occurred_at: DateTime<Utc>,
 }
@@ -67,7 +68,7 @@ pub fn listen(client: &mut impl GenericClient) -> Result<()> {
 /// the row's key, so fresh statistics (which know that hardly any row backs off)
 /// cannot turn it into a scan of the table either.
 pub const PENDING_SQL: &str = "\
-SELECT o.id, o.seq, o.aggregateid, o.topic, o.payload::text AS payload, o.headers, o.occurred_at
+SELECT o.id, o.seq, o.aggregateid, o.topic, o.payload::text AS payload, o.headers::text AS headers, o.occurred_at
   FROM crm.outbox o
  WHERE o.published_at IS NULL AND o.failed_at IS NULL
    AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= $2)
