@@ -20,10 +20,23 @@ ALTER TABLE crm.outbox
     ADD COLUMN IF NOT EXISTS failures        integer     NOT NULL DEFAULT 0;
 
 -- The rows waiting out a back-off, by key: tiny (only rows that failed), and what the
--- relay's fetch consults to keep later rows of such a key back.
+-- relay's fetch consults to keep later rows of such a key back. Its predicate is the
+-- fetch's own pending test, coalesce(published_at, failed_at) IS NULL (written so
+-- that stale statistics cannot send the fetch's look-up through the pending index):
+-- PostgreSQL uses a partial index only where the query implies its predicate. The
+-- index this file made before, on published_at IS NULL AND failed_at IS NULL, was
+-- never used by the fetch; it is replaced (dropped once, then left alone).
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_indexes
+                WHERE schemaname = 'crm' AND indexname = 'ix_outbox_backing_off'
+                  AND indexdef NOT LIKE '%COALESCE(published_at, failed_at) IS NULL%') THEN
+        DROP INDEX crm.ix_outbox_backing_off;
+    END IF;
+END $$;
 CREATE INDEX IF NOT EXISTS ix_outbox_backing_off
     ON crm.outbox (aggregateid, seq)
-    WHERE published_at IS NULL AND failed_at IS NULL AND next_attempt_at IS NOT NULL;
+    WHERE coalesce(published_at, failed_at) IS NULL AND next_attempt_at IS NOT NULL;
 
 GRANT UPDATE (next_attempt_at, failures) ON crm.outbox TO crm_outbox_relay;
 

@@ -322,12 +322,12 @@ fn the_relays_statements_keep_their_index_plans_on_an_outbox_a_burst_filled_afte
             scans,
             [
                 "Index Scan using ix_outbox_pending on outbox o",
-                "Index Scan using ix_outbox_aggregateid on outbox w"
+                "Index Scan using ix_outbox_backing_off on outbox w"
             ],
             "{mode}:\n{plan}"
         );
         assert!(
-            lines.contains(&"Index Cond: (aggregateid = o.aggregateid)"),
+            lines.contains(&"Index Cond: ((aggregateid = o.aggregateid) AND (seq < o.seq))"),
             "{mode}:\n{plan}"
         );
         assert!(lines[0].starts_with("Limit"), "{mode}:\n{plan}");

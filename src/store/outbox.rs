@@ -61,12 +61,13 @@ pub fn listen(client: &mut impl GenericClient) -> Result<()> {
 /// on the same topic that is (per-key order within a topic), nor of a key whose row is
 /// still in flight at the broker (`$3`, the pipelined relay's keys in flight: a newer
 /// row of such a key waits until the older one is acknowledged and marked). `$1` = the
-/// limit, `$2` = now. The older row of the same key is looked up through `ix_outbox_aggregateid` (a
-/// key has a row or two), once per fetched row: its pending test is written as `coalesce(…) IS NULL` so that the
-/// planner cannot pick the pending index for it, which stale statistics make look
-/// empty while it holds the whole burst, and `OFFSET 0` keeps it a subplan keyed by
-/// the row's key, so fresh statistics (which know that hardly any row backs off)
-/// cannot turn it into a scan of the table either.
+/// limit, `$2` = now. The older row of the same key is looked up once per fetched row
+/// in `ix_outbox_backing_off` (the rows backing off, by key and `seq`: mostly empty,
+/// so the look-up reads no row). Its pending test is written as `coalesce(…) IS NULL`,
+/// the predicate of that index, so that the planner cannot pick the pending index for
+/// it, which stale statistics make look empty while it holds the whole burst; and
+/// `OFFSET 0` keeps it a subplan keyed by the row's key, so fresh statistics (which
+/// know that hardly any row backs off) cannot turn it into a scan of the table either.
 pub const PENDING_SQL: &str = "\
 SELECT o.id, o.seq, o.aggregateid, o.topic, o.payload::text AS payload, o.headers::text AS headers, o.occurred_at
   FROM crm.outbox o
