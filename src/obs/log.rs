@@ -47,15 +47,14 @@ pub fn init_logging(format: LogFormat, filter: &str, run_id: Uuid) {
                 run_id,
                 record.args()
             )?;
-            let mut fields = TextFields(String::new());
-            let _ = record.key_values().visit(&mut fields);
+            let _ = record.key_values().visit(&mut TextFields(&mut *buf));
             if let Some((trace_id, span_id)) = super::trace::log_ids() {
-                fields.0.push_str(&format!(" trace_id={trace_id}"));
+                write!(buf, " trace_id={trace_id}")?;
                 if let Some(span_id) = span_id {
-                    fields.0.push_str(&format!(" span_id={span_id}"));
+                    write!(buf, " span_id={span_id}")?;
                 }
             }
-            writeln!(buf, "{}", fields.0)
+            writeln!(buf)
         }),
     };
     // A second init (tests calling into the library twice) is harmless.
@@ -86,17 +85,26 @@ impl<'kvs> VisitSource<'kvs> for JsonFields<'_> {
     }
 }
 
-struct TextFields(String);
+/// Writes each field into the line as it comes (a relay logs a line per event: no
+/// string of its own per field).
+struct TextFields<'a>(&'a mut env_logger::fmt::Formatter);
 
-impl<'kvs> VisitSource<'kvs> for TextFields {
+impl<'kvs> VisitSource<'kvs> for TextFields<'_> {
     fn visit_pair(&mut self, key: Key<'kvs>, value: Value<'kvs>) -> Result<(), log::kv::Error> {
-        let value = value.to_string();
+        let owned;
+        let text = match value.to_borrowed_str() {
+            Some(text) => text,
+            None => {
+                owned = value.to_string();
+                owned.as_str()
+            }
+        };
         // Quote values a reader could otherwise split wrongly.
-        if value.is_empty() || value.contains(|c: char| c.is_whitespace() || c == '"') {
-            self.0.push_str(&format!(" {key}={value:?}"));
+        let written = if text.is_empty() || text.contains(|c: char| c.is_whitespace() || c == '"') {
+            write!(self.0, " {key}={text:?}")
         } else {
-            self.0.push_str(&format!(" {key}={value}"));
-        }
-        Ok(())
+            write!(self.0, " {key}={text}")
+        };
+        written.map_err(|_| log::kv::Error::msg("the log line could not be written"))
     }
 }
