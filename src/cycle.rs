@@ -239,7 +239,14 @@ fn run_phases(
             }
             let phase = *phase;
             let batch_started = Instant::now();
-            match run_one(client, stmts, cfg, phase, run_id, as_of, result) {
+            let batch = Batch {
+                stmts,
+                cfg,
+                phase,
+                run_id,
+                as_of,
+            };
+            match run_one(client, &batch, result) {
                 Ok(claimed) => {
                     budget.batch_took(batch_started.elapsed());
                     *taken += 1;
@@ -369,40 +376,28 @@ fn phase_slot(phase: Phase) -> usize {
     }
 }
 
-/// One batch of `phase`, counted into `result`; returns how many rows it claimed.
-fn run_one(
-    client: &mut Client,
-    stmts: &CycleStatements,
-    cfg: &RunOnceConfig,
+/// What every batch of a phase in a cycle shares: the session's statements, the
+/// settings, the phase, the run and its moment.
+struct Batch<'a> {
+    stmts: &'a CycleStatements,
+    cfg: &'a RunOnceConfig,
     phase: Phase,
     run_id: Uuid,
     as_of: DateTime<Utc>,
-    result: &mut CycleResult,
-) -> Result<usize> {
+}
+
+/// One batch, counted into `result`; returns how many rows it claimed.
+fn run_one(client: &mut Client, b: &Batch, result: &mut CycleResult) -> Result<usize> {
+    let phase = b.phase;
     let span = trace::span("expire batch", vec![Attr::new("Phase", phase.to_string())]);
-    let batch = match run_batch(
-        client,
-        stmts,
-        phase,
-        cfg,
-        run_id,
-        as_of,
-        Isolation::OnRefusal,
-    ) {
+    let batch = match run_batch(client, b, Isolation::OnRefusal) {
         Ok(Some(batch)) => Ok(batch),
         Ok(None) => {
             info!(Phase:% = phase;
                   "the database refused a row of the batch; rolled back, redone with isolation");
-            run_batch(
-                client,
-                stmts,
-                phase,
-                cfg,
-                run_id,
-                as_of,
-                Isolation::Savepoints,
-            )
-            .map(|b| b.expect("a batch written with savepoints is never sent back for isolation"))
+            run_batch(client, b, Isolation::Savepoints).map(|b| {
+                b.expect("a batch written with savepoints is never sent back for isolation")
+            })
         }
         Err(e) => Err(e),
     }
@@ -472,16 +467,9 @@ enum Isolation {
 /// transaction holds no snapshot, lock or transaction id until its first statement.
 /// `Ok(None)`: with [`Isolation::OnRefusal`], the database refused a row; the batch
 /// rolled back and nothing of it counts.
-fn run_batch(
-    client: &mut Client,
-    stmts: &CycleStatements,
-    phase: Phase,
-    cfg: &RunOnceConfig,
-    run_id: Uuid,
-    as_of: DateTime<Utc>,
-    isolation: Isolation,
-) -> Result<Option<BatchOutcome>> {
-    let outcome = batch_in_transaction(client, stmts, phase, cfg, run_id, as_of, isolation);
+fn run_batch(client: &mut Client, b: &Batch, isolation: Isolation) -> Result<Option<BatchOutcome>> {
+    let phase = b.phase;
+    let outcome = batch_in_transaction(client, b, isolation);
     let end = match &outcome {
         Ok(Some(_)) => "COMMIT AND CHAIN",
         Ok(None) | Err(_) => "ROLLBACK AND CHAIN",
@@ -584,13 +572,16 @@ impl Staged {
 /// counted here: the transaction may still fail to commit.
 fn batch_in_transaction(
     client: &mut Client,
-    stmts: &CycleStatements,
-    phase: Phase,
-    cfg: &RunOnceConfig,
-    run_id: Uuid,
-    as_of: DateTime<Utc>,
+    b: &Batch,
     isolation: Isolation,
 ) -> Result<Option<Staged>> {
+    let &Batch {
+        stmts,
+        cfg,
+        phase,
+        run_id,
+        as_of,
+    } = b;
     let batch_size = cfg.batch.size;
     let context = |what: &str| format!("{phase} batch: {what}; the batch rolled back");
     let tx = client;
