@@ -20,7 +20,7 @@ use crate::exit::{Classified, ClassifyExt, Failure, fail};
 use crate::obs::lateness::Lateness;
 use crate::obs::trace::{self, Attr};
 use crate::shutdown;
-use crate::store::{self, CycleStatements, Db, Need, Poison};
+use crate::store::{self, ClaimKey, CycleStatements, Db, Need, Poison};
 
 /// The result of a cycle, printed as one JSON line on stdout.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -45,6 +45,8 @@ pub struct CycleResult {
 #[derive(Debug, Default)]
 struct BatchOutcome {
     claimed: usize,
+    /// The key of the last row claimed: where the phase's next batch starts.
+    last: Option<ClaimKey>,
     expired: u64,
     skipped: u64,
     poison: u64,
@@ -212,8 +214,10 @@ fn run_phases(
 ) -> Result<()> {
     let mut first_error: Option<anyhow::Error> = None;
     let mut budget = Budget::new(cfg.deadline, started);
-    // Per phase: batches taken, and whether it is still taking turns.
-    let mut phases: Vec<(Phase, u32, bool)> = Phase::ALL.iter().map(|&p| (p, 0, true)).collect();
+    // Per phase: batches taken, whether it is still taking turns, and the key its next
+    // batch starts after.
+    let mut phases: Vec<(Phase, u32, bool, Option<ClaimKey>)> =
+        Phase::ALL.iter().map(|&p| (p, 0, true, None)).collect();
     let mut out_of_budget = false;
     // The batches' transactions form a chain (see `run_batch`): the first is begun
     // here, each batch ends its own with `COMMIT AND CHAIN` (or `ROLLBACK AND CHAIN`),
@@ -224,8 +228,8 @@ fn run_phases(
             message: "cannot begin the first batch's transaction".to_owned(),
         }));
     }
-    'turns: while phases.iter().any(|(_, _, open)| *open) {
-        for (phase, taken, open) in phases.iter_mut().filter(|(_, _, open)| *open) {
+    'turns: while phases.iter().any(|(_, _, open, _)| *open) {
+        for (phase, taken, open, after) in phases.iter_mut().filter(|(_, _, open, _)| *open) {
             if let Some(signal) = shutdown::requested() {
                 first_error.get_or_insert(fail(
                     Failure::Interrupted(signal),
@@ -245,11 +249,13 @@ fn run_phases(
                 phase,
                 run_id,
                 as_of,
+                after: *after,
             };
             match run_one(client, &batch, result) {
-                Ok(claimed) => {
+                Ok((claimed, last)) => {
                     budget.batch_took(batch_started.elapsed());
                     *taken += 1;
+                    *after = last.or(*after);
                     // A short batch means the phase's queue is drained (for us).
                     if claimed < cfg.batch.size as usize || *taken >= cfg.batch.max_batches {
                         *open = false;
@@ -276,8 +282,8 @@ fn run_phases(
     if out_of_budget && first_error.is_none() {
         let unfinished: Vec<Phase> = phases
             .iter()
-            .filter(|(_, _, open)| *open)
-            .map(|(p, _, _)| *p)
+            .filter(|(_, _, open, _)| *open)
+            .map(|(p, _, _, _)| *p)
             .collect();
         report_left(client, stmts, cfg, &budget, as_of, &unfinished);
     }
@@ -376,18 +382,25 @@ fn phase_slot(phase: Phase) -> usize {
     }
 }
 
-/// What every batch of a phase in a cycle shares: the session's statements, the
-/// settings, the phase, the run and its moment.
+/// What a batch of a phase in a cycle is given: the session's statements, the
+/// settings, the phase, the run and its moment, and the key the phase's previous batch
+/// in this cycle ended at.
 struct Batch<'a> {
     stmts: &'a CycleStatements,
     cfg: &'a RunOnceConfig,
     phase: Phase,
     run_id: Uuid,
     as_of: DateTime<Utc>,
+    after: Option<ClaimKey>,
 }
 
-/// One batch, counted into `result`; returns how many rows it claimed.
-fn run_one(client: &mut Client, b: &Batch, result: &mut CycleResult) -> Result<usize> {
+/// One batch, counted into `result`; returns how many rows it claimed and the key of
+/// the last one.
+fn run_one(
+    client: &mut Client,
+    b: &Batch,
+    result: &mut CycleResult,
+) -> Result<(usize, Option<ClaimKey>)> {
     let phase = b.phase;
     let span = trace::span("expire batch", vec![Attr::new("Phase", phase.to_string())]);
     let batch = match run_batch(client, b, Isolation::OnRefusal) {
@@ -418,7 +431,7 @@ fn run_one(client: &mut Client, b: &Batch, result: &mut CycleResult) -> Result<u
     }
     result.skipped_locked_count += batch.skipped;
     result.poison_count += batch.poison;
-    Ok(batch.claimed)
+    Ok((batch.claimed, batch.last))
 }
 
 /// Drops quarantine entries whose booking changed since (repaired, extended, cancelled,
@@ -498,6 +511,7 @@ fn run_batch(client: &mut Client, b: &Batch, isolation: Isolation) -> Result<Opt
 #[derive(Default)]
 struct Staged {
     claimed: usize,
+    last: Option<ClaimKey>,
     skipped: u64,
     writes: Vec<domain::BatchWrite>,
     /// Rows the guard refused (quarantined with the batch).
@@ -560,6 +574,7 @@ impl Staged {
         }
         BatchOutcome {
             claimed: self.claimed,
+            last: self.last,
             expired: self.written.expired.len() as u64,
             skipped: self.skipped,
             poison: (self.refused.len() + self.written.rejected.len()) as u64,
@@ -581,15 +596,18 @@ fn batch_in_transaction(
         phase,
         run_id,
         as_of,
+        after,
     } = b;
     let batch_size = cfg.batch.size;
     let context = |what: &str| format!("{phase} batch: {what}; the batch rolled back");
     let tx = client;
+    let claim = store::claim(tx, stmts, phase, as_of, batch_size, after)
+        .map_err(|e| e.context(context("claim failed")))?;
+    let last = claim.last_key(phase);
     let store::Claim {
         rows: claimed,
         skipped,
-    } = store::claim(tx, stmts, phase, as_of, batch_size)
-        .map_err(|e| e.context(context("claim failed")))?;
+    } = claim;
     info!(Phase:% = phase, Count = claimed.len(), SkippedLocked = skipped; "batch selected");
     if claimed.is_empty() {
         // Nothing written: the commit that ends the transaction releases nothing.
@@ -647,6 +665,7 @@ fn batch_in_transaction(
         .map_err(|e| e.context(context("quarantine failed")))?;
     Ok(Some(Staged {
         claimed: claimed.len(),
+        last,
         skipped,
         writes,
         refused,

@@ -8,6 +8,10 @@ use booking_expire::domain::Phase;
 use booking_expire::store::{MARK_PUBLISHED_SQL, PENDING_SQL, claim_counting_sql, claim_sql};
 use common::*;
 
+/// The claim's "no previous batch" key: a cycle's first batch.
+const NO_DEADLINE: Option<chrono::DateTime<chrono::Utc>> = None;
+const NO_ID: Option<uuid::Uuid> = None;
+
 #[test]
 fn the_claim_of_each_phase_uses_its_partial_index() {
     let db = TestDb::new();
@@ -27,7 +31,7 @@ fn the_claim_of_each_phase_uses_its_partial_index() {
             let plan: String = c
                 .query(
                     &format!("EXPLAIN {}", claim_sql(phase)),
-                    &[&chrono::Utc::now(), &200_i64],
+                    &[&chrono::Utc::now(), &200_i64, &NO_DEADLINE, &NO_ID],
                 )
                 .unwrap()
                 .iter()
@@ -128,7 +132,7 @@ fn the_skipped_count_reads_only_up_to_the_claimed_key_in_its_generic_plan() {
         let plan: String = c
             .query(
                 &format!("EXPLAIN {}", claim_counting_sql(phase)),
-                &[&chrono::Utc::now(), &200_i64],
+                &[&chrono::Utc::now(), &200_i64, &NO_DEADLINE, &NO_ID],
             )
             .unwrap()
             .iter()
@@ -138,8 +142,19 @@ fn the_skipped_count_reads_only_up_to_the_claimed_key_in_its_generic_plan() {
         assert!(plan.contains(index), "{phase}:\n{plan}");
         let index_conds: Vec<&str> = plan.lines().filter(|l| l.contains("Index Cond")).collect();
         assert!(
-            index_conds.iter().any(|l| l.contains("ROW(")),
+            index_conds.iter().any(|l| l.contains("<= ROW(")),
             "{phase}: the bound to the claimed key is not an index condition:\n{plan}"
+        );
+        // Both the claim and the count start after the previous batch's key, in the
+        // index too: a drain's batch does not walk the dead entries its predecessors
+        // left at the index head.
+        assert_eq!(
+            index_conds
+                .iter()
+                .filter(|l| l.contains(", id) > ROW("))
+                .count(),
+            2,
+            "{phase}: the previous batch's key is not an index condition of both:\n{plan}"
         );
     }
 }
@@ -390,7 +405,12 @@ fn the_claim_keeps_its_partial_index_on_bookings_a_burst_filled_after_their_last
         (Phase::Booking, "ix_bookings_booking_expires_at"),
     ] {
         for mode in ["force_custom_plan", "force_generic_plan"] {
-            let plan = explain(&mut c, mode, &claim_sql(phase), &[&now, &200_i64]);
+            let plan = explain(
+                &mut c,
+                mode,
+                &claim_sql(phase),
+                &[&now, &200_i64, &NO_DEADLINE, &NO_ID],
+            );
             assert!(
                 plan.contains(&format!("Index Scan using {index} on bookings b")),
                 "{phase} {mode}:\n{plan}"

@@ -375,6 +375,33 @@ fn skipped_rows_ahead_of_a_full_batch_are_counted() {
 }
 
 #[test]
+fn a_row_held_through_a_drain_is_counted_once_and_the_batches_after_it_go_on() {
+    let db = TestDb::new();
+    let mut c = db.client();
+    let ids = seed_many(&mut c, 5, |i| Seed::booked(-500 + i as i64));
+    let mut manager = db.client();
+    let mut tx = manager.transaction().unwrap();
+    tx.execute(
+        "SELECT 1 FROM crm.bookings WHERE id = $1 FOR UPDATE",
+        &[&ids[0]],
+    )
+    .unwrap();
+    // Three batches of two: ids[1..3], ids[3..5], then none. Each starts after the key
+    // the one before it ended at, so the held row at the head is passed once, not by
+    // every batch of the cycle.
+    let result = db.run_once(&["--batch-size", "2", "--max-batches", "10"]);
+    assert_eq!(result.counts(), (0, 4, 1, 0));
+    assert_eq!(status_of(&mut c, ids[0]), "Booked");
+    for id in &ids[1..] {
+        assert_eq!(status_of(&mut c, *id), "BookingExpired");
+    }
+    tx.rollback().unwrap();
+    // The next cycle starts at the head again and finds it.
+    assert_eq!(db.run_once(&[]).counts(), (0, 1, 0, 0));
+    assert_eq!(status_of(&mut c, ids[0]), "BookingExpired");
+}
+
+#[test]
 fn a_managers_extend_committed_first_wins() {
     let db = TestDb::new();
     let mut c = db.client();

@@ -59,32 +59,61 @@ pub(crate) const BOOKING_COLUMNS: &str = "b.id, b.tenant_id, b.deal_id, b.proper
 /// The candidates of a phase, oldest deadline first: the one predicate that both the
 /// claim (`run-once`) and `dry-run` use. `$1` = AsOf, `$2` = the limit.
 pub fn candidates_sql(phase: Phase) -> String {
+    candidates_where_sql(phase, "")
+}
+
+fn candidates_where_sql(phase: Phase, and: &str) -> String {
     format!(
         "SELECT {BOOKING_COLUMNS} FROM crm.bookings b \
-          WHERE {} AND {NOT_QUARANTINED} \
+          WHERE {} AND {NOT_QUARANTINED}{and} \
           ORDER BY b.{col}, b.id LIMIT $2",
         overdue_predicate(phase),
         col = deadline_column(phase),
     )
 }
 
-/// The claim: the candidates, locked until the transaction ends, skipping rows another
-/// holder has locked.
+/// The phase's key `(deadline, id)` after the cycle's previous batch: `$3` = its
+/// deadline, `$4` = its id, both NULL for a cycle's first batch (written as the
+/// smallest key, so the bound stays an index condition in the generic plan, as the
+/// skipped count's does). A drain's batch then starts reading the index where the
+/// batch before it stopped, instead of at its head: the head holds one dead entry per
+/// row expired since the last `VACUUM`, which every batch would otherwise walk again
+/// (after an outage, hundreds of thousands; the claim grew from 3 to 9 ms over three
+/// cycles of a catch-up). A row left behind the key (held by another session, or
+/// changed back to overdue meanwhile) waits for the next cycle, which starts at the
+/// head again.
+fn after_bound(phase: Phase) -> String {
+    format!(
+        "(b.{col}, b.id) > (coalesce($3::timestamptz, '-infinity'::timestamptz), \
+                            coalesce($4::uuid, '00000000-0000-0000-0000-000000000000'::uuid))",
+        col = deadline_column(phase),
+    )
+}
+
+/// The claim: the candidates after the previous batch's key (see [`after_bound`]),
+/// locked until the transaction ends, skipping rows another holder has locked.
+/// `$1` = AsOf, `$2` = the limit, `$3`/`$4` = the previous batch's last key or NULL.
 pub fn claim_sql(phase: Phase) -> String {
-    format!("{} FOR UPDATE OF b SKIP LOCKED", candidates_sql(phase))
+    format!(
+        "{} FOR UPDATE OF b SKIP LOCKED",
+        candidates_where_sql(phase, &format!(" AND {}", after_bound(phase)))
+    )
 }
 
 /// The claim and the skipped-locked count in one statement (one round trip): the first
-/// column, `skipped`, counts the eligible rows at or before the last claimed key (or
-/// anywhere, when the claim did not fill the batch) that the claim did not get because
-/// someone else holds them; the other columns are the claimed rows, in claim order. An
-/// empty claim still returns one row, with the count and NULL booking columns.
+/// column, `skipped`, counts the eligible rows between the previous batch's key and the
+/// last claimed key (or anywhere after the previous key, when the claim did not fill
+/// the batch) that the claim did not get because someone else holds them, so a row
+/// held through a whole drain is counted once per cycle, not once per batch; the other
+/// columns are the claimed rows, in claim order. An empty claim still returns one row,
+/// with the count and NULL booking columns.
 ///
 /// The count runs after the claim (it reads the claimed CTE) and locks nothing. Its
 /// bound is one row comparison, with "no bound" written as the largest key, rather than
 /// `$3 IS NULL OR …`: the comparison is then an index condition also in the generic plan
 /// a session switches to after five batches, so a drain reads only up to the claimed
-/// key instead of the whole remaining backlog per batch. `$1` = AsOf, `$2` = the limit.
+/// key instead of the whole remaining backlog per batch. `$1` = AsOf, `$2` = the limit,
+/// `$3`/`$4` = the previous batch's last key (see [`claim_sql`]).
 pub fn claim_counting_sql(phase: Phase) -> String {
     format!(
         "WITH claimed AS MATERIALIZED ({claim}), \
@@ -94,7 +123,7 @@ pub fn claim_counting_sql(phase: Phase) -> String {
                  ORDER BY c.{col} DESC, c.id DESC LIMIT 1), \
               skipped AS ( \
                 SELECT count(*) AS skipped FROM crm.bookings b \
-                 WHERE {predicate} AND {NOT_QUARANTINED} \
+                 WHERE {predicate} AND {NOT_QUARANTINED} AND {after} \
                    AND b.id <> ALL(ARRAY(SELECT id FROM claimed)) \
                    AND (b.{col}, b.id) <= \
                        (coalesce((SELECT deadline FROM last), 'infinity'::timestamptz), \
@@ -103,6 +132,7 @@ pub fn claim_counting_sql(phase: Phase) -> String {
           ORDER BY c.{col}, c.id",
         claim = claim_sql(phase),
         predicate = overdue_predicate(phase),
+        after = after_bound(phase),
         col = deadline_column(phase),
     )
 }
@@ -276,16 +306,34 @@ pub struct Claim {
     pub skipped: u64,
 }
 
-/// Claims up to `limit` overdue bookings of `phase`, locked until the transaction ends,
-/// and counts the rows it skipped because someone else holds them, in one statement.
+/// A phase's position in its index, `(deadline, id)`: where the next batch of a cycle
+/// starts (see [`claim_sql`]).
+pub type ClaimKey = (DateTime<Utc>, Uuid);
+
+impl Claim {
+    /// The key of the last row claimed, in claim order.
+    pub fn last_key(&self, phase: Phase) -> Option<ClaimKey> {
+        let last = self.rows.last()?;
+        Some((last.deadline(phase)?, last.id))
+    }
+}
+
+/// Claims up to `limit` overdue bookings of `phase` after `after` (the previous batch's
+/// last key; `None` from the head), locked until the transaction ends, and counts the
+/// rows it skipped because someone else holds them, in one statement.
 pub fn claim(
     tx: &mut impl GenericClient,
     stmts: &CycleStatements,
     phase: Phase,
     as_of: DateTime<Utc>,
     limit: u32,
+    after: Option<ClaimKey>,
 ) -> Result<Claim> {
-    let rows = tx.query(&stmts.claim[index(phase)], &[&as_of, &i64::from(limit)])?;
+    let (deadline, id) = (after.map(|k| k.0), after.map(|k| k.1));
+    let rows = tx.query(
+        &stmts.claim[index(phase)],
+        &[&as_of, &i64::from(limit), &deadline, &id],
+    )?;
     let skipped = rows
         .first()
         .map_or(0, |r| r.get::<_, i64>("skipped").max(0) as u64);

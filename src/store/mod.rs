@@ -14,9 +14,9 @@ mod schema;
 pub use clock::{ClockSkew, measure_clock_skew};
 pub use connect::{Db, connect};
 pub use expiration::{
-    BatchWrite, Claim, CycleStatements, Poison, WriteOutcome, booking_row, candidates_sql, claim,
-    claim_counting_sql, claim_sql, count_left, left_sql, quarantine, release_stale_quarantine,
-    write_direct, write_isolating,
+    BatchWrite, Claim, ClaimKey, CycleStatements, Poison, WriteOutcome, booking_row,
+    candidates_sql, claim, claim_counting_sql, claim_sql, count_left, left_sql, quarantine,
+    release_stale_quarantine, write_direct, write_isolating,
 };
 pub use hygiene::{
     Hygiene, IndexSize, Listed, PreparedHolder, SessionHolder, SlotHolder, TableHealth, XminHorizon,
