@@ -128,20 +128,13 @@ pub fn run_cycle(
         cfg.deadline.saturating_sub(started.elapsed()),
         db.interrupter(),
     );
-    let outcome =
-        run_phases(&mut db.client, stmts, cfg, run_id, as_of, started, result).map_err(|e| {
-            if deadline.fired() {
-                e.context(Classified {
-                    failure: Failure::Temporary,
-                    message: format!(
-                        "the cycle deadline of {}ms passed mid-batch",
-                        cfg.deadline.as_millis()
-                    ),
-                })
-            } else {
-                e
-            }
-        });
+    let outcome = run_phases(db, stmts, cfg, run_id, as_of, started, result).map_err(|e| {
+        if deadline.fired() {
+            passed_mid_batch(e, cfg)
+        } else {
+            e
+        }
+    });
     drop(deadline);
     result.duration_ms = started.elapsed().as_millis() as u64;
     match outcome {
@@ -197,14 +190,19 @@ fn check_clock(client: &mut Client, max: std::time::Duration) -> Result<()> {
 /// Both phases, batch by batch in turn (Reserve, Booking, Reserve, …), each until its
 /// queue is empty for us or it took `max_batches`, while the cycle's budget allows a
 /// new batch (see [`Budget`]). Taking turns keeps a backlog of one phase from holding
-/// back the other's expiries when a catch-up needs several cycles. A phase that fails
-/// does not stop the other: its batch rolled back, the error is kept, the other phase
-/// goes on, and the cycle then fails with the first error (a poison row in one phase
-/// must never hold back the other's expiries). A signal or a lost connection stop
-/// everything. Running out of budget with rows left is a normal end: the rest waits
-/// for the next cycle, and how much is left is logged.
+/// back the other's expiries when a catch-up needs several cycles. When the first turn
+/// finds both phases with a backlog (both batches full: after an outage), the Booking
+/// phase goes on on a second session of its own, side by side with the Reserve phase
+/// on this one ([`side_by_side`]): the two use both the database's and the client's
+/// time, which one session alternates between. A normal minute never opens it.
+///
+/// A phase that fails does not stop the other: its batch rolled back, the error is
+/// kept, the other phase goes on, and the cycle then fails with the first error (a
+/// poison row in one phase must never hold back the other's expiries). A signal or a
+/// lost connection stop everything. Running out of budget with rows left is a normal
+/// end: the rest waits for the next cycle, and how much is left is logged.
 fn run_phases(
-    client: &mut Client,
+    db: &mut Db,
     stmts: &CycleStatements,
     cfg: &RunOnceConfig,
     run_id: Uuid,
@@ -212,81 +210,61 @@ fn run_phases(
     started: Instant,
     result: &mut CycleResult,
 ) -> Result<()> {
-    let mut first_error: Option<anyhow::Error> = None;
     let mut budget = Budget::new(cfg.deadline, started);
-    // Per phase: batches taken, whether it is still taking turns, and the key its next
-    // batch starts after.
-    let mut phases: Vec<(Phase, u32, bool, Option<ClaimKey>)> =
-        Phase::ALL.iter().map(|&p| (p, 0, true, None)).collect();
-    let mut out_of_budget = false;
+    let mut turns = Phase::ALL.map(Turn::new);
+    let mut drained = Drained::default();
+    let s = Session {
+        stmts,
+        cfg,
+        run_id,
+        as_of,
+    };
     // The batches' transactions form a chain (see `run_batch`): the first is begun
     // here, each batch ends its own with `COMMIT AND CHAIN` (or `ROLLBACK AND CHAIN`),
     // and the empty one left after the last batch is ended below.
-    if let Err(e) = client.batch_execute("BEGIN") {
-        return Err(anyhow::Error::new(e).context(Classified {
-            failure: Failure::Temporary,
-            message: "cannot begin the first batch's transaction".to_owned(),
-        }));
+    begin_chain(&mut db.client)?;
+    s.drain(
+        &mut db.client,
+        &mut budget,
+        &mut turns,
+        result,
+        &mut drained,
+        true,
+    );
+    if !drained.stopped && drained.first_error.is_none() && turns.iter().all(|t| t.open) {
+        side_by_side(
+            db,
+            &s,
+            started,
+            &mut budget,
+            &mut turns,
+            result,
+            &mut drained,
+        );
     }
-    'turns: while phases.iter().any(|(_, _, open, _)| *open) {
-        for (phase, taken, open, after) in phases.iter_mut().filter(|(_, _, open, _)| *open) {
-            if let Some(signal) = shutdown::requested() {
-                first_error.get_or_insert(fail(
-                    Failure::Interrupted(signal),
-                    format!("interrupted by signal {signal}; no new batch started"),
-                ));
-                break 'turns;
-            }
-            if !budget.allows_a_batch() {
-                out_of_budget = true;
-                break 'turns;
-            }
-            let phase = *phase;
-            let batch_started = Instant::now();
-            let batch = Batch {
-                stmts,
-                cfg,
-                phase,
-                run_id,
-                as_of,
-                after: *after,
-            };
-            match run_one(client, &batch, result) {
-                Ok((claimed, last)) => {
-                    budget.batch_took(batch_started.elapsed());
-                    *taken += 1;
-                    *after = last.or(*after);
-                    // A short batch means the phase's queue is drained (for us).
-                    if claimed < cfg.batch.size as usize || *taken >= cfg.batch.max_batches {
-                        *open = false;
-                    }
-                }
-                Err(e) => {
-                    *open = false;
-                    let fatal = shutdown::requested().is_some() || client.is_closed();
-                    error!(phase:% = phase, error:% = format!("{e:#}");
-                           "phase failed; its batch rolled back");
-                    first_error.get_or_insert(e);
-                    if fatal {
-                        break 'turns;
-                    }
-                }
-            }
-        }
+    // What is still open takes turns on this session: after a normal first turn, or
+    // when the second session could not be opened or failed.
+    if !drained.stopped {
+        s.drain(
+            &mut db.client,
+            &mut budget,
+            &mut turns,
+            result,
+            &mut drained,
+            false,
+        );
     }
+    let client = &mut db.client;
     // Ends the empty transaction the last batch chained (nothing in it: no statement
     // ran since). A lost connection shows in `is_closed` below.
     if !client.is_closed() {
         let _ = client.batch_execute("ROLLBACK");
     }
-    if out_of_budget && first_error.is_none() {
-        let unfinished: Vec<Phase> = phases
-            .iter()
-            .filter(|(_, _, open, _)| *open)
-            .map(|(p, _, _, _)| *p)
-            .collect();
+    if drained.out_of_budget && drained.first_error.is_none() {
+        let unfinished: Vec<Phase> = turns.iter().filter(|t| t.open).map(|t| t.phase).collect();
         report_left(client, stmts, cfg, &budget, as_of, &unfinished);
     }
+    let mut first_error = drained.first_error;
     if !client.is_closed() {
         release_stale_quarantine(client, stmts, as_of, &budget, &mut first_error);
     }
@@ -296,13 +274,247 @@ fn run_phases(
     }
 }
 
+/// Begins the first transaction of a session's chain of batches.
+fn begin_chain(client: &mut Client) -> Result<()> {
+    client.batch_execute("BEGIN").map_err(|e| {
+        anyhow::Error::new(e).context(Classified {
+            failure: Failure::Temporary,
+            message: "cannot begin the first batch's transaction".to_owned(),
+        })
+    })
+}
+
+/// A phase between its batches in a cycle.
+#[derive(Debug, Clone, Copy)]
+struct Turn {
+    phase: Phase,
+    /// Batches taken so far.
+    taken: u32,
+    /// Whether it still takes batches.
+    open: bool,
+    /// The key its next batch starts after.
+    after: Option<ClaimKey>,
+}
+
+impl Turn {
+    fn new(phase: Phase) -> Self {
+        Turn {
+            phase,
+            taken: 0,
+            open: true,
+            after: None,
+        }
+    }
+}
+
+/// How the phases' batches ended so far.
+#[derive(Default)]
+struct Drained {
+    first_error: Option<anyhow::Error>,
+    /// The budget allowed no further batch while a phase was still open.
+    out_of_budget: bool,
+    /// Nothing more may run: a signal, a lost connection, or the budget spent.
+    stopped: bool,
+}
+
+/// What the batches of a cycle share, whichever session runs them.
+struct Session<'a> {
+    stmts: &'a CycleStatements,
+    cfg: &'a RunOnceConfig,
+    run_id: Uuid,
+    as_of: DateTime<Utc>,
+}
+
+impl Session<'_> {
+    /// The open `turns`, batch by batch in turn on `client` (inside its chain of
+    /// transactions), until none is open, or after one round when `one_round`.
+    fn drain(
+        &self,
+        client: &mut Client,
+        budget: &mut Budget,
+        turns: &mut [Turn],
+        result: &mut CycleResult,
+        drained: &mut Drained,
+        one_round: bool,
+    ) {
+        while turns.iter().any(|t| t.open) {
+            for turn in turns.iter_mut().filter(|t| t.open) {
+                if let Some(signal) = shutdown::requested() {
+                    drained.first_error.get_or_insert(fail(
+                        Failure::Interrupted(signal),
+                        format!("interrupted by signal {signal}; no new batch started"),
+                    ));
+                    drained.stopped = true;
+                    return;
+                }
+                if !budget.allows_a_batch() {
+                    drained.out_of_budget = true;
+                    drained.stopped = true;
+                    return;
+                }
+                let phase = turn.phase;
+                let batch_started = Instant::now();
+                let batch = Batch {
+                    stmts: self.stmts,
+                    cfg: self.cfg,
+                    phase,
+                    run_id: self.run_id,
+                    as_of: self.as_of,
+                    after: turn.after,
+                };
+                match run_one(client, &batch, result) {
+                    Ok((claimed, last)) => {
+                        budget.batch_took(batch_started.elapsed());
+                        turn.taken += 1;
+                        turn.after = last.or(turn.after);
+                        // A short batch means the phase's queue is drained (for us).
+                        if claimed < self.cfg.batch.size as usize
+                            || turn.taken >= self.cfg.batch.max_batches
+                        {
+                            turn.open = false;
+                        }
+                    }
+                    Err(e) => {
+                        turn.open = false;
+                        let fatal = shutdown::requested().is_some() || client.is_closed();
+                        error!(phase:% = phase, error:% = format!("{e:#}");
+                               "phase failed; its batch rolled back");
+                        drained.first_error.get_or_insert(e);
+                        if fatal {
+                            drained.stopped = true;
+                            return;
+                        }
+                    }
+                }
+            }
+            if one_round {
+                return;
+            }
+        }
+    }
+}
+
+/// The Booking phase on a second session, side by side with the Reserve phase on
+/// `db`, each with the same deadline; both sessions' statements are cancelled on a
+/// signal. If the second session cannot be opened (a connection limit, the database
+/// going away), the Booking phase is left open and goes on taking turns on `db`
+/// afterwards: a slower catch-up, never a failed cycle. What either did is counted
+/// into `result` and `drained`; a failure of either is the cycle's.
+fn side_by_side(
+    db: &mut Db,
+    s: &Session,
+    started: Instant,
+    budget: &mut Budget,
+    turns: &mut [Turn; 2],
+    result: &mut CycleResult,
+    drained: &mut Drained,
+) {
+    let [reserve, booking] = turns;
+    info!(Phase:% = booking.phase, ElapsedMs = started.elapsed().as_millis() as u64;
+          "both phases have a backlog: the Booking phase goes on on a second session");
+    let cfg = s.cfg;
+    let mut other_budget = budget.clone();
+    let mut other = CycleResult {
+        run_id: s.run_id,
+        lateness: result.lateness.clone(),
+        ..CycleResult::default()
+    };
+    let interrupt_first = db.interrupter();
+    let carried = trace::carry();
+    let other_drained = std::thread::scope(|scope| {
+        let second = scope.spawn(|| {
+            let _span = carried.enter();
+            let mut drained = Drained::default();
+            let opened = store::connect(&cfg.db).and_then(|mut db2| {
+                let stmts = CycleStatements::prepare(&mut db2.client)?;
+                begin_chain(&mut db2.client)?;
+                Ok((db2, stmts))
+            });
+            let (mut db2, stmts) = match opened {
+                Ok(opened) => opened,
+                Err(e) => {
+                    warn!(error:% = format!("{e:#}");
+                          "cannot open a second session; the phases go on taking turns on one");
+                    return None;
+                }
+            };
+            let interrupt_second = db2.interrupter();
+            shutdown::on_signal(move || {
+                interrupt_first();
+                interrupt_second();
+            });
+            let deadline = shutdown::Deadline::start(
+                cfg.deadline.saturating_sub(started.elapsed()),
+                db2.interrupter(),
+            );
+            let other_session = Session {
+                stmts: &stmts,
+                ..*s
+            };
+            other_session.drain(
+                &mut db2.client,
+                &mut other_budget,
+                std::slice::from_mut(booking),
+                &mut other,
+                &mut drained,
+                false,
+            );
+            if !db2.client.is_closed() {
+                let _ = db2.client.batch_execute("ROLLBACK");
+            }
+            if deadline.fired() {
+                drained.first_error = drained.first_error.map(|e| passed_mid_batch(e, cfg));
+            }
+            Some(drained)
+        });
+        s.drain(
+            &mut db.client,
+            budget,
+            std::slice::from_mut(reserve),
+            result,
+            drained,
+            false,
+        );
+        match second.join() {
+            Ok(d) => d,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    });
+    // The second session is closed: a signal now only needs to reach this one.
+    shutdown::on_signal(db.interrupter());
+    let Some(other_drained) = other_drained else {
+        return;
+    };
+    result.booking_expired_count += other.booking_expired_count;
+    result.reserve_expired_count += other.reserve_expired_count;
+    result.skipped_locked_count += other.skipped_locked_count;
+    result.poison_count += other.poison_count;
+    budget.slowest = budget.slowest.max(other_budget.slowest);
+    if let Some(e) = other_drained.first_error {
+        drained.first_error.get_or_insert(e);
+    }
+    drained.out_of_budget |= other_drained.out_of_budget;
+    drained.stopped |= other_drained.stopped;
+}
+
+/// A failure of a batch cut short by the cycle's deadline, told as such.
+fn passed_mid_batch(e: anyhow::Error, cfg: &RunOnceConfig) -> anyhow::Error {
+    e.context(Classified {
+        failure: Failure::Temporary,
+        message: format!(
+            "the cycle deadline of {}ms passed mid-batch",
+            cfg.deadline.as_millis()
+        ),
+    })
+}
+
 /// The cycle's time budget for starting batches. `--deadline` is the hard end (a
 /// statement still running then is cancelled and its batch rolls back, exit 75), so
 /// the cycle stops taking new batches early enough for the batch it starts to finish
 /// before it: no batch starts once the time left is less than twice the slowest batch
 /// so far, nor less than a margin of a tenth of the deadline (at most 1 s) that covers
 /// a first batch and the bookkeeping after the last.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Budget {
     deadline: std::time::Duration,
     started: Instant,

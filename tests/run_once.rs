@@ -389,8 +389,56 @@ fn json_lines(stderr: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The log line of a cycle that goes on with the Booking phase on a second session.
+const SECOND_SESSION: &str =
+    "both phases have a backlog: the Booking phase goes on on a second session";
+
+/// (Phase, Count) of each "batch selected" line, in the order logged.
+fn selected_batches(lines: &[serde_json::Value]) -> Vec<(String, u64)> {
+    lines
+        .iter()
+        .filter(|l| l["msg"] == "batch selected")
+        .map(|l| {
+            (
+                l["Phase"].as_str().unwrap().to_owned(),
+                l["Count"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
 #[test]
-fn a_cycle_takes_batches_of_both_phases_in_turn_until_drained_or_max_batches() {
+fn a_backlog_in_one_phase_only_stays_on_one_session() {
+    let db = TestDb::new();
+    let mut c = db.client();
+    seed_many(&mut c, 12, |i| Seed::reserved(-600 + i as i64));
+    let run = Run::of(
+        db.command(&["run-once", "--batch-size", "5", "--max-batches", "100"])
+            .env("LOG_FORMAT", "json")
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.result().counts(), (12, 0, 0, 0));
+    let lines = json_lines(&run.stderr);
+    assert_eq!(
+        selected_batches(&lines),
+        [
+            ("Reserve".to_owned(), 5),
+            ("Booking".to_owned(), 0),
+            ("Reserve".to_owned(), 5),
+            ("Reserve".to_owned(), 2),
+        ]
+    );
+    assert!(
+        !lines.iter().any(|l| l["msg"] == SECOND_SESSION),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_cycle_takes_batches_of_both_phases_in_turn_then_side_by_side_until_drained_or_max_batches() {
     let db = TestDb::new();
     let mut c = db.client();
     seed_many(&mut c, 50, |i| {
@@ -416,7 +464,9 @@ fn a_cycle_takes_batches_of_both_phases_in_turn_until_drained_or_max_batches() {
     );
 
     // No cap in reach: 5 full batches per phase, then one short (empty) batch each
-    // says the phase is drained; Reserve and Booking alternate batch by batch.
+    // says the phase is drained. The first turn, Reserve then Booking, finds both
+    // full: a backlog in both, so the Booking phase goes on on a second session, side
+    // by side with the Reserve phase.
     let out = twin
         .command(&["run-once", "--batch-size", "5", "--max-batches", "100"])
         .env("LOG_FORMAT", "json")
@@ -426,24 +476,25 @@ fn a_cycle_takes_batches_of_both_phases_in_turn_until_drained_or_max_batches() {
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(run.result().counts(), (25, 25, 0, 0));
     let lines = json_lines(&run.stderr);
-    let batches: Vec<(String, u64)> = lines
-        .iter()
-        .filter(|l| l["msg"] == "batch selected")
-        .map(|l| {
-            (
-                l["Phase"].as_str().unwrap().to_owned(),
-                l["Count"].as_u64().unwrap(),
-            )
-        })
-        .collect();
-    let mut expected = Vec::new();
-    for _ in 0..5 {
-        expected.push(("Reserve".to_owned(), 5));
-        expected.push(("Booking".to_owned(), 5));
+    let batches = selected_batches(&lines);
+    assert_eq!(
+        batches[..2],
+        [("Reserve".to_owned(), 5), ("Booking".to_owned(), 5)]
+    );
+    for phase in ["Reserve", "Booking"] {
+        let counts: Vec<u64> = batches
+            .iter()
+            .filter(|(p, _)| p == phase)
+            .map(|(_, n)| *n)
+            .collect();
+        assert_eq!(counts, [5, 5, 5, 5, 5, 0], "{phase}");
     }
-    expected.push(("Reserve".to_owned(), 0));
-    expected.push(("Booking".to_owned(), 0));
-    assert_eq!(batches, expected);
+    let side_by_side: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|l| l["msg"] == SECOND_SESSION)
+        .collect();
+    assert_eq!(side_by_side.len(), 1, "{}", run.stderr);
+    assert_eq!(side_by_side[0]["Phase"], "Booking");
     assert!(
         !lines
             .iter()
@@ -534,4 +585,72 @@ fn a_cycle_out_of_budget_with_rows_left_ends_before_its_deadline_with_exit_0_and
         assert!(cycles < 10, "the backlog does not shrink");
     }
     assert_eq!(assert_each_expiry_written_once(&mut c), 400);
+}
+
+/// A cycle's settings as `run-once` would read them, for the database at `url`.
+fn run_once_config(url: &str) -> booking_expire::config::RunOnceConfig {
+    use booking_expire::cli::{Cli, Command};
+    use clap::Parser;
+    let cli = Cli::try_parse_from([
+        "booking-expire",
+        "run-once",
+        "--database-url",
+        url,
+        "--batch-size",
+        "5",
+        "--max-batches",
+        "100",
+        "--connect-timeout",
+        "2s",
+    ])
+    .unwrap();
+    match cli.command {
+        Command::RunOnce(args) => booking_expire::config::RunOnceConfig::from_args(&args).unwrap(),
+        _ => unreachable!(),
+    }
+}
+
+#[test]
+fn a_second_session_that_cannot_be_opened_leaves_the_phases_taking_turns_on_one() {
+    use booking_expire::cycle::{self, CycleResult};
+    use booking_expire::store::{self, CycleStatements};
+    let db = TestDb::new();
+    let mut c = db.client();
+    seed_many(&mut c, 24, |i| {
+        if i % 2 == 0 {
+            Seed::reserved(-600 + i as i64)
+        } else {
+            Seed::booked(-600 + i as i64)
+        }
+    });
+    // The cycle's own session is open; the settings it would open a second one from
+    // name a port nothing listens on (as a connection limit or a database going away
+    // would refuse it). Both phases have a backlog after the first turn (5 + 5 of 12
+    // each), so the cycle tries, fails, and drains both on its one session.
+    let mut session = store::connect(&run_once_config(&db.url).db).unwrap();
+    let stmts = CycleStatements::prepare(&mut session.client).unwrap();
+    let dead_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let unreachable = run_once_config(&format!("postgres://postgres@127.0.0.1:{dead_port}/x"));
+    let mut result = CycleResult {
+        run_id: uuid::Uuid::new_v4(),
+        ..CycleResult::default()
+    };
+    cycle::run_cycle(
+        &mut session,
+        &stmts,
+        &unreachable,
+        chrono::Utc::now(),
+        std::time::Instant::now(),
+        &mut result,
+    )
+    .unwrap();
+    assert_eq!(
+        (result.reserve_expired_count, result.booking_expired_count),
+        (12, 12)
+    );
+    assert_eq!(assert_each_expiry_written_once(&mut c), 24);
 }

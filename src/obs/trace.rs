@@ -297,6 +297,21 @@ pub fn record_child(
     drop(span);
 }
 
+/// The current span, to be made current on another thread ([`Carried::enter`]), so
+/// what that thread records nests under it.
+pub struct Carried(Context);
+
+pub fn carry() -> Carried {
+    Carried(Context::current())
+}
+
+impl Carried {
+    /// Makes the carried span current on this thread until the guard drops.
+    pub fn enter(self) -> ContextGuard {
+        self.0.attach()
+    }
+}
+
 /// The W3C `traceparent` of the current span, when tracing is on and one is current.
 pub fn current_traceparent() -> Option<String> {
     let cx = Context::current();
