@@ -579,7 +579,8 @@ bench_scaleout() {
         [[ $got == "$total $total $total $total $total $total 0" ]] \
             || die "scale-out, $n processes: expected $total rows once each in outbox, audit and timeline and none overdue, got $got"
         local cycles samples waits max_waits
-        cycles=$(cat "$WORK"/scaleout-"$n"-* | grep -c '"RunId"')
+        # The cycles' results only (stdout); their logs (.err) name the run id too.
+        cycles=$(for f in "$WORK"/scaleout-"$n"-*; do [[ $f == *.err ]] || cat "$f"; done | grep -c '"RunId"')
         samples=$(awk 'NF == 3 && $1 > 0' "$WORK/scaleout-samples" | wc -l)
         waits=$(awk 'NF == 3 && $1 > 0 && ($2 > 0 || $3 > 0)' "$WORK/scaleout-samples" | wc -l)
         max_waits=$(awk 'NF == 3 { if ($2 > m) m = $2; if ($3 > g) g = $3 } END { print m + 0 "/" g + 0 }' "$WORK/scaleout-samples")
