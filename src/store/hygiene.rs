@@ -184,7 +184,10 @@ SELECT a.pid, coalesce(a.application_name, '') AS app, a.usename::text AS usr, a
  LIMIT $3";
 
 /// Sessions of this database holding an xid or a snapshot whose details the role may
-/// not see (no `backend_type`); `$1` = how many to list.
+/// not see (no `backend_type`); `$1` = how many to list. A hidden row with no user is
+/// an autovacuum worker (its `ANALYZE` holds a snapshot for as long as it reads a
+/// table): PostgreSQL's own upkeep, not a session anyone could end, and with no start
+/// time shown it would be listed however briefly it held the snapshot.
 pub const HIDDEN_SESSIONS_SQL: &str = "\
 SELECT a.pid, coalesce(a.application_name, '') AS app, a.usename::text AS usr, a.state,
        a.xact_start, a.backend_xid::text AS xid, a.backend_xmin::text AS xmin,
@@ -195,6 +198,7 @@ SELECT a.pid, coalesce(a.application_name, '') AS app, a.usename::text AS usr, a
    AND (a.backend_xid IS NOT NULL OR a.backend_xmin IS NOT NULL)
    AND a.datname = current_database()
    AND a.backend_type IS NULL
+   AND a.usesysid IS NOT NULL
  ORDER BY xid_age DESC NULLS LAST, a.pid
  LIMIT $1";
 
