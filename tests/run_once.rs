@@ -587,28 +587,15 @@ fn a_cycle_out_of_budget_with_rows_left_ends_before_its_deadline_with_exit_0_and
     assert_eq!(assert_each_expiry_written_once(&mut c), 400);
 }
 
-/// A cycle's settings as `run-once` would read them, for the database at `url`.
-fn run_once_config(url: &str) -> booking_expire::config::RunOnceConfig {
-    use booking_expire::cli::{Cli, Command};
-    use clap::Parser;
-    let cli = Cli::try_parse_from([
-        "booking-expire",
-        "run-once",
-        "--database-url",
-        url,
-        "--batch-size",
-        "5",
-        "--max-batches",
-        "100",
-        "--connect-timeout",
-        "2s",
-    ])
-    .unwrap();
-    match cli.command {
-        Command::RunOnce(args) => booking_expire::config::RunOnceConfig::from_args(&args).unwrap(),
-        _ => unreachable!(),
-    }
-}
+/// The settings of the cycles below: batches of 5, no cap in reach.
+const SMALL_BATCHES: &[&str] = &[
+    "--batch-size",
+    "5",
+    "--max-batches",
+    "100",
+    "--connect-timeout",
+    "2s",
+];
 
 #[test]
 fn a_second_session_that_cannot_be_opened_leaves_the_phases_taking_turns_on_one() {
@@ -627,14 +614,17 @@ fn a_second_session_that_cannot_be_opened_leaves_the_phases_taking_turns_on_one(
     // name a port nothing listens on (as a connection limit or a database going away
     // would refuse it). Both phases have a backlog after the first turn (5 + 5 of 12
     // each), so the cycle tries, fails, and drains both on its one session.
-    let mut session = store::connect(&run_once_config(&db.url).db).unwrap();
+    let mut session = store::connect(&run_once_config(&db.url, SMALL_BATCHES).db).unwrap();
     let stmts = CycleStatements::prepare(&mut session.client).unwrap();
     let dead_port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
-    let unreachable = run_once_config(&format!("postgres://postgres@127.0.0.1:{dead_port}/x"));
+    let unreachable = run_once_config(
+        &format!("postgres://postgres@127.0.0.1:{dead_port}/x"),
+        SMALL_BATCHES,
+    );
     let mut result = CycleResult {
         run_id: uuid::Uuid::new_v4(),
         ..CycleResult::default()

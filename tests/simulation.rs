@@ -30,7 +30,7 @@ use booking_expire::store::{self, CycleStatements, Db};
 use chrono::{DateTime, TimeDelta, Utc};
 use clap::Parser;
 use common::kafka::{consume, create_topic, shared_brokers, unique_topic};
-use common::{BIN, Background, OwnPostgres, send_signal};
+use common::{BIN, Background, OwnPostgres, run_once_config, send_signal};
 use postgres::{Client, NoTls};
 use uuid::Uuid;
 
@@ -236,27 +236,17 @@ const RESERVE_STATUSES: [St; 2] = [St::Reserved, St::AwaitingPayment];
 /// the shipped budget is checked where the build is the shipped one.
 const CYCLE_BUDGET: &str = if cfg!(debug_assertions) { "55s" } else { "25s" };
 
-fn run_once_config(url: &str) -> RunOnceConfig {
-    let cli = Cli::try_parse_from([
-        "booking-expire",
-        "run-once",
-        "--database-url",
-        url,
-        "--batch-size",
-        "200",
-        "--max-batches",
-        "1000",
-        "--statement-timeout",
-        "5s",
-        "--deadline",
-        CYCLE_BUDGET,
-    ])
-    .unwrap();
-    match cli.command {
-        Command::RunOnce(args) => RunOnceConfig::from_args(&args).unwrap(),
-        _ => unreachable!(),
-    }
-}
+/// The cycle's settings: the shipped batch size, a cap out of reach, the budget above.
+const CYCLE_FLAGS: &[&str] = &[
+    "--batch-size",
+    "200",
+    "--max-batches",
+    "1000",
+    "--statement-timeout",
+    "5s",
+    "--deadline",
+    CYCLE_BUDGET,
+];
 
 fn relay_config(url: &str, brokers: &str) -> RelayConfig {
     let cli = Cli::try_parse_from([
@@ -330,7 +320,7 @@ impl Sim {
         let now = Utc::now();
         let start =
             DateTime::from_timestamp(now.timestamp() - now.timestamp() % 60 + 60, 0).unwrap();
-        let cfg = run_once_config(&pg.url);
+        let cfg = run_once_config(&pg.url, CYCLE_FLAGS);
         let relay_cfg = relay_config(&pg.url, &brokers);
         let (db, stmts) = open_session(&cfg);
         Sim {
