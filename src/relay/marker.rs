@@ -10,15 +10,14 @@ use std::thread::JoinHandle;
 
 use anyhow::{Result, anyhow};
 use chrono::{DateTime, Utc};
-use uuid::Uuid;
 
 use super::RelayResult;
 use crate::config::DbConfig;
-use crate::store;
+use crate::store::{self, Receipt};
 
 struct Job {
     now: DateTime<Utc>,
-    acked: Vec<(Uuid, i32, i64)>,
+    acked: Vec<Receipt>,
     seqs: (i64, i64),
 }
 
@@ -60,7 +59,7 @@ impl<'a> Marker<'a> {
         &mut self,
         keys: Vec<String>,
         now: DateTime<Utc>,
-        acked: Vec<(Uuid, i32, i64)>,
+        acked: Vec<Receipt>,
         seqs: (i64, i64),
     ) -> Result<()> {
         if self.worker.is_none() {

@@ -19,7 +19,7 @@ use crate::config::RelayConfig;
 use crate::exit::{Failure, fail};
 use crate::kafka::{Delivery, Enqueued, KafkaProducer, OutMessage, TopicCheck};
 use crate::obs::trace::{self, Attr};
-use crate::store::{self, OutboxRow};
+use crate::store::{self, OutboxRow, Receipt};
 
 /// A batch enqueued at the broker, whose reports and marks are still to come.
 pub(super) struct InFlight {
@@ -145,7 +145,11 @@ impl Settle<'_, '_> {
         for (row, delivery) in sendable.iter().zip(&deliveries) {
             match delivery {
                 Delivery::Acked { partition, offset } => {
-                    acked.push((row.id, *partition, *offset));
+                    acked.push(Receipt {
+                        seq: row.seq,
+                        partition: *partition,
+                        offset: *offset,
+                    });
                     published(row, *partition, *offset, now, result);
                 }
                 Delivery::Failed {

@@ -22,7 +22,7 @@ pub use hygiene::{
     Hygiene, IndexSize, Listed, PreparedHolder, SessionHolder, SlotHolder, TableHealth, XminHorizon,
 };
 pub use outbox::{
-    MARK_PUBLISHED_SQL, MAX_FAILURES, OUTBOX_CHANNEL, OutboxRow, PENDING_SQL, listen,
+    MARK_PUBLISHED_SQL, MAX_FAILURES, OUTBOX_CHANNEL, OutboxRow, PENDING_SQL, Receipt, listen,
     mark_attempted, mark_failed, mark_published, mark_retry, pending, purge_published,
     try_relay_lock,
 };
