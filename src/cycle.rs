@@ -836,9 +836,7 @@ fn batch_in_transaction(
     let traceparent = trace::current_traceparent();
     if let Some(traceparent) = &traceparent {
         for e in writes.iter_mut().flat_map(|w| &mut w.events) {
-            if let Some(headers) = e.headers.as_object_mut() {
-                headers.insert("traceparent".to_owned(), traceparent.clone().into());
-            }
+            e.headers = domain::with_header(&e.headers, "traceparent", traceparent);
         }
     }
     let written = match isolation {

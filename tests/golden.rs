@@ -17,6 +17,7 @@ use booking_expire::domain::{ContractVersion, ExpiredEvent, Expiry, Phase, event
 use chrono::{DateTime, Utc};
 use common::kafka::*;
 use common::*;
+use postgres::types::Json;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -98,8 +99,8 @@ fn the_relay_produces_the_golden_messages_byte_for_byte() {
                 &message_id,
                 &expiry.booking_id.to_string(),
                 &topic,
-                &ExpiredEvent::of(&expiry).to_json(),
-                &Value::Object(event_headers(&expiry, message_id, uuid(RUN_ID))),
+                &Json(&*ExpiredEvent::of(&expiry).to_json()),
+                &Json(&*event_headers(&expiry, message_id, uuid(RUN_ID))),
                 &expiry.expired_at,
             ],
         )
@@ -121,8 +122,8 @@ fn the_relay_produces_the_golden_messages_byte_for_byte() {
                 &message_id,
                 &expiry.booking_id.to_string(),
                 &topic_v2,
-                &v2.payload(&expiry),
-                &Value::Object(v2.headers(&expiry, message_id, uuid(RUN_ID))),
+                &Json(&*v2.payload(&expiry)),
+                &Json(&*v2.headers(&expiry, message_id, uuid(RUN_ID))),
                 &expiry.expired_at,
             ],
         )

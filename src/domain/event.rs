@@ -10,6 +10,7 @@ use std::borrow::Cow;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
+use serde_json::value::RawValue;
 use uuid::Uuid;
 
 use super::{Expiry, Phase};
@@ -70,23 +71,19 @@ impl ContractVersion {
         }
     }
 
-    /// The event's value in this version's shape.
-    pub fn payload(self, expiry: &Expiry) -> serde_json::Value {
+    /// The event's value in this version's shape, as JSON text (fields in the
+    /// contract's order): written to the outbox as it is, with no document built.
+    pub fn payload(self, expiry: &Expiry) -> Box<RawValue> {
         let v1 = ExpiredEvent::of(expiry);
         match self {
             ContractVersion::V1 => v1.to_json(),
-            ContractVersion::V2 => serde_json::to_value(ExpiredEventV2::from(v1))
-                .expect("the event payload always serializes"),
+            ContractVersion::V2 => json_text(&ExpiredEventV2::from(v1)),
         }
     }
 
-    /// The CloudEvents headers of this version's event: see [`event_headers`].
-    pub fn headers(
-        self,
-        expiry: &Expiry,
-        message_id: Uuid,
-        run_id: Uuid,
-    ) -> serde_json::Map<String, serde_json::Value> {
+    /// The CloudEvents headers of this version's event, as the JSON text of an object
+    /// of names and string values, by name: see [`event_headers`].
+    pub fn headers(self, expiry: &Expiry, message_id: Uuid, run_id: Uuid) -> Box<RawValue> {
         let mut pairs: Vec<(&str, String)> = vec![
             ("ce_specversion", "1.0".to_owned()),
             ("ce_id", message_id.to_string()),
@@ -102,11 +99,23 @@ impl ContractVersion {
         if let Some(schema) = self.dataschema() {
             pairs.push(("ce_dataschema", schema.to_owned()));
         }
-        pairs
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), serde_json::Value::String(v)))
-            .collect()
+        pairs.sort_unstable_by_key(|&(name, _)| name);
+        json_text(&Pairs(&pairs))
     }
+}
+
+/// Names and values serialized as one JSON object, in the order given.
+struct Pairs<'a>(&'a [(&'a str, String)]);
+
+impl Serialize for Pairs<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(name, value)| (name, value)))
+    }
+}
+
+/// The JSON text of a value that always serializes (strings and identifiers only).
+fn json_text(value: &impl Serialize) -> Box<RawValue> {
+    serde_json::value::to_raw_value(value).expect("an event's JSON always serializes")
 }
 
 impl std::fmt::Display for ContractVersion {
@@ -141,8 +150,9 @@ impl ExpiredEvent {
         }
     }
 
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::to_value(self).expect("the event payload always serializes")
+    /// The payload's JSON text, fields in the contract's order.
+    pub fn to_json(&self) -> Box<RawValue> {
+        json_text(self)
     }
 }
 
@@ -234,12 +244,17 @@ pub fn rfc3339(at: DateTime<Utc>) -> String {
 /// The CloudEvents headers of one contract-version-1 event, captured when the outbox
 /// row is written. `message_id` is the outbox row's id and the event's `ce_id`;
 /// `run_id` the cycle's correlation id and the W3C trace id.
-pub fn event_headers(
-    expiry: &Expiry,
-    message_id: Uuid,
-    run_id: Uuid,
-) -> serde_json::Map<String, serde_json::Value> {
+pub fn event_headers(expiry: &Expiry, message_id: Uuid, run_id: Uuid) -> Box<RawValue> {
     ContractVersion::V1.headers(expiry, message_id, run_id)
+}
+
+/// `headers` (an object of names and string values) with `name` set to `value`, still
+/// by name. For a header the cycle learns only while it writes (the batch's trace).
+pub fn with_header(headers: &RawValue, name: &str, value: &str) -> Box<RawValue> {
+    let mut pairs: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(headers.get()).expect("headers are always an object");
+    pairs.insert(name.to_owned(), value.into());
+    json_text(&pairs)
 }
 
 /// A W3C `traceparent`: the run is the trace, each event a span of it. The span id is
@@ -268,6 +283,10 @@ mod tests {
     use crate::domain::booking::Status;
     use chrono::TimeZone;
 
+    fn value(text: &RawValue) -> serde_json::Value {
+        serde_json::from_str(text.get()).unwrap()
+    }
+
     fn expiry() -> Expiry {
         Expiry {
             booking_id: Uuid::parse_str("0f8fad5b-d9cb-469f-a165-70867728950e").unwrap(),
@@ -287,8 +306,13 @@ mod tests {
     #[test]
     fn payload_has_exactly_the_six_contract_fields() {
         let json = ExpiredEvent::of(&expiry()).to_json();
+        // Written in the contract's field order.
         assert_eq!(
-            json,
+            json.get(),
+            r#"{"BookingId":"0f8fad5b-d9cb-469f-a165-70867728950e","TenantId":"00000000-0000-0000-0000-000000000002","DealId":"00000000-0000-0000-0000-000000000003","PropertyObjectId":"00000000-0000-0000-0000-000000000004","Phase":"Booking","ExpiredAt":"2026-11-29T18:00:00.123456Z"}"#
+        );
+        assert_eq!(
+            value(&json),
             serde_json::json!({
                 "BookingId": "0f8fad5b-d9cb-469f-a165-70867728950e",
                 "TenantId": "00000000-0000-0000-0000-000000000002",
@@ -304,7 +328,18 @@ mod tests {
     fn headers_follow_the_cloudevents_binary_mode() {
         let message_id = Uuid::parse_str("019ad0c4-0000-7000-8000-00000000abcd").unwrap();
         let run_id = Uuid::parse_str("6c0e1f6e-57c3-4bd2-9d0c-3b1ef1a2b3c4").unwrap();
-        let headers = event_headers(&expiry(), message_id, run_id);
+        let text = event_headers(&expiry(), message_id, run_id);
+        let headers = value(&text);
+        let headers = headers.as_object().unwrap();
+        // By name.
+        let names: Vec<&String> = headers.keys().collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        assert_eq!(names, sorted);
+        assert!(
+            text.get()
+                .starts_with(r#"{"ce_contractversion":"1","ce_correlationid":"#)
+        );
         let get = |k: &str| headers[k].as_str().unwrap().to_owned();
         assert_eq!(headers.len(), 10);
         assert_eq!(get("ce_specversion"), "1.0");
@@ -325,8 +360,8 @@ mod tests {
     #[test]
     fn version_2_names_tenant_id_developer_id_and_its_headers_name_the_version() {
         let e = expiry();
-        let v2 = ContractVersion::V2.payload(&e);
-        let mut want = ContractVersion::V1.payload(&e);
+        let v2 = value(&ContractVersion::V2.payload(&e));
+        let mut want = value(&ContractVersion::V1.payload(&e));
         let tenant = want.as_object_mut().unwrap().remove("TenantId").unwrap();
         want["DeveloperId"] = tenant;
         assert_eq!(v2, want);
@@ -336,11 +371,14 @@ mod tests {
         );
 
         let message_id = Uuid::from_u128(7);
-        let v1 = ContractVersion::V1.headers(&e, message_id, Uuid::from_u128(8));
-        let v2 = ContractVersion::V2.headers(&e, message_id, Uuid::from_u128(8));
-        assert_eq!(v1, event_headers(&e, message_id, Uuid::from_u128(8)));
+        let v1 = value(&ContractVersion::V1.headers(&e, message_id, Uuid::from_u128(8)));
+        let v2 = value(&ContractVersion::V2.headers(&e, message_id, Uuid::from_u128(8)));
+        assert_eq!(
+            v1,
+            value(&event_headers(&e, message_id, Uuid::from_u128(8)))
+        );
         assert!(v1.get("ce_dataschema").is_none());
-        assert_eq!(v2.len(), 11);
+        assert_eq!(v2.as_object().unwrap().len(), 11);
         assert_eq!(v2["ce_type"], "pin.crm.booking-expired.v2");
         assert_eq!(v2["ce_contractversion"], "2");
         assert_eq!(
@@ -371,6 +409,26 @@ mod tests {
         );
         assert_eq!(payload_in_contract_order("[1, 2]"), "[1, 2]");
         assert_eq!(payload_in_contract_order(r#"{"n": 1}"#), r#"{"n":1}"#);
+    }
+
+    #[test]
+    fn a_header_set_later_replaces_its_value_and_the_names_stay_in_order() {
+        let headers = event_headers(&expiry(), Uuid::from_u128(7), Uuid::from_u128(8));
+        let traced = with_header(&headers, "traceparent", "00-abc-def-01");
+        let (before, after) = (value(&headers), value(&traced));
+        assert_eq!(after["traceparent"], "00-abc-def-01");
+        let mut want = before.clone();
+        want["traceparent"] = "00-abc-def-01".into();
+        assert_eq!(after, want);
+        let names: Vec<&str> = traced
+            .get()
+            .split(['{', ','])
+            .filter_map(|part| part.split('"').nth(1))
+            .collect();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        assert_eq!(names, sorted);
+        assert_eq!(names.len(), 10);
     }
 
     #[test]

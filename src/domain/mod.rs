@@ -14,6 +14,6 @@ pub mod plan;
 pub use booking::{BookingRow, Expiry, Phase, Status, expire};
 pub use event::{
     AGGREGATE_TYPE, ContractVersion, EVENT_TYPE, ExpiredEvent, ExpiredEventV2, PAYLOAD_FIELDS,
-    TOPIC, event_headers, payload_in_contract_order, rfc3339,
+    TOPIC, event_headers, payload_in_contract_order, rfc3339, with_header,
 };
 pub use plan::{AsOf, BatchWrite, OutboxEvent, Poison, decide};

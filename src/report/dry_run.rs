@@ -690,8 +690,8 @@ struct ExpiryLine<'a> {
     deadline: String,
     overdue_by_seconds: f64,
     topic: &'a str,
-    event: &'a serde_json::Value,
-    headers: &'a serde_json::Value,
+    event: &'a serde_json::value::RawValue,
+    headers: &'a serde_json::value::RawValue,
 }
 
 #[derive(Serialize)]

@@ -5,7 +5,9 @@
 
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
+use postgres::types::Json;
 use postgres::{Client, GenericClient, Statement};
+use serde_json::value::RawValue;
 use uuid::Uuid;
 
 use crate::domain::{AGGREGATE_TYPE, BookingRow, EVENT_TYPE, Phase};
@@ -563,7 +565,7 @@ fn write_once(
     let from: Vec<&str> = part.iter().map(|w| w.expiry.from.as_str()).collect();
     let to: Vec<&str> = part.iter().map(|w| w.expiry.to.as_str()).collect();
     let versions: Vec<i64> = part.iter().map(|w| w.expiry.expected_version).collect();
-    let details: Vec<&serde_json::Value> = part.iter().map(|w| &w.details).collect();
+    let details: Vec<Json<&RawValue>> = part.iter().map(|w| Json(&*w.details)).collect();
     // The outbox rows, one per (expiry, contract version).
     let events = || {
         part.iter()
@@ -573,10 +575,10 @@ fn write_once(
     let message_ids: Vec<Uuid> = events().map(|(_, e)| e.message_id).collect();
     let topics: Vec<&str> = events().map(|(_, e)| e.topic).collect();
     // NULL: the same document as the booking's timeline details (see `write_sql`).
-    let payloads: Vec<Option<&serde_json::Value>> = events()
-        .map(|(w, e)| (e.payload != w.details).then_some(&e.payload))
+    let payloads: Vec<Option<Json<&RawValue>>> = events()
+        .map(|(w, e)| (e.payload.get() != w.details.get()).then_some(Json(&*e.payload)))
         .collect();
-    let headers: Vec<&serde_json::Value> = events().map(|(_, e)| &e.headers).collect();
+    let headers: Vec<Json<&RawValue>> = events().map(|(_, e)| Json(&*e.headers)).collect();
     let kinds: Vec<&str> = part
         .iter()
         .map(|w| w.expiry.phase.timeline_kind())
