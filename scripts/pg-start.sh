@@ -28,6 +28,10 @@
 #   PG_BINDIR         directory holding initdb/pg_ctl/postgres (skips discovery;
 #                     not with PG_FLAVOR=embedded)
 #   PG_START_TIMEOUT  seconds to wait for the server to accept connections (60)
+#   PG_STANDBY_OF     STATE_DIR of a running server started by this script: instead of
+#                     initdb, the new server is a hot standby streaming from that
+#                     primary (pg_basebackup -R), on a port of its own; same binaries.
+#                     Promote it with pg_ctl promote, as tests/failover.rs does
 #   PG_SSL_CERT_DIR   directory with server.crt (PEM, chain allowed) and server.key:
 #                     the server gets ssl = on with them, and TCP connections
 #                     without TLS are refused (pg_hba: hostssl only); the unix
@@ -260,6 +264,24 @@ init_cluster() {
     printf "\ninclude 'throwaway.conf'\n" | append_as_pg "$PGDATA_DIR/postgresql.conf"
 }
 
+# PG_STANDBY_OF: the data directory is a base backup of that primary, with
+# standby.signal and its primary_conninfo (-R); throwaway.conf came with it and is
+# rewritten for this server's port and socket by start_server.
+clone_cluster() {
+    local primary=$PG_STANDBY_OF primary_port
+    [[ -r $primary/port ]] || die "PG_STANDBY_OF=$primary is not the STATE_DIR of a server started by pg-start.sh (no port file)"
+    primary_port=$(<"$primary/port")
+    [[ $(<"$primary/pg_bindir") == "$BINDIR" ]] \
+        || die "PG_STANDBY_OF=$primary runs other binaries ($(<"$primary/pg_bindir")) than $BINDIR"
+    log "pg_basebackup from 127.0.0.1:$primary_port"
+    if ! run_pg "$BINDIR/pg_basebackup" -h 127.0.0.1 -p "$primary_port" -U postgres \
+            -D "$PGDATA_DIR" -R -X stream --checkpoint=fast --no-sync \
+            >"$STATE_DIR/basebackup.log" 2>&1; then
+        tail -n 30 "$STATE_DIR/basebackup.log" >&2 || true
+        die "pg_basebackup failed (log: $STATE_DIR/basebackup.log)"
+    fi
+}
+
 write_server_conf() {
     write_as_pg "$PGDATA_DIR/throwaway.conf" <<EOF
 # Written by pg-start.sh: throwaway test server, durability deliberately off.
@@ -406,8 +428,13 @@ main() {
     prepare_state_dir
     prepare_socket_dir
     printf '%s\n' "$SOCKET_DIR" >"$STATE_DIR/socket_dir"
-    init_cluster
-    setup_ssl
+    if [[ -n ${PG_STANDBY_OF:-} ]]; then
+        [[ -z ${PG_SSL_CERT_DIR:-} ]] || die "PG_STANDBY_OF copies the primary's TLS set-up; do not set PG_SSL_CERT_DIR too"
+        clone_cluster
+    else
+        init_cluster
+        setup_ssl
+    fi
     start_server
     wait_ready
 

@@ -51,6 +51,58 @@ impl OwnPostgres {
         OwnPostgres { dir, url }
     }
 
+    /// A hot standby of `primary`, streaming from it (scripts/pg-start.sh with
+    /// `PG_STANDBY_OF`): the primary's data, read-only until [`OwnPostgres::promote`].
+    pub fn standby_of(primary: &OwnPostgres) -> Self {
+        let dir = std::env::temp_dir().join(format!("be-pg-{}", Uuid::new_v4().simple()));
+        let out = Command::new(scripts_dir().join("pg-start.sh"))
+            .arg(&dir)
+            .env("PG_STANDBY_OF", &primary.dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pg-start.sh (standby) failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let url = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        OwnPostgres { dir, url }
+    }
+
+    /// `host:port` of this server, for a multi-host URL.
+    pub fn address(&self) -> String {
+        let port = std::fs::read_to_string(self.dir.join("port")).unwrap();
+        format!("127.0.0.1:{}", port.trim())
+    }
+
+    /// Waits until `standby` has replayed everything this primary has written so far.
+    pub fn wait_replayed_by(&self, standby: &OwnPostgres) {
+        let lsn: String = self
+            .client()
+            .query_one("SELECT pg_current_wal_lsn()::text", &[])
+            .unwrap()
+            .get(0);
+        let mut c = standby.client();
+        wait_until(Duration::from_secs(30), "the standby to replay", || {
+            c.query_one(
+                "SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn",
+                &[&lsn],
+            )
+            .unwrap()
+            .get(0)
+        });
+    }
+
+    /// `pg_ctl stop -m immediate`: the server dies as in a crash, nothing is flushed.
+    pub fn stop_immediately(&self) {
+        self.pg_ctl(&["-m", "immediate", "-w", "stop"]);
+    }
+
+    /// `pg_ctl promote`: a standby becomes a primary that takes writes.
+    pub fn promote(&self) {
+        self.pg_ctl(&["-w", "promote"]);
+    }
+
     pub fn client(&self) -> Client {
         Client::connect(&self.url, NoTls).expect("connect to the own server")
     }
