@@ -37,11 +37,15 @@ pub fn connect(cfg: &DbConfig) -> Result<Db> {
     let tls = tls_connector(cfg)?;
     let mut client = connect_within(cfg, tls.clone())?;
     // Session limits: a statement or a lock wait never eats the whole cycle, and a
-    // transaction left idle by a stuck client never keeps rows locked for long.
+    // transaction left idle by a stuck client never keeps rows locked for long. Read
+    // committed whatever the database's default: the claim's SKIP LOCKED and the
+    // guarded write are built for it, and under serializable a manager's concurrent
+    // edit of another booking fails whole batches with 40001.
     client
         .batch_execute(&format!(
             "SET statement_timeout = {}; SET lock_timeout = {}; \
-             SET idle_in_transaction_session_timeout = {}; SET TIME ZONE 'UTC'",
+             SET idle_in_transaction_session_timeout = {}; SET TIME ZONE 'UTC'; \
+             SET default_transaction_isolation = 'read committed'",
             cfg.statement_timeout.as_millis(),
             cfg.lock_timeout.as_millis(),
             (cfg.statement_timeout * 3).as_millis(),

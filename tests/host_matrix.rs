@@ -1,0 +1,306 @@
+//! A guest in the CRM's database: every command against a database its owners changed
+//! in one way each (session settings on the role or the database, odd time zones and
+//! date styles, a same-named table earlier on the search path, serializable by
+//! default with a manager writing meanwhile, a role of one connection). For each:
+//! no crash (exit 70, 101 or 134), the healthy bookings of both phases expire in one
+//! cycle and their events reach Kafka once each, and every report runs.
+//!
+//! The job runs as a LOGIN role of the case's own, a member of the three group roles,
+//! so that settings on the role touch only this case.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use common::kafka::*;
+use common::*;
+use postgres::{Client, NoTls};
+use uuid::Uuid;
+
+/// As the contract's topics have (the relay checks it before sending).
+const PARTITIONS: i32 = 6;
+
+/// What the owners did to the database. In `sql`, `{db}` is the test database and
+/// `{role}` the job's login role; it runs as the suite's user after the seed.
+struct Case {
+    name: &'static str,
+    sql: &'static str,
+    /// Extra flags of `relay-outbox` (e.g. a follow window longer than a timeout).
+    relay: &'static [&'static str],
+    /// Something else writing to the bookings while the cycle runs.
+    manager: bool,
+}
+
+/// A LOGIN role in all three of the job's group roles; dropped with the case.
+struct JobRole {
+    name: String,
+    url: String,
+    admin_url: String,
+}
+
+impl JobRole {
+    fn new(db: &TestDb) -> Self {
+        let name = format!("job_{}", Uuid::new_v4().simple());
+        db.client()
+            .batch_execute(&format!(
+                "CREATE ROLE {name} LOGIN IN ROLE crm_booking_expiration_worker, \
+                 crm_outbox_relay, crm_booking_expiration_readonly"
+            ))
+            .expect("create the job's role");
+        JobRole {
+            url: with_user(&db.url, &name),
+            admin_url: db.url.clone(),
+            name,
+        }
+    }
+}
+
+impl Drop for JobRole {
+    fn drop(&mut self) {
+        if let Ok(mut c) = Client::connect(&self.admin_url, NoTls) {
+            let _ = c.batch_execute(&format!(
+                "ALTER ROLE {0} RESET ALL; {1} DROP ROLE IF EXISTS {0}",
+                self.name,
+                drop_owned_sql(&self.name)
+            ));
+        }
+    }
+}
+
+/// The suite's own session on the test database, unaffected by the case's settings.
+fn admin(db: &TestDb) -> Client {
+    let mut c = db.client();
+    c.batch_execute(
+        "SET statement_timeout = 0; SET lock_timeout = 0;
+         SET idle_in_transaction_session_timeout = 0;
+         SET default_transaction_read_only = off;
+         SET default_transaction_isolation = 'read committed';
+         SET search_path = crm, public; SET TimeZone = 'UTC'",
+    )
+    .unwrap();
+    c
+}
+
+fn run_as(db: &TestDb, role: &JobRole, args: &[&str]) -> Run {
+    Run::of(
+        db.command(args)
+            .env("DATABASE_URL", &role.url)
+            .output()
+            .expect("run the binary"),
+    )
+}
+
+/// A crash, as no input may cause one: an internal error, a panic, an abort.
+fn assert_no_crash(case: &str, what: &str, run: &Run) {
+    assert!(
+        ![70, 101, 134].contains(&run.code),
+        "{case}: {what} crashed with exit {}:\n{}",
+        run.code,
+        run.stderr
+    );
+}
+
+fn assert_ok(case: &str, what: &str, run: &Run) {
+    assert_no_crash(case, what, run);
+    assert_eq!(
+        run.code, 0,
+        "{case}: {what} exited {}:\n{}",
+        run.code, run.stderr
+    );
+}
+
+fn check(case: &Case) {
+    let db = TestDb::new();
+    let role = JobRole::new(&db);
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, PARTITIONS, &[]);
+
+    let mut c = admin(&db);
+    let reserve = seed_many(&mut c, 3, |i| Seed::reserved(-600 - i as i64));
+    let booking = seed_many(&mut c, 3, |i| Seed::booked(-600 - i as i64));
+    // Bookings the manager keeps extending; not yet due, so never expired.
+    let managed = seed_many(&mut c, 5, |_| Seed::reserved(3_600));
+    let sql = case
+        .sql
+        .replace("{db}", &db.name)
+        .replace("{role}", &role.name);
+    c.batch_execute(&sql)
+        .unwrap_or_else(|e| panic!("{}: set-up: {e}", case.name));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let manager = case.manager.then(|| {
+        let stop = Arc::clone(&stop);
+        let url = db.url.clone();
+        std::thread::spawn(move || {
+            // Serializable too (the database's default): it extends its bookings in
+            // short transactions, as a manager's screen would, until the cycle is done.
+            let mut m = Client::connect(&url, NoTls).unwrap();
+            let mut writes = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let id = managed[(writes % 5) as usize];
+                let _ = m.execute(
+                    "UPDATE crm.bookings SET reserve_expires_at = reserve_expires_at + interval '1 second',
+                            version = version + 1
+                      WHERE id = $1",
+                    &[&id],
+                );
+                writes += 1;
+            }
+            writes
+        })
+    });
+
+    let cycle = run_as(&db, &role, &["run-once"]);
+    stop.store(true, Ordering::Relaxed);
+    if let Some(manager) = manager {
+        assert!(
+            manager.join().unwrap() > 0,
+            "{}: the manager wrote nothing",
+            case.name
+        );
+    }
+    assert_ok(case.name, "run-once", &cycle);
+    let result = cycle.result();
+    assert_eq!(
+        (result.reserve, result.booking, result.poison),
+        (3, 3, 0),
+        "{}: run-once: {}",
+        case.name,
+        cycle.stderr
+    );
+    for id in reserve.iter() {
+        assert_eq!(status_of(&mut c, *id), "ReserveExpired", "{}", case.name);
+    }
+    for id in booking.iter() {
+        assert_eq!(status_of(&mut c, *id), "BookingExpired", "{}", case.name);
+    }
+    assert_eq!(assert_each_expiry_written_once(&mut c), 6, "{}", case.name);
+
+    c.execute("UPDATE crm.outbox SET topic = $1", &[&topic])
+        .unwrap();
+    let mut relay = vec![
+        "relay-outbox",
+        "--brokers",
+        brokers.as_str(),
+        "--message-timeout",
+        "10s",
+    ];
+    relay.extend_from_slice(case.relay);
+    let relayed = run_as(&db, &role, &relay);
+    assert_ok(case.name, "relay-outbox", &relayed);
+    let got = consume(&brokers, &topic, PARTITIONS, 6, Duration::from_secs(30));
+    let mut per_booking: HashMap<String, usize> = HashMap::new();
+    for m in &got {
+        *per_booking.entry(m.key.clone()).or_default() += 1;
+    }
+    let expired: Vec<String> = reserve
+        .iter()
+        .chain(&booking)
+        .map(Uuid::to_string)
+        .collect();
+    for id in &expired {
+        assert_eq!(
+            per_booking.get(id),
+            Some(&1),
+            "{}: events of {id}",
+            case.name
+        );
+    }
+    assert_eq!(got.len(), 6, "{}: events on the topic", case.name);
+
+    let now = chrono::Utc::now().to_rfc3339();
+    let explained = reserve[0].to_string();
+    for (what, args) in [
+        ("backlog", vec!["backlog"]),
+        ("backlog --format json", vec!["backlog", "--format", "json"]),
+        (
+            "backlog --format prometheus",
+            vec!["backlog", "--format", "prometheus"],
+        ),
+        ("dry-run", vec!["dry-run", "--as-of", now.as_str()]),
+        (
+            "dry-run --json",
+            vec!["dry-run", "--as-of", now.as_str(), "--json"],
+        ),
+        ("explain", vec!["explain", explained.as_str()]),
+    ] {
+        let run = run_as(&db, &role, &args);
+        assert_ok(case.name, what, &run);
+        assert!(
+            !run.stdout.is_empty(),
+            "{}: {what} printed nothing",
+            case.name
+        );
+    }
+}
+
+#[test]
+fn a_far_time_zone_and_german_date_style_on_the_database() {
+    check(&Case {
+        name: "time zone far from UTC and a German date style, on the database",
+        sql: "ALTER DATABASE {db} SET TimeZone = 'Pacific/Kiritimati';
+              ALTER DATABASE {db} SET DateStyle = 'German, DMY';
+              ALTER DATABASE {db} SET IntervalStyle = 'sql_standard'",
+        relay: &[],
+        manager: false,
+    });
+}
+
+#[test]
+fn a_time_zone_behind_utc_and_postgres_date_style_on_the_role() {
+    check(&Case {
+        name: "time zone behind UTC and a Postgres date style, on the role",
+        sql: "ALTER ROLE {role} SET TimeZone = 'America/Adak';
+              ALTER ROLE {role} SET DateStyle = 'Postgres, MDY'",
+        relay: &[],
+        manager: false,
+    });
+}
+
+#[test]
+fn a_same_named_table_first_on_the_search_path() {
+    check(&Case {
+        name: "a same-named table first on the search path",
+        sql: "CREATE TABLE public.bookings (LIKE crm.bookings);
+              CREATE TABLE public.outbox (LIKE crm.outbox);
+              GRANT ALL ON public.bookings, public.outbox TO {role};
+              ALTER ROLE {role} SET search_path = public, crm",
+        relay: &[],
+        manager: false,
+    });
+}
+
+#[test]
+fn statement_and_lock_timeouts_of_1ms_on_the_role() {
+    check(&Case {
+        name: "a statement timeout of 1 ms and a lock timeout of 1 ms on the role",
+        sql: "ALTER ROLE {role} SET statement_timeout = '1ms';
+              ALTER ROLE {role} SET lock_timeout = '1ms'",
+        relay: &[],
+        manager: false,
+    });
+}
+
+#[test]
+fn an_idle_in_transaction_timeout_of_10ms_on_the_database() {
+    check(&Case {
+        name: "idle in transaction timeout of 10 ms on the database",
+        sql: "ALTER DATABASE {db} SET idle_in_transaction_session_timeout = '10ms'",
+        relay: &[],
+        manager: false,
+    });
+}
+
+#[test]
+fn serializable_by_default_with_a_manager_writing_meanwhile() {
+    check(&Case {
+        name: "serializable by default, with a manager extending other bookings meanwhile",
+        sql: "ALTER DATABASE {db} SET default_transaction_isolation = 'serializable'",
+        relay: &[],
+        manager: true,
+    });
+}
