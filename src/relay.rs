@@ -8,6 +8,7 @@
 //! retention are purged.
 
 mod marker;
+mod reconnect;
 mod settle;
 
 use std::borrow::Cow;
@@ -115,11 +116,23 @@ fn relay(cfg: &RelayConfig, clock: &dyn Clock, result: &mut RelayResult) -> Resu
           follow_ms = cfg.follow.as_millis() as u64; "relay started");
 
     // The purge runs also after a row's own failure: it concerns other rows.
-    let outcome =
-        drain(&mut db.client, &mut producer, cfg, clock, started, result).and_then(|row_failure| {
-            purge(&mut db.client, cfg, clock, result)?;
-            row_failure.map_or(Ok(()), Err)
-        });
+    // A --follow relay whose session drops reopens it and goes on within its window.
+    let drained = loop {
+        match drain(&mut db.client, &mut producer, cfg, clock, started, result) {
+            Err(e) if !cfg.follow.is_zero() && reconnect::session_lost(&e) => {
+                match reconnect::reopen(cfg, started, e) {
+                    Ok(reconnect::Reopened::Session(new)) => db = *new,
+                    Ok(reconnect::Reopened::TakenOver) => break Ok(None),
+                    Err(e) => break Err(e),
+                }
+            }
+            other => break other,
+        }
+    };
+    let outcome = drained.and_then(|row_failure| {
+        purge(&mut db.client, cfg, clock, result)?;
+        row_failure.map_or(Ok(()), Err)
+    });
     result.duration_ms = started.elapsed().as_millis() as u64;
     match outcome {
         Ok(()) => {
