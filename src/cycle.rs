@@ -100,6 +100,7 @@ fn cycle_at(
         result.duration_ms = started.elapsed().as_millis() as u64;
         return Ok(());
     }
+    db.require_writable(&cfg.db, "run-once")?;
     crate::ops::pooler::require_session(&cfg.db, &mut db.client, "run-once")?;
     shutdown::on_signal(db.interrupter());
     check_clock(&mut db.client, cfg.max_clock_skew)?;

@@ -99,16 +99,20 @@ where
 /// cancel request, most likely) it is an interruption; otherwise the outermost explicit
 /// classification wins, then the kind of a PostgreSQL error, else 70 (a bug).
 pub fn exit_code(err: &anyhow::Error) -> ExitCode {
-    let code = if let Some(signal) = crate::shutdown::requested() {
-        Failure::Interrupted(signal).code()
+    ExitCode::from(failure_of(err).code())
+}
+
+/// The failure an error stands for, as [`exit_code`] decides it.
+pub fn failure_of(err: &anyhow::Error) -> Failure {
+    if let Some(signal) = crate::shutdown::requested() {
+        Failure::Interrupted(signal)
     } else if let Some(c) = err.downcast_ref::<Classified>() {
-        c.failure.code()
+        c.failure
     } else if let Some(e) = err.downcast_ref::<postgres::Error>() {
-        database_failure(e).code()
+        database_failure(e)
     } else {
-        Failure::Internal.code()
-    };
-    ExitCode::from(code)
+        Failure::Internal
+    }
 }
 
 /// The end of a run: `Ok` is 0; an error is printed once on stderr (a JSON line for

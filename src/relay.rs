@@ -8,6 +8,7 @@
 //! retention are purged.
 
 mod marker;
+mod reconnect;
 mod settle;
 
 use std::borrow::Cow;
@@ -95,6 +96,7 @@ fn relay(cfg: &RelayConfig, clock: &dyn Clock, result: &mut RelayResult) -> Resu
         result.duration_ms = started.elapsed().as_millis() as u64;
         return Ok(());
     }
+    db.require_writable(&cfg.db, "relay-outbox")?;
     crate::ops::pooler::require_session(&cfg.db, &mut db.client, "relay-outbox")?;
     store::check_schema(&mut db.client, Need::Relay)?;
     if !store::try_relay_lock(&mut db.client)? {
@@ -114,11 +116,23 @@ fn relay(cfg: &RelayConfig, clock: &dyn Clock, result: &mut RelayResult) -> Resu
           follow_ms = cfg.follow.as_millis() as u64; "relay started");
 
     // The purge runs also after a row's own failure: it concerns other rows.
-    let outcome =
-        drain(&mut db.client, &mut producer, cfg, clock, started, result).and_then(|row_failure| {
-            purge(&mut db.client, cfg, clock, result)?;
-            row_failure.map_or(Ok(()), Err)
-        });
+    // A --follow relay whose session drops reopens it and goes on within its window.
+    let drained = loop {
+        match drain(&mut db.client, &mut producer, cfg, clock, started, result) {
+            Err(e) if !cfg.follow.is_zero() && reconnect::session_lost(&e) => {
+                match reconnect::reopen(cfg, started, e) {
+                    Ok(reconnect::Reopened::Session(new)) => db = *new,
+                    Ok(reconnect::Reopened::TakenOver) => break Ok(None),
+                    Err(e) => break Err(e),
+                }
+            }
+            other => break other,
+        }
+    };
+    let outcome = drained.and_then(|row_failure| {
+        purge(&mut db.client, cfg, clock, result)?;
+        row_failure.map_or(Ok(()), Err)
+    });
     result.duration_ms = started.elapsed().as_millis() as u64;
     match outcome {
         Ok(()) => {
@@ -131,7 +145,7 @@ fn relay(cfg: &RelayConfig, clock: &dyn Clock, result: &mut RelayResult) -> Resu
             warn!(published = result.published, failed = result.failed,
                   retrying = result.retrying, duration_ms = result.duration_ms;
                   "relay stopped early; rows marked before this point stay marked");
-            Err(e)
+            Err(turned_read_only(e))
         }
     }
 }
@@ -200,6 +214,9 @@ fn pipeline(
             if started.elapsed() >= run_for {
                 break;
             }
+            // A mark that failed meanwhile (the server turned read-only, the session
+            // dropped) ends the run before anything more is sent.
+            marker.collect_ready(result)?;
             // A key with a row in flight has no newer row sent before that one is
             // acknowledged and marked: its keys stay out of this fetch.
             let keys: Vec<&str> = in_flight
@@ -211,6 +228,9 @@ fn pipeline(
             if rows.is_empty() {
                 break;
             }
+            // The session that will mark these rows is open and can write before any
+            // of them is sent.
+            marker.ready()?;
             match settle::enqueue(producer, cfg, one_per_key(rows), &mut row_failure) {
                 Ok(batch) => in_flight.push_back(batch),
                 Err(e) => {
@@ -248,6 +268,23 @@ fn pipeline(
         }
     }
     Ok(row_failure)
+}
+
+/// A mark refused because the server turned read-only mid-run (SQLSTATE 25006, a
+/// failover under way): the run stopped at once; say so in one line, and where to point.
+fn turned_read_only(e: anyhow::Error) -> anyhow::Error {
+    if crate::sqlstate::code_in(&e) != Some(postgres::error::SqlState::READ_ONLY_SQL_TRANSACTION) {
+        return e;
+    }
+    e.context(crate::exit::Classified {
+        failure: Failure::Temporary,
+        message:
+            "relay-outbox: the server turned read-only while relaying (SQLSTATE 25006): the run \
+             stopped, nothing more was sent, and the rows acknowledged but not marked go again \
+             next run; point --database-url / DATABASE_URL at the primary, or list every server \
+             with target_session_attrs=read-write"
+                .to_owned(),
+    })
 }
 
 fn interrupted() -> Result<()> {

@@ -338,6 +338,27 @@ mod tests {
     }
 
     #[test]
+    fn target_session_attrs_and_several_hosts_reach_the_driver() {
+        let args = DatabaseArgs {
+            database_url: Some(
+                "postgres://app@primary:5432,standby:5433/crm?target_session_attrs=read-write"
+                    .into(),
+            ),
+            database_ca_file: None,
+            connect_timeout: Duration::from_secs(5),
+            statement_timeout: Duration::from_secs(5),
+            lock_timeout: Duration::from_secs(1),
+        };
+        let cfg = DbConfig::from_args(&args).unwrap();
+        assert_eq!(
+            cfg.pg.get_target_session_attrs(),
+            postgres::config::TargetSessionAttrs::ReadWrite
+        );
+        assert_eq!(cfg.pg.get_hosts().len(), 2);
+        assert_eq!(cfg.pg.get_ports(), [5432, 5433]);
+    }
+
+    #[test]
     fn debug_output_hides_the_password() {
         let args = DatabaseArgs {
             database_url: Some("postgres://app:hunter2-secret@db:5432/crm".into()),

@@ -88,6 +88,7 @@ pub fn resume(args: &PauseArgs) -> Result<()> {
 fn switch(args: &PauseArgs, on: bool) -> Result<()> {
     let cfg = DbConfig::from_args(&args.database)?;
     let mut db = store::connect(&cfg)?;
+    db.require_writable(&cfg, if on { "pause" } else { "resume" })?;
     store::check_schema(&mut db.client, Need::Operate)?;
     let command = args.command.as_str();
     let now = SystemClock.now();

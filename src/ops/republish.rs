@@ -124,6 +124,9 @@ pub fn republish(args: &RequeueArgs, failed_only: bool) -> Result<()> {
 
     let cfg = DbConfig::from_args(&args.database)?;
     let mut db = store::connect(&cfg)?;
+    if !args.dry_run {
+        db.require_writable(&cfg, command)?;
+    }
     store::check_schema(&mut db.client, Need::Requeue)?;
     let mut tx = db
         .client

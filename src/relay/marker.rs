@@ -53,6 +53,15 @@ impl<'a> Marker<'a> {
         self.waiting.iter().flatten().map(String::as_str)
     }
 
+    /// Opens the mark session unless it is open: before the first batch is sent, so
+    /// that no row goes out that could not then be marked (a read-only server fails here).
+    pub(super) fn ready(&mut self) -> Result<()> {
+        if self.worker.is_none() {
+            self.worker = Some(start(self.db)?);
+        }
+        Ok(())
+    }
+
     /// Hands the acknowledged rows of a batch (`keys`: every key it sent) to the mark
     /// session. `seqs` spans the `seq` of the rows in `acked`.
     pub(super) fn submit(
@@ -62,9 +71,7 @@ impl<'a> Marker<'a> {
         acked: Vec<Receipt>,
         seqs: (i64, i64),
     ) -> Result<()> {
-        if self.worker.is_none() {
-            self.worker = Some(start(self.db)?);
-        }
+        self.ready()?;
         let worker = self.worker.as_ref().expect("started above");
         worker
             .jobs
@@ -128,6 +135,7 @@ impl<'a> Marker<'a> {
 
 fn start(db: &DbConfig) -> Result<Worker> {
     let mut session = store::connect(db)?;
+    session.require_writable(db, "relay-outbox")?;
     let (jobs, inbox) = mpsc::channel::<Job>();
     let (outbox, done) = mpsc::channel();
     let thread = std::thread::Builder::new()

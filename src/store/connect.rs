@@ -18,6 +18,21 @@ use crate::exit::{ClassifyExt, Failure, fail};
 pub struct Db {
     pub client: Client,
     pub tls: LazyTls,
+    /// Whether the session may write, as read when it was opened.
+    pub writable: Writable,
+}
+
+/// What the server said about writing when the session was opened (read in the same
+/// round trip as the session settings).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Writable {
+    /// `transaction_read_only`: on for a standby, and for a primary made read-only
+    /// (`default_transaction_read_only`, as a demoted primary is during a failover).
+    pub read_only: bool,
+    /// `pg_is_in_recovery()`: the server is a standby (or still recovering).
+    pub in_recovery: bool,
+    /// The server's address and port as the session sees them; `None` over a unix socket.
+    pub server: Option<String>,
 }
 
 impl Db {
@@ -31,27 +46,96 @@ impl Db {
             }
         }
     }
+
+    /// Fails with 75 and one line when this session cannot write: `command` writes, and
+    /// must not start work (or send a row it could not then mark) on a standby or a
+    /// read-only primary. The next run, pointed at the primary, retries.
+    pub fn require_writable(&self, cfg: &DbConfig, command: &str) -> Result<()> {
+        let w = &self.writable;
+        if !w.read_only && !w.in_recovery {
+            return Ok(());
+        }
+        let server = match &w.server {
+            Some(server) => format!("the server at {server}"),
+            None => format!("the server of {}", targets(cfg).join(", ")),
+        };
+        let what = if w.in_recovery {
+            "is a standby in recovery (pg_is_in_recovery() is true)"
+        } else {
+            "is read-only (transaction_read_only is on: default_transaction_read_only set \
+             on the server, database or role, as on a demoted primary during a failover)"
+        };
+        Err(fail(
+            Failure::Temporary,
+            format!(
+                "{command} writes, but {server} {what}; nothing was done: point \
+                 --database-url / DATABASE_URL at the primary, or list every server with \
+                 target_session_attrs=read-write (postgres://USER@primary:5432,standby:5432/DB\
+                 ?target_session_attrs=read-write) so that the primary is picked"
+            ),
+        ))
+    }
+}
+
+/// The session settings the job relies on, set on every session it opens, and whether
+/// the session can write, in one round trip. Limits: a statement or a lock wait never
+/// eats the whole cycle, a transaction left idle by a stuck client never keeps rows
+/// locked for long; `idle_session_timeout` (PostgreSQL 14+) is off, since a `--follow`
+/// relay idles between notifications; times are read and written in UTC; read
+/// committed whatever the database's default, since the claim's SKIP LOCKED and the
+/// guarded write are built for it (under serializable a manager's edit of another
+/// booking failed whole batches with 40001). Any other
+/// setting the role or database sets is left as it is (docs/reference/database.md).
+fn session_setup(cfg: &DbConfig) -> String {
+    format!(
+        "SET statement_timeout = {}; SET lock_timeout = {}; \
+         SET idle_in_transaction_session_timeout = {}; SET TIME ZONE 'UTC'; \
+         SET default_transaction_isolation = 'read committed'; \
+         SELECT CASE WHEN current_setting('server_version_num')::int >= 140000 \
+                     THEN set_config('idle_session_timeout', '0', false) END, \
+                current_setting('transaction_read_only') AS read_only, \
+                pg_is_in_recovery()::text AS in_recovery, \
+                host(inet_server_addr()) AS addr, inet_server_port()::text AS port",
+        cfg.statement_timeout.as_millis(),
+        cfg.lock_timeout.as_millis(),
+        (cfg.statement_timeout * 3).as_millis(),
+    )
 }
 
 pub fn connect(cfg: &DbConfig) -> Result<Db> {
     let tls = tls_connector(cfg)?;
     let mut client = connect_within(cfg, tls.clone())?;
-    // Session limits: a statement or a lock wait never eats the whole cycle, and a
-    // transaction left idle by a stuck client never keeps rows locked for long. Read
-    // committed whatever the database's default: the claim's SKIP LOCKED and the
-    // guarded write are built for it, and under serializable a manager's concurrent
-    // edit of another booking fails whole batches with 40001.
-    client
-        .batch_execute(&format!(
-            "SET statement_timeout = {}; SET lock_timeout = {}; \
-             SET idle_in_transaction_session_timeout = {}; SET TIME ZONE 'UTC'; \
-             SET default_transaction_isolation = 'read committed'",
-            cfg.statement_timeout.as_millis(),
-            cfg.lock_timeout.as_millis(),
-            (cfg.statement_timeout * 3).as_millis(),
-        ))
+    let replies = client
+        .simple_query(&session_setup(cfg))
         .classify(Failure::Temporary, "cannot set the session's timeouts")?;
-    Ok(Db { client, tls })
+    let writable = replies
+        .iter()
+        .find_map(|m| match m {
+            postgres::SimpleQueryMessage::Row(row) => Some(Writable {
+                read_only: row.get("read_only") == Some("on"),
+                in_recovery: row.get("in_recovery") == Some("true"),
+                server: row.get("addr").map(|addr| {
+                    let port = row.get("port").unwrap_or("5432");
+                    if addr.contains(':') {
+                        format!("[{addr}]:{port}")
+                    } else {
+                        format!("{addr}:{port}")
+                    }
+                }),
+            }),
+            _ => None,
+        })
+        .ok_or_else(|| {
+            fail(
+                Failure::Temporary,
+                "cannot set the session's timeouts: the server returned no row",
+            )
+        })?;
+    Ok(Db {
+        client,
+        tls,
+        writable,
+    })
 }
 
 fn tls_connector(cfg: &DbConfig) -> Result<LazyTls> {
@@ -180,9 +264,16 @@ fn connect_failure(cfg: &DbConfig, e: postgres::Error) -> anyhow::Error {
 /// "cannot connect to PostgreSQL at db:5432" (each host tried, with its port; a unix
 /// socket by its directory). Never the user or the password.
 fn cannot_connect(cfg: &DbConfig) -> String {
+    format!(
+        "cannot connect to PostgreSQL at {}",
+        targets(cfg).join(", ")
+    )
+}
+
+/// Each host of the URL with its port; a unix socket by its path.
+fn targets(cfg: &DbConfig) -> Vec<String> {
     let ports = cfg.pg.get_ports();
-    let targets: Vec<String> = cfg
-        .pg
+    cfg.pg
         .get_hosts()
         .iter()
         .enumerate()
@@ -203,8 +294,7 @@ fn cannot_connect(cfg: &DbConfig) -> String {
                 }
             }
         })
-        .collect();
-    format!("cannot connect to PostgreSQL at {}", targets.join(", "))
+        .collect()
 }
 
 /// What the TLS handshake required of the server's certificate, for the error message.

@@ -239,9 +239,10 @@ pub fn select_outbox(
 
 /// Puts the rows back into the relay's queue, as they are (same id, so the same `ce_id`
 /// goes out again and consumers dedupe): the delivery marks and the receipt are cleared,
-/// nothing is inserted. Returns how many rows changed.
+/// nothing is inserted. Returns how many rows changed. A relay following the outbox
+/// is notified on the insert trigger's channel, delivered when the caller commits.
 pub fn requeue(client: &mut impl GenericClient, ids: &[Uuid]) -> Result<u64> {
-    client
+    let changed = client
         .execute(
             "UPDATE crm.outbox
                 SET published_at = NULL, failed_at = NULL, next_attempt_at = NULL,
@@ -250,7 +251,13 @@ pub fn requeue(client: &mut impl GenericClient, ids: &[Uuid]) -> Result<u64> {
               WHERE id = ANY($1) AND (published_at IS NOT NULL OR failed_at IS NOT NULL)",
             &[&ids],
         )
-        .context("cannot re-queue the outbox rows")
+        .context("cannot re-queue the outbox rows")?;
+    if changed > 0 {
+        client
+            .execute("SELECT pg_notify($1, '')", &[&crate::store::OUTBOX_CHANNEL])
+            .context("cannot notify the relay of the re-queued rows")?;
+    }
+    Ok(changed)
 }
 
 /// The outbox rows of one booking (its aggregate id), in write order.

@@ -1,0 +1,264 @@
+//! The job as a guest in the CRM's database: sessions the owners make read-only, cut,
+//! time out or limit. Every writer checks that its session can write before any work;
+//! a `--follow` relay reconnects when its session drops; `run-once` makes do with one
+//! connection; output to a closed pipe never aborts.
+
+mod common;
+
+use std::time::Duration;
+
+use common::kafka::*;
+use common::*;
+
+/// Overdue bookings of both phases, and pending outbox rows on `topic` (written by a
+/// first run-once before the database was made read-only).
+fn with_work(db: &TestDb, topic: &str) -> postgres::Client {
+    let mut c = db.client();
+    seed(&mut c, &[Seed::reserved(-100), Seed::booked(-100)]);
+    db.run_once(&[]);
+    c.execute("UPDATE crm.outbox SET topic = $1", &[&topic])
+        .unwrap();
+    seed(&mut c, &[Seed::reserved(-50), Seed::booked(-50)]);
+    c
+}
+
+fn read_only_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| l.contains("booking-expire: error:"))
+        .collect()
+}
+
+#[test]
+fn a_read_only_database_stops_every_writer_before_any_work_and_nothing_is_sent() {
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, 6, &[]);
+    let db = TestDb::new();
+    let mut c = with_work(&db, &topic);
+    let before = checksum(&mut c);
+    let pending = count(
+        &mut c,
+        "SELECT count(*) FROM crm.outbox WHERE published_at IS NULL",
+    );
+    assert_eq!(pending, 2);
+    let outbox_id: uuid::Uuid = c
+        .query_one("SELECT id FROM crm.outbox LIMIT 1", &[])
+        .unwrap()
+        .get(0);
+    c.batch_execute(&format!(
+        "ALTER DATABASE {} SET default_transaction_read_only = on",
+        db.name
+    ))
+    .unwrap();
+    let id = outbox_id.to_string();
+    let commands: [(&str, Vec<&str>); 5] = [
+        ("run-once", vec!["run-once"]),
+        (
+            "relay-outbox",
+            vec!["relay-outbox", "--brokers", &brokers, "--follow", "2s"],
+        ),
+        (
+            "republish",
+            vec![
+                "republish",
+                "--ids",
+                &id,
+                "--reason",
+                "test",
+                "--actor",
+                "t",
+            ],
+        ),
+        (
+            "pause",
+            vec!["pause", "run-once", "--reason", "test", "--actor", "t"],
+        ),
+        (
+            "resume",
+            vec!["resume", "run-once", "--reason", "test", "--actor", "t"],
+        ),
+    ];
+    for (name, args) in commands {
+        let run = db.run(&args);
+        assert_eq!(run.code, 75, "{name}:\n{}", run.stderr);
+        let errors = read_only_lines(&run.stderr);
+        assert_eq!(errors.len(), 1, "{name}:\n{}", run.stderr);
+        let line = errors[0];
+        assert!(
+            line.contains(&format!("{name} writes, but the server at 127.0.0.1:"))
+                && line.contains("is read-only (transaction_read_only is on")
+                && line.contains("target_session_attrs=read-write"),
+            "{name}: {line}"
+        );
+    }
+    // Nothing changed, nothing reached Kafka.
+    assert_eq!(checksum(&mut c), before);
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM crm.outbox WHERE published_at IS NULL"
+        ),
+        pending
+    );
+    assert!(consume(&brokers, &topic, 6, 1, Duration::from_secs(3)).is_empty());
+
+    // The read-only reports still work.
+    let backlog = db.run(&["backlog"]);
+    assert_eq!(backlog.code, 0, "{}", backlog.stderr);
+}
+
+/// An outbox row of a key of its own on `topic`, written as another CRM writer would.
+fn insert_row(c: &mut postgres::Client, topic: &str) -> uuid::Uuid {
+    let id = uuid::Uuid::now_v7();
+    c.execute(
+        "INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload)
+         VALUES ($1, 'Booking', $2, 'pin.crm.booking-expired', $3, '{}'::jsonb)",
+        &[&id, &uuid::Uuid::new_v4().to_string(), &topic],
+    )
+    .unwrap();
+    id
+}
+
+/// Whether a `--follow` relay waits for inserts: its session idle after its first
+/// fetch (it listens before fetching).
+fn relay_listens(c: &mut postgres::Client) -> bool {
+    count(
+        c,
+        "SELECT count(*) FROM pg_stat_activity
+          WHERE datname = current_database() AND application_name = 'booking-expire'
+            AND state = 'idle' AND query LIKE 'SELECT o.id, o.seq%'",
+    ) == 1
+}
+
+fn following_relay(db: &TestDb, brokers: &str, follow: &str) -> Background {
+    Background::start(db.command(&[
+        "relay-outbox",
+        "--brokers",
+        brokers,
+        "--message-timeout",
+        "5s",
+        "--follow",
+        follow,
+    ]))
+}
+
+/// The one line a reconnected relay logs, naming why its session dropped.
+fn reconnect_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| l.contains("database session dropped"))
+        .collect()
+}
+
+#[test]
+fn a_following_relay_whose_session_is_terminated_reconnects_and_goes_on() {
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, 6, &[]);
+    let db = TestDb::new();
+    let mut c = db.client();
+    let relay = following_relay(&db, &brokers, "15s");
+    wait_until(Duration::from_secs(20), "the relay listening", || {
+        relay_listens(&mut c)
+    });
+    let first = insert_row(&mut c, &topic);
+    assert_eq!(
+        consume(&brokers, &topic, 6, 1, Duration::from_secs(20)).len(),
+        1
+    );
+    c.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+          WHERE datname = current_database() AND application_name = 'booking-expire'",
+        &[],
+    )
+    .unwrap();
+    // Committed while the relay has no session: it still goes out in this run.
+    let second = insert_row(&mut c, &topic);
+    let got = consume(&brokers, &topic, 6, 2, Duration::from_secs(20));
+    let ids: Vec<String> = got.iter().map(|m| m.headers["ce_id"].clone()).collect();
+    assert!(ids.contains(&second.to_string()), "{ids:?}");
+    let run = relay.wait();
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let lines = reconnect_lines(&run.stderr);
+    assert_eq!(lines.len(), 1, "{}", run.stderr);
+    assert!(
+        lines[0].contains("reconnected") && lines[0].contains("administrator command"),
+        "{}",
+        lines[0]
+    );
+    let published = count(
+        &mut c,
+        "SELECT count(*) FROM crm.outbox WHERE published_at IS NOT NULL",
+    );
+    assert_eq!(published, 2, "{first} and {second} marked");
+}
+
+#[test]
+fn a_following_relay_survives_a_server_restart() {
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, 6, &[]);
+    let server = OwnPostgres::start();
+    let db = TestDb::new_on(&server.url);
+    let mut c = db.client();
+    let relay = following_relay(&db, &brokers, "20s");
+    wait_until(Duration::from_secs(20), "the relay listening", || {
+        relay_listens(&mut c)
+    });
+    server.restart();
+    let mut c = db.client();
+    let row = insert_row(&mut c, &topic);
+    let got = consume(&brokers, &topic, 6, 1, Duration::from_secs(25));
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].headers["ce_id"], row.to_string());
+    let run = relay.wait();
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(reconnect_lines(&run.stderr).len(), 1, "{}", run.stderr);
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM crm.outbox WHERE published_at IS NOT NULL"
+        ),
+        1
+    );
+}
+
+#[test]
+fn a_republished_row_reaches_a_following_relay_in_the_same_run() {
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, 6, &[]);
+    let db = TestDb::new();
+    let mut c = db.client();
+    let relay = following_relay(&db, &brokers, "12s");
+    wait_until(Duration::from_secs(20), "the relay listening", || {
+        relay_listens(&mut c)
+    });
+    let id = insert_row(&mut c, &topic);
+    assert_eq!(
+        consume(&brokers, &topic, 6, 1, Duration::from_secs(20)).len(),
+        1
+    );
+    wait_until(Duration::from_secs(20), "the row marked", || {
+        count(
+            &mut c,
+            "SELECT count(*) FROM crm.outbox WHERE published_at IS NOT NULL",
+        ) == 1
+    });
+    let run = db.run(&[
+        "republish",
+        "--ids",
+        &id.to_string(),
+        "--reason",
+        "test",
+        "--actor",
+        "t",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let got = consume(&brokers, &topic, 6, 2, Duration::from_secs(20));
+    assert_eq!(got.len(), 2);
+    let run = relay.wait();
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(json_lines(&run.stdout)[0]["Published"], 2, "{}", run.stdout);
+}
