@@ -32,14 +32,16 @@ RUN apt-get update \
         pkg-config libssl-dev zlib1g-dev make gcc g++ \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-# The whole crate (.dockerignore leaves out target/, .git and what only deploys), so
-# every target Cargo.toml declares is there for the manifest to parse.
+# The whole crate (.dockerignore leaves out target/, .git and what only deploys, but
+# keeps the man pages), so every target Cargo.toml declares is there for the manifest
+# to parse.
 COPY . .
 # --locked: exactly the dependency versions the tests ran with.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked \
- && install -D -m 0755 target/release/booking-expire /out/usr/local/bin/booking-expire
+ && install -D -m 0755 target/release/booking-expire /out/usr/local/bin/booking-expire \
+ && install -D -m 0644 -t /out/usr/share/man/man1 docs/reference/man/*.1
 # The binary links libz.so.1 (librdkafka), which distroless cc-debian12 does not ship
 # (its base has libc6 and libssl3 only; zlib1g joined the base in debian13): bring
 # Debian 12's own from this stage, at the path the dynamic loader searches.
@@ -47,8 +49,9 @@ RUN multiarch="$(gcc -print-multiarch)" \
  && install -D -m 0644 "$(readlink -f "/usr/lib/${multiarch}/libz.so.1")" \
         "/out/usr/lib/${multiarch}/libz.so.1"
 
-# The same tree, made outside: the binary at usr/local/bin/booking-expire and Debian 12's
-# libz.so.1 at usr/lib/<multiarch>/.
+# The same tree, made outside: the binary at usr/local/bin/booking-expire, its man pages
+# (generated into docs/reference/man/ from the command line) at usr/share/man/man1/ and
+# Debian 12's libz.so.1 at usr/lib/<multiarch>/.
 FROM scratch AS prebuilt
 COPY prebuilt/ /out/
 

@@ -56,6 +56,7 @@ pub fn run(config: Config, run_id: Uuid) -> Result<()> {
         Config::DryRun(cfg) => report::dry_run(&cfg, run_id, &clock),
         Config::Backlog(cfg) => report::backlog(&cfg, &clock),
         Config::Operate(command) => crate::ops::run(&command),
+        Config::Completions(shell) => crate::reference::print_completions(shell),
     }
 }
 

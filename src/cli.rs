@@ -179,6 +179,26 @@ pub enum Command {
         after_help = EXIT_CODES_HELP
     )]
     RetryFailed(RequeueArgs),
+
+    /// Print a shell completion script (bash, zsh or fish) on stdout
+    #[command(
+        long_about = "Print a completion script for the shell named on stdout, generated from \
+                      this program's command line, so it knows every subcommand and flag. \
+                      Load it for this shell with `source <(booking-expire completions bash)`, \
+                      or install it where the shell looks for completions, e.g. \
+                      `booking-expire completions bash > /etc/bash_completion.d/booking-expire`, \
+                      `booking-expire completions zsh > \"${fpath[1]}/_booking-expire\"`, \
+                      `booking-expire completions fish > ~/.config/fish/completions/booking-expire.fish`.",
+        after_help = EXIT_CODES_HELP
+    )]
+    Completions(CompletionsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to write the script for
+    #[arg(value_name = "SHELL", value_enum)]
+    pub shell: crate::reference::CompletionShell,
 }
 
 /// How to reach PostgreSQL.

@@ -4,6 +4,7 @@
 # Debian 12 like the build stage (the binary links its glibc and OpenSSL 3):
 #
 #   usr/local/bin/booking-expire       the given binary
+#   usr/share/man/man1/*.1             the man pages, docs/reference/man/ of this clone
 #   usr/lib/<multiarch>/libz.so.1      the host's zlib (librdkafka links it; distroless
 #                                      cc-debian12 lacks it), as the build stage copies
 #                                      the Rust image's
@@ -24,3 +25,5 @@ zlib=$(readlink -f "/usr/lib/$multiarch/libz.so.1")
 rm -rf "$dir/prebuilt"
 install -D -m 0755 "$bin" "$dir/prebuilt/usr/local/bin/booking-expire"
 install -D -m 0644 "$zlib" "$dir/prebuilt/usr/lib/$multiarch/libz.so.1"
+man=$(cd "$(dirname "$0")/../.." && pwd)/docs/reference/man
+install -D -m 0644 -t "$dir/prebuilt/usr/share/man/man1" "$man"/*.1

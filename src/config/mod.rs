@@ -31,6 +31,8 @@ pub enum Config {
     /// The operator commands (explain, pause, resume, republish, retry-failed): each
     /// resolves its own database configuration as it starts.
     Operate(Command),
+    /// `completions`: a shell script on stdout; nothing to resolve.
+    Completions(crate::reference::CompletionShell),
 }
 
 /// A configuration that was refused. A command that pushes metrics reports a refused
@@ -79,6 +81,7 @@ impl Config {
             | Command::Resume(_)
             | Command::Republish(_)
             | Command::RetryFailed(_)) => Config::Operate(operate),
+            Command::Completions(ref args) => Config::Completions(args.shell),
         })
     }
 }
