@@ -1,9 +1,11 @@
 //! A guest in the CRM's database: every command against a database its owners changed
 //! in one way each (session settings on the role or the database, odd time zones and
 //! date styles, a same-named table earlier on the search path, serializable by
-//! default with a manager writing meanwhile, a role of one connection). For each:
-//! no crash (exit 70, 101 or 134), the healthy bookings of both phases expire in one
-//! cycle and their events reach Kafka once each, and every report runs.
+//! default with a manager writing meanwhile, read-only by default, a real hot
+//! standby). For each: no crash (exit 70, 101 or 134); where the job can write, the
+//! healthy bookings of both phases expire in one cycle and their events reach Kafka
+//! once each; where it cannot, every writer exits 75 before any work naming the fix;
+//! every report runs.
 //!
 //! The job runs as a LOGIN role of the case's own, a member of the three group roles,
 //! so that settings on the role touch only this case.
@@ -32,6 +34,9 @@ struct Case {
     relay: &'static [&'static str],
     /// Something else writing to the bookings while the cycle runs.
     manager: bool,
+    /// Whether the job's session can write there; where it cannot, every writer exits
+    /// 75 before any work, naming the fix, and the reports still run.
+    writes: bool,
 }
 
 /// A LOGIN role in all three of the job's group roles; dropped with the case.
@@ -84,10 +89,13 @@ fn admin(db: &TestDb) -> Client {
     c
 }
 
-fn run_as(db: &TestDb, role: &JobRole, args: &[&str]) -> Run {
+fn run_at(url: &str, args: &[&str]) -> Run {
     Run::of(
-        db.command(args)
-            .env("DATABASE_URL", &role.url)
+        std::process::Command::new(BIN)
+            .args(args)
+            .env_clear()
+            .env("DATABASE_URL", url)
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .output()
             .expect("run the binary"),
     )
@@ -115,15 +123,8 @@ fn assert_ok(case: &str, what: &str, run: &Run) {
 fn check(case: &Case) {
     let db = TestDb::new();
     let role = JobRole::new(&db);
-    let brokers = shared_brokers();
-    let topic = unique_topic();
-    create_topic(&brokers, &topic, PARTITIONS, &[]);
-
     let mut c = admin(&db);
-    let reserve = seed_many(&mut c, 3, |i| Seed::reserved(-600 - i as i64));
-    let booking = seed_many(&mut c, 3, |i| Seed::booked(-600 - i as i64));
-    // Bookings the manager keeps extending; not yet due, so never expired.
-    let managed = seed_many(&mut c, 5, |_| Seed::reserved(3_600));
+    let (reserve, booking, managed) = seed_case(&mut c);
     let sql = case
         .sql
         .replace("{db}", &db.name)
@@ -131,10 +132,47 @@ fn check(case: &Case) {
     c.batch_execute(&sql)
         .unwrap_or_else(|e| panic!("{}: set-up: {e}", case.name));
 
+    exercise(
+        case,
+        &role.url,
+        &mut c,
+        &Seeded {
+            reserve,
+            booking,
+            managed,
+            manager_url: db.url.clone(),
+        },
+    );
+}
+
+/// The bookings of a case: overdue in each phase, and not yet due for the manager.
+struct Seeded {
+    reserve: Vec<Uuid>,
+    booking: Vec<Uuid>,
+    managed: Vec<Uuid>,
+    manager_url: String,
+}
+
+fn seed_case(c: &mut Client) -> (Vec<Uuid>, Vec<Uuid>, Vec<Uuid>) {
+    let reserve = seed_many(c, 3, |i| Seed::reserved(-600 - i as i64));
+    let booking = seed_many(c, 3, |i| Seed::booked(-600 - i as i64));
+    // Bookings the manager keeps extending; not yet due, so never expired.
+    let managed = seed_many(c, 5, |_| Seed::reserved(3_600));
+    (reserve, booking, managed)
+}
+
+/// Every command at `url`; `c` reads back (on the server the job writes to, or for a
+/// standby, the standby itself).
+fn exercise(case: &Case, url: &str, c: &mut Client, seeded: &Seeded) {
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, PARTITIONS, &[]);
+    let (reserve, booking) = (&seeded.reserve, &seeded.booking);
     let stop = Arc::new(AtomicBool::new(false));
     let manager = case.manager.then(|| {
         let stop = Arc::clone(&stop);
-        let url = db.url.clone();
+        let url = seeded.manager_url.clone();
+        let managed = seeded.managed.clone();
         std::thread::spawn(move || {
             // Serializable too (the database's default): it extends its bookings in
             // short transactions, as a manager's screen would, until the cycle is done.
@@ -154,7 +192,13 @@ fn check(case: &Case) {
         })
     });
 
-    let cycle = run_as(&db, &role, &["run-once"]);
+    if !case.writes {
+        stop.store(true, Ordering::Relaxed);
+        refuses_writes(case, url, c, &brokers, &topic);
+        reports(case, url, reserve[0]);
+        return;
+    }
+    let cycle = run_at(url, &["run-once"]);
     stop.store(true, Ordering::Relaxed);
     if let Some(manager) = manager {
         assert!(
@@ -173,12 +217,12 @@ fn check(case: &Case) {
         cycle.stderr
     );
     for id in reserve.iter() {
-        assert_eq!(status_of(&mut c, *id), "ReserveExpired", "{}", case.name);
+        assert_eq!(status_of(c, *id), "ReserveExpired", "{}", case.name);
     }
     for id in booking.iter() {
-        assert_eq!(status_of(&mut c, *id), "BookingExpired", "{}", case.name);
+        assert_eq!(status_of(c, *id), "BookingExpired", "{}", case.name);
     }
-    assert_eq!(assert_each_expiry_written_once(&mut c), 6, "{}", case.name);
+    assert_eq!(assert_each_expiry_written_once(c), 6, "{}", case.name);
 
     c.execute("UPDATE crm.outbox SET topic = $1", &[&topic])
         .unwrap();
@@ -190,7 +234,7 @@ fn check(case: &Case) {
         "10s",
     ];
     relay.extend_from_slice(case.relay);
-    let relayed = run_as(&db, &role, &relay);
+    let relayed = run_at(url, &relay);
     assert_ok(case.name, "relay-outbox", &relayed);
     let got = consume(&brokers, &topic, PARTITIONS, 6, Duration::from_secs(30));
     let mut per_booking: HashMap<String, usize> = HashMap::new();
@@ -199,7 +243,7 @@ fn check(case: &Case) {
     }
     let expired: Vec<String> = reserve
         .iter()
-        .chain(&booking)
+        .chain(booking.iter())
         .map(Uuid::to_string)
         .collect();
     for id in &expired {
@@ -211,9 +255,48 @@ fn check(case: &Case) {
         );
     }
     assert_eq!(got.len(), 6, "{}: events on the topic", case.name);
+    reports(case, url, reserve[0]);
+}
 
+/// Where the session cannot write: run-once and relay-outbox exit 75 before any work
+/// with one line that names the fix; nothing changes and nothing is sent.
+fn refuses_writes(case: &Case, url: &str, c: &mut Client, brokers: &str, topic: &str) {
+    let before = checksum(c);
+    for args in [
+        vec!["run-once"],
+        vec![
+            "relay-outbox",
+            "--brokers",
+            brokers,
+            "--message-timeout",
+            "10s",
+        ],
+    ] {
+        let run = run_at(url, &args);
+        assert_no_crash(case.name, args[0], &run);
+        assert_eq!(run.code, 75, "{}: {}:\n{}", case.name, args[0], run.stderr);
+        assert!(
+            run.stderr.contains("target_session_attrs=read-write"),
+            "{}: {} does not say how to reach the primary:\n{}",
+            case.name,
+            args[0],
+            run.stderr
+        );
+    }
+    assert_eq!(checksum(c), before, "{}: bookings changed", case.name);
+    assert_eq!(
+        count(c, "SELECT count(*) FROM crm.outbox"),
+        0,
+        "{}: outbox rows written",
+        case.name
+    );
+    assert!(consume(brokers, topic, PARTITIONS, 1, Duration::from_secs(2)).is_empty());
+}
+
+/// The reports, read-only, run wherever the job can read.
+fn reports(case: &Case, url: &str, explained: Uuid) {
     let now = chrono::Utc::now().to_rfc3339();
-    let explained = reserve[0].to_string();
+    let explained = explained.to_string();
     for (what, args) in [
         ("backlog", vec!["backlog"]),
         ("backlog --format json", vec!["backlog", "--format", "json"]),
@@ -228,7 +311,7 @@ fn check(case: &Case) {
         ),
         ("explain", vec!["explain", explained.as_str()]),
     ] {
-        let run = run_as(&db, &role, &args);
+        let run = run_at(url, &args);
         assert_ok(case.name, what, &run);
         assert!(
             !run.stdout.is_empty(),
@@ -247,6 +330,7 @@ fn a_far_time_zone_and_german_date_style_on_the_database() {
               ALTER DATABASE {db} SET IntervalStyle = 'sql_standard'",
         relay: &[],
         manager: false,
+        writes: true,
     });
 }
 
@@ -258,6 +342,7 @@ fn a_time_zone_behind_utc_and_postgres_date_style_on_the_role() {
               ALTER ROLE {role} SET DateStyle = 'Postgres, MDY'",
         relay: &[],
         manager: false,
+        writes: true,
     });
 }
 
@@ -271,6 +356,7 @@ fn a_same_named_table_first_on_the_search_path() {
               ALTER ROLE {role} SET search_path = public, crm",
         relay: &[],
         manager: false,
+        writes: true,
     });
 }
 
@@ -282,6 +368,7 @@ fn statement_and_lock_timeouts_of_1ms_on_the_role() {
               ALTER ROLE {role} SET lock_timeout = '1ms'",
         relay: &[],
         manager: false,
+        writes: true,
     });
 }
 
@@ -292,6 +379,7 @@ fn an_idle_in_transaction_timeout_of_10ms_on_the_database() {
         sql: "ALTER DATABASE {db} SET idle_in_transaction_session_timeout = '10ms'",
         relay: &[],
         manager: false,
+        writes: true,
     });
 }
 
@@ -302,5 +390,57 @@ fn serializable_by_default_with_a_manager_writing_meanwhile() {
         sql: "ALTER DATABASE {db} SET default_transaction_isolation = 'serializable'",
         relay: &[],
         manager: true,
+        writes: true,
     });
+}
+
+#[test]
+fn read_only_by_default_on_the_database() {
+    check(&Case {
+        name: "default_transaction_read_only on the database, as on a demoted primary",
+        sql: "ALTER DATABASE {db} SET default_transaction_read_only = on",
+        relay: &[],
+        manager: false,
+        writes: false,
+    });
+}
+
+#[test]
+fn an_idle_session_timeout_shorter_than_the_follow_window_on_the_role() {
+    check(&Case {
+        name: "idle_session_timeout of 1 s on the role, a relay following for 3 s",
+        sql: "ALTER ROLE {role} SET idle_session_timeout = '1s'",
+        relay: &["--follow", "3s"],
+        manager: false,
+        writes: true,
+    });
+}
+
+/// A real hot standby, streaming from a primary of the test's own: the job pointed at
+/// the standby alone cannot write there and says how to reach the primary; the
+/// reports run on it.
+#[test]
+fn a_hot_standby() {
+    let primary = OwnPostgres::start();
+    let mut p = primary.client();
+    let (reserve, booking, managed) = seed_case(&mut p);
+    let standby = OwnPostgres::standby_of(&primary);
+    primary.wait_replayed_by(&standby);
+    exercise(
+        &Case {
+            name: "a hot standby",
+            sql: "",
+            relay: &[],
+            manager: false,
+            writes: false,
+        },
+        &standby.url,
+        &mut standby.client(),
+        &Seeded {
+            reserve,
+            booking,
+            managed,
+            manager_url: primary.url.clone(),
+        },
+    );
 }
