@@ -128,20 +128,29 @@ pub enum Command {
     )]
     Explain(ExplainArgs),
 
-    /// Switch run-once or relay-outbox off until `resume`: runs then exit 0 at once
+    /// Switch run-once or relay-outbox off until `resume`, also for the runs working now
     #[command(
         long_about = "Switch run-once or relay-outbox off, in the database, until `resume`. \
-                      While a command is paused each run exits 0 at once, logging since when, \
-                      by whom and why; backlog and the pushed metrics show the pause, and an \
-                      alert fires when it lasts longer than an hour. Pause the relay during a \
-                      Kafka incident (expiries go on and queue in the outbox); pause run-once \
-                      during a data incident (the relay still delivers what committed).\n\n\
+                      It takes effect at once, also on the runs working now: a working \
+                      run-once checks the switch before every batch and stops at the next batch \
+                      boundary (the batch in flight commits or rolls back whole; nothing \
+                      expires after it); a working relay checks it after every fetch and sends \
+                      nothing more (what it already sent gets its delivery reports and marks). \
+                      A run started while the command is paused exits 0 at once. Each stopped \
+                      or skipped run logs since when, by whom and why; backlog and the pushed \
+                      metrics show the pause, and an alert fires when it lasts longer than an \
+                      hour. Pause the relay during a Kafka incident (expiries go on and queue \
+                      in the outbox); pause run-once during a data incident (the relay still \
+                      delivers what committed).\n\n\
+                      Then `pause` waits (--wait, 30s by default) until no run of the command \
+                      is working any more and says so, or says what is still finishing and by \
+                      when it will have stopped at the latest (exit 1).\n\n\
                       Pausing a paused command changes nothing and says since when it is \
                       paused. Every pause and resume is written to \
                       crm.booking_expiration_operations.",
         after_help = EXIT_CODES_HELP
     )]
-    Pause(PauseArgs),
+    Pause(PauseOnArgs),
 
     /// Switch a paused command back on; its next run works as usual
     #[command(
@@ -584,6 +593,24 @@ pub struct PauseArgs {
     /// One JSON object on stdout instead of a sentence
     #[arg(long)]
     pub json: bool,
+}
+
+/// The most `pause --wait` waits: longer than any batch in flight or delivery report
+/// can take (their bounds are --statement-timeout and --message-timeout, 1m and 5m).
+pub const PAUSE_WAIT_MAX: Duration = Duration::from_secs(600);
+
+#[derive(Debug, Args)]
+pub struct PauseOnArgs {
+    #[command(flatten)]
+    pub switch: PauseArgs,
+
+    /// After switching, wait at most this long until no run of the command is working
+    /// any more (0s..=10m; 0s = only say what is working now). A working run-once stops
+    /// after its batch in flight; a working relay sends nothing more and waits for the
+    /// delivery reports of what it sent. Exit 1 when work is still going on at the end
+    #[arg(long, value_name = "DURATION", default_value = "30s",
+          value_parser = duration_in(Duration::ZERO, PAUSE_WAIT_MAX))]
+    pub wait: Duration,
 }
 
 #[derive(Debug, Args)]

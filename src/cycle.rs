@@ -19,6 +19,7 @@ use crate::domain::{self, Phase, rfc3339};
 use crate::exit::{Classified, ClassifyExt, Failure, fail};
 use crate::obs::lateness::Lateness;
 use crate::obs::trace::{self, Attr};
+use crate::ops::pause::{PauseWatch, Paused};
 use crate::shutdown;
 use crate::store::{self, ClaimKey, CycleStatements, Db, Need, Poison};
 
@@ -33,7 +34,8 @@ pub struct CycleResult {
     pub skipped_locked_count: u64,
     pub poison_count: u64,
     pub duration_ms: u64,
-    /// Set when `run-once` is paused (`booking-expire pause run-once`): nothing ran.
+    /// Set when `run-once` is paused (`booking-expire pause run-once`): at the start
+    /// (nothing ran), or while it worked (the counts are what committed before).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub paused: Option<crate::ops::pause::Paused>,
     /// How late the committed expiries were, per phase (for the metrics push).
@@ -102,6 +104,9 @@ fn cycle_at(
     }
     db.require_writable(&cfg.db, "run-once")?;
     crate::ops::pooler::require_session(&cfg.db, &mut db.client, "run-once")?;
+    // For `pause --wait`: this cycle works until its deadline at the latest.
+    let ends = as_of + cfg.deadline.saturating_sub(started.elapsed());
+    crate::ops::pause::announce_working(&mut db.client, crate::cli::Pausable::RunOnce, ends)?;
     shutdown::on_signal(db.interrupter());
     check_clock(&mut db.client, cfg.max_clock_skew)?;
     store::check_schema(&mut db.client, Need::Cycle)?;
@@ -219,6 +224,7 @@ fn run_phases(
         cfg,
         run_id,
         as_of,
+        pause: PauseWatch::new(&mut db.client, crate::cli::Pausable::RunOnce)?,
     };
     // The batches' transactions form a chain (see `run_batch`): the first is begun
     // here, each batch ends its own with `COMMIT AND CHAIN` (or `ROLLBACK AND CHAIN`),
@@ -266,7 +272,14 @@ fn run_phases(
         report_left(client, stmts, cfg, &budget, as_of, &unfinished);
     }
     let mut first_error = drained.first_error;
-    if !client.is_closed() {
+    if let Some(paused) = drained.paused {
+        let done = format!(
+            "no batch started after it; the {} bookings expired before stay expired",
+            result.reserve_expired_count + result.booking_expired_count
+        );
+        crate::ops::pause::stopped_mid_run(crate::cli::Pausable::RunOnce, &paused, &done);
+        result.paused = Some(paused);
+    } else if !client.is_closed() {
         release_stale_quarantine(client, stmts, as_of, &budget, &mut first_error);
     }
     match first_error {
@@ -314,8 +327,10 @@ struct Drained {
     first_error: Option<anyhow::Error>,
     /// The budget allowed no further batch while a phase was still open.
     out_of_budget: bool,
-    /// Nothing more may run: a signal, a lost connection, or the budget spent.
+    /// Nothing more may run: a signal, a lost connection, the budget spent, or a pause.
     stopped: bool,
+    /// `run-once` was paused while the cycle worked.
+    paused: Option<Paused>,
 }
 
 /// What the batches of a cycle share, whichever session runs them.
@@ -324,6 +339,7 @@ struct Session<'a> {
     cfg: &'a RunOnceConfig,
     run_id: Uuid,
     as_of: DateTime<Utc>,
+    pause: PauseWatch,
 }
 
 impl Session<'_> {
@@ -352,6 +368,20 @@ impl Session<'_> {
                     drained.out_of_budget = true;
                     drained.stopped = true;
                     return;
+                }
+                // A pause stops the cycle at this batch boundary.
+                match self.pause.check(client) {
+                    Ok(None) => {}
+                    Ok(Some(paused)) => {
+                        drained.paused = Some(paused);
+                        drained.stopped = true;
+                        return;
+                    }
+                    Err(e) => {
+                        drained.first_error.get_or_insert(e);
+                        drained.stopped = true;
+                        return;
+                    }
                 }
                 let phase = turn.phase;
                 let batch_started = Instant::now();
@@ -496,6 +526,9 @@ fn side_by_side(
     }
     drained.out_of_budget |= other_drained.out_of_budget;
     drained.stopped |= other_drained.stopped;
+    if drained.paused.is_none() {
+        drained.paused = other_drained.paused;
+    }
 }
 
 /// A failure of a batch cut short by the cycle's deadline, told as such.

@@ -8,7 +8,8 @@ use std::process::ExitCode;
 /// What went wrong, in the terms an operator or a CronJob acts on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failure {
-    /// A check asked for on the command line did not hold (`backlog --fail-above`) (1).
+    /// A check asked for on the command line did not hold (`backlog --fail-above`,
+    /// `pause --wait`) (1).
     Threshold,
     /// Bad command line (64).
     Usage,
@@ -43,7 +44,8 @@ impl Failure {
 pub const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0    success (also when poison rows were isolated and quarantined)
-  1    backlog --fail-above: the overdue count is above the threshold
+  1    a check asked for did not hold: backlog --fail-above (the overdue count is
+       above the threshold), pause --wait (a run is still finishing)
   64   usage: a flag or environment variable has a bad value
   69   unavailable: PostgreSQL or Kafka cannot be reached
   70   internal error (a bug; please report it)

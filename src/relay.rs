@@ -50,7 +50,8 @@ pub struct RelayResult {
     /// True when another relay held the lock and this one did nothing.
     pub skipped: bool,
     pub duration_ms: u64,
-    /// Set when `relay-outbox` is paused (`booking-expire pause relay-outbox`).
+    /// Set when `relay-outbox` is paused (`booking-expire pause relay-outbox`), at the
+    /// start or while it worked (the counts are what it did before).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub paused: Option<crate::ops::pause::Paused>,
     /// Rows published, per (topic, Phase of the event; "none" when it has none): for
@@ -105,6 +106,10 @@ fn relay(cfg: &RelayConfig, clock: &dyn Clock, result: &mut RelayResult) -> Resu
         result.duration_ms = started.elapsed().as_millis() as u64;
         return Ok(());
     }
+    // For `pause --wait`: the last batch starts within the run, its reports within the
+    // message timeout after it.
+    let ends = clock.now() + cfg.run_for() + cfg.kafka.message_timeout;
+    crate::ops::pause::announce_working(&mut db.client, crate::cli::Pausable::RelayOutbox, ends)?;
     // On SIGTERM the batches in flight still get their delivery reports and marks
     // (so nothing is sent twice needlessly); then no new batch starts.
     shutdown::on_signal(|| {});
@@ -115,7 +120,8 @@ fn relay(cfg: &RelayConfig, clock: &dyn Clock, result: &mut RelayResult) -> Resu
     info!(brokers = cfg.kafka.brokers.as_str(), batch_size = cfg.batch_size,
           follow_ms = cfg.follow.as_millis() as u64; "relay started");
 
-    // The purge runs also after a row's own failure: it concerns other rows.
+    // The purge runs also after a row's own failure: it concerns other rows; not once
+    // paused: a paused relay does nothing more.
     // A --follow relay whose session drops reopens it and goes on within its window.
     let drained = loop {
         match drain(&mut db.client, &mut producer, cfg, clock, started, result) {
@@ -130,7 +136,9 @@ fn relay(cfg: &RelayConfig, clock: &dyn Clock, result: &mut RelayResult) -> Resu
         }
     };
     let outcome = drained.and_then(|row_failure| {
-        purge(&mut db.client, cfg, clock, result)?;
+        if result.paused.is_none() {
+            purge(&mut db.client, cfg, clock, result)?;
+        }
         row_failure.map_or(Ok(()), Err)
     });
     result.duration_ms = started.elapsed().as_millis() as u64;
@@ -201,9 +209,11 @@ fn pipeline(
     // as an outage without asking the brokers again.
     let mut brokers_down = false;
     let mut in_flight: VecDeque<InFlight> = VecDeque::new();
+    let pause = crate::ops::pause::PauseWatch::new(client, crate::cli::Pausable::RelayOutbox)?;
     loop {
         marker.collect_ready(result)?;
         while stop.is_none()
+            && result.paused.is_none()
             && in_flight.len() < ENQUEUED_BATCHES
             && in_flight.len() + marker.len() < IN_FLIGHT_BATCHES
         {
@@ -225,6 +235,20 @@ fn pipeline(
                 .chain(marker.keys())
                 .collect();
             let rows = store::pending(client, clock.now(), cfg.batch_size, &keys)?;
+            // Asked after the fetch: a row sent was fetched before the pause committed.
+            if let Some(paused) = pause.check(client)? {
+                let done = format!(
+                    "the fetched batch is not sent; {} batches sent before get their reports and marks",
+                    in_flight.len() + marker.len()
+                );
+                crate::ops::pause::stopped_mid_run(
+                    crate::cli::Pausable::RelayOutbox,
+                    &paused,
+                    &done,
+                );
+                result.paused = Some(paused);
+                break;
+            }
             if rows.is_empty() {
                 break;
             }
@@ -249,7 +273,7 @@ fn pipeline(
             if let Some(e) = stop {
                 return Err(e);
             }
-            if cfg.follow.is_zero() || started.elapsed() >= run_for {
+            if cfg.follow.is_zero() || started.elapsed() >= run_for || result.paused.is_some() {
                 break;
             }
             wait_for_outbox(client, run_for.saturating_sub(started.elapsed()))?;

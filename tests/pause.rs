@@ -7,6 +7,7 @@ mod common;
 use common::kafka::{consume, create_topic, shared_brokers, unique_topic};
 use common::*;
 use serde_json::Value;
+use std::time::Duration;
 
 fn ops_rows(c: &mut postgres::Client) -> Vec<(String, String, String, String)> {
     c.query(
@@ -309,4 +310,378 @@ fn only_the_operator_role_may_switch_pauses() {
             drop_owned_sql(&operator)
         ))
         .unwrap();
+}
+
+/// A gate on the cycle's batch write: once more than `after` audit rows (committed, plus
+/// the batch's own) exist, each batch's write waits for advisory lock `key`, which the
+/// returned session holds until it is dropped or unlocks it. The batches before pass.
+fn gate_after(db: &TestDb, key: i64, after: i64) -> postgres::Client {
+    let mut gate = db.client();
+    gate.batch_execute(&format!(
+        "CREATE FUNCTION crm.gate_after() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           IF (SELECT count(*) FROM crm.booking_audit) > {after} THEN
+             PERFORM pg_advisory_xact_lock({key});
+           END IF;
+           RETURN NULL;
+         END $$;
+         CREATE TRIGGER gate_after AFTER INSERT ON crm.booking_audit
+           FOR EACH STATEMENT EXECUTE FUNCTION crm.gate_after();
+         SELECT pg_advisory_lock({key});"
+    ))
+    .unwrap();
+    gate
+}
+
+/// Sessions of the job on `db` waiting for a lock in the batch write.
+fn writes_waiting(c: &mut postgres::Client, db: &TestDb) -> i64 {
+    count(
+        c,
+        &format!(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE datname = '{}' AND application_name = 'booking-expire'
+                AND wait_event_type = 'Lock' AND strpos(query, 'crm.booking_audit') > 0",
+            db.name
+        ),
+    )
+}
+
+fn expired(c: &mut postgres::Client) -> i64 {
+    count(
+        c,
+        "SELECT count(*) FROM crm.bookings WHERE expired_at IS NOT NULL",
+    )
+}
+
+#[test]
+fn a_pause_stops_a_working_cycle_at_the_next_batch_boundary_and_pause_waits_for_it() {
+    let db = TestDb::new();
+    let mut c = db.client();
+    seed_many(&mut c, 300, |i| Seed::booked(-600 - i as i64));
+    // Five batches of 10 commit; the sixth waits in its write, in flight.
+    let mut gate = gate_after(&db, 7_001, 50);
+    let cycle = Background::start(db.command(&[
+        "run-once",
+        "--batch-size",
+        "10",
+        "--max-batches",
+        "1000",
+        "--deadline",
+        "2m",
+    ]));
+    wait_until(
+        Duration::from_secs(30),
+        "the sixth batch at the gate",
+        || writes_waiting(&mut c, &db) == 1,
+    );
+    let before_pause = expired(&mut c);
+    assert_eq!(before_pause, 50);
+
+    let pause = Background::start(db.command(&[
+        "pause",
+        "run-once",
+        "--reason",
+        "INC-7: bad deadlines imported",
+        "--actor",
+        "alice",
+        "--wait",
+        "5m",
+        "--json",
+    ]));
+    // Committed, and `pause` has looked at the working runs once (its session's last
+    // statement is the read of pg_locks).
+    wait_until(
+        Duration::from_secs(30),
+        "the pause to look at the work",
+        || {
+            count(
+                &mut c,
+                &format!(
+                    "SELECT count(*) FROM pg_stat_activity
+                  WHERE datname = '{}' AND strpos(query, 'FROM pg_catalog.pg_locks l') > 0
+                    AND pid <> pg_backend_pid()",
+                    db.name
+                ),
+            ) == 1
+        },
+    );
+    assert_eq!(
+        count(&mut c, "SELECT count(*) FROM crm.booking_expiration_pause"),
+        1
+    );
+    // The pause is in force: the batch in flight commits, no other batch starts.
+    gate.batch_execute("SELECT pg_advisory_unlock(7001)")
+        .unwrap();
+
+    let cycle = cycle.wait();
+    assert_eq!(cycle.code, 0, "{}", cycle.stderr);
+    let result: Value = serde_json::from_str(cycle.stdout.trim()).unwrap();
+    assert_eq!(result["BookingExpiredCount"], 60, "{result}");
+    assert_eq!(result["Paused"]["Reason"], "INC-7: bad deadlines imported");
+    assert!(
+        cycle
+            .stderr
+            .contains("run-once paused while working, since ")
+            && cycle.stderr.contains(
+                "INC-7: bad deadlines imported; stopped at the batch boundary: no batch started \
+                 after it; the 60 bookings expired before stay expired; doing nothing until \
+                 `booking-expire resume run-once`"
+            ),
+        "{}",
+        cycle.stderr
+    );
+    // Whole batches only, the one in flight the last: 240 of the 300 are left.
+    let after = expired(&mut c);
+    assert_eq!(after, before_pause + 10);
+    assert_eq!(count(&mut c, "SELECT count(*) FROM crm.outbox"), after);
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM crm.bookings WHERE status = 'Booked'"
+        ),
+        300 - after
+    );
+
+    let pause = pause.wait();
+    assert_eq!(pause.code, 0, "{}", pause.stderr);
+    let outcome: Value = serde_json::from_str(pause.stdout.trim()).unwrap();
+    assert_eq!(outcome["Changed"], true);
+    assert_eq!(outcome["Working"]["AtPause"], 1, "{outcome}");
+    assert_eq!(outcome["Working"]["StillWorking"], serde_json::json!([]));
+
+    // Nothing works now, and a new run does nothing.
+    let again = db.run(&["pause", "run-once", "--reason", "again"]);
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert!(
+        again
+            .stdout
+            .ends_with("; nothing changed; no run of it was working\n"),
+        "{}",
+        again.stdout
+    );
+    let run = db.run(&["run-once"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("run-once is paused since "),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(expired(&mut c), after);
+}
+
+#[test]
+fn a_pause_stops_both_sessions_of_a_catch_up_and_pause_says_what_still_works() {
+    let db = TestDb::new();
+    let mut c = db.client();
+    seed_many(&mut c, 400, |i| {
+        if i % 2 == 0 {
+            Seed::reserved(-600 - i as i64)
+        } else {
+            Seed::booked(-600 - i as i64)
+        }
+    });
+    let mut gate = gate_after(&db, 7_002, 60);
+    let cycle = Background::start(db.command(&[
+        "run-once",
+        "--batch-size",
+        "10",
+        "--max-batches",
+        "1000",
+        "--deadline",
+        "2m",
+    ]));
+    // Both phases, each on its session, wait at the gate with a batch in flight.
+    wait_until(Duration::from_secs(30), "both sessions at the gate", || {
+        writes_waiting(&mut c, &db) == 2
+    });
+    let before_pause = expired(&mut c);
+
+    // The cycle cannot pass the gate: after a short wait `pause` says what still works.
+    let pause = db.run(&[
+        "pause", "run-once", "--reason", "INC-8", "--actor", "bob", "--wait", "200ms",
+    ]);
+    assert_eq!(pause.code, 1, "{}", pause.stderr);
+    assert!(
+        pause
+            .stdout
+            .contains("; 1 run still finishing after waiting 200ms (session PID ")
+            && pause
+                .stdout
+                .contains("): it stops after its batch in flight, at the latest by "),
+        "{}",
+        pause.stdout
+    );
+    assert!(
+        pause
+            .stderr
+            .contains("run-once is paused, but 1 run of it is still working after --wait 200ms"),
+        "{}",
+        pause.stderr
+    );
+    gate.batch_execute("SELECT pg_advisory_unlock(7002)")
+        .unwrap();
+
+    let cycle = cycle.wait();
+    assert_eq!(cycle.code, 0, "{}", cycle.stderr);
+    assert!(
+        cycle
+            .stderr
+            .contains("both phases have a backlog: the Booking phase goes on on a second session"),
+        "{}",
+        cycle.stderr
+    );
+    let result: Value = serde_json::from_str(cycle.stdout.trim()).unwrap();
+    assert_eq!(result["Paused"]["Reason"], "INC-8");
+    let reserve = result["ReserveExpiredCount"].as_i64().unwrap();
+    let booking = result["BookingExpiredCount"].as_i64().unwrap();
+    // The two batches in flight committed; neither session started another.
+    assert_eq!(reserve + booking, before_pause + 20, "{result}");
+    assert_eq!((reserve % 10, booking % 10), (0, 0), "{result}");
+    assert_eq!(expired(&mut c), reserve + booking);
+    assert!(reserve + booking < 400);
+
+    // Once it has stopped, `pause` says nothing works.
+    let again = db.run(&["pause", "run-once", "--reason", "INC-8", "--wait", "30s"]);
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert!(
+        again.stdout.ends_with("no run of it was working\n"),
+        "{}",
+        again.stdout
+    );
+}
+
+#[test]
+fn a_pause_stops_a_following_relay_before_its_next_batch() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, 6, &[]);
+    let db = TestDb::new();
+    let mut c = db.client();
+    let relay = Background::start(db.command(&[
+        "relay-outbox",
+        "--brokers",
+        &brokers,
+        "--follow",
+        "2m",
+        "--batch-size",
+        "5",
+    ]));
+    // A steady trickle of events, one commit at a time, until the test is done.
+    let stop = Arc::new(AtomicBool::new(false));
+    let trickle = {
+        let stop = Arc::clone(&stop);
+        let mut w = db.client();
+        let topic = topic.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                w.execute(
+                    "INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload,
+                                             headers, occurred_at)
+                     VALUES (gen_random_uuid(), 'Booking', gen_random_uuid()::text,
+                             'pin.crm.booking-expired', $1, '{}'::jsonb, '{}'::jsonb, now())",
+                    &[&topic],
+                )
+                .unwrap();
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
+    let published = |c: &mut postgres::Client| {
+        count(
+            c,
+            "SELECT count(*) FROM crm.outbox WHERE published_at IS NOT NULL",
+        )
+    };
+    wait_until(
+        Duration::from_secs(60),
+        "the relay to send 30 events",
+        || published(&mut c) >= 30,
+    );
+
+    let pause = db.run(&[
+        "pause",
+        "relay-outbox",
+        "--reason",
+        "INC-9: broker upgrade",
+        "--wait",
+        "0s",
+    ]);
+    assert_eq!(pause.code, 0, "{}", pause.stderr);
+    // Every row written from here on was written after the pause committed.
+    let last_before: i64 = c
+        .query_one("SELECT coalesce(max(seq), 0) FROM crm.outbox", &[])
+        .unwrap()
+        .get(0);
+    let published_at_pause = published(&mut c);
+
+    let waited = db.run(&["pause", "relay-outbox", "--reason", "INC-9", "--wait", "1m"]);
+    assert_eq!(waited.code, 0, "{}", waited.stderr);
+    assert!(
+        waited.stdout.ends_with("no run of it was working\n")
+            || waited.stdout.contains("the 1 run working stopped within "),
+        "{}",
+        waited.stdout
+    );
+    let relay = relay.wait();
+    // More rows keep coming after the relay stopped: they stay pending.
+    wait_until(
+        Duration::from_secs(30),
+        "rows written after the pause",
+        || {
+            count(
+                &mut c,
+                &format!("SELECT count(*) FROM crm.outbox WHERE seq > {last_before}"),
+            ) >= 20
+        },
+    );
+    stop.store(true, Ordering::Relaxed);
+    trickle.join().unwrap();
+
+    assert_eq!(relay.code, 0, "{}", relay.stderr);
+    let result: Value = serde_json::from_str(relay.stdout.trim()).unwrap();
+    assert_eq!(result["Paused"]["Reason"], "INC-9: broker upgrade");
+    assert!(
+        relay.stderr.contains("relay-outbox paused while working, since ")
+            && relay.stderr.contains(
+                "INC-9: broker upgrade; stopped at the batch boundary: the fetched batch is not sent"
+            ),
+        "{}",
+        relay.stderr
+    );
+    // No row written after the pause went out; of the rows before it, at most the
+    // batches in flight (3 × 5) were marked after it.
+    assert_eq!(
+        count(
+            &mut c,
+            &format!(
+                "SELECT count(*) FROM crm.outbox WHERE seq > {last_before} AND published_at IS NOT NULL"
+            )
+        ),
+        0
+    );
+    let final_published = published(&mut c);
+    assert!(
+        final_published - published_at_pause <= 15,
+        "{published_at_pause} published at the pause, {final_published} in the end"
+    );
+    assert_eq!(result["Published"].as_i64().unwrap(), final_published);
+    // What the topic holds is exactly what was marked: the batch fetched when the
+    // relay saw the pause was not sent.
+    let marked: std::collections::BTreeSet<String> = c
+        .query(
+            "SELECT id::text FROM crm.outbox WHERE published_at IS NOT NULL",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let sent: std::collections::BTreeSet<String> =
+        consume(&brokers, &topic, 6, marked.len(), Duration::from_secs(30))
+            .into_iter()
+            .map(|m| m.headers["ce_id"].clone())
+            .collect();
+    assert_eq!(sent, marked);
 }

@@ -434,7 +434,10 @@ fn two_relays_at_once_one_works_the_other_exits_0() {
         || {
             count(
                 &mut c,
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted",
+                // The relay's singleton lock (one bigint key) in this test's database.
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+                    AND objsubid = 1
+                    AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
             ) == 1
         },
     );
@@ -513,7 +516,10 @@ fn a_following_relay_publishes_a_new_commit_without_a_restart() {
     wait_until(Duration::from_secs(20), "the relay to listen", || {
         count(
             &mut c,
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted",
+            // The relay's singleton lock (one bigint key) in this test's database.
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+                AND objsubid = 1
+                AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
         ) == 1
     });
     // A cycle commits while the relay waits.

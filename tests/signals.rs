@@ -349,7 +349,8 @@ fn sigterm_while_the_relay_waits_for_delivery_reports_marks_nothing_unacknowledg
     broker.pause();
     let woke_after = chrono::Utc::now();
     insert_pending(&mut c, &topic, 4);
-    // The relay has read the new rows: it is sending and waiting for the reports.
+    // The relay has read the new rows: it is sending and waiting for the reports. Its
+    // last statement is the fetch, or the read of its pause switch right after it.
     wait_until(
         Duration::from_secs(20),
         "the relay to read the new rows",
@@ -357,7 +358,9 @@ fn sigterm_while_the_relay_waits_for_delivery_reports_marks_nothing_unacknowledg
             c.query_one(
                 "SELECT count(*) FROM pg_stat_activity
               WHERE datname = $1 AND application_name = 'booking-expire'
-                AND strpos(query, 'ORDER BY o.seq') > 0 AND query_start > $2",
+                AND (strpos(query, 'ORDER BY o.seq') > 0
+                     OR strpos(query, 'FROM crm.booking_expiration_pause WHERE') > 0)
+                AND query_start > $2",
                 &[&db.name, &woke_after],
             )
             .unwrap()

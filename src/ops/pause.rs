@@ -1,19 +1,25 @@
 //! Pause switches kept in the database (`crm.booking_expiration_pause`): `pause` and
-//! `resume` switch them, `run-once` and `relay-outbox` honour them first thing.
+//! `resume` switch them; `run-once` and `relay-outbox` honour them first thing and, while
+//! they work, again at every batch boundary ([`PauseWatch`]), so a pause stops the runs
+//! working now too. `pause` then waits, bounded, until no run works any more.
+
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use log::info;
-use postgres::GenericClient;
+use postgres::{Client, GenericClient};
 use serde::Serialize;
 
-use crate::cli::{Pausable, PauseArgs};
+use crate::cli::{Pausable, PauseArgs, PauseOnArgs};
 use crate::clock::{Clock, SystemClock};
 use crate::config::DbConfig;
 use crate::domain::rfc3339;
-use crate::exit::{ClassifyExt, Failure};
+use crate::duration::show_duration;
+use crate::exit::{ClassifyExt, Failure, fail};
 use crate::report::format::{duration, seconds};
 use crate::store::ops::{self, Operation, PauseRow};
+use crate::store::running::{self, Working};
 use crate::store::{self, Need};
 
 /// A pause in force, as runs, `backlog` and `explain` show it.
@@ -47,12 +53,10 @@ pub fn honour(
     command: Pausable,
     now: DateTime<Utc>,
 ) -> Result<Option<Paused>> {
-    let pauses =
-        ops::pauses(client).classify(Failure::Temporary, "cannot read the pause switches")?;
-    let Some(row) = pauses.iter().find(|p| p.command == command.as_str()) else {
+    let Some(row) = switch_of(client, command)? else {
         return Ok(None);
     };
-    let paused = Paused::of(row, now);
+    let paused = Paused::of(&row, now);
     info!(command = command.as_str(), paused_since = paused.since.as_str(),
           paused_by = paused.by.as_str(), reason = paused.reason.as_str(),
           paused_for_s = paused.paused_for_seconds;
@@ -62,6 +66,166 @@ pub fn honour(
     Ok(Some(paused))
 }
 
+fn switch_of(client: &mut impl GenericClient, command: Pausable) -> Result<Option<PauseRow>> {
+    let pauses =
+        ops::pauses(client).classify(Failure::Temporary, "cannot read the pause switches")?;
+    Ok(pauses.into_iter().find(|p| p.command == command.as_str()))
+}
+
+/// The pause switch of a command as its working run watches it at every batch
+/// boundary: one cheap read ([`running::switch_on`]) on the session the run already
+/// holds, in whatever transaction it has open.
+#[derive(Debug, Clone, Copy)]
+pub struct PauseWatch {
+    command: Pausable,
+    /// False on a schema without the switches, or for a role that may not read them:
+    /// nothing pauses the run then (as [`honour`]).
+    readable: bool,
+}
+
+impl PauseWatch {
+    pub fn new(client: &mut impl GenericClient, command: Pausable) -> Result<Self> {
+        let readable = ops::pauses_readable(client)
+            .classify(Failure::Temporary, "cannot read the pause switches")?;
+        Ok(PauseWatch { command, readable })
+    }
+
+    /// The pause, if the switch is on now.
+    pub fn check(&self, client: &mut Client) -> Result<Option<Paused>> {
+        if !self.readable
+            || !running::switch_on(client, self.command.as_str())
+                .classify(Failure::Temporary, "cannot read the pause switch")?
+        {
+            return Ok(None);
+        }
+        let now = SystemClock.now();
+        Ok(switch_of(client, self.command)?.map(|row| Paused::of(&row, now)))
+    }
+}
+
+/// Logs the one line of a run that the pause stopped while it worked; `done` says what
+/// it did up to the boundary and what still finishes.
+pub fn stopped_mid_run(command: Pausable, paused: &Paused, done: &str) {
+    info!(command = command.as_str(), paused_since = paused.since.as_str(),
+          paused_by = paused.by.as_str(), reason = paused.reason.as_str(),
+          paused_for_s = paused.paused_for_seconds;
+          "{} paused while working, since {} by {}: {}; stopped at the batch boundary: {}; \
+           doing nothing until `booking-expire resume {}`",
+          command.as_str(), paused.since, paused.by, paused.reason, done, command.as_str());
+}
+
+/// Marks this session as a working run of `command` until it ends, at the latest at
+/// `ends` (see [`running`]): what `pause --wait` waits for.
+pub fn announce_working(
+    client: &mut impl GenericClient,
+    command: Pausable,
+    ends: DateTime<Utc>,
+) -> Result<()> {
+    running::announce_working(client, command.as_str(), ends)
+        .classify(Failure::Temporary, "cannot mark this run as working")
+}
+
+/// How often `pause --wait` looks whether the working runs have stopped.
+const WAIT_POLL: Duration = Duration::from_millis(100);
+
+/// The runs of a command working when the pause took effect, and after the wait.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct WorkOutcome {
+    /// Runs working right after the switch committed.
+    at_pause: usize,
+    /// Seconds `pause` waited for them.
+    waited_seconds: f64,
+    /// Runs still working when the wait ended (empty: nothing of the command works).
+    still_working: Vec<StillWorking>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct StillWorking {
+    pid: i32,
+    /// The latest moment it ends: its --deadline (run-once), its run plus the delivery
+    /// reports of what it sent (relay-outbox).
+    ends_by: String,
+}
+
+/// Waits, at most `wait`, until no run of `command` works on this database.
+fn wait_for_work(client: &mut Client, command: Pausable, wait: Duration) -> Result<WorkOutcome> {
+    let started = Instant::now();
+    let mut working = working_now(client, command)?;
+    let at_pause = working.len();
+    while !working.is_empty() && started.elapsed() < wait {
+        std::thread::sleep(WAIT_POLL.min(wait.saturating_sub(started.elapsed())));
+        working = working_now(client, command)?;
+    }
+    Ok(WorkOutcome {
+        at_pause,
+        waited_seconds: started.elapsed().as_secs_f64(),
+        still_working: working
+            .iter()
+            .map(|w| StillWorking {
+                pid: w.pid,
+                ends_by: rfc3339(w.ends),
+            })
+            .collect(),
+    })
+}
+
+fn working_now(client: &mut Client, command: Pausable) -> Result<Vec<Working>> {
+    running::working(client, command.as_str()).classify(
+        Failure::Temporary,
+        "the switch is on, but cannot read which runs are still working",
+    )
+}
+
+fn runs(n: usize) -> String {
+    if n == 1 {
+        "1 run".to_owned()
+    } else {
+        format!("{n} runs")
+    }
+}
+
+impl WorkOutcome {
+    /// What the work of the command does now, in a few words.
+    fn sentence(&self, command: Pausable, wait: Duration, now: DateTime<Utc>) -> String {
+        if self.still_working.is_empty() {
+            return match self.at_pause {
+                0 => "no run of it was working".to_owned(),
+                n => format!(
+                    "the {} working stopped within {:.1}s; no run of it works now",
+                    runs(n),
+                    self.waited_seconds
+                ),
+            };
+        }
+        let pids: Vec<String> = self
+            .still_working
+            .iter()
+            .map(|w| w.pid.to_string())
+            .collect();
+        let latest = self
+            .still_working
+            .first()
+            .and_then(|w| DateTime::parse_from_rfc3339(&w.ends_by).ok())
+            .map(|t| t.with_timezone(&Utc))
+            .unwrap_or(now);
+        let how = match command {
+            Pausable::RunOnce => "it stops after its batch in flight",
+            Pausable::RelayOutbox => {
+                "it sends nothing more and waits for the delivery reports of what it sent"
+            }
+        };
+        format!(
+            "{} still finishing after waiting {} (session PID {}): {how}, at the latest by {} (in {})",
+            runs(self.still_working.len()),
+            show_duration(wait),
+            pids.join(", "),
+            rfc3339(latest),
+            duration((latest - now).max(chrono::TimeDelta::zero())),
+        )
+    }
+}
 #[derive(Serialize)]
 #[serde(rename_all = "PascalCase")]
 struct Outcome<'a> {
@@ -73,19 +237,24 @@ struct Outcome<'a> {
     pause: Option<Paused>,
     #[serde(skip_serializing_if = "Option::is_none")]
     operation_id: Option<i64>,
+    /// `pause` only: the runs working when it took effect, and after the wait.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    working: Option<WorkOutcome>,
 }
 
-/// `pause COMMAND --reason TEXT`.
-pub fn pause(args: &PauseArgs) -> Result<()> {
-    switch(args, true)
+/// `pause COMMAND --reason TEXT [--wait D]`.
+pub fn pause(args: &PauseOnArgs) -> Result<()> {
+    switch(&args.switch, Some(args.wait))
 }
 
 /// `resume COMMAND --reason TEXT`.
 pub fn resume(args: &PauseArgs) -> Result<()> {
-    switch(args, false)
+    switch(args, None)
 }
 
-fn switch(args: &PauseArgs, on: bool) -> Result<()> {
+/// Switches the pause of `args.command` on (with the wait for working runs) or off.
+fn switch(args: &PauseArgs, wait: Option<Duration>) -> Result<()> {
+    let on = wait.is_some();
     let cfg = DbConfig::from_args(&args.database)?;
     let mut db = store::connect(&cfg)?;
     db.require_writable(&cfg, if on { "pause" } else { "resume" })?;
@@ -120,12 +289,25 @@ fn switch(args: &PauseArgs, on: bool) -> Result<()> {
     } else {
         None
     };
+    if on && args.command == Pausable::RelayOutbox {
+        // Wakes a following relay that waits for outbox rows, so it sees the switch now.
+        running::wake_relay(&mut tx).classify(Failure::Temporary, "cannot wake the relay")?;
+    }
     tx.commit()
         .classify(Failure::Temporary, "cannot commit the switch")?;
+    let working = match wait {
+        Some(wait) => Some(wait_for_work(&mut db.client, args.command, wait)?),
+        None => None,
+    };
     if changed {
         info!(command, by = by.as_str(), reason = args.actor.reason.as_str();
               "{}", if on { "paused" } else { "resumed" });
     }
+    let end = SystemClock.now();
+    let work = working
+        .as_ref()
+        .map(|w| w.sentence(args.command, wait.unwrap_or_default(), end));
+    let still = working.as_ref().map_or(0, |w| w.still_working.len());
     if args.json {
         let outcome = Outcome {
             command,
@@ -133,27 +315,40 @@ fn switch(args: &PauseArgs, on: bool) -> Result<()> {
             changed,
             pause,
             operation_id,
+            working,
         };
         println!("{}", serde_json::to_string(&outcome)?);
-        return Ok(());
+    } else {
+        let work = work.as_deref().unwrap_or_default();
+        match (on, changed, &pause) {
+            (true, true, _) => println!(
+                "{command} paused by {by}: {}; {work}; its runs exit 0 at once until `booking-expire resume {command}`",
+                args.actor.reason
+            ),
+            (true, false, Some(p)) => println!(
+                "{command} was already paused since {} by {}: {}; nothing changed; {work}",
+                p.since, p.by, p.reason
+            ),
+            (false, true, Some(p)) => println!(
+                "{command} resumed by {by} after {} (paused since {} by {}: {}); its next run works as usual",
+                duration(now - DateTime::parse_from_rfc3339(&p.since)?.with_timezone(&Utc)),
+                p.since,
+                p.by,
+                p.reason
+            ),
+            _ => println!("{command} was not paused; nothing changed"),
+        }
     }
-    match (on, changed, &pause) {
-        (true, true, _) => println!(
-            "{command} paused by {by}: {}; its runs exit 0 at once until `booking-expire resume {command}`",
-            args.actor.reason
-        ),
-        (true, false, Some(p)) => println!(
-            "{command} was already paused since {} by {}: {}; nothing changed",
-            p.since, p.by, p.reason
-        ),
-        (false, true, Some(p)) => println!(
-            "{command} resumed by {by} after {} (paused since {} by {}: {}); its next run works as usual",
-            duration(now - DateTime::parse_from_rfc3339(&p.since)?.with_timezone(&Utc)),
-            p.since,
-            p.by,
-            p.reason
-        ),
-        _ => println!("{command} was not paused; nothing changed"),
+    if still > 0 && wait.is_some_and(|w| !w.is_zero()) {
+        return Err(fail(
+            Failure::Threshold,
+            format!(
+                "{command} is paused, but {} of it {} still working after --wait {}; run `booking-expire pause {command} --reason …` again to wait more",
+                runs(still),
+                if still == 1 { "is" } else { "are" },
+                show_duration(wait.unwrap_or_default()),
+            ),
+        ));
     }
     Ok(())
 }

@@ -9,6 +9,7 @@ mod hygiene;
 pub mod ops;
 mod outbox;
 mod report;
+pub mod running;
 mod schema;
 
 pub use clock::{ClockSkew, measure_clock_skew};
