@@ -101,7 +101,7 @@ fn cycle_at(
         return Ok(());
     }
     db.require_writable(&cfg.db, "run-once")?;
-    crate::ops::pooler::require_session(&cfg.db, &mut db.client, "run-once")?;
+    crate::ops::pooler::require_session(&cfg.db, &mut db.client, "run-once", true)?;
     shutdown::on_signal(db.interrupter());
     check_clock(&mut db.client, cfg.max_clock_skew)?;
     store::check_schema(&mut db.client, Need::Cycle)?;
