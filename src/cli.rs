@@ -72,6 +72,11 @@ pub enum Command {
                       per batch, writing one audit row, one deal-timeline entry and one outbox \
                       row per booking. Rows the domain guard refuses or the database rejects \
                       are quarantined as poison with back-off; the rest of the batch commits.\n\n\
+                      Connections: one is enough. A second is opened when the server allows it, \
+                      for the pooler check and, after an outage, to run the two phases side by \
+                      side; without it both happen on the one session. The session must be \
+                      able to write: on a standby or a read-only server the run exits 75 \
+                      before any work (use target_session_attrs=read-write).\n\n\
                       stdout: {\"RunId\",\"AsOf\",\"ReserveExpiredCount\",\"BookingExpiredCount\",\
                       \"SkippedLockedCount\",\"PoisonCount\",\"DurationMs\"}",
         after_help = EXIT_CODES_HELP
@@ -86,7 +91,13 @@ pub enum Command {
                       published only after the broker acknowledged it (acks=all, idempotent \
                       producer). A row that can never be delivered (e.g. too large) is marked \
                       failed and does not block the rest. Published rows older than --retention \
-                      are purged in bounded batches.",
+                      are purged in bounded batches.\n\n\
+                      Connections: 2 at once. The main session holds the relay lock, listens \
+                      (--follow) and fetches; a second marks acknowledged rows while the next \
+                      batch is sent. Both must be able to write: on a standby or a read-only \
+                      server the run exits 75 before sending anything (use \
+                      target_session_attrs=read-write). With --follow, a session that drops is \
+                      reopened within the window.",
         after_help = EXIT_CODES_HELP
     )]
     RelayOutbox(RelayArgs),

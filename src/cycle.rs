@@ -103,7 +103,7 @@ fn cycle_at(
         return Ok(());
     }
     db.require_writable(&cfg.db, "run-once")?;
-    crate::ops::pooler::require_session(&cfg.db, &mut db.client, "run-once")?;
+    crate::ops::pooler::require_session(&cfg.db, &mut db.client, "run-once", true)?;
     // For `pause --wait`: this cycle works until its deadline at the latest.
     let ends = as_of + cfg.deadline.saturating_sub(started.elapsed());
     crate::ops::pause::announce_working(&mut db.client, crate::cli::Pausable::RunOnce, ends)?;

@@ -98,7 +98,8 @@ fn relay(cfg: &RelayConfig, clock: &dyn Clock, result: &mut RelayResult) -> Resu
         return Ok(());
     }
     db.require_writable(&cfg.db, "relay-outbox")?;
-    crate::ops::pooler::require_session(&cfg.db, &mut db.client, "relay-outbox")?;
+    crate::ops::pooler::require_session(&cfg.db, &mut db.client, "relay-outbox", false)
+        .map_err(marker::needs_two)?;
     store::check_schema(&mut db.client, Need::Relay)?;
     if !store::try_relay_lock(&mut db.client)? {
         info!("another relay holds the outbox lock; this one has nothing to do");

@@ -262,3 +262,134 @@ fn a_republished_row_reaches_a_following_relay_in_the_same_run() {
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(json_lines(&run.stdout)[0]["Published"], 2, "{}", run.stdout);
 }
+
+#[test]
+fn a_short_idle_session_timeout_does_not_end_a_quiet_following_relay() {
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, 6, &[]);
+    let db = TestDb::new();
+    let mut c = db.client();
+    c.batch_execute(&format!(
+        "ALTER DATABASE {} SET idle_session_timeout = '1s'",
+        db.name
+    ))
+    .unwrap();
+    let relay = following_relay(&db, &brokers, "5s");
+    let run = relay.wait();
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(reconnect_lines(&run.stderr).is_empty(), "{}", run.stderr);
+    // The database's setting stays as its owners set it for everyone else.
+    let mut other = db.client();
+    let setting: String = other
+        .query_one("SHOW idle_session_timeout", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(setting, "1s");
+}
+
+/// A LOGIN role allowed one connection, a member of `group`; dropped at the end.
+struct OneConnectionRole {
+    name: String,
+    url: String,
+    admin_url: String,
+}
+
+impl OneConnectionRole {
+    fn new(db: &TestDb, group: &str) -> Self {
+        let name = format!("one_conn_{}", uuid::Uuid::new_v4().simple());
+        db.client()
+            .batch_execute(&format!(
+                "CREATE ROLE {name} LOGIN CONNECTION LIMIT 1 IN ROLE {group}"
+            ))
+            .unwrap();
+        OneConnectionRole {
+            url: with_user(&db.url, &name),
+            admin_url: db.url.clone(),
+            name,
+        }
+    }
+
+    fn run(&self, db: &TestDb, args: &[&str]) -> Run {
+        Run::of(
+            db.command(args)
+                .env("DATABASE_URL", &self.url)
+                .output()
+                .unwrap(),
+        )
+    }
+}
+
+impl Drop for OneConnectionRole {
+    fn drop(&mut self) {
+        if let Ok(mut c) = postgres::Client::connect(&self.admin_url, postgres::NoTls) {
+            let _ = c.batch_execute(&format!("DROP ROLE IF EXISTS {}", self.name));
+        }
+    }
+}
+
+#[test]
+fn run_once_does_a_catch_up_on_one_connection_when_a_second_is_refused() {
+    let db = TestDb::new();
+    let mut c = db.client();
+    // Both phases with more than a batch: a catch-up that would go side by side.
+    seed_many(&mut c, 12, |i| {
+        if i % 2 == 0 {
+            Seed::reserved(-100 - i as i64)
+        } else {
+            Seed::booked(-100 - i as i64)
+        }
+    });
+    let role = OneConnectionRole::new(&db, "crm_booking_expiration_worker");
+    let run = role.run(
+        &db,
+        &["run-once", "--batch-size", "2", "--max-batches", "3"],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.result().counts(), (6, 6, 0, 0), "{}", run.stdout);
+    assert!(
+        run.stderr
+            .contains("pooler check on one session: a second connection was refused"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr
+            .contains("cannot open a second session; the phases go on taking turns on one"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM crm.bookings WHERE expired_at IS NOT NULL"
+        ),
+        12
+    );
+}
+
+#[test]
+fn a_relay_allowed_one_connection_says_it_needs_two_and_sends_nothing() {
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, 6, &[]);
+    let db = TestDb::new();
+    let mut c = db.client();
+    insert_row(&mut c, &topic);
+    let role = OneConnectionRole::new(&db, "crm_outbox_relay");
+    let run = role.run(&db, &["relay-outbox", "--brokers", &brokers]);
+    assert_eq!(run.code, 69, "{}", run.stderr);
+    let errors: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains("booking-expire: error:"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{}", run.stderr);
+    assert!(
+        errors[0].contains("relay-outbox needs 2 database connections at once")
+            && errors[0].contains("CONNECTION LIMIT 2"),
+        "{}",
+        errors[0]
+    );
+    assert!(consume(&brokers, &topic, 6, 1, Duration::from_secs(3)).is_empty());
+}

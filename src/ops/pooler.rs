@@ -23,7 +23,16 @@ fn backend_pid(client: &mut Client) -> Result<i32> {
 }
 
 /// Fails with 78 unless `client` (opened from `cfg`) has a server session of its own.
-pub fn require_session(cfg: &DbConfig, client: &mut Client, command: &str) -> Result<()> {
+/// When the server refuses a second connection (too many connections: a role's
+/// `CONNECTION LIMIT`, a full `max_connections`) and `one_is_enough`, the check makes do
+/// with this session alone: its backend must stay the same across transactions (a
+/// weaker proof, logged); otherwise that refusal is the command's error.
+pub fn require_session(
+    cfg: &DbConfig,
+    client: &mut Client,
+    command: &str,
+    one_is_enough: bool,
+) -> Result<()> {
     let refuse = |detail: String| {
         fail(
             Failure::Config,
@@ -36,7 +45,22 @@ pub fn require_session(cfg: &DbConfig, client: &mut Client, command: &str) -> Re
         )
     };
     let first = backend_pid(client)?;
-    let mut other = store::connect(cfg)?;
+    let mut other = match store::connect(cfg) {
+        Ok(other) => other,
+        Err(e) if one_is_enough && store::too_many_connections(&e) => {
+            let again = backend_pid(client)?;
+            if again != first {
+                return Err(refuse(format!(
+                    "the backend PID changed from {first} to {again} between two transactions"
+                )));
+            }
+            log::info!(error:% = format!("{e:#}");
+                       "pooler check on one session: a second connection was refused; the backend \
+                        stayed the same across transactions");
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
     let mut tx = match other.client.transaction() {
         Ok(tx) => tx,
         Err(e) => return Err(refuse(format!("a transaction could not begin: {e}"))),

@@ -133,8 +133,29 @@ impl<'a> Marker<'a> {
     }
 }
 
+/// The relay's connections: its main session (the relay lock, LISTEN, fetches) and the
+/// mark session. A refusal for too many connections says so.
+const CONNECTIONS_HELP: &str = "relay-outbox needs 2 database connections at once: \
+     the main session holds the relay lock, listens and fetches, a second marks acknowledged \
+     rows while the next batch is sent";
+
+/// Adds, to a connection refused for too many connections, how many the relay needs.
+pub(super) fn needs_two(e: anyhow::Error) -> anyhow::Error {
+    if !store::too_many_connections(&e) {
+        return e;
+    }
+    let failure = crate::exit::failure_of(&e);
+    e.context(crate::exit::Classified {
+        failure,
+        message: format!(
+            "{CONNECTIONS_HELP}, and the server refused the second (too many connections): \
+             allow the role 2 or more (ALTER ROLE … CONNECTION LIMIT 2) or raise max_connections"
+        ),
+    })
+}
+
 fn start(db: &DbConfig) -> Result<Worker> {
-    let mut session = store::connect(db)?;
+    let mut session = store::connect(db).map_err(needs_two)?;
     session.require_writable(db, "relay-outbox")?;
     let (jobs, inbox) = mpsc::channel::<Job>();
     let (outbox, done) = mpsc::channel();

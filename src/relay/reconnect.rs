@@ -17,7 +17,7 @@ const FIRST_PAUSE: Duration = Duration::from_millis(100);
 const MAX_PAUSE: Duration = Duration::from_secs(2);
 
 /// Whether `e` says the session itself is gone (closed, I/O, the server shutting down
-/// or terminating it: SQLSTATE 57P01..57P03, class 08), not that a statement failed.
+/// or terminating it: SQLSTATE 57P01..57P03, 57P05 idle_session_timeout, class 08), not that a statement failed.
 pub(super) fn session_lost(e: &anyhow::Error) -> bool {
     e.chain()
         .filter_map(|c| c.downcast_ref::<postgres::Error>())
@@ -26,7 +26,9 @@ pub(super) fn session_lost(e: &anyhow::Error) -> bool {
                 return true;
             }
             match pe.code().map(|c| c.code()) {
-                Some(code) => matches!(code, "57P01" | "57P02" | "57P03") || code.starts_with("08"),
+                Some(code) => {
+                    matches!(code, "57P01" | "57P02" | "57P03" | "57P05") || code.starts_with("08")
+                }
                 None => std::iter::successors(
                     std::error::Error::source(pe),
                     |s: &&(dyn std::error::Error + 'static)| s.source(),

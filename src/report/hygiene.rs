@@ -131,8 +131,9 @@ pub fn table(h: &Hygiene, as_of: DateTime<Utc>, out: &mut String) {
     if x.hidden_sessions.total > 0 {
         out.push_str(&format::wrap(
             "sessions of unknown age: this role may not see other roles' session state \
-             and start (grant it pg_read_all_stats, sql/010_backlog_hygiene.sql); their \
-             xid age is how many transactions old their snapshot is",
+             and start (use a member of crm_booking_expiration_readonly, with \
+             sql/011_xmin_holders_function.sql applied by a superuser); their xid age is how \
+             many transactions old their snapshot is",
             "",
             "  ",
         ));
@@ -566,17 +567,18 @@ mod tests {
             .lines()
             .skip_while(|l| !l.starts_with("sessions of unknown age: "))
             .collect();
-        assert_eq!(note.len(), 2, "{out}");
+        assert_eq!(note.len(), 3, "{out}");
         assert!(note.iter().all(|l| l.chars().count() <= 120), "{out}");
-        assert!(note[1].starts_with("  "), "{out}");
+        assert!(note[1..].iter().all(|l| l.starts_with("  ")), "{out}");
         assert_eq!(
             note.join(" ")
                 .split_whitespace()
                 .collect::<Vec<_>>()
                 .join(" "),
             "sessions of unknown age: this role may not see other roles' session state and \
-             start (grant it pg_read_all_stats, sql/010_backlog_hygiene.sql); their xid age is \
-             how many transactions old their snapshot is"
+             start (use a member of crm_booking_expiration_readonly, with \
+             sql/011_xmin_holders_function.sql applied by a superuser); their xid age is how \
+             many transactions old their snapshot is"
         );
     }
 

@@ -138,6 +138,12 @@ pub fn connect(cfg: &DbConfig) -> Result<Db> {
     })
 }
 
+/// Whether a connection was refused for too many connections (SQLSTATE 53300: the
+/// role's `CONNECTION LIMIT`, the database's, or `max_connections`).
+pub fn too_many_connections(e: &anyhow::Error) -> bool {
+    crate::sqlstate::code_in(e) == Some(postgres::error::SqlState::TOO_MANY_CONNECTIONS)
+}
+
 fn tls_connector(cfg: &DbConfig) -> Result<LazyTls> {
     let (accept_invalid_certs, accept_invalid_hostnames) = match cfg.ssl_mode {
         // libpq semantics: prefer/require encrypt without verifying, unless a CA was

@@ -12,8 +12,10 @@
 //! `pg_read_all_stats` only the PID, user, application name and transaction ids of other
 //! roles' sessions: not their state, nor when their transaction began. Such sessions are
 //! listed apart ([`XminHorizon::hidden_sessions`]), by how many transactions old their
-//! snapshot is, since their age in time cannot be read. `sql/010_backlog_hygiene.sql`
-//! grants the membership to the read-only role.
+//! snapshot is, since their age in time cannot be read. The read-only role reads the
+//! holders through `crm.booking_expiration_xmin_holders()` instead
+//! (`sql/011_xmin_holders_function.sql`): a `SECURITY DEFINER` function that returns
+//! what the report needs and never a query text.
 
 use anyhow::{Context, Result};
 use chrono::{DateTime, TimeDelta, Utc};
@@ -162,45 +164,63 @@ SELECT t.relname::text AS tab, c.relname::text AS idx, pg_relation_size(c.oid) A
    AND i.indpred IS NOT NULL
  ORDER BY t.relname, c.relname";
 
-/// Whether the role sees every session's details.
+/// Whether the role sees every session's details (`can`), and whether it reads them
+/// through `crm.booking_expiration_xmin_holders()` (`sql/011_xmin_holders_function.sql`:
+/// the read-only role's way, which never returns query text) rather than
+/// `pg_stat_activity` itself.
 pub const READ_ALL_STATS_SQL: &str = "\
-SELECT (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user)
-    OR pg_has_role(current_user, 'pg_read_all_stats', 'USAGE') AS can";
+SELECT f.ok AS via_function,
+       f.ok OR (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user)
+            OR pg_has_role(current_user, 'pg_read_all_stats', 'USAGE') AS can
+  FROM (SELECT coalesce(has_function_privilege(
+                 to_regprocedure('crm.booking_expiration_xmin_holders()'), 'EXECUTE'), false) AS ok) f";
+
+/// Where the holders are read: the narrow function when the role may call it.
+const HOLDERS_FUNCTION: &str = "crm.booking_expiration_xmin_holders()";
+const HOLDERS_VIEW: &str = "pg_catalog.pg_stat_activity";
 
 /// Sessions of this database, other than the report's own, holding an xid or a
 /// snapshot since before `$1 - $2` seconds; `$3` = how many to list. A hidden session
 /// has no `backend_type`, so it never passes the time filter (its `xact_start` is hidden).
-pub const OLD_SESSIONS_SQL: &str = "\
+pub fn old_sessions_sql(source: &str) -> String {
+    format!(
+        "\
 SELECT a.pid, coalesce(a.application_name, '') AS app, a.usename::text AS usr, a.state,
        a.xact_start, a.backend_xid::text AS xid, a.backend_xmin::text AS xmin,
        greatest(age(a.backend_xid), age(a.backend_xmin)) AS xid_age,
        count(*) OVER () AS total
-  FROM pg_catalog.pg_stat_activity a
+  FROM {source} a
  WHERE a.pid <> pg_backend_pid()
    AND (a.backend_xid IS NOT NULL OR a.backend_xmin IS NOT NULL)
    AND (a.datname = current_database() OR a.datname IS NULL)
    AND a.xact_start < $1::timestamptz - $2::float8 * interval '1 second'
  ORDER BY a.xact_start, a.pid
- LIMIT $3";
+ LIMIT $3"
+    )
+}
 
 /// Sessions of this database holding an xid or a snapshot whose details the role may
 /// not see (no `backend_type`); `$1` = how many to list. A hidden row with no user is
 /// an autovacuum worker (its `ANALYZE` holds a snapshot for as long as it reads a
 /// table): PostgreSQL's own upkeep, not a session anyone could end, and with no start
 /// time shown it would be listed however briefly it held the snapshot.
-pub const HIDDEN_SESSIONS_SQL: &str = "\
+pub fn hidden_sessions_sql(source: &str) -> String {
+    format!(
+        "\
 SELECT a.pid, coalesce(a.application_name, '') AS app, a.usename::text AS usr, a.state,
        a.xact_start, a.backend_xid::text AS xid, a.backend_xmin::text AS xmin,
        greatest(age(a.backend_xid), age(a.backend_xmin)) AS xid_age,
        count(*) OVER () AS total
-  FROM pg_catalog.pg_stat_activity a
+  FROM {source} a
  WHERE a.pid <> pg_backend_pid()
    AND (a.backend_xid IS NOT NULL OR a.backend_xmin IS NOT NULL)
    AND a.datname = current_database()
    AND a.backend_type IS NULL
    AND a.usesysid IS NOT NULL
  ORDER BY xid_age DESC NULLS LAST, a.pid
- LIMIT $1";
+ LIMIT $1"
+    )
+}
 
 /// Prepared transactions of this database prepared before `$1 - $2` seconds; `$3` =
 /// how many to list.
@@ -271,17 +291,22 @@ pub fn hygiene(
             bytes: r.get("bytes"),
         })
         .collect();
-    let can_read_all_stats: bool = client
+    let stats = client
         .query_one(READ_ALL_STATS_SQL, &[])
-        .context("cannot look up the role's membership of pg_read_all_stats")?
-        .get("can");
+        .context("cannot look up what the role may see of other sessions")?;
+    let can_read_all_stats: bool = stats.get("can");
+    let source = if stats.get("via_function") {
+        HOLDERS_FUNCTION
+    } else {
+        HOLDERS_VIEW
+    };
     let seconds = crate::clock::seconds(threshold);
     let rows = client
-        .query(OLD_SESSIONS_SQL, &[&as_of, &seconds, &SHOWN])
+        .query(&old_sessions_sql(source), &[&as_of, &seconds, &SHOWN])
         .context("cannot read the sessions holding the xmin horizon")?;
     let sessions = Listed::of(rows.iter().map(session).collect(), &rows);
     let rows = client
-        .query(HIDDEN_SESSIONS_SQL, &[&SHOWN])
+        .query(&hidden_sessions_sql(source), &[&SHOWN])
         .context("cannot read the sessions holding the xmin horizon")?;
     let hidden_sessions = Listed::of(rows.iter().map(session).collect(), &rows);
     let rows = client

@@ -13,7 +13,7 @@ pub mod running;
 mod schema;
 
 pub use clock::{ClockSkew, measure_clock_skew};
-pub use connect::{Db, Writable, connect};
+pub use connect::{Db, Writable, connect, too_many_connections};
 pub use expiration::{
     BatchWrite, Claim, ClaimKey, CycleStatements, Poison, WriteOutcome, booking_row,
     candidates_sql, claim, claim_counting_sql, claim_sql, count_left, left_sql, quarantine,
