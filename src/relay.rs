@@ -183,9 +183,6 @@ fn pipeline(
     // Set when no new batch may start (a signal, the brokers gone): the batches in
     // flight still get their reports and marks, then the run ends with it.
     let mut stop: Option<anyhow::Error> = None;
-    // Once the brokers are known to be gone, the batches still in flight are settled
-    // as an outage without asking the brokers again.
-    let mut brokers_down = false;
     let mut in_flight: VecDeque<InFlight> = VecDeque::new();
     loop {
         marker.collect_ready(result)?;
@@ -207,16 +204,19 @@ fn pipeline(
                 .flat_map(InFlight::keys)
                 .chain(marker.keys())
                 .collect();
-            let rows = store::pending(client, clock.now(), cfg.batch_size, &keys)?;
+            let rows = store::pending(
+                client,
+                clock.now(),
+                cfg.batch_size,
+                &keys,
+                cfg.kafka.max_message_bytes,
+            )?;
             if rows.is_empty() {
                 break;
             }
             match settle::enqueue(producer, cfg, one_per_key(rows), &mut row_failure) {
                 Ok(batch) => in_flight.push_back(batch),
-                Err(e) => {
-                    brokers_down = true;
-                    stop = Some(e);
-                }
+                Err(e) => stop = Some(e),
             }
         }
         let Some(batch) = in_flight.pop_front() else {
@@ -242,8 +242,7 @@ fn pipeline(
             cfg,
             clock,
         };
-        if let Some(e) = ctx.settle(batch, brokers_down, result, &mut row_failure)? {
-            brokers_down = true;
+        if let Some(e) = ctx.settle(batch, result, &mut row_failure)? {
             stop.get_or_insert(e);
         }
     }
@@ -352,6 +351,8 @@ mod tests {
             payload: "{}".to_owned(),
             headers: r#"{"n": 1, "ce_id": "someone else's", "traceparent": "00-x"}"#.to_owned(),
             occurred_at: chrono::DateTime::UNIX_EPOCH,
+            size: 2,
+            fetch: crate::store::Fetch::Loaded,
         }
     }
 
