@@ -418,6 +418,12 @@ pub struct RelayArgs {
     #[arg(long, env = "OUTBOX_TOPIC_PARTITIONS", value_name = "N", default_value_t = 6,
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub expected_partitions: u32,
+
+    /// The largest message sent, payload and headers (1000..=100000000 bytes; at most
+    /// the topics' max.message.bytes): a larger row is marked failed without being read
+    #[arg(long, env = "OUTBOX_MAX_MESSAGE_BYTES", value_name = "BYTES", default_value_t = 1_000_000,
+          value_parser = clap::value_parser!(u32).range(1000..=100_000_000))]
+    pub max_message_bytes: u32,
 }
 
 #[derive(Debug, Args)]

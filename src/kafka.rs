@@ -46,9 +46,102 @@ pub enum TopicCheck {
 pub enum Delivery {
     /// Acknowledged by every in-sync replica (acks=all).
     Acked { partition: i32, offset: i64 },
-    /// Not delivered. `permanent`: it never will be (e.g. too large), so retrying it
-    /// would only block the rest; otherwise the next run retries it.
-    Failed { permanent: bool, error: String },
+    /// Not delivered, for a reason of `fault`'s class.
+    Failed { fault: Fault, error: String },
+}
+
+/// Whose fault a failed delivery is: only the message's own counts against its row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The message's own and lasting (too large, an invalid record or header): retrying
+    /// cannot help, the row fails at once.
+    Message,
+    /// Refused for a reason nothing else classifies: counted against the row, which
+    /// backs off (and is given up after a capped number of failures).
+    Refused,
+    /// Its topic or partition is missing, unknown or not writable: a configuration
+    /// fault; the row waits uncounted until the topic is fixed.
+    Topic,
+    /// The cluster's (timed out, not enough replicas, leaders moving, transport,
+    /// throttling, brokers down): no row's fault; the run stops, the rows stay as they
+    /// are.
+    Cluster,
+    /// The producer hit a fatal error and can send nothing more: the run stops, the
+    /// rows stay as they are, the next run's new producer sends them.
+    Fatal,
+}
+
+/// The class of a delivery error's code. An unknown code is the message's refusal
+/// (counted, capped): a lasting problem of one row never stops the whole relay.
+pub fn fault_of(code: Option<RDKafkaErrorCode>) -> Fault {
+    use RDKafkaErrorCode as C;
+    let Some(code) = code else {
+        return Fault::Refused;
+    };
+    match code {
+        C::MessageSizeTooLarge
+        | C::InvalidMessageSize
+        | C::InvalidMessage
+        | C::InvalidRecord
+        | C::BadMessage
+        | C::InvalidArgument
+        | C::InvalidType
+        | C::KeySerialization
+        | C::ValueSerialization
+        | C::InvalidTimestamp
+        | C::UnsupportedForMessageFormat
+        | C::PolicyViolation => Fault::Message,
+        C::UnknownTopicOrPartition
+        | C::UnknownTopic
+        | C::UnknownPartition
+        | C::UnknownTopicId
+        | C::InvalidTopic
+        | C::TopicAuthorizationFailed
+        | C::ClusterAuthorizationFailed
+        | C::InvalidRequiredAcks => Fault::Topic,
+        C::Fatal
+        | C::OutOfOrderSequenceNumber
+        | C::InvalidProducerEpoch
+        | C::UnknownProducerId
+        | C::ProducerFenced
+        | C::Fenced
+        | C::GaplessGuarantee
+        | C::InvalidProducerIdMapping => Fault::Fatal,
+        C::MessageTimedOut
+        | C::NotEnoughReplicas
+        | C::NotEnoughReplicasAfterAppend
+        | C::ISRInsufficient
+        | C::LeaderNotAvailable
+        | C::NotLeaderForPartition
+        | C::PreferredLeaderNotAvailable
+        | C::EligibleLeadersNotAvailable
+        | C::FencedLeaderEpoch
+        | C::UnknownLeaderEpoch
+        | C::ReplicaNotAvailable
+        | C::BrokerNotAvailable
+        | C::RequestTimedOut
+        | C::OperationTimedOut
+        | C::TimedOutQueue
+        | C::NetworkException
+        | C::BrokerTransportFailure
+        | C::Resolve
+        | C::AllBrokersDown
+        | C::ThrottlingQuotaExceeded
+        | C::KafkaStorageError
+        | C::NotController
+        | C::QueueFull
+        | C::PurgeQueue
+        | C::PurgeInflight
+        | C::BrokerDestroy
+        | C::DestroyBroker
+        | C::Retry
+        | C::DuplicateSequenceNumber
+        | C::SSL
+        | C::Authentication
+        | C::SaslAuthenticationFailed
+        | C::RebootstrapRequired => Fault::Cluster,
+        _ => Fault::Refused,
+    }
 }
 
 /// Collects delivery reports by the message's number, and the broker
@@ -63,6 +156,9 @@ struct Reports {
     /// Events served so far (delivery reports and errors): tells a poll that served one
     /// from a poll that found the queue empty.
     served: AtomicUsize,
+    /// The producer's largest message (`message.max.bytes`), for the reason a too
+    /// large message gives.
+    max_message_bytes: usize,
 }
 
 /// An error librdkafka reported about a broker connection.
@@ -88,6 +184,10 @@ impl ClientContext for Reports {
     fn error(&self, error: KafkaError, reason: &str) {
         self.served.fetch_add(1, Ordering::Relaxed);
         let code = error.rdkafka_error_code();
+        if code == Some(RDKafkaErrorCode::Fatal) {
+            // Read from the producer itself where it matters (`fatal_error`).
+            return;
+        }
         if code == Some(RDKafkaErrorCode::AllBrokersDown) {
             // A summary of the failures that explain it.
             return;
@@ -113,7 +213,7 @@ impl ProducerContext for Reports {
                 partition: msg.partition(),
                 offset: msg.offset(),
             },
-            Err((e, _)) => failed(e),
+            Err((e, msg)) => failed(e, msg.payload_len() + msg.key_len(), self.max_message_bytes),
         };
         self.deliveries
             .lock()
@@ -122,19 +222,22 @@ impl ProducerContext for Reports {
     }
 }
 
-fn failed(e: &KafkaError) -> Delivery {
-    let permanent = matches!(
-        e.rdkafka_error_code(),
-        Some(
-            RDKafkaErrorCode::MessageSizeTooLarge
-                | RDKafkaErrorCode::InvalidMessageSize
-                | RDKafkaErrorCode::InvalidMessage
-                | RDKafkaErrorCode::InvalidRecord
-        )
-    );
+/// A failed delivery of a message of `size` bytes (key and value), classified; a too
+/// large one says how large against which limit.
+fn failed(e: &KafkaError, size: usize, limit: usize) -> Delivery {
+    let code = e.rdkafka_error_code();
+    let error = match code {
+        Some(RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::InvalidMessageSize) => {
+            format!(
+                "{e}: the message is {size} bytes with its key, the producer's limit is {limit} \
+                 bytes (--max-message-bytes; the topic's max.message.bytes may be lower)"
+            )
+        }
+        _ => e.to_string(),
+    };
     Delivery::Failed {
-        permanent,
-        error: e.to_string(),
+        fault: fault_of(code),
+        error,
     }
 }
 
@@ -147,6 +250,7 @@ pub struct KafkaProducer {
     checked: HashMap<String, usize>,
     /// The number the next enqueued message gets (its delivery report's key).
     next_message: usize,
+    max_message_bytes: usize,
 }
 
 impl KafkaProducer {
@@ -167,11 +271,18 @@ impl KafkaProducer {
             // The relay enqueues a whole batch at once and then waits for its reports:
             // lingering would only delay every batch (and every event in --follow).
             .set("linger.ms", "0")
+            // The relay never fetches a row larger than this (it fails it unread), and
+            // librdkafka refuses a larger message at once rather than at the broker.
+            .set("message.max.bytes", cfg.max_message_bytes.to_string())
             .set("socket.connection.setup.timeout.ms", "5000")
             .set("reconnect.backoff.max.ms", "1000");
         security(&mut c, cfg);
-        let producer: BaseProducer<Reports> =
-            c.create_with_context(Reports::default()).map_err(|e| {
+        let producer: BaseProducer<Reports> = c
+            .create_with_context(Reports {
+                max_message_bytes: cfg.max_message_bytes,
+                ..Reports::default()
+            })
+            .map_err(|e| {
                 fail(
                     Failure::Config,
                     format!("cannot set up the Kafka producer: {e}"),
@@ -184,6 +295,7 @@ impl KafkaProducer {
             message_timeout: cfg.message_timeout,
             checked: HashMap::new(),
             next_message: 0,
+            max_message_bytes: cfg.max_message_bytes,
         })
     }
 
@@ -229,17 +341,6 @@ impl KafkaProducer {
         }
         self.checked.insert(topic.to_owned(), partitions);
         Ok(TopicCheck::Usable)
-    }
-
-    /// Whether the brokers answer a metadata request for `topic` within two seconds:
-    /// after messages were refused, tells an outage of the brokers (nothing is wrong
-    /// with the messages) from a refusal of those messages (their partition, their
-    /// topic's settings).
-    pub fn brokers_answer(&self, topic: &str) -> bool {
-        self.producer
-            .client()
-            .fetch_metadata(Some(topic), Duration::from_secs(2))
-            .is_ok()
     }
 
     /// The topic's metadata, asked for in short slices up to `timeout`: a failed TLS
@@ -373,7 +474,8 @@ impl KafkaProducer {
                         record = back;
                     }
                     Err((e, _)) => {
-                        refused.push((i, failed(&e)));
+                        let size = m.payload.len() + m.key.len();
+                        refused.push((i, failed(&e, size, self.max_message_bytes)));
                         break;
                     }
                 }
@@ -398,7 +500,7 @@ impl KafkaProducer {
             first,
             count,
             refused,
-            until,
+            mut until,
         } = batch;
         // Reports of earlier batches that came after their batch was collected (past
         // its timeout) belong to nobody: dropped, so that nothing accumulates.
@@ -430,7 +532,13 @@ impl KafkaProducer {
             }
         };
         take(&mut out, &mut missing);
+        let mut fatal = None;
         while missing > 0 {
+            if let Some(error) = self.fatal_error() {
+                // No report still missing will say more than this.
+                fatal = Some(error);
+                break;
+            }
             // One event per call (a delivery report event covers a message set).
             let served = self.producer.context().served.load(Ordering::Relaxed);
             self.producer.poll(Duration::ZERO);
@@ -444,16 +552,35 @@ impl KafkaProducer {
             if Instant::now() >= until {
                 break;
             }
+            // After a signal the run ends within a second: what is not acknowledged
+            // by then stays pending, as in an outage.
+            if crate::shutdown::requested().is_some() {
+                until = until.min(Instant::now() + Duration::from_secs(1));
+            }
             std::thread::sleep(Duration::from_millis(1));
         }
+        let missing = match fatal {
+            Some(error) => Delivery::Failed {
+                fault: Fault::Fatal,
+                error,
+            },
+            None => Delivery::Failed {
+                fault: Fault::Cluster,
+                error: "no delivery report before the timeout".to_owned(),
+            },
+        };
         out.into_iter()
-            .map(|r| {
-                r.unwrap_or(Delivery::Failed {
-                    permanent: false,
-                    error: "no delivery report before the timeout".to_owned(),
-                })
-            })
+            .map(|r| r.unwrap_or_else(|| missing.clone()))
             .collect()
+    }
+
+    /// librdkafka's fatal error, once it has raised one: the producer can send nothing
+    /// more, and the run must end with a new producer for the next.
+    pub fn fatal_error(&self) -> Option<String> {
+        let (code, reason) = self.producer.client().fatal_error()?;
+        Some(format!(
+            "the Kafka producer hit a fatal error ({code}: {reason}); it can send nothing more"
+        ))
     }
 }
 
@@ -510,5 +637,88 @@ pub fn security(c: &mut ClientConfig, cfg: &KafkaConfig) {
                 c.set("ssl.ca.location", ca.to_string_lossy());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::DEFAULT_MAX_MESSAGE_BYTES;
+
+    #[test]
+    fn only_a_messages_own_errors_count_against_it() {
+        use RDKafkaErrorCode as C;
+        for code in [C::MessageSizeTooLarge, C::InvalidRecord, C::InvalidMessage] {
+            assert_eq!(fault_of(Some(code)), Fault::Message, "{code:?}");
+        }
+        for code in [
+            C::MessageTimedOut,
+            C::NotEnoughReplicas,
+            C::NotEnoughReplicasAfterAppend,
+            C::LeaderNotAvailable,
+            C::NotLeaderForPartition,
+            C::RequestTimedOut,
+            C::BrokerTransportFailure,
+            C::ThrottlingQuotaExceeded,
+            C::AllBrokersDown,
+        ] {
+            assert_eq!(fault_of(Some(code)), Fault::Cluster, "{code:?}");
+        }
+        for code in [
+            C::UnknownTopicOrPartition,
+            C::UnknownTopic,
+            C::UnknownPartition,
+            C::TopicAuthorizationFailed,
+        ] {
+            assert_eq!(fault_of(Some(code)), Fault::Topic, "{code:?}");
+        }
+        for code in [C::Fatal, C::OutOfOrderSequenceNumber, C::ProducerFenced] {
+            assert_eq!(fault_of(Some(code)), Fault::Fatal, "{code:?}");
+        }
+        assert_eq!(fault_of(Some(C::UnsupportedVersion)), Fault::Refused);
+    }
+
+    /// A real broker cannot be made to raise a fatal idempotence error on demand:
+    /// librdkafka's own test hook raises one, as a sequence gap across a leader change
+    /// would, while a message waits in the producer's queue.
+    #[test]
+    fn a_fatal_producer_error_ends_the_wait_at_once_with_nothing_acknowledged() {
+        let mut producer = KafkaProducer::new(&KafkaConfig {
+            // Nothing listens there: the message stays queued.
+            brokers: "127.0.0.1:1".to_owned(),
+            security: KafkaSecurity::Plaintext,
+            message_timeout: Duration::from_secs(60),
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+        })
+        .unwrap();
+        let messages = [OutMessage {
+            topic: "t",
+            key: "k",
+            payload: b"{}".to_vec(),
+            headers: Vec::new(),
+        }];
+        let batch = producer.enqueue(&messages);
+        assert_eq!(producer.fatal_error(), None);
+        let reason = std::ffi::CString::new("a sequence gap, raised for the test").unwrap();
+        let raised = unsafe {
+            rdkafka::bindings::rd_kafka_test_fatal_error(
+                producer.producer.client().native_ptr(),
+                rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+                reason.as_ptr(),
+            )
+        };
+        assert_eq!(
+            raised,
+            rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR
+        );
+        // Without the check, a report missing for 60 s would be counted as a timeout.
+        let deliveries = producer.wait(batch);
+        assert_eq!(deliveries.len(), 1);
+        let Delivery::Failed { fault, error } = &deliveries[0] else {
+            panic!("{deliveries:?}");
+        };
+        assert_eq!(*fault, Fault::Fatal, "{error}");
+        assert!(error.contains("fatal error"), "{error}");
+        assert!(producer.fatal_error().unwrap().contains("sequence gap"));
     }
 }

@@ -206,9 +206,6 @@ fn pipeline(
     // Set when no new batch may start (a signal, the brokers gone): the batches in
     // flight still get their reports and marks, then the run ends with it.
     let mut stop: Option<anyhow::Error> = None;
-    // Once the brokers are known to be gone, the batches still in flight are settled
-    // as an outage without asking the brokers again.
-    let mut brokers_down = false;
     let mut in_flight: VecDeque<InFlight> = VecDeque::new();
     let pause = crate::ops::pause::PauseWatch::new(client, crate::cli::Pausable::RelayOutbox)?;
     loop {
@@ -235,7 +232,13 @@ fn pipeline(
                 .flat_map(InFlight::keys)
                 .chain(marker.keys())
                 .collect();
-            let rows = store::pending(client, clock.now(), cfg.batch_size, &keys)?;
+            let rows = store::pending(
+                client,
+                clock.now(),
+                cfg.batch_size,
+                &keys,
+                cfg.kafka.max_message_bytes,
+            )?;
             // Asked after the fetch: a row sent was fetched before the pause committed.
             if let Some(paused) = pause.check(client)? {
                 let done = format!(
@@ -258,10 +261,7 @@ fn pipeline(
             marker.ready()?;
             match settle::enqueue(producer, cfg, one_per_key(rows), &mut row_failure) {
                 Ok(batch) => in_flight.push_back(batch),
-                Err(e) => {
-                    brokers_down = true;
-                    stop = Some(e);
-                }
+                Err(e) => stop = Some(e),
             }
         }
         let Some(batch) = in_flight.pop_front() else {
@@ -287,8 +287,7 @@ fn pipeline(
             cfg,
             clock,
         };
-        if let Some(e) = ctx.settle(batch, brokers_down, result, &mut row_failure)? {
-            brokers_down = true;
+        if let Some(e) = ctx.settle(batch, result, &mut row_failure)? {
             stop.get_or_insert(e);
         }
     }
@@ -414,6 +413,8 @@ mod tests {
             payload: "{}".to_owned(),
             headers: r#"{"n": 1, "ce_id": "someone else's", "traceparent": "00-x"}"#.to_owned(),
             occurred_at: chrono::DateTime::UNIX_EPOCH,
+            size: 2,
+            fetch: crate::store::Fetch::Loaded,
         }
     }
 

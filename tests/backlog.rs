@@ -170,6 +170,7 @@ fn counts_are_exact_on_a_seeded_mix() {
                 "OldestPendingAt": rfc3339(mix.oldest_pending),
                 "OldestPendingAgeSeconds": seconds_between(as_of, mix.oldest_pending),
                 "Failed": 2,
+                "WaitingForTopic": 0,
             },
             "Paused": [],
         })
@@ -288,8 +289,8 @@ const HYGIENE_FAMILIES: [&str; 11] = [
 ];
 
 /// Samples of the backlog's own families: 2 per phase for overdue, age and lateness,
-/// poison, three of the outbox, two pause switches.
-const BACKLOG_SAMPLES: usize = 2 * 3 + 1 + 3 + 2;
+/// poison, four of the outbox, two pause switches.
+const BACKLOG_SAMPLES: usize = 2 * 3 + 1 + 4 + 2;
 /// Samples of the upkeep: seven of the outbox, six partial indexes, four kinds of
 /// holders, two oldest ages, four oldest xid ages.
 const HYGIENE_SAMPLES: usize = 7 + 6 + 4 + 2 + 4;
@@ -331,6 +332,7 @@ fn prometheus_format_has_every_gauge_with_help_and_type() {
         "crm_booking_expiration_outbox_pending",
         "crm_booking_expiration_outbox_oldest_pending_age_seconds",
         "crm_booking_expiration_outbox_failed",
+        "crm_booking_expiration_outbox_waiting_for_topic",
         "crm_booking_expiration_paused_seconds",
         "crm_booking_expiration_backlog_lateness_seconds",
     ]
@@ -403,7 +405,7 @@ fn an_empty_database_reports_zeros() {
                         "NextClaim": null},
             "Poison": 0,
             "Outbox": {"Pending": 0, "OldestPendingAt": null, "OldestPendingAgeSeconds": null,
-                       "Failed": 0},
+                       "Failed": 0, "WaitingForTopic": 0},
             "Paused": [],
         })
     );

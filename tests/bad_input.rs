@@ -145,6 +145,11 @@ const PARSED: &[Input] = &[
         "--expected-partitions",
         Some("OUTBOX_TOPIC_PARTITIONS"),
     ),
+    input(
+        "relay-outbox",
+        "--max-message-bytes",
+        Some("OUTBOX_MAX_MESSAGE_BYTES"),
+    ),
     input("dry-run", "--as-of", None),
     input(
         "dry-run",

@@ -379,6 +379,7 @@ fn the_relay_pushes_its_own_group() {
             "crm_booking_expiration_outbox_failed",
             "crm_booking_expiration_outbox_oldest_pending_age_seconds",
             "crm_booking_expiration_outbox_pending",
+            "crm_booking_expiration_outbox_waiting_for_topic",
             "crm_booking_expiration_paused_seconds",
             "crm_booking_expiration_relay_ack_age_seconds_count",
             "crm_booking_expiration_relay_ack_age_seconds_sum",
@@ -408,6 +409,7 @@ fn the_relay_pushes_its_own_group() {
             0.0,
         ),
         ("crm_booking_expiration_outbox_failed", 0.0),
+        ("crm_booking_expiration_outbox_waiting_for_topic", 0.0),
     ] {
         assert_eq!(group[key], value, "{key}");
     }
@@ -439,7 +441,7 @@ fn the_relay_pushes_its_own_group() {
         .lines()
         .filter(|l| l.starts_with("# HELP ") && !backlog_only(l))
         .collect();
-    assert_eq!(helps.len(), 7, "{}", report.stdout);
+    assert_eq!(helps.len(), 8, "{}", report.stdout);
     for help in helps {
         assert!(pushed.lines().any(|l| l == help), "{help}\n{pushed}");
     }

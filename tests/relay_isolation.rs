@@ -1,7 +1,8 @@
-//! One outbox row can never stop the relay: rows of a topic that cannot take them, and
-//! rows the broker refuses while taking others, back off on their own (with a capped
-//! number of failures) while every other row is delivered in the same run; per-key
-//! order (within a topic) holds across the back-off. Against a real Apache Kafka broker.
+//! One outbox row can never stop the relay, and only a row's own fault counts against
+//! it: rows of a topic that cannot take them wait uncounted (a configuration fault),
+//! rows the broker refuses back off on their own (with a capped number of failures),
+//! while every other row is delivered in the same run; per-key order (within a topic)
+//! holds across the wait. Against a real Apache Kafka broker.
 
 mod common;
 
@@ -87,21 +88,40 @@ fn a_missing_or_mis_partitioned_topic_holds_only_its_own_rows() {
     let want: HashSet<String> = delivered.iter().map(Uuid::to_string).collect();
     assert_eq!(ids, want);
     for id in &held {
-        let (published, failed, failures, _, error) = state(&mut c, *id);
+        let (published, failed, failures, waits, error) = state(&mut c, *id);
         assert!(!published && !failed, "held, not given up");
-        assert_eq!(failures, 1);
+        assert_eq!(failures, 0, "a topic's fault is not the row's");
+        assert!(waits, "it waits before the topic is checked again");
         let error = error.unwrap();
         assert!(
-            error.contains("does not exist") || error.contains("has 3 partitions, expected 6"),
+            error
+                == format!(
+                    "waiting for its topic: Kafka topic {missing} does not exist (topic auto-creation is off: create it, e.g. with 6 partitions)"
+                )
+                || error.starts_with(&format!(
+                    "waiting for its topic: Kafka topic {three} has 3 partitions, expected 6"
+                )),
             "{error}"
         );
     }
-    let backing_off = count(
-        &mut c,
-        "SELECT count(*) FROM crm.outbox WHERE next_attempt_at IS NOT NULL",
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM crm.outbox WHERE attempts > 0 AND published_at IS NULL"
+        ),
+        0,
+        "no attempt counted"
     );
-    assert_eq!(backing_off, 5, "each held row got a back-off");
-    // Within the back-off (made long here) the next run leaves them alone and succeeds.
+    // `backlog` shows the rows waiting for a missing topic.
+    let backlog = db.run(&["backlog", "--format", "json"]);
+    assert_eq!(backlog.code, 0, "{}", backlog.stderr);
+    let report: serde_json::Value = serde_json::from_str(backlog.stdout.trim()).unwrap();
+    assert_eq!(
+        report["Outbox"]["WaitingForTopic"],
+        serde_json::json!(5),
+        "{report}"
+    );
+    // Within the wait (made long here) the next run leaves them alone and succeeds.
     c.execute(
         "UPDATE crm.outbox SET next_attempt_at = now() + interval '1 hour'
           WHERE next_attempt_at IS NOT NULL",
@@ -111,9 +131,12 @@ fn a_missing_or_mis_partitioned_topic_holds_only_its_own_rows() {
     let again = relay(&db, &brokers);
     assert_eq!(again.code, 0, "{}", again.stderr);
     assert_eq!(
-        state(&mut c, held[0]).2,
-        1,
-        "not retried inside the back-off"
+        count(
+            &mut c,
+            "SELECT count(*) FROM crm.outbox WHERE next_attempt_at > now() + interval '50 minutes'"
+        ),
+        5,
+        "not checked again inside the wait"
     );
 }
 
@@ -157,13 +180,41 @@ fn a_row_backing_off_keeps_later_rows_of_its_key_on_its_topic_back() {
 }
 
 #[test]
-fn a_row_that_keeps_failing_is_given_up_at_the_cap_and_counters_never_overflow() {
+fn a_row_waiting_for_a_missing_topic_is_never_given_up() {
     let brokers = shared_brokers();
     let missing = format!("{}-missing", unique_topic());
     let db = TestDb::new();
     let mut c = db.client();
-    let doomed = insert_outbox_row(&mut c, &missing, &Uuid::new_v4().to_string(), 1);
-    let young = insert_outbox_row(&mut c, &missing, &Uuid::new_v4().to_string(), 2);
+    let old = insert_outbox_row(&mut c, &missing, &Uuid::new_v4().to_string(), 1);
+    // One failure short of the cap (failed sends of its own earlier); due now.
+    c.execute(
+        "UPDATE crm.outbox SET failures = 19, attempts = 19,
+                next_attempt_at = now() - interval '1 second'
+          WHERE id = $1",
+        &[&old],
+    )
+    .unwrap();
+    for _ in 0..2 {
+        let run = relay(&db, &brokers);
+        assert_eq!(run.code, 78, "{}", run.stderr);
+        assert!(!run.stderr.contains("marked failed"), "{}", run.stderr);
+        let (published, failed, failures, waits, _) = state(&mut c, old);
+        assert!(!published && !failed && waits);
+        assert_eq!(failures, 19);
+        c.execute("UPDATE crm.outbox SET next_attempt_at = now()", &[])
+            .unwrap();
+    }
+}
+
+/// The cap on a row's own failures (refusals nothing else classifies), applied as the
+/// relay applies it to a refused row.
+#[test]
+fn a_row_that_keeps_failing_is_given_up_at_the_cap_and_counters_never_overflow() {
+    let db = TestDb::new();
+    let mut c = db.client();
+    let topic = unique_topic();
+    let doomed = insert_outbox_row(&mut c, &topic, &Uuid::new_v4().to_string(), 1);
+    let young = insert_outbox_row(&mut c, &topic, &Uuid::new_v4().to_string(), 2);
     // One failure short of the cap, after two billion sends; due now.
     c.execute(
         "UPDATE crm.outbox SET failures = 19, attempts = 2147483647,
@@ -178,14 +229,15 @@ fn a_row_that_keeps_failing_is_given_up_at_the_cap_and_counters_never_overflow()
         &[&young],
     )
     .unwrap();
-    let run = relay(&db, &brokers);
-    assert_eq!(run.code, 78, "{}", run.stderr);
-    assert!(
-        run.stderr
-            .contains("too many failed attempts, marked failed"),
-        "{}",
-        run.stderr
-    );
+    let now: chrono::DateTime<chrono::Utc> = c.query_one("SELECT now()", &[]).unwrap().get(0);
+    let refused = "Broker: refused for a reason of its own".to_owned();
+    let gave_up = booking_expire::store::mark_retry(
+        &mut c,
+        now,
+        &[(doomed, refused.clone()), (young, refused)],
+    )
+    .unwrap();
+    assert_eq!(gave_up, [doomed]);
     let r = c
         .query_one(
             "SELECT failed_at IS NOT NULL, failures, attempts, last_error, next_attempt_at
@@ -198,7 +250,7 @@ fn a_row_that_keeps_failing_is_given_up_at_the_cap_and_counters_never_overflow()
     assert_eq!(r.get::<_, i32>(2), i32::MAX);
     let error: String = r.get(3);
     assert!(
-        error.starts_with("gave up after 20 failed attempts: Kafka topic"),
+        error == "gave up after 20 failed attempts: Broker: refused for a reason of its own",
         "{error}"
     );
     assert_eq!(r.get::<_, Option<chrono::DateTime<chrono::Utc>>>(4), None);

@@ -198,6 +198,7 @@ fn a_batch_collected_after_its_deadline_keeps_the_reports_that_came_in_time() {
         brokers: brokers.clone(),
         security: KafkaSecurity::Plaintext,
         message_timeout,
+        max_message_bytes: booking_expire::config::DEFAULT_MAX_MESSAGE_BYTES,
     })
     .unwrap();
     let keys: Vec<String> = (0..200).map(|i| format!("key-{i}")).collect();

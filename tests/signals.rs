@@ -351,6 +351,8 @@ fn sigterm_while_the_relay_waits_for_delivery_reports_marks_nothing_unacknowledg
     insert_pending(&mut c, &topic, 4);
     // The relay has read the new rows: it is sending and waiting for the reports. Its
     // last statement is the fetch, or the read of its pause switch right after it.
+    // (pg_stat_activity keeps only the statement's first track_activity_query_size
+    // bytes: a prefix of the fetch.)
     wait_until(
         Duration::from_secs(20),
         "the relay to read the new rows",
@@ -358,10 +360,10 @@ fn sigterm_while_the_relay_waits_for_delivery_reports_marks_nothing_unacknowledg
             c.query_one(
                 "SELECT count(*) FROM pg_stat_activity
               WHERE datname = $1 AND application_name = 'booking-expire'
-                AND (strpos(query, 'ORDER BY o.seq') > 0
+                AND (starts_with($3::text, query)
                      OR strpos(query, 'FROM crm.booking_expiration_pause WHERE') > 0)
                 AND query_start > $2",
-                &[&db.name, &woke_after],
+                &[&db.name, &woke_after, &booking_expire::store::PENDING_SQL],
             )
             .unwrap()
             .get::<_, i64>(0)

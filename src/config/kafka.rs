@@ -47,7 +47,14 @@ pub struct KafkaConfig {
     pub brokers: String,
     pub security: KafkaSecurity,
     pub message_timeout: Duration,
+    /// The largest message the producer sends (librdkafka's `message.max.bytes`); the
+    /// relay fails a larger row without reading it.
+    pub max_message_bytes: usize,
 }
+
+/// librdkafka's own default for `message.max.bytes`, just under the brokers' default
+/// `message.max.bytes` (1,048,588).
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1_000_000;
 
 impl KafkaConfig {
     pub fn from_args(args: &KafkaArgs, message_timeout: Duration) -> Result<Self> {
@@ -124,6 +131,7 @@ impl KafkaConfig {
             brokers: brokers.to_owned(),
             security,
             message_timeout,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
         })
     }
 }

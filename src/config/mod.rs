@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::Result;
 
 pub use self::db::{DbConfig, SslMode};
-pub use self::kafka::{KafkaConfig, KafkaSecurity, Secret};
+pub use self::kafka::{DEFAULT_MAX_MESSAGE_BYTES, KafkaConfig, KafkaSecurity, Secret};
 pub use self::topics::{TOPICS_INPUT, Topics};
 use crate::cli::{
     BacklogArgs, BatchArgs, Command, DryRunArgs, MetricsArgs, RelayArgs, ReportFormat, RunOnceArgs,
@@ -235,7 +235,10 @@ impl RelayConfig {
     pub fn from_args(args: &RelayArgs) -> Result<Self> {
         Ok(RelayConfig {
             db: DbConfig::from_args(&args.database)?,
-            kafka: KafkaConfig::from_args(&args.kafka, args.message_timeout)?,
+            kafka: KafkaConfig {
+                max_message_bytes: args.max_message_bytes as usize,
+                ..KafkaConfig::from_args(&args.kafka, args.message_timeout)?
+            },
             batch_size: args.batch_size,
             deadline: args.deadline,
             follow: args.follow,

@@ -149,6 +149,10 @@ pub const OUTBOX_FAILED: Family = family(
     "crm_booking_expiration_outbox_failed",
     "Outbox rows the relay gave up on (e.g. too large to send).",
 );
+pub const OUTBOX_WAITING_FOR_TOPIC: Family = family(
+    "crm_booking_expiration_outbox_waiting_for_topic",
+    "Pending outbox rows waiting for a missing or unusable Kafka topic (a configuration fault; their last_error names it).",
+);
 
 /// The text exposition format (version 0.0.4) of a set of families, encoded by the
 /// `prometheus-client` crate (its `prometheus_text` encoder): each family is
@@ -302,6 +306,7 @@ pub fn backlog_gauges(out: &mut Exposition, b: &Backlog) {
         out.gauge(OUTBOX_PENDING, outbox.pending as f64);
         out.gauge(OUTBOX_OLDEST_AGE, age(outbox.oldest_pending_at));
         out.gauge(OUTBOX_FAILED, outbox.failed as f64);
+        out.gauge(OUTBOX_WAITING_FOR_TOPIC, outbox.waiting_for_topic as f64);
     }
 }
 

@@ -17,24 +17,31 @@ use super::{RelayResult, message};
 use crate::clock::Clock;
 use crate::config::RelayConfig;
 use crate::exit::{Failure, fail};
-use crate::kafka::{Delivery, Enqueued, KafkaProducer, OutMessage, TopicCheck};
+use crate::kafka::{Delivery, Enqueued, Fault, KafkaProducer, OutMessage, TopicCheck};
 use crate::obs::trace::{self, Attr};
-use crate::store::{self, OutboxRow, Receipt};
+use crate::store::{self, Fetch, OutboxRow, Receipt};
 
 /// A batch enqueued at the broker, whose reports and marks are still to come.
 pub(super) struct InFlight {
     /// The rows sent, in the order of their messages.
     sendable: Vec<OutboxRow>,
-    /// Rows of topics that cannot take them: they back off when the batch settles.
-    retry: Vec<(Uuid, String)>,
-    /// The keys of those rows, kept out of the next fetch as the sent ones are.
+    /// Rows of topics that are missing or not writable (a configuration fault): they
+    /// wait, uncounted, when the batch settles.
+    waiting: Vec<(Uuid, String)>,
+    /// Rows larger than the largest message, never loaded: failed when the batch
+    /// settles.
+    too_large: Vec<(Uuid, String)>,
+    /// Set when a topic's check failed for the cluster's reason: its rows stay as they
+    /// are and the run stops once this batch is settled.
+    cluster: Option<anyhow::Error>,
+    /// The keys of the rows not sent, kept out of the next fetch as the sent ones are.
     held_keys: Vec<String>,
     enqueued: Enqueued,
     sent_at: std::time::SystemTime,
 }
 
 impl InFlight {
-    /// The keys of the rows in flight (sent or about to back off).
+    /// The keys of the rows in flight (sent or about to be marked).
     pub(super) fn keys(&self) -> impl Iterator<Item = &str> {
         self.sendable
             .iter()
@@ -43,17 +50,41 @@ impl InFlight {
     }
 }
 
-/// Checks the batch's topics and enqueues the rows of the usable ones. Rows of a topic
-/// that cannot take them wait (they back off when the batch settles); the other topics'
-/// rows go on. `Err` only when the brokers cannot be reached at all.
+/// Checks the batch's topics and enqueues the loaded rows of the usable ones. Rows of a
+/// topic that cannot take them wait (marked when the batch settles); the other topics'
+/// rows go on. A row too large to send is failed unread; a row past the fetch's byte
+/// budget is left for the next fetch. `Err` only when the brokers cannot be reached at
+/// all.
 pub(super) fn enqueue(
     producer: &mut KafkaProducer,
     cfg: &RelayConfig,
     batch: Vec<OutboxRow>,
     row_failure: &mut Option<anyhow::Error>,
 ) -> Result<InFlight> {
+    let limit = cfg.kafka.max_message_bytes;
+    let mut too_large = Vec::new();
+    let mut held_keys = Vec::new();
+    let mut loaded = Vec::with_capacity(batch.len());
+    for row in batch {
+        match row.fetch {
+            Fetch::Loaded => loaded.push(row),
+            Fetch::Later => {}
+            Fetch::TooLarge => {
+                too_large.push((
+                    row.id,
+                    format!(
+                        "the message is too large: its payload and headers are {} bytes, \
+                         the largest message is {limit} bytes (--max-message-bytes); \
+                         it was never read",
+                        row.size
+                    ),
+                ));
+                held_keys.push(row.key);
+            }
+        }
+    }
     let mut unusable: HashMap<String, (Failure, String)> = HashMap::new();
-    for topic in batch
+    for topic in loaded
         .iter()
         .map(|r| r.topic.as_str())
         .collect::<HashSet<_>>()
@@ -64,24 +95,33 @@ pub(super) fn enqueue(
             unusable.insert(topic.to_owned(), (failure, reason));
         }
     }
-    let (held, sendable): (Vec<OutboxRow>, Vec<OutboxRow>) = batch
+    let (held, sendable): (Vec<OutboxRow>, Vec<OutboxRow>) = loaded
         .into_iter()
         .partition(|r| unusable.contains_key(r.topic.as_str()));
-    let mut retry: Vec<(Uuid, String)> = Vec::new();
+    let mut waiting: Vec<(Uuid, String)> = Vec::new();
+    let mut cluster = None;
     for (topic, (failure, reason)) in &unusable {
-        let waiting: Vec<&OutboxRow> = held.iter().filter(|r| r.topic == *topic).collect();
-        log::error!(Topic = topic.as_str(), Rows = waiting.len(), Error = reason.as_str();
-                    "item failed: the topic cannot take these rows; they back off, the other topics' rows go on");
-        retry.extend(waiting.iter().map(|r| (r.id, reason.clone())));
-        row_failure.get_or_insert_with(|| fail(*failure, reason.clone()));
+        let rows: Vec<&OutboxRow> = held.iter().filter(|r| r.topic == *topic).collect();
+        if *failure == Failure::Config {
+            log::error!(Topic = topic.as_str(), Rows = rows.len(), Error = reason.as_str();
+                        "item failed: the topic cannot take these rows; they wait uncounted, the other topics' rows go on");
+            waiting.extend(rows.iter().map(|r| (r.id, reason.clone())));
+            row_failure.get_or_insert_with(|| fail(*failure, reason.clone()));
+        } else {
+            log::error!(Topic = topic.as_str(), Rows = rows.len(), Error = reason.as_str();
+                        "the cluster cannot take these rows now; they stay pending, uncounted, and the run stops");
+            cluster.get_or_insert_with(|| fail(Failure::Temporary, reason.clone()));
+        }
     }
-    let held_keys = held.into_iter().map(|r| r.key).collect();
+    held_keys.extend(held.into_iter().map(|r| r.key));
     let messages: Vec<OutMessage> = sendable.iter().map(message).collect();
     let sent_at = std::time::SystemTime::now();
     let enqueued = producer.enqueue(&messages);
     Ok(InFlight {
         sendable,
-        retry,
+        waiting,
+        too_large,
+        cluster,
         held_keys,
         enqueued,
         sent_at,
@@ -99,13 +139,13 @@ pub(super) struct Settle<'a, 'm> {
 
 impl Settle<'_, '_> {
     /// Waits for the batch's delivery reports and marks its rows (the acknowledged
-    /// ones through the mark session, the others here). Returns the error
-    /// that ends the run when the brokers are gone (`brokers_down`: already known so);
-    /// `Err` when the database fails.
+    /// ones through the mark session, the others here). Only a row's own fault counts
+    /// against it: a cluster's fault or a fatal producer error leaves the rows as they
+    /// are and returns the error that ends the run; a topic's fault makes them wait
+    /// uncounted. `Err` when the database fails.
     pub(super) fn settle(
         self,
         batch: InFlight,
-        brokers_down: bool,
         result: &mut RelayResult,
         row_failure: &mut Option<anyhow::Error>,
     ) -> Result<Option<anyhow::Error>> {
@@ -118,7 +158,9 @@ impl Settle<'_, '_> {
         } = self;
         let InFlight {
             sendable,
-            mut retry,
+            mut waiting,
+            mut too_large,
+            cluster,
             enqueued,
             held_keys: _,
             sent_at,
@@ -127,7 +169,7 @@ impl Settle<'_, '_> {
             "relay batch",
             vec![Attr::new(
                 "messaging.batch.message_count",
-                (sendable.len() + retry.len()) as i64,
+                (sendable.len() + waiting.len() + too_large.len()) as i64,
             )],
         );
         let deliveries = producer.wait(enqueued);
@@ -140,8 +182,10 @@ impl Settle<'_, '_> {
         // Every delivery report is in: this is when the broker acknowledged.
         let now = clock.now();
         let mut acked = Vec::new();
-        let mut permanent = Vec::new();
-        let mut transient = Vec::new();
+        let mut permanent = std::mem::take(&mut too_large);
+        let mut refused = Vec::new();
+        let mut unsent = Vec::new();
+        let mut fatal = None;
         for (row, delivery) in sendable.iter().zip(&deliveries) {
             match delivery {
                 Delivery::Acked { partition, offset } => {
@@ -152,14 +196,24 @@ impl Settle<'_, '_> {
                     });
                     published(row, *partition, *offset, now, result);
                 }
-                Delivery::Failed {
-                    permanent: true,
-                    error,
-                } => permanent.push((row.id, error.clone())),
-                Delivery::Failed {
-                    permanent: false,
-                    error,
-                } => transient.push((row.id, error.clone())),
+                Delivery::Failed { fault, error } => match fault {
+                    Fault::Message => permanent.push((row.id, error.clone())),
+                    Fault::Refused => refused.push((row.id, error.clone())),
+                    Fault::Topic => {
+                        row_failure.get_or_insert_with(|| {
+                            fail(
+                                Failure::Config,
+                                format!("Kafka topic {} cannot take messages: {error}", row.topic),
+                            )
+                        });
+                        waiting.push((row.id, format!("Kafka topic {}: {error}", row.topic)));
+                    }
+                    Fault::Cluster => unsent.push((row, error.as_str())),
+                    Fault::Fatal => {
+                        fatal.get_or_insert_with(|| error.clone());
+                        unsent.push((row, error.as_str()));
+                    }
+                },
             }
         }
         let seqs = sendable.iter().map(|r| r.seq);
@@ -173,72 +227,70 @@ impl Settle<'_, '_> {
                         "item failed: the message can never be delivered, marked failed");
         }
         result.failed += permanent.len() as u64;
-
-        // Transient refusals while the brokers do not answer are an outage: nothing is
-        // wrong with the rows, they go first next run and count no failure. While the
-        // brokers answer, the refusals are the rows' own (their partition, their topic's
-        // settings): they back off.
-        let outage = transient.first().is_some_and(|(id, _)| {
-            brokers_down || {
-                let topic = sendable
-                    .iter()
-                    .find(|r| r.id == *id)
-                    .map_or("", |r| r.topic.as_str());
-                !producer.brokers_answer(topic)
-            }
-        });
+        store::mark_waiting(client, now, &waiting)?;
         span.set([
             Attr::new("Published", acked_count as i64),
             Attr::new("Failed", permanent.len() as i64),
-            Attr::new("Transient", transient.len() as i64),
+            Attr::new("Refused", refused.len() as i64),
+            Attr::new("Unsent", unsent.len() as i64),
         ]);
-        if outage {
-            store::mark_attempted(client, &transient)?;
-            store::mark_retry(client, now, &retry)?;
-            let (_, first_error) = &transient[0];
-            let failure = if acked_count == 0 {
-                Failure::Unavailable
-            } else {
-                Failure::Temporary
-            };
-            return Ok(Some(fail(
-                failure,
-                format!(
-                    "{} of {} messages were not acknowledged by Kafka at {} ({first_error}); \
-                     they stay pending for the next run",
-                    transient.len(),
-                    sendable.len(),
-                    cfg.kafka.brokers
-                ),
-            )));
-        }
-        for (id, error) in &transient {
+
+        for (id, error) in &refused {
             log::error!(MessageId:% = id, Error = error.as_str();
-                        "item failed: Kafka refused the message while its brokers answer; it backs off");
+                        "item failed: Kafka refused the message; it backs off");
         }
-        if let Some((_, first_error)) = transient.first() {
+        if let Some((_, first_error)) = refused.first() {
             row_failure.get_or_insert_with(|| {
                 fail(
                     Failure::Temporary,
                     format!(
-                        "{} messages were refused by Kafka while its brokers answer \
-                         ({first_error}); they back off and are retried",
-                        transient.len()
+                        "{} messages were refused by Kafka ({first_error}); they back off \
+                         and are retried",
+                        refused.len()
                     ),
                 )
             });
         }
-        retry.extend(transient);
-        let gave_up = store::mark_retry(client, now, &retry)?;
+        let gave_up = store::mark_retry(client, now, &refused)?;
         for id in &gave_up {
             log::error!(MessageId:% = id, MaxFailures = store::MAX_FAILURES;
                         "item failed: too many failed attempts, marked failed");
         }
         result.failed += gave_up.len() as u64;
-        result.retrying += (retry.len() - gave_up.len()) as u64;
+        result.retrying += (refused.len() - gave_up.len()) as u64;
         info!(sent = sendable.len(), published = acked_count, failed = permanent.len() + gave_up.len(),
-              backing_off = retry.len() - gave_up.len(); "batch relayed");
-        Ok(None)
+              backing_off = refused.len() - gave_up.len(), waiting = waiting.len(),
+              unsent = unsent.len(); "batch relayed");
+
+        // Not the rows' fault: they stay exactly as they were (no attempt, no failure
+        // counted) and go first next run; no new batch starts in this one.
+        if let Some(error) = fatal {
+            log::error!(Error = error.as_str(), Unacknowledged = unsent.len();
+                        "the Kafka producer cannot go on: the run ends, nothing unacknowledged is marked; the next run starts a new producer");
+            return Ok(Some(fail(
+                Failure::Temporary,
+                format!(
+                    "{error}: the run ends; the {} messages not acknowledged stay pending for \
+                     the next run, which starts a new producer",
+                    unsent.len()
+                ),
+            )));
+        }
+        if let Some((row, first_error)) = unsent.first() {
+            return Ok(Some(fail(
+                Failure::Temporary,
+                format!(
+                    "{} of {} messages were not acknowledged by Kafka at {} (topic {}: \
+                     {first_error}): the cluster's fault, not the rows'; they stay pending, \
+                     uncounted, for the next run",
+                    unsent.len(),
+                    sendable.len(),
+                    cfg.kafka.brokers,
+                    row.topic
+                ),
+            )));
+        }
+        Ok(cluster)
     }
 }
 

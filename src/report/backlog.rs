@@ -32,6 +32,7 @@ fn outbox(b: &Backlog) -> OutboxLag {
         pending: 0,
         oldest_pending_at: None,
         failed: 0,
+        waiting_for_topic: 0,
     })
 }
 
@@ -124,6 +125,14 @@ fn table(b: &Backlog) -> String {
         dash(),
         dash(),
     ]);
+    if outbox.waiting_for_topic > 0 {
+        t.row(vec![
+            "outbox waiting for a missing topic".into(),
+            outbox.waiting_for_topic.to_string(),
+            dash(),
+            dash(),
+        ]);
+    }
     for p in &b.pauses {
         t.row(vec![
             format!("PAUSED {}", p.command),
@@ -218,6 +227,8 @@ struct OutboxJson {
     oldest_pending_at: Option<String>,
     oldest_pending_age_seconds: Option<f64>,
     failed: u64,
+    /// Pending rows whose topic is missing or unusable (see their `last_error`).
+    waiting_for_topic: u64,
 }
 
 fn json(b: &Backlog) -> Result<String> {
@@ -250,6 +261,7 @@ fn json(b: &Backlog) -> Result<String> {
             oldest_pending_at: outbox.oldest_pending_at.map(rfc3339),
             oldest_pending_age_seconds: age(b, outbox.oldest_pending_at),
             failed: outbox.failed,
+            waiting_for_topic: outbox.waiting_for_topic,
         },
         paused: b
             .pauses

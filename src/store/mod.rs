@@ -23,14 +23,14 @@ pub use hygiene::{
     Hygiene, IndexSize, Listed, PreparedHolder, SessionHolder, SlotHolder, TableHealth, XminHorizon,
 };
 pub use outbox::{
-    MARK_PUBLISHED_SQL, MAX_FAILURES, OUTBOX_CHANNEL, OutboxRow, PENDING_SQL, Receipt, listen,
-    mark_attempted, mark_failed, mark_published, mark_retry, pending, purge_published,
-    try_relay_lock,
+    FETCH_BYTES, Fetch, MARK_PUBLISHED_SQL, MAX_FAILURES, OUTBOX_CHANNEL, OutboxRow, PENDING_SQL,
+    Receipt, WAITING_FOR_TOPIC, listen, mark_attempted, mark_failed, mark_published, mark_retry,
+    mark_waiting, pending, purge_published, try_relay_lock,
 };
 pub use report::{
-    Backlog, CHUNK_ROWS, Figures, NextClaim, OUTBOX_FAILED_SQL, OUTBOX_PENDING_SQL, OutboxLag,
-    Overdue, Quarantined, begin_read_only, candidates_in_chunks, count_candidates, outbox_lag,
-    overdue, overdue_sql, poison_count, poison_sql, quarantined_in_chunks, quarantined_sql,
-    read_backlog, read_report,
+    Backlog, CHUNK_ROWS, Figures, NextClaim, OUTBOX_FAILED_SQL, OUTBOX_PENDING_SQL,
+    OUTBOX_WAITING_FOR_TOPIC_SQL, OutboxLag, Overdue, Quarantined, begin_read_only,
+    candidates_in_chunks, count_candidates, outbox_lag, overdue, overdue_sql, poison_count,
+    poison_sql, quarantined_in_chunks, quarantined_sql, read_backlog, read_report,
 };
 pub use schema::{Need, check_schema, status_type};

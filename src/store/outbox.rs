@@ -23,13 +23,31 @@ pub struct OutboxRow {
     pub seq: i64,
     pub key: String,
     pub topic: String,
-    /// The payload's JSON text.
+    /// The payload's JSON text (empty unless `fetch` is [`Fetch::Loaded`]).
     pub payload: String,
-    /// The headers' JSON text (an object of names and values).
+    /// The headers' JSON text, an object of names and values (empty unless loaded).
     pub headers: String,
     /// When the row was written (for the commit → acknowledgement age).
     pub occurred_at: DateTime<Utc>,
+    /// The payload's and headers' text length in bytes, read before either is fetched.
+    pub size: i64,
+    pub fetch: Fetch,
 }
+
+/// Whether a fetched row came with its payload and headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fetch {
+    Loaded,
+    /// Larger than the largest message: never loaded, it is marked failed.
+    TooLarge,
+    /// Past the batch's byte budget: left for a later batch.
+    Later,
+}
+
+/// The payload and header bytes one fetch loads at most, beyond its first row (which
+/// is loaded whatever its size up to the largest message): with the batches in flight
+/// it bounds the relay's memory whatever the outbox holds.
+pub const FETCH_BYTES: i64 = 2 * 1024 * 1024;
 
 /// Takes the relay's session-level advisory lock; false when another relay holds it.
 pub fn try_relay_lock(client: &mut impl GenericClient) -> Result<bool> {
@@ -72,7 +90,21 @@ pub fn listen(client: &mut impl GenericClient) -> Result<()> {
 /// it, which stale statistics make look empty while it holds the whole burst; and
 /// `OFFSET 0` keeps it a subplan keyed by the row's key, so fresh statistics (which
 /// know that hardly any row backs off) cannot turn it into a scan of the table either.
+///
+/// The payload and headers reach the relay only for rows it can send: each row's size
+/// (their text's bytes) is read first, and a row larger than `$4` (the largest
+/// message), or one past `$5` bytes loaded by the rows before it in this fetch, comes
+/// without them (NULL): it is failed unread, or left for the next fetch. The sizes are
+/// summed over the fetched rows only (outside the limit), so the queue's plan is the
+/// same; the payload's text is made once per row, inside.
 pub const PENDING_SQL: &str = "\
+SELECT id, seq, aggregateid, topic, occurred_at, size,
+       CASE WHEN size <= $4::int8 AND loaded - fits < $5::int8 THEN payload END AS payload,
+       CASE WHEN size <= $4::int8 AND loaded - fits < $5::int8 THEN headers END AS headers
+  FROM (SELECT q.*, sum(q.fits) OVER (ORDER BY q.seq ROWS UNBOUNDED PRECEDING) AS loaded
+          FROM (SELECT r.*, CASE WHEN r.size <= $4::int8 THEN r.size ELSE 0 END AS fits
+                  FROM (SELECT p.*, octet_length(p.payload)::int8 + octet_length(p.headers) AS size
+                          FROM (
 SELECT o.id, o.seq, o.aggregateid, o.topic, o.payload::text AS payload, o.headers::text AS headers, o.occurred_at
   FROM crm.outbox o
  WHERE o.published_at IS NULL AND o.failed_at IS NULL
@@ -85,7 +117,8 @@ SELECT o.id, o.seq, o.aggregateid, o.topic, o.payload::text AS payload, o.header
                       AND w.next_attempt_at > $2
                    OFFSET 0)
  ORDER BY o.seq
- LIMIT $1";
+ LIMIT $1) p) r) q) s
+ ORDER BY seq";
 
 /// Marks acknowledged rows published: `$1` their `seq`s, `$2` their receipts (a JSON
 /// object: seq → [partition, offset]), `$3` now, `$4`..=`$5` the span of `seq` the
@@ -106,24 +139,48 @@ UPDATE crm.outbox o
        delivered_offset = (($2::jsonb -> o.seq::text) ->> 1)::int8
  WHERE o.seq BETWEEN $4 AND $5 AND o.seq = ANY($1::int8[]) AND o.published_at IS NULL";
 
-/// The oldest rows due for sending, none of a key in `in_flight`; see [`PENDING_SQL`].
+/// The oldest rows due for sending, none of a key in `in_flight`, loaded up to
+/// [`FETCH_BYTES`]; a row over `max_bytes` is never loaded. See [`PENDING_SQL`].
 pub fn pending(
     client: &mut impl GenericClient,
     now: DateTime<Utc>,
     limit: u32,
     in_flight: &[&str],
+    max_bytes: usize,
 ) -> Result<Vec<OutboxRow>> {
-    let rows = client.query(PENDING_SQL, &[&i64::from(limit), &now, &in_flight])?;
+    let max_bytes = i64::try_from(max_bytes).unwrap_or(i64::MAX);
+    let rows = client.query(
+        PENDING_SQL,
+        &[
+            &i64::from(limit),
+            &now,
+            &in_flight,
+            &max_bytes,
+            &FETCH_BYTES,
+        ],
+    )?;
     Ok(rows
         .iter()
-        .map(|r| OutboxRow {
-            id: r.get("id"),
-            seq: r.get("seq"),
-            key: r.get("aggregateid"),
-            topic: r.get("topic"),
-            payload: r.get("payload"),
-            headers: r.get("headers"),
-            occurred_at: r.get("occurred_at"),
+        .map(|r| {
+            let size: i64 = r.get("size");
+            let payload: Option<String> = r.get("payload");
+            let headers: Option<String> = r.get("headers");
+            let fetch = match (payload, headers) {
+                (Some(p), Some(h)) => (Fetch::Loaded, p, h),
+                _ if size > max_bytes => (Fetch::TooLarge, String::new(), String::new()),
+                _ => (Fetch::Later, String::new(), String::new()),
+            };
+            OutboxRow {
+                id: r.get("id"),
+                seq: r.get("seq"),
+                key: r.get("aggregateid"),
+                topic: r.get("topic"),
+                payload: fetch.1,
+                headers: fetch.2,
+                occurred_at: r.get("occurred_at"),
+                size,
+                fetch: fetch.0,
+            }
         })
         .collect())
 }
@@ -206,6 +263,38 @@ pub fn mark_attempted(client: &mut impl GenericClient, failures: &[(Uuid, String
            FROM unnest($1::uuid[], $2::text[]) AS f(id, error)
           WHERE o.id = ANY($1::uuid[]) AND o.id = f.id AND o.published_at IS NULL",
         &[&ids, &errors],
+    )?)
+}
+
+/// What `last_error` of a row waiting for its topic starts with: `backlog` and the
+/// metrics count such rows.
+pub const WAITING_FOR_TOPIC: &str = "waiting for its topic: ";
+
+/// How long a row of a missing or unusable topic waits before the relay checks the
+/// topic again: about the next run.
+const TOPIC_WAIT: &str = "30 seconds";
+
+/// Rows whose topic is missing or unusable (a configuration fault, not theirs): they
+/// wait, uncounted (no attempt, no failure), and say why in `last_error`.
+pub fn mark_waiting(
+    client: &mut impl GenericClient,
+    now: DateTime<Utc>,
+    waiting: &[(Uuid, String)],
+) -> Result<u64> {
+    if waiting.is_empty() {
+        return Ok(0);
+    }
+    let (ids, errors) = split(waiting);
+    Ok(client.execute(
+        &format!(
+            "UPDATE crm.outbox o
+                SET last_error = $4 || f.error,
+                    next_attempt_at = $3::timestamptz + interval '{TOPIC_WAIT}'
+               FROM unnest($1::uuid[], $2::text[]) AS f(id, error)
+              WHERE o.id = ANY($1::uuid[]) AND o.id = f.id
+                AND o.published_at IS NULL AND o.failed_at IS NULL"
+        ),
+        &[&ids, &errors, &now, &WAITING_FOR_TOPIC],
     )?)
 }
 

@@ -202,6 +202,13 @@ pub const OUTBOX_PENDING_SQL: &str = "\
 SELECT count(*) AS pending, min(occurred_at) AS oldest_pending_at FROM crm.outbox
  WHERE published_at IS NULL AND failed_at IS NULL";
 
+/// Pending rows waiting for a missing or unusable topic (a configuration fault; their
+/// `last_error` says which), among the rows with a back-off (`ix_outbox_backing_off`).
+pub const OUTBOX_WAITING_FOR_TOPIC_SQL: &str = "\
+SELECT count(*) AS waiting FROM crm.outbox
+ WHERE coalesce(published_at, failed_at) IS NULL AND next_attempt_at IS NOT NULL
+   AND starts_with(last_error, $1)";
+
 /// Rows the relay gave up on (partial index `ix_outbox_failed`).
 pub const OUTBOX_FAILED_SQL: &str = "\
 SELECT count(*) AS failed FROM crm.outbox WHERE failed_at IS NOT NULL";
@@ -240,6 +247,8 @@ pub struct OutboxLag {
     pub pending: u64,
     pub oldest_pending_at: Option<DateTime<Utc>>,
     pub failed: u64,
+    /// Pending rows waiting for a missing or unusable topic.
+    pub waiting_for_topic: u64,
 }
 
 /// Which backlog figures to read: all of them (the `backlog` report), the bookings'
@@ -369,10 +378,17 @@ pub fn outbox_lag(client: &mut impl GenericClient) -> Result<OutboxLag> {
     let failed = client
         .query_one(OUTBOX_FAILED_SQL, &[])
         .context("cannot count the failed outbox rows")?;
+    let waiting = client
+        .query_one(
+            OUTBOX_WAITING_FOR_TOPIC_SQL,
+            &[&super::outbox::WAITING_FOR_TOPIC],
+        )
+        .context("cannot count the outbox rows waiting for their topic")?;
     Ok(OutboxLag {
         pending: pending.get::<_, i64>("pending").max(0) as u64,
         oldest_pending_at: pending.get("oldest_pending_at"),
         failed: failed.get::<_, i64>("failed").max(0) as u64,
+        waiting_for_topic: waiting.get::<_, i64>("waiting").max(0) as u64,
     })
 }
 
