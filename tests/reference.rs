@@ -350,6 +350,25 @@ fn links(text: &str) -> Vec<String> {
     links
 }
 
+/// A path with its `..` and `.` taken out, without asking the file system.
+fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Reference pages written on other branches at the same time, linked already; remove
+/// each from this list when it lands (then its links and anchors are checked as well).
+const WRITTEN_ELSEWHERE: [&str; 2] = ["docs/reference/database.md", "docs/reference/kafka.md"];
+
 #[test]
 fn every_relative_link_in_the_markdown_resolves() {
     let root = root();
@@ -375,7 +394,12 @@ fn every_relative_link_in_the_markdown_resolves() {
             };
             let shown = format!("{}: ({link})", file.strip_prefix(&root).unwrap().display());
             if !target.exists() {
-                broken.push(format!("{shown}: no such file"));
+                let pending = WRITTEN_ELSEWHERE
+                    .iter()
+                    .any(|p| lexical(&target) == root.join(p));
+                if !pending {
+                    broken.push(format!("{shown}: no such file"));
+                }
                 continue;
             }
             if let Some(anchor) = anchor
@@ -450,4 +474,77 @@ fn every_environment_variable_the_code_reads_is_in_the_cli_reference() {
         "read by the code but not in {CLI_MARKDOWN_PATH}: {missing:?}; add them to \
          reference::OTHER_ENVIRONMENT (or to a flag's env) and run `{REGENERATE}`"
     );
+}
+
+const METRIC_PREFIX: &str = "crm_booking_expiration_";
+
+/// The metric family names the code defines (string literals of `src/obs/`, its tests
+/// left out).
+fn metric_names_in_code() -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for entry in fs::read_dir(root().join("src/obs")).unwrap() {
+        let text = fs::read_to_string(entry.unwrap().path()).unwrap();
+        let code = text.split("#[cfg(test)]").next().unwrap();
+        for quoted in code.split('"').skip(1).step_by(2) {
+            if quoted.starts_with(METRIC_PREFIX)
+                && quoted.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+            {
+                names.insert(quoted.to_owned());
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn the_metrics_reference_names_exactly_the_families_the_code_defines() {
+    let page = fs::read_to_string(root().join("docs/reference/metrics.md")).unwrap();
+    let in_page: BTreeSet<String> = page
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|s| s.starts_with(METRIC_PREFIX))
+        .map(|s| s.split('{').next().unwrap().to_owned())
+        .collect();
+    let in_code = metric_names_in_code();
+    assert!(
+        in_code.contains("crm_booking_expiration_items"),
+        "{in_code:?}"
+    );
+    assert!(in_code.contains("crm_booking_expiration_xmin_horizon_holders"));
+    let undocumented: Vec<_> = in_code.difference(&in_page).collect();
+    let unknown: Vec<_> = in_page.difference(&in_code).collect();
+    assert!(
+        undocumented.is_empty() && unknown.is_empty(),
+        "docs/reference/metrics.md: not documented {undocumented:?}; no such family in \
+         src/obs {unknown:?}"
+    );
+}
+
+#[test]
+fn the_fields_of_a_json_log_line_are_in_the_log_fields_reference() {
+    // A run refused before it connects still logs its failure line, with the fields
+    // every line has.
+    let out = Command::new(BIN)
+        .args(["run-once", "--log-format", "json"])
+        .env_clear()
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(78));
+    let page = fs::read_to_string(root().join("docs/reference/metrics.md")).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let mut seen = 0;
+    for line in stderr.lines() {
+        let Ok(serde_json::Value::Object(fields)) = serde_json::from_str(line) else {
+            continue;
+        };
+        seen += 1;
+        for key in fields.keys() {
+            assert!(
+                page.contains(&format!("`{key}`")),
+                "log field {key} undocumented: {line}"
+            );
+        }
+    }
+    assert!(seen > 0, "no JSON line on stderr: {stderr}");
 }
