@@ -3,6 +3,8 @@
 //! the completion scripts work, and every relative link in the Markdown resolves.
 //! Regenerate the generated files with `UPDATE_REFERENCE=1 cargo test --test reference`.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -11,7 +13,7 @@ use std::process::Command;
 use booking_expire::exit::{EXIT_CODES_HELP, Failure};
 use booking_expire::reference::{self, CLI_MARKDOWN_PATH, MAN_DIR, REGENERATE};
 
-const BIN: &str = env!("CARGO_BIN_EXE_booking-expire");
+use common::{BIN, TestDb};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -547,4 +549,128 @@ fn the_fields_of_a_json_log_line_are_in_the_log_fields_reference() {
         }
     }
     assert!(seen > 0, "no JSON line on stderr: {stderr}");
+}
+
+/// The metric families a text exposition declares (`# TYPE name kind`).
+fn declared_families(exposition: &str) -> BTreeSet<String> {
+    exposition
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn what_backlog_exports_is_in_the_metrics_reference_under_backlog() {
+    let db = TestDb::new();
+    let run = db.run(&["backlog", "--format", "prometheus"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let exported = declared_families(&run.stdout);
+    assert!(
+        exported.contains("crm_booking_expiration_backlog"),
+        "{}",
+        run.stdout
+    );
+    let page = fs::read_to_string(root().join("docs/reference/metrics.md")).unwrap();
+    let section = page
+        .split("## `backlog --format prometheus`")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("a section on backlog's gauges in docs/reference/metrics.md");
+    let listed: BTreeSet<String> = section
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|s| s.starts_with(METRIC_PREFIX))
+        .map(|s| s.split('{').next().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        listed, exported,
+        "docs/reference/metrics.md's backlog section against `backlog --format prometheus`"
+    );
+}
+
+/// The families the "Pushed metrics" table of docs/reference/metrics.md gives `step`
+/// (or both steps).
+fn pushed_in_page(step: &str) -> BTreeSet<String> {
+    let page = fs::read_to_string(root().join("docs/reference/metrics.md")).unwrap();
+    let section = page
+        .split("## Pushed metrics")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("a section on pushed metrics in docs/reference/metrics.md");
+    let mut names = BTreeSet::new();
+    for row in section.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = row.split(" | ").collect();
+        let steps = cells.get(1).map(|c| c.trim()).unwrap_or("");
+        if steps != step && steps != "both" {
+            continue;
+        }
+        for name in cells[0].split('`').skip(1).step_by(2) {
+            if name.starts_with(METRIC_PREFIX) {
+                names.insert(name.split('{').next().unwrap().to_owned());
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn what_run_once_pushes_is_in_the_metrics_reference() {
+    let gateway = common::pushgateway::Pushgateway::start();
+    let db = TestDb::new();
+    let run = db.run(&["run-once", "--pushgateway-url", &gateway.url()]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let pushed: BTreeSet<String> = declared_families(&gateway.exposition())
+        .into_iter()
+        .filter(|f| f.starts_with(METRIC_PREFIX))
+        .collect();
+    assert!(
+        pushed.contains("crm_booking_expiration_items"),
+        "{pushed:?}"
+    );
+    assert_eq!(
+        pushed_in_page("run-once"),
+        pushed,
+        "docs/reference/metrics.md's pushed metrics (step run-once or both) against what \
+         run-once pushed"
+    );
+}
+
+#[test]
+fn what_relay_outbox_pushes_is_in_the_metrics_reference() {
+    use common::kafka::{create_topic, shared_brokers, unique_topic};
+    let gateway = common::pushgateway::Pushgateway::start();
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, 6, &[]);
+    let db = TestDb::new();
+    let mut c = db.client();
+    common::seed(&mut c, &[common::Seed::reserved(-60)]);
+    db.run_once(&[]);
+    c.execute("UPDATE crm.outbox SET topic = $1", &[&topic])
+        .unwrap();
+    let run = db.run(&[
+        "relay-outbox",
+        "--brokers",
+        &brokers,
+        "--pushgateway-url",
+        &gateway.url(),
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let pushed: BTreeSet<String> = declared_families(&gateway.exposition())
+        .into_iter()
+        .filter(|f| f.starts_with(METRIC_PREFIX))
+        .collect();
+    assert!(
+        pushed.contains("crm_booking_expiration_relay_published"),
+        "{pushed:?}"
+    );
+    assert_eq!(
+        pushed_in_page("relay-outbox"),
+        pushed,
+        "docs/reference/metrics.md's pushed metrics (step relay-outbox or both) against what \
+         relay-outbox pushed"
+    );
 }
