@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmarks booking-expire against the best alternatives (issue 7): the same cycle as
+# Benchmarks booking-expire against the best alternatives: the same cycle as
 # set-based SQL run by psql (what a DBA would schedule with pg_cron), a `psql | kcat`
 # pipeline and Kafka's own producer perf tool for the relay. Not part of CI's pass/fail.
 #

@@ -1,6 +1,6 @@
 -- Demo data: a small CRM with bookings in every kind of state, some overdue.
 --
--- The ids are fixed, so the README's examples can name them: booking
+-- The ids are fixed, so the docs' examples can name them: booking
 -- b<T>00000<C>-0000-4000-8000-000000000000, deal d<T>00000<C>-…, property object
 -- c<T>00000<C>-…, where T is the tenant (1 or 2) and C the case below (1–8); e.g.
 -- b1000004-0000-4000-8000-000000000000 is tenant 1's overdue Booked booking. The deadlines are relative to now(), so the demo behaves

@@ -109,7 +109,7 @@ value "SELECT '   untouched: ' || count(*) FILTER (WHERE status IN ('Reserved', 
 cat <<EOF
    next:
      the binary      $BIN   (--help: subcommands, flags, exit codes)
-     step by step    README, "A worked example": the same seed, with these bookings
+     step by step    docs/guides/operating.md, "A worked example": the same seed, with these bookings
                      b1000004-0000-4000-8000-000000000000  Booked, overdue (made inconsistent there)
                      b1000005-0000-4000-8000-000000000000  Reserved, due in an hour
                      b2000005-0000-4000-8000-000000000000  Reserved, due in an hour

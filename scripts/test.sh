@@ -54,7 +54,7 @@ cargo test --locked --all-targets "$@"
 # Debian 12, Kafka 4.x): the tests of SQL, plans and the Kafka protocol again, on
 # PostgreSQL 18 (PG_FLAVOR=embedded) and Kafka 3.9 started here, whatever
 # DATABASE_URL / KAFKA_BROKERS say; a server one of these tests starts itself is of
-# those versions too. Which tests and why: README, "Versions tested".
+# those versions too. Which tests and why: docs/guides/development.md, "Versions tested".
 if test_second_pass; then
     echo "== cargo test, second pass: PostgreSQL 18 and Kafka 3.9" >&2
     stop_services

@@ -40,7 +40,8 @@ impl Failure {
     }
 }
 
-/// The exit-code table, shown in `--help` and mirrored in the README.
+/// The exit-code table, shown in `--help`; docs/reference/exit-codes.md says what to do
+/// about each (tests/reference.rs keeps the two and this module in step).
 pub const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0    success (also when poison rows were isolated and quarantined)

@@ -2,7 +2,7 @@
 //! negative, out-of-range, huge, hostile (SQL), very long and non-UTF-8 values must
 //! give a clear error naming the input (exit 64 or 78), never a panic, and write
 //! nothing. Then malformed rows in the table: unknown status text, NULL deadlines, a
-//! version at its limit, handled as the README documents, never a crash.
+//! version at its limit, handled as the docs describe, never a crash.
 
 mod common;
 

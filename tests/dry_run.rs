@@ -898,7 +898,7 @@ fn the_demo_seed_fits_120_columns() {
         first.stdout
     );
 
-    // As in README's worked example: one booking made inconsistent, a cycle that
+    // As in the worked example of docs/guides/operating.md: one booking made inconsistent, a cycle that
     // quarantines it, and a look ahead past its retry, when the guard refuses it again.
     break_demo_booking(&mut c);
     assert_eq!(db.run_once(&[]).counts(), (6, 1, 0, 1));

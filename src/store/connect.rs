@@ -169,7 +169,7 @@ fn tls_connector(cfg: &DbConfig) -> Result<LazyTls> {
 }
 
 /// The session's TLS, set up only when the server agrees to TLS: building a connector
-/// loads the system's CA bundle (about 40 ms of a 50 ms cycle), which a server without
+/// loads the system's CA bundle (most of a short cycle's time), which a server without
 /// TLS under `sslmode=prefer` never needs, nor does `sslmode=disable`.
 #[derive(Clone)]
 pub struct LazyTls(Arc<TlsSettings>);

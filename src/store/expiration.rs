@@ -80,8 +80,7 @@ fn candidates_where_sql(phase: Phase, and: &str) -> String {
 /// skipped count's does). A drain's batch then starts reading the index where the
 /// batch before it stopped, instead of at its head: the head holds one dead entry per
 /// row expired since the last `VACUUM`, which every batch would otherwise walk again
-/// (after an outage, hundreds of thousands; the claim grew from 3 to 9 ms over three
-/// cycles of a catch-up). A row left behind the key (held by another session, or
+/// (after an outage, hundreds of thousands). A row left behind the key (held by another session, or
 /// changed back to overdue meanwhile) waits for the next cycle, which starts at the
 /// head again.
 fn after_bound(phase: Phase) -> String {

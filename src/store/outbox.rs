@@ -79,15 +79,15 @@ pub fn listen(client: &mut impl GenericClient) -> Result<()> {
 /// on the same topic that is (per-key order within a topic), nor of a key whose row is
 /// still in flight at the broker (`$3`, the pipelined relay's keys in flight: a newer
 /// row of such a key waits until the older one is acknowledged and marked). `$1` = the
-/// limit, `$2` = now. The keys in flight are a hashed subplan, built once per fetch:
-/// a test against the array itself (`<> ALL($3)`, which a generic plan does not hash)
-/// compares each row the scan passes with every key in flight, and with 1,000 keys in
-/// flight a fetch of 500 took 48 ms instead of 7 (`NOT IN` is exact here: neither
-/// `aggregateid` nor a key in flight is ever NULL). The older row of the same key is
-/// looked up once per fetched row in `ix_outbox_backing_off` (the rows backing off, by
-/// key and `seq`: mostly empty, so the look-up reads no row). Its pending test is written as `coalesce(…) IS NULL`,
-/// the predicate of that index, so that the planner cannot pick the pending index for
-/// it, which stale statistics make look empty while it holds the whole burst; and
+/// limit, `$2` = now. The keys in flight are a hashed subplan (`NOT IN (SELECT
+/// unnest($3))`), built once per fetch: `<> ALL($3)` would compare every row the scan
+/// passes with every key in flight, since a generic plan does not hash it (`NOT IN` is
+/// exact here: neither `aggregateid` nor a key in flight is ever NULL). The older row
+/// of the same key is looked up once per fetched row in `ix_outbox_backing_off` (the
+/// rows backing off, by key and `seq`: mostly empty, so the look-up reads no row). Its
+/// pending test is written as `coalesce(…) IS NULL`, the predicate of that index, so
+/// that the planner cannot pick the pending index for it, which stale statistics make
+/// look empty while it holds the whole burst; and
 /// `OFFSET 0` keeps it a subplan keyed by the row's key, so fresh statistics (which
 /// know that hardly any row backs off) cannot turn it into a scan of the table either.
 ///

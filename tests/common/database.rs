@@ -185,9 +185,9 @@ pub fn migrate_url(url: &str) {
     }
 }
 /// A LOGIN role that may only read the three tables the reports need, with read-only
-/// transactions by default, as an operator's account would be (README, "During an
-/// incident"). Roles are cluster-wide: it is dropped,
-/// with its grants, when this value goes out of scope (before the database).
+/// transactions by default, as an operator's account would be (docs/guides/operating.md,
+/// "During an incident"). Roles are cluster-wide: it is dropped, with its grants, when
+/// this value goes out of scope (before the database).
 pub struct ReadOnlyRole {
     pub name: String,
     /// The test database's URL with this role as the user.

@@ -324,13 +324,13 @@ pub fn marked_published(c: &mut Client) -> std::collections::HashSet<String> {
     .collect()
 }
 
-/// The demo's data (`scripts/demo-seed.sql`), as README's worked example starts.
+/// The demo's data (`scripts/demo-seed.sql`), as the worked example of docs/guides/operating.md starts.
 pub fn seed_demo(c: &mut Client) {
     c.batch_execute(&std::fs::read_to_string("scripts/demo-seed.sql").unwrap())
         .unwrap();
 }
 
-/// README's worked example, next step: the demo's booking b1000004 made inconsistent
+/// The worked example, next step: the demo's booking b1000004 made inconsistent
 /// (`expired_at` set while it is still Booked), so the guard refuses it.
 pub fn break_demo_booking(c: &mut Client) {
     c.execute(
