@@ -121,14 +121,20 @@ fn insert_row(c: &mut postgres::Client, topic: &str) -> uuid::Uuid {
 }
 
 /// Whether a `--follow` relay waits for inserts: its session idle after its first
-/// fetch (it listens before fetching).
+/// fetch (it listens before fetching), or after the read of its pause switch that
+/// follows the fetch. (pg_stat_activity keeps a prefix of a long statement.)
 fn relay_listens(c: &mut postgres::Client) -> bool {
-    count(
-        c,
+    c.query_one(
         "SELECT count(*) FROM pg_stat_activity
           WHERE datname = current_database() AND application_name = 'booking-expire'
-            AND state = 'idle' AND query LIKE 'SELECT o.id, o.seq%'",
-    ) == 1
+            AND state = 'idle'
+            AND (starts_with($1::text, query)
+                 OR query LIKE 'SELECT 1 FROM crm.booking_expiration_pause WHERE%')",
+        &[&booking_expire::store::PENDING_SQL],
+    )
+    .unwrap()
+    .get::<_, i64>(0)
+        == 1
 }
 
 fn following_relay(db: &TestDb, brokers: &str, follow: &str) -> Background {
