@@ -159,6 +159,14 @@ if ((${#missing[@]} == 0)); then
 else
     fail "time zone database: missing ${missing[*]}"
 fi
+# The man pages generated into docs/reference/man/, one per command.
+want_man=$(cd docs/reference/man && ls -- *.1 | sed 's|^|usr/share/man/man1/|' | sort)
+got_man=$(grep -E '^usr/share/man/man1/booking-expire.*\.1$' "$work/files" || true)
+if [[ -n $want_man && $got_man == "$want_man" ]]; then
+    pass "man pages in /usr/share/man/man1 ($(wc -l <<<"$got_man"))"
+else
+    fail "man pages: the image has '$got_man', want '$want_man'"
+fi
 
 echo "== the image run as the CronJob runs it" >&2
 want_version="booking-expire $(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)"

@@ -9,6 +9,7 @@ use std::io::{self, Write};
 use clap::{Arg, ArgAction, CommandFactory};
 
 use crate::cli::Cli;
+use crate::exit::EXIT_CODES_HELP;
 
 /// The program's name as installed and completed.
 pub const BIN: &str = "booking-expire";
@@ -131,6 +132,16 @@ pub fn cli_markdown() -> String {
             md.push_str("No options besides the global ones.\n");
         } else {
             options_table(&mut md, args.into_iter());
+        }
+        // What `--help` prints after the options (examples, notes), as it prints it;
+        // the exit codes are said once, in exit-codes.md.
+        let after = [sub.get_after_long_help(), sub.get_after_help()];
+        let mut shown = Vec::new();
+        for text in after.into_iter().flatten().map(|t| t.to_string()) {
+            if text.trim() != EXIT_CODES_HELP.trim() && !shown.contains(&text) {
+                let _ = writeln!(md, "\n```text\n{}\n```", text.trim_end());
+                shown.push(text);
+            }
         }
     }
     md.push_str("\n## Environment variables read by flags\n\n");
