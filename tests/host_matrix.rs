@@ -37,6 +37,9 @@ struct Case {
     /// Whether the job's session can write there; where it cannot, every writer exits
     /// 75 before any work, naming the fix, and the reports still run.
     writes: bool,
+    /// The role may hold one connection: run-once makes do with it, the relay (which
+    /// marks on a session of its own) exits 69 before sending, saying it needs two.
+    one_connection: bool,
 }
 
 /// A LOGIN role in all three of the job's group roles; dropped with the case.
@@ -226,6 +229,21 @@ fn exercise(case: &Case, url: &str, c: &mut Client, seeded: &Seeded) {
 
     c.execute("UPDATE crm.outbox SET topic = $1", &[&topic])
         .unwrap();
+    if case.one_connection {
+        let run = run_at(url, &["relay-outbox", "--brokers", brokers.as_str()]);
+        assert_no_crash(case.name, "relay-outbox", &run);
+        assert_eq!(run.code, 69, "{}: relay-outbox:\n{}", case.name, run.stderr);
+        assert!(
+            run.stderr
+                .contains("relay-outbox needs 2 database connections at once"),
+            "{}: {}",
+            case.name,
+            run.stderr
+        );
+        assert!(consume(&brokers, &topic, PARTITIONS, 1, Duration::from_secs(2)).is_empty());
+        reports(case, url, reserve[0]);
+        return;
+    }
     let mut relay = vec![
         "relay-outbox",
         "--brokers",
@@ -331,6 +349,7 @@ fn a_far_time_zone_and_german_date_style_on_the_database() {
         relay: &[],
         manager: false,
         writes: true,
+        one_connection: false,
     });
 }
 
@@ -343,6 +362,7 @@ fn a_time_zone_behind_utc_and_postgres_date_style_on_the_role() {
         relay: &[],
         manager: false,
         writes: true,
+        one_connection: false,
     });
 }
 
@@ -357,6 +377,7 @@ fn a_same_named_table_first_on_the_search_path() {
         relay: &[],
         manager: false,
         writes: true,
+        one_connection: false,
     });
 }
 
@@ -369,6 +390,7 @@ fn statement_and_lock_timeouts_of_1ms_on_the_role() {
         relay: &[],
         manager: false,
         writes: true,
+        one_connection: false,
     });
 }
 
@@ -380,6 +402,7 @@ fn an_idle_in_transaction_timeout_of_10ms_on_the_database() {
         relay: &[],
         manager: false,
         writes: true,
+        one_connection: false,
     });
 }
 
@@ -391,6 +414,19 @@ fn serializable_by_default_with_a_manager_writing_meanwhile() {
         relay: &[],
         manager: true,
         writes: true,
+        one_connection: false,
+    });
+}
+
+#[test]
+fn a_role_of_one_connection() {
+    check(&Case {
+        name: "CONNECTION LIMIT 1 on the role",
+        sql: "ALTER ROLE {role} CONNECTION LIMIT 1",
+        relay: &[],
+        manager: false,
+        writes: true,
+        one_connection: true,
     });
 }
 
@@ -402,6 +438,7 @@ fn read_only_by_default_on_the_database() {
         relay: &[],
         manager: false,
         writes: false,
+        one_connection: false,
     });
 }
 
@@ -413,6 +450,7 @@ fn an_idle_session_timeout_shorter_than_the_follow_window_on_the_role() {
         relay: &["--follow", "3s"],
         manager: false,
         writes: true,
+        one_connection: false,
     });
 }
 
@@ -433,6 +471,7 @@ fn a_hot_standby() {
             relay: &[],
             manager: false,
             writes: false,
+            one_connection: false,
         },
         &standby.url,
         &mut standby.client(),
