@@ -235,12 +235,15 @@ pub struct DatabaseArgs {
     #[arg(long, env = "PGSSLROOTCERT", value_name = "FILE")]
     pub database_ca_file: Option<PathBuf>,
 
-    /// Give up connecting after this long (1s..=60s)
+    /// Give up connecting to a host after this long, TLS and startup included (each
+    /// host of a URL with several gets this long); a connect_timeout in the URL wins
+    /// (1s..=60s)
     #[arg(long, env = "BOOKING_EXPIRATION_CONNECT_TIMEOUT", value_name = "DURATION",
           default_value = "5s", value_parser = duration_in(Duration::from_secs(1), Duration::from_secs(60)))]
     pub connect_timeout: Duration,
 
-    /// Cancel any single statement running longer than this (100ms..=60s)
+    /// Cancel any single statement running longer than this; the server also ends a
+    /// transaction left idle for three times this long (100ms..=60s)
     #[arg(long, env = "BOOKING_EXPIRATION_STATEMENT_TIMEOUT", value_name = "DURATION",
           default_value = "10s", value_parser = duration_in(Duration::from_millis(100), Duration::from_secs(60)))]
     pub statement_timeout: Duration,
@@ -298,8 +301,9 @@ pub struct RunOnceArgs {
     pub deadline: Duration,
 
     /// Refuse to expire anything (exit 78) when the system clock and the database
-    /// clock differ by more than this: a node with a wrong clock would expire bookings
-    /// early or late (100ms..=5m)
+    /// clock differ by more than this for certain (the measured difference less half
+    /// the query's round trip): a node with a wrong clock would expire bookings early
+    /// or late (100ms..=5m)
     #[arg(long, env = "BOOKING_EXPIRATION_MAX_CLOCK_SKEW", value_name = "DURATION",
           default_value = "2s", value_parser = duration_in(Duration::from_millis(100), Duration::from_secs(300)))]
     pub max_clock_skew: Duration,
@@ -387,14 +391,18 @@ pub struct RelayArgs {
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub batch_size: u32,
 
-    /// Stop starting new batches after this long (1s..=1h)
+    /// Without --follow: start no new batch this long after the run's start; the
+    /// batches in flight then get their reports, and the purge runs. With --follow,
+    /// --follow is the bound instead (1s..=1h)
     #[arg(long, env = "OUTBOX_RELAY_DEADLINE", value_name = "DURATION",
           default_value = "25s", value_parser = duration_in(Duration::from_secs(1), Duration::from_secs(3600)))]
     pub deadline: Duration,
 
-    /// Keep running this long after the outbox is empty, woken by each cycle's commit
-    /// (LISTEN/NOTIFY), so events reach Kafka within a second of the commit (0s = exit
-    /// when empty; at most 1h)
+    /// Bound the whole run to this long from its start, in place of --deadline: send
+    /// what is pending, then wait for each cycle's commit (LISTEN/NOTIFY) and send it
+    /// within a second, starting no new batch once this has passed since the start, however
+    /// much is still pending (the next run goes on with it). 0s = send what is pending
+    /// and exit when the outbox is empty, within --deadline (at most 1h)
     #[arg(long, env = "OUTBOX_RELAY_FOLLOW", value_name = "DURATION",
           default_value = "0s", value_parser = duration_in(Duration::ZERO, Duration::from_secs(3600)))]
     pub follow: Duration,
@@ -404,7 +412,8 @@ pub struct RelayArgs {
           default_value = "10s", value_parser = duration_in(Duration::from_secs(1), Duration::from_secs(300)))]
     pub message_timeout: Duration,
 
-    /// Delete published rows older than this (1h..=365d)
+    /// Delete rows published longer ago than this; pending and failed rows are kept
+    /// (1h..=365d)
     #[arg(long, env = "OUTBOX_RETENTION", value_name = "DURATION",
           default_value = "7d", value_parser = duration_in(Duration::from_secs(3600), Duration::from_secs(365 * 86_400)))]
     pub retention: Duration,
@@ -537,7 +546,8 @@ pub struct BacklogArgs {
     pub fail_above: Option<u64>,
 
     /// Name the sessions and prepared transactions that have held the xmin horizon back
-    /// (so that VACUUM cannot clean the outbox) for longer than this (1s..=7d)
+    /// (so that VACUUM cannot clean the outbox) for longer than this; an inactive
+    /// replication slot that holds it is named whatever its age (1s..=7d)
     #[arg(long, value_name = "DURATION", default_value = "15m",
           value_parser = duration_in(Duration::from_secs(1), Duration::from_secs(7 * 86_400)))]
     pub xmin_horizon_age: Duration,

@@ -5,13 +5,16 @@
 use std::process::ExitCode;
 
 use booking_expire::cli::{self, Cli, Command, LogFormat};
-use booking_expire::config::Config;
+use booking_expire::config::{Config, env};
 use booking_expire::{app, exit, obs};
 use clap::Parser;
 use uuid::Uuid;
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    // One rule for whitespace around every value, flags and environment alike.
+    // SAFETY: first thing in main: no other thread runs yet.
+    unsafe { env::trim_vars() };
+    let cli = match Cli::try_parse_from(env::trim_args(std::env::args_os())) {
         Ok(cli) => cli,
         Err(e) => return exit::usage_code(cli::usage_error(e)),
     };
@@ -19,6 +22,7 @@ fn main() -> ExitCode {
     let json = cli.log_format == LogFormat::Json;
     obs::init_logging(cli.log_format, cli.default_log_filter(), run_id);
     exit::install_panic_hook(json);
+    env::warn_unknown();
     // Lets the tests prove that a panic ends the run with 70 and one line.
     if std::env::var_os("BOOKING_EXPIRE_TEST_PANIC").is_some() {
         panic!("panic requested by BOOKING_EXPIRE_TEST_PANIC");

@@ -602,3 +602,121 @@ fn a_null_id_in_a_relaxed_schema_never_crashes_the_job() {
         "nothing expired"
     );
 }
+
+#[test]
+fn a_misspelt_variable_is_named_with_the_setting_it_most_likely_meant() {
+    let db = TestDb::new();
+    let mut c = db.client();
+    seed_many(&mut c, 3, |_| Seed::booked(-600));
+    let env = |extra: &[(&'static str, &str)]| {
+        let mut vars = vec![("DATABASE_URL", OsString::from(&db.url))];
+        vars.extend(extra.iter().map(|(k, v)| (*k, OsString::from(v))));
+        vars
+    };
+    let run_once = |args: &[&str], vars: &[(&str, OsString)]| {
+        let mut all = vec![OsString::from("run-once")];
+        all.extend(args.iter().map(OsString::from));
+        run(&all, vars)
+    };
+    let r = run_once(
+        &["--max-batches", "1"],
+        &env(&[
+            ("BOOKING_EXPIRATION_BATCHSIZE", "1"),
+            ("BOOKING_EXPIRATION_TOPIC", "pin.crm.booking-expired.v2"),
+            ("PUSHGATEWAY_URI", "http://127.0.0.1:1"),
+            ("OUTBOX_RELAY_BATCH_SIZE", "10"),
+            ("KAFKA_SERVICE_HOST", "10.0.0.7"),
+            ("KAFKA_PORT_9092_TCP", "tcp://10.0.0.7:9092"),
+        ]),
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let warned: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.contains("is not a setting of booking-expire"))
+        .collect();
+    assert_eq!(warned.len(), 3, "{}", r.stderr);
+    for (typo, meant) in [
+        (
+            "BOOKING_EXPIRATION_BATCHSIZE",
+            "BOOKING_EXPIRATION_BATCH_SIZE",
+        ),
+        ("BOOKING_EXPIRATION_TOPIC", "BOOKING_EXPIRATION_TOPICS"),
+        ("PUSHGATEWAY_URI", "PUSHGATEWAY_URL"),
+    ] {
+        let line = format!(
+            "environment variable {typo} is not a setting of booking-expire and is ignored; \
+             did you mean {meant}?"
+        );
+        assert!(r.stderr.contains(&line), "{line}\n{}", r.stderr);
+    }
+    // Ignored indeed: the batch stayed at its default (200), all three expired.
+    assert_eq!(r.result().booking, 3);
+
+    // Under JSON logging the warning is a JSON line with both names as fields.
+    seed_many(&mut c, 1, |_| Seed::booked(-600));
+    let r = run_once(
+        &["--log-format", "json"],
+        &env(&[("BOOKING_EXPIRATION_BATCHSIZE", "1")]),
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let warning = r
+        .stderr
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|l| l["variable"] == "BOOKING_EXPIRATION_BATCHSIZE")
+        .unwrap_or_else(|| panic!("{}", r.stderr));
+    assert_eq!(warning["did_you_mean"], "BOOKING_EXPIRATION_BATCH_SIZE");
+    assert_eq!(warning["level"], "WARN", "{warning}");
+}
+
+#[test]
+fn every_value_is_read_without_its_surrounding_whitespace() {
+    let db = TestDb::new();
+    let mut c = db.client();
+    let base = |vars: &[(&'static str, &str)]| {
+        let mut all = vec![("DATABASE_URL", OsString::from(format!(" {}\n", db.url)))];
+        all.extend(vars.iter().map(|(k, v)| (*k, OsString::from(v))));
+        all
+    };
+    // A count, a duration and a choice, from the environment and from flags, each with
+    // whitespace around it: every one is taken (the batch of 2 shows the count was).
+    for (args, vars) in [
+        (
+            vec!["run-once", "--max-batches", "1"],
+            base(&[
+                ("BOOKING_EXPIRATION_BATCH_SIZE", "2 "),
+                ("BOOKING_EXPIRATION_DEADLINE", "25s "),
+                ("LOG_FORMAT", " json\n"),
+            ]),
+        ),
+        (
+            vec![
+                "run-once",
+                "--max-batches= 1",
+                "--batch-size",
+                " 2\t",
+                "--deadline",
+                "25s ",
+                "--log-format",
+                "json ",
+            ],
+            base(&[]),
+        ),
+    ] {
+        seed_many(&mut c, 3, |_| Seed::booked(-600));
+        let args: Vec<OsString> = args.into_iter().map(OsString::from).collect();
+        let r = run(&args, &vars);
+        assert_eq!(r.code, 0, "{args:?} {vars:?}: {}", r.stderr);
+        assert_eq!(r.result().booking, 2, "{args:?}");
+        assert!(
+            r.stderr
+                .lines()
+                .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()),
+            "{}",
+            r.stderr
+        );
+        c.batch_execute("DELETE FROM crm.outbox; DELETE FROM crm.booking_audit; DELETE FROM crm.deal_timeline; DELETE FROM crm.bookings")
+            .unwrap();
+    }
+}

@@ -4,6 +4,7 @@
 //! touches the database.
 
 mod db;
+pub mod env;
 mod kafka;
 mod topics;
 

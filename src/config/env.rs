@@ -1,0 +1,278 @@
+//! The environment as the job reads it: one rule for whitespace in every value, and a
+//! warning for each variable with one of the job's prefixes that no setting reads (a
+//! typo would otherwise leave a setting at its default without a word).
+
+use log::warn;
+
+/// The prefixes of the job's own variables: a variable starting with one of them that
+/// the job does not read is most likely a misspelt setting.
+pub const PREFIXES: &[&str] = &[
+    "BOOKING_EXPIRATION_",
+    "BOOKING_EXPIRE_",
+    "OUTBOX_",
+    "KAFKA_",
+    "PUSHGATEWAY_",
+];
+
+/// Variables the job reads besides its flags' (`cli`): the push's credentials and CA,
+/// and the test hook that proves the panic path.
+const OTHERS: &[&str] = &[
+    "PUSHGATEWAY_CA_FILE",
+    "PUSHGATEWAY_USERNAME",
+    "PUSHGATEWAY_PASSWORD",
+    "PUSHGATEWAY_PASSWORD_FILE",
+    "PUSHGATEWAY_BEARER_TOKEN",
+    "PUSHGATEWAY_BEARER_TOKEN_FILE",
+    "BOOKING_EXPIRE_TEST_PANIC",
+];
+
+/// Every variable of the job that carries a setting: each flag's (of every
+/// subcommand) and the others it reads.
+pub fn known() -> Vec<String> {
+    use clap::CommandFactory;
+    let cmd = crate::cli::Cli::command();
+    let mut names: Vec<String> = std::iter::once(&cmd)
+        .chain(cmd.get_subcommands())
+        .flat_map(|c| c.get_arguments())
+        .filter_map(|a| a.get_env())
+        .map(|env| env.to_string_lossy().into_owned())
+        .chain(OTHERS.iter().map(|s| (*s).to_owned()))
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// The one rule for every value, from a flag or from the environment, secrets
+/// included: leading and trailing whitespace (spaces, tabs, newlines, as a Secret
+/// written from a file often ends) is not part of it.
+pub fn trimmed(value: &str) -> &str {
+    value.trim()
+}
+
+/// The command line with [`trimmed`] values: a whole argument, or the value after
+/// `=` of `--flag=VALUE`. Arguments that are not UTF-8 are left for clap to refuse.
+pub fn trim_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    args.into_iter()
+        .map(|arg| {
+            let Some(text) = arg.to_str() else {
+                return arg;
+            };
+            let text = match text.split_once('=') {
+                Some((flag, value)) if flag.starts_with("--") => {
+                    format!("{flag}={}", trimmed(value))
+                }
+                _ => trimmed(text).to_owned(),
+            };
+            text.into()
+        })
+        .collect()
+}
+
+/// Applies [`trimmed`] to the job's variables in this process's environment, so the
+/// command line parser reads them as the rule says.
+///
+/// # Safety
+/// Changes the process environment: call it while no other thread runs (first thing
+/// in `main`).
+pub unsafe fn trim_vars() {
+    for name in known() {
+        let Some(value) = std::env::var_os(&name) else {
+            continue;
+        };
+        let Some(text) = value.to_str() else {
+            continue;
+        };
+        let clean = trimmed(text);
+        if clean.len() != text.len() {
+            // SAFETY: the caller guarantees that no other thread runs.
+            unsafe { std::env::set_var(&name, clean) };
+        }
+    }
+}
+
+/// A variable of the job's prefixes that no setting reads, with the known name it most
+/// likely meant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unknown {
+    pub name: String,
+    pub closest: Option<String>,
+}
+
+/// Of `names`, those with one of the job's prefixes that are not in `known`. Variables
+/// Kubernetes sets for a Service (`KAFKA_SERVICE_HOST`, `KAFKA_PORT_9092_TCP`, …) are
+/// not settings of anyone's and are left out.
+pub fn unknown(names: impl IntoIterator<Item = String>, known: &[String]) -> Vec<Unknown> {
+    let mut found: Vec<Unknown> = names
+        .into_iter()
+        .filter(|n| PREFIXES.iter().any(|p| n.starts_with(p)))
+        .filter(|n| !known.contains(n) && !service_link(n))
+        .map(|name| Unknown {
+            closest: closest(&name, known),
+            name,
+        })
+        .collect();
+    found.sort_by(|a, b| a.name.cmp(&b.name));
+    found
+}
+
+/// Logs one warning per [`unknown`] variable of this process's environment.
+pub fn warn_unknown() {
+    let names = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok());
+    for u in unknown(names, &known()) {
+        match &u.closest {
+            Some(closest) => warn!(variable = u.name.as_str(), did_you_mean = closest.as_str();
+                "environment variable {} is not a setting of booking-expire and is ignored; \
+                 did you mean {closest}?", u.name),
+            None => warn!(variable = u.name.as_str();
+                "environment variable {} is not a setting of booking-expire and is ignored \
+                 (its settings are listed in --help)", u.name),
+        }
+    }
+}
+
+/// The known name nearest to `name` by edits (insert, delete, replace one character),
+/// if it is near enough to be a typo: at most a fifth of its length, and at least 2.
+fn closest(name: &str, known: &[String]) -> Option<String> {
+    let (best, distance) = known
+        .iter()
+        .map(|k| (k, edits(name, k)))
+        .min_by_key(|(k, d)| (*d, k.len()))?;
+    (distance <= (name.len() / 5).max(2)).then(|| best.clone())
+}
+
+/// Levenshtein distance.
+fn edits(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1)
+                .min(row[j] + 1)
+                .min(diagonal + usize::from(ca != *cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
+/// A Kubernetes service link: `<SERVICE>_SERVICE_HOST`, `<SERVICE>_SERVICE_PORT[_NAME]`,
+/// `<SERVICE>_PORT` and `<SERVICE>_PORT_<n>_<PROTO>[_PROTO|_PORT|_ADDR]`.
+fn service_link(name: &str) -> bool {
+    if name.ends_with("_SERVICE_HOST") || name.contains("_SERVICE_PORT") || name.ends_with("_PORT")
+    {
+        return true;
+    }
+    name.split("_PORT_").skip(1).any(|rest| {
+        let mut parts = rest.split('_');
+        parts
+            .next()
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            && parts
+                .next()
+                .is_some_and(|p| matches!(p, "TCP" | "UDP" | "SCTP"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_misspelt_setting_is_named_with_the_one_it_most_likely_meant() {
+        let found = unknown(
+            names(&[
+                "BOOKING_EXPIRATION_BATCHSIZE",
+                "BOOKING_EXPIRATION_TOPIC",
+                "PUSHGATEWAY_URI",
+                "KAFKA_CLIENT_SOFTWARE_NAME",
+                "BOOKING_EXPIRATION_BATCH_SIZE",
+                "HOME",
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+            ]),
+            &known(),
+        );
+        let closest = |name: &str| Some(name.to_owned());
+        assert_eq!(
+            found,
+            vec![
+                Unknown {
+                    name: "BOOKING_EXPIRATION_BATCHSIZE".into(),
+                    closest: closest("BOOKING_EXPIRATION_BATCH_SIZE"),
+                },
+                Unknown {
+                    name: "BOOKING_EXPIRATION_TOPIC".into(),
+                    closest: closest("BOOKING_EXPIRATION_TOPICS"),
+                },
+                Unknown {
+                    name: "KAFKA_CLIENT_SOFTWARE_NAME".into(),
+                    closest: None,
+                },
+                Unknown {
+                    name: "PUSHGATEWAY_URI".into(),
+                    closest: closest("PUSHGATEWAY_URL"),
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn kubernetes_service_links_are_not_settings() {
+        let found = unknown(
+            names(&[
+                "KAFKA_SERVICE_HOST",
+                "KAFKA_SERVICE_PORT",
+                "KAFKA_SERVICE_PORT_BROKER",
+                "KAFKA_PORT",
+                "KAFKA_PORT_9092_TCP",
+                "KAFKA_PORT_9092_TCP_ADDR",
+                "PUSHGATEWAY_PORT_9091_TCP_PROTO",
+            ]),
+            &known(),
+        );
+        assert_eq!(found, vec![]);
+    }
+
+    #[test]
+    fn every_value_loses_its_surrounding_whitespace_and_nothing_else() {
+        let args = trim_args(
+            [
+                "booking-expire",
+                "--batch-size",
+                " 300\n",
+                "--deadline= 25s ",
+                "--reason",
+                " a  b ",
+            ]
+            .map(std::ffi::OsString::from),
+        );
+        assert_eq!(
+            args,
+            [
+                "booking-expire",
+                "--batch-size",
+                "300",
+                "--deadline=25s",
+                "--reason",
+                "a  b"
+            ]
+            .map(std::ffi::OsString::from)
+        );
+    }
+
+    #[test]
+    fn edits_count_inserts_deletes_and_replacements() {
+        assert_eq!(edits("TOPIC", "TOPICS"), 1);
+        assert_eq!(edits("BATCHSIZE", "BATCH_SIZE"), 1);
+        assert_eq!(edits("URI", "URL"), 1);
+        assert_eq!(edits("", "ABC"), 3);
+        assert_eq!(edits("KITTEN", "SITTING"), 3);
+    }
+}
