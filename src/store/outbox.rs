@@ -27,7 +27,10 @@ pub struct OutboxRow {
     pub payload: String,
     /// The headers' JSON text (an object of names and values).
     pub headers: String,
-    /// When the row was written (for the commit → acknowledgement age).
+    /// When the row was written (for the commit → acknowledgement age). Whatever the
+    /// column holds: a moment after the fetch's `now` (`infinity`, a year past 9999, a
+    /// writer's clock ahead) and `-infinity` read as `now`, so every row decodes and its
+    /// age is 0, never a crash of the fetch nor a sample of infinite age.
     pub occurred_at: DateTime<Utc>,
 }
 
@@ -73,7 +76,8 @@ pub fn listen(client: &mut impl GenericClient) -> Result<()> {
 /// `OFFSET 0` keeps it a subplan keyed by the row's key, so fresh statistics (which
 /// know that hardly any row backs off) cannot turn it into a scan of the table either.
 pub const PENDING_SQL: &str = "\
-SELECT o.id, o.seq, o.aggregateid, o.topic, o.payload::text AS payload, o.headers::text AS headers, o.occurred_at
+SELECT o.id, o.seq, o.aggregateid, o.topic, o.payload::text AS payload, o.headers::text AS headers,
+       CASE WHEN isfinite(o.occurred_at) AND o.occurred_at <= $2 THEN o.occurred_at ELSE $2 END AS occurred_at
   FROM crm.outbox o
  WHERE o.published_at IS NULL AND o.failed_at IS NULL
    AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= $2)
