@@ -219,6 +219,7 @@ fn run_phases(
     let mut budget = Budget::new(cfg.deadline, started);
     let mut turns = Phase::ALL.map(Turn::new);
     let mut drained = Drained::default();
+    let failed_before = read_failures(&mut db.client, cfg, &mut turns);
     let s = Session {
         stmts,
         cfg,
@@ -238,7 +239,10 @@ fn run_phases(
         &mut drained,
         true,
     );
-    if !drained.stopped && drained.first_error.is_none() && turns.iter().all(|t| t.open) {
+    if !drained.stopped
+        && drained.first_error.is_none()
+        && turns.iter().all(|t| t.open && t.alone == 0)
+    {
         side_by_side(
             db,
             &s,
@@ -279,7 +283,15 @@ fn run_phases(
         );
         crate::ops::pause::stopped_mid_run(crate::cli::Pausable::RunOnce, &paused, &done);
         result.paused = Some(paused);
-    } else if !client.is_closed() {
+    }
+    if !client.is_closed() {
+        // A batch that failed before the pause is remembered all the same: the next
+        // cycle isolates it row by row.
+        if let Some(before) = &failed_before {
+            remember_failures(client, before, &turns, as_of, run_id);
+        }
+    }
+    if result.paused.is_none() && !client.is_closed() {
         release_stale_quarantine(client, stmts, as_of, &budget, &mut first_error);
     }
     match first_error {
@@ -288,18 +300,27 @@ fn run_phases(
     }
 }
 
+/// Every batch's transaction checks each constraint at the statement that breaks it,
+/// also those the CRM declared `DEFERRABLE INITIALLY DEFERRED`: a refused row then
+/// fails its write, where the batch can isolate and quarantine it, not the COMMIT,
+/// where the whole batch would roll back. The setting lasts one transaction, so every
+/// begin and chain of a batch's transaction sets it (in the same round trip).
+const IMMEDIATE: &str = "SET CONSTRAINTS ALL IMMEDIATE";
+
 /// Begins the first transaction of a session's chain of batches.
 fn begin_chain(client: &mut Client) -> Result<()> {
-    client.batch_execute("BEGIN").map_err(|e| {
-        anyhow::Error::new(e).context(Classified {
-            failure: Failure::Temporary,
-            message: "cannot begin the first batch's transaction".to_owned(),
+    client
+        .batch_execute(&format!("BEGIN; {IMMEDIATE}"))
+        .map_err(|e| {
+            anyhow::Error::new(e).context(Classified {
+                failure: Failure::Temporary,
+                message: "cannot begin the first batch's transaction".to_owned(),
+            })
         })
-    })
 }
 
 /// A phase between its batches in a cycle.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Turn {
     phase: Phase,
     /// Batches taken so far.
@@ -308,6 +329,11 @@ struct Turn {
     open: bool,
     /// The key its next batch starts after.
     after: Option<ClaimKey>,
+    /// Bookings still to take one per transaction: the phase's batch failed last
+    /// cycle (see [`remember_failures`]).
+    alone: u32,
+    /// How its batch failed in this cycle, if it did.
+    failed: Option<PhaseFailed>,
 }
 
 impl Turn {
@@ -317,8 +343,17 @@ impl Turn {
             taken: 0,
             open: true,
             after: None,
+            alone: 0,
+            failed: None,
         }
     }
+}
+
+/// How a phase's batch failed, as the next cycle is told.
+#[derive(Debug, Clone)]
+struct PhaseFailed {
+    sqlstate: Option<String>,
+    error: String,
 }
 
 /// How the phases' batches ended so far.
@@ -385,6 +420,7 @@ impl Session<'_> {
                 }
                 let phase = turn.phase;
                 let batch_started = Instant::now();
+                let alone = turn.alone > 0;
                 let batch = Batch {
                     stmts: self.stmts,
                     cfg: self.cfg,
@@ -392,22 +428,43 @@ impl Session<'_> {
                     run_id: self.run_id,
                     as_of: self.as_of,
                     after: turn.after,
+                    limit: if alone { 1 } else { self.cfg.batch.size },
+                    alone,
+                    ends: budget.started + budget.deadline,
                 };
                 match run_one(client, &batch, result) {
                     Ok((claimed, last)) => {
                         budget.batch_took(batch_started.elapsed());
-                        turn.taken += 1;
                         turn.after = last.or(turn.after);
-                        // A short batch means the phase's queue is drained (for us).
-                        if claimed < self.cfg.batch.size as usize
-                            || turn.taken >= self.cfg.batch.max_batches
-                        {
-                            turn.open = false;
+                        if alone {
+                            // One booking per transaction; none left: drained.
+                            turn.alone -= 1;
+                            if claimed == 0 {
+                                turn.alone = 0;
+                                turn.open = false;
+                            }
+                        } else {
+                            turn.taken += 1;
+                            // A short batch means the phase's queue is drained (for us).
+                            if claimed < self.cfg.batch.size as usize
+                                || turn.taken >= self.cfg.batch.max_batches
+                            {
+                                turn.open = false;
+                            }
                         }
                     }
                     Err(e) => {
                         turn.open = false;
                         let fatal = shutdown::requested().is_some() || client.is_closed();
+                        // Remembered for the next cycle, whatever the error, unless the
+                        // batch was stopped from here (a signal, the deadline) or the
+                        // session is gone.
+                        if !fatal && !budget.left().is_zero() {
+                            turn.failed = Some(PhaseFailed {
+                                sqlstate: crate::sqlstate::code_in(&e).map(|c| c.code().to_owned()),
+                                error: format!("{e:#}"),
+                            });
+                        }
                         error!(phase:% = phase, error:% = format!("{e:#}");
                                "phase failed; its batch rolled back");
                         drained.first_error.get_or_insert(e);
@@ -638,6 +695,22 @@ struct Batch<'a> {
     run_id: Uuid,
     as_of: DateTime<Utc>,
     after: Option<ClaimKey>,
+    /// How many bookings it claims: the batch size, or 1 when `alone`.
+    limit: u32,
+    /// One booking in its own transaction: a failure of any kind, at any statement or
+    /// at COMMIT, quarantines the booking (see [`quarantine_alone`]).
+    alone: bool,
+    /// The cycle's hard end: a statement cancelled after it was cancelled by the cycle.
+    ends: Instant,
+}
+
+/// What a batch's attempt left to know when it failed.
+#[derive(Default)]
+struct Attempt {
+    /// The first booking it claimed.
+    row: Option<domain::BookingRow>,
+    /// The failure was the COMMIT's.
+    at_commit: bool,
 }
 
 /// One batch, counted into `result`; returns how many rows it claimed and the key of
@@ -649,18 +722,31 @@ fn run_one(
 ) -> Result<(usize, Option<ClaimKey>)> {
     let phase = b.phase;
     let span = trace::span("expire batch", vec![Attr::new("Phase", phase.to_string())]);
-    let batch = match run_batch(client, b, Isolation::OnRefusal) {
+    let mut attempt = Attempt::default();
+    let batch = match run_batch(client, b, Isolation::OnRefusal, &mut attempt) {
         Ok(Some(batch)) => Ok(batch),
         Ok(None) => {
             info!(Phase:% = phase;
                   "the database refused a row of the batch; rolled back, redone with isolation");
-            run_batch(client, b, Isolation::Savepoints).map(|b| {
+            run_batch(client, b, Isolation::Savepoints, &mut attempt).map(|b| {
                 b.expect("a batch written with savepoints is never sent back for isolation")
             })
         }
         Err(e) => Err(e),
-    }
-    .inspect_err(|e| span.fail(e))?;
+    };
+    let batch = match batch {
+        Ok(batch) => batch,
+        Err(e) => match (b.alone, attempt.row.take(), alone_refusal(client, b, &e)) {
+            (true, Some(row), Some(refusal)) => {
+                quarantine_alone(client, b, &row, refusal, attempt.at_commit)
+                    .inspect_err(|e| span.fail(e))?
+            }
+            _ => {
+                span.fail(&e);
+                return Err(e);
+            }
+        },
+    };
     span.set([
         Attr::new("Claimed", batch.claimed as i64),
         Attr::new("Expired", batch.expired as i64),
@@ -726,20 +812,21 @@ enum Isolation {
 /// transaction holds no snapshot, lock or transaction id until its first statement.
 /// `Ok(None)`: with [`Isolation::OnRefusal`], the database refused a row; the batch
 /// rolled back and nothing of it counts.
-fn run_batch(client: &mut Client, b: &Batch, isolation: Isolation) -> Result<Option<BatchOutcome>> {
+fn run_batch(
+    client: &mut Client,
+    b: &Batch,
+    isolation: Isolation,
+    attempt: &mut Attempt,
+) -> Result<Option<BatchOutcome>> {
     let phase = b.phase;
-    let outcome = batch_in_transaction(client, b, isolation);
+    let outcome = batch_in_transaction(client, b, isolation, attempt);
     let end = match &outcome {
         Ok(Some(_)) => "COMMIT AND CHAIN",
         Ok(None) | Err(_) => "ROLLBACK AND CHAIN",
     };
-    let ended = client.batch_execute(end);
-    if ended.is_err() && !client.is_closed() {
-        // Whatever state the failure left the session in, the next batch must find a
-        // transaction of its own open, never run its claim and write in autocommit.
-        let _ = client.batch_execute("ROLLBACK; BEGIN");
-    }
+    let ended = end_and_chain(client, end);
     let staged = outcome?;
+    attempt.at_commit = staged.is_some() && ended.is_err();
     let what = if staged.is_some() {
         "commit failed"
     } else {
@@ -762,6 +849,8 @@ struct Staged {
     writes: Vec<domain::BatchWrite>,
     /// Rows the guard refused (quarantined with the batch).
     refused: Vec<Poison>,
+    /// Rows whose update the database dropped without an error (quarantined too).
+    dropped: Vec<Poison>,
     written: store::WriteOutcome,
     traced: bool,
 }
@@ -780,11 +869,10 @@ impl Staged {
                    SqlState = rejection.sqlstate.as_str(), Error = rejection.message.as_str(); "item failed: the database rejected the write, quarantined");
             item_failed(w.expiry.booking_id, w.expiry.tenant_id, &rejection.message);
         }
-        let stale = self.writes.len() - self.written.expired.len() - self.written.rejected.len();
-        if stale > 0 {
-            // Locked rows cannot change under us; this would mean another writer ignores
-            // row locks. The guard made the write a no-op for them.
-            warn!(phase:% = phase, count = stale; "rows changed after the claim were left as they are");
+        for p in &self.dropped {
+            error!(BookingId:% = p.booking_id, TenantId:% = p.tenant_id, Phase:% = phase, Reason = p.reason,
+                   Error = p.error.as_str(); "item failed: the database dropped the update, quarantined");
+            item_failed(p.booking_id, p.tenant_id, &p.error);
         }
         let expired: std::collections::HashSet<Uuid> =
             self.written.expired.iter().copied().collect();
@@ -794,7 +882,10 @@ impl Staged {
             .iter()
             .filter(|w| expired.contains(&w.expiry.booking_id))
         {
-            lateness.push(seconds(w.expiry.expired_at - w.expiry.deadline));
+            // A `-infinity` deadline has no lateness to observe.
+            if let Some(late) = w.expiry.deadline.until(w.expiry.expired_at) {
+                lateness.push(seconds(late));
+            }
             // One message id per published contract version, comma-separated.
             let message_ids = w
                 .events
@@ -823,7 +914,7 @@ impl Staged {
             last: self.last,
             expired: self.written.expired.len() as u64,
             skipped: self.skipped,
-            poison: (self.refused.len() + self.written.rejected.len()) as u64,
+            poison: (self.refused.len() + self.dropped.len() + self.written.rejected.len()) as u64,
             lateness,
         }
     }
@@ -835,6 +926,7 @@ fn batch_in_transaction(
     client: &mut Client,
     b: &Batch,
     isolation: Isolation,
+    attempt: &mut Attempt,
 ) -> Result<Option<Staged>> {
     let &Batch {
         stmts,
@@ -843,12 +935,14 @@ fn batch_in_transaction(
         run_id,
         as_of,
         after,
+        limit,
+        ..
     } = b;
-    let batch_size = cfg.batch.size;
     let context = |what: &str| format!("{phase} batch: {what}; the batch rolled back");
     let tx = client;
-    let claim = store::claim(tx, stmts, phase, as_of, batch_size, after)
+    let claim = store::claim(tx, stmts, phase, as_of, limit, after)
         .map_err(|e| e.context(context("claim failed")))?;
+    attempt.row = claim.rows.first().cloned();
     let last = claim.last_key(phase);
     let store::Claim {
         rows: claimed,
@@ -889,9 +983,15 @@ fn batch_in_transaction(
         Isolation::Savepoints => store::write_isolating(tx, stmts, run_id, as_of, &writes)
             .map_err(|e| e.context(context("write failed")))?,
     };
+    // Rows the write changed nothing for although the claim holds their lock: a BEFORE
+    // UPDATE trigger returned NULL, or a rule rewrote the update. Refused like any
+    // other, so that they are named, quarantined and shown by `explain`, not claimed
+    // again every minute.
+    let dropped = dropped_updates(&writes, &written, phase);
     // The guard's refusals and the database's, quarantined in this transaction; they
     // are logged once it commits (`Staged::report`).
     let mut poison = refused.clone();
+    poison.extend(dropped.iter().cloned());
     for (index, rejection) in &written.rejected {
         let w = &writes[*index];
         poison.push(Poison {
@@ -913,9 +1013,202 @@ fn batch_in_transaction(
         skipped,
         writes,
         refused,
+        dropped,
         written,
         traced: traceparent.is_some(),
     }))
+}
+
+/// The poison entries of the rows of `writes` that the write neither expired nor saw
+/// refused: the database dropped their update without an error.
+fn dropped_updates(
+    writes: &[domain::BatchWrite],
+    written: &store::WriteOutcome,
+    phase: Phase,
+) -> Vec<Poison> {
+    let done: std::collections::HashSet<Uuid> = written
+        .expired
+        .iter()
+        .copied()
+        .chain(
+            written
+                .rejected
+                .iter()
+                .map(|(i, _)| writes[*i].expiry.booking_id),
+        )
+        .collect();
+    writes
+        .iter()
+        .filter(|w| !done.contains(&w.expiry.booking_id))
+        .map(|w| Poison {
+            booking_id: w.expiry.booking_id,
+            tenant_id: w.expiry.tenant_id,
+            version: w.expiry.expected_version,
+            status: w.expiry.from.as_str().to_owned(),
+            phase,
+            reason: UPDATE_DROPPED,
+            error: "the database changed nothing for the expiry's UPDATE of this locked row \
+                    and raised no error: a BEFORE UPDATE trigger on crm.bookings returned NULL \
+                    for it, or a rule rewrote the update; nothing was written or sent for it. \
+                    Ask the owners of crm.bookings to let the job's update through"
+                .to_owned(),
+            sqlstate: None,
+        })
+        .collect()
+}
+
+/// The quarantine reason of an update the database dropped without an error.
+pub const UPDATE_DROPPED: &str = "update_dropped";
+
+/// Ends a batch's transaction with `end` (`COMMIT AND CHAIN` or `ROLLBACK AND CHAIN`)
+/// and sets the chained one's constraints immediate, in one round trip.
+fn end_and_chain(client: &mut Client, end: &str) -> Result<(), postgres::Error> {
+    let ended = client.batch_execute(&format!("{end}; {IMMEDIATE}"));
+    if ended.is_err() && !client.is_closed() {
+        // Whatever state the failure left the session in, the next batch must find a
+        // transaction of its own open, never run its claim and write in autocommit.
+        let _ = client.batch_execute(&format!("ROLLBACK; BEGIN; {IMMEDIATE}"));
+    }
+    ended
+}
+
+/// Why the one booking of a batch taken `alone` failed, when the failure is the
+/// booking's to carry: a server error while the session is open, no signal came and
+/// the cycle's deadline has not passed (a statement the cycle cancelled says nothing
+/// about the row). Anything else is the phase's failure.
+fn alone_refusal(client: &Client, b: &Batch, e: &anyhow::Error) -> Option<store::DbRejection> {
+    if client.is_closed() || shutdown::requested().is_some() || Instant::now() >= b.ends {
+        return None;
+    }
+    let db = e
+        .chain()
+        .find_map(|c| c.downcast_ref::<postgres::Error>())?
+        .as_db_error()?;
+    Some(store::DbRejection {
+        sqlstate: db.code().code().to_owned(),
+        message: db.message().to_owned(),
+    })
+}
+
+/// Quarantines the booking `row` whose own transaction failed with `refusal` (the
+/// failed transaction rolled back; a new one is open), in a transaction of its own, and
+/// tells it like any other refused row.
+fn quarantine_alone(
+    client: &mut Client,
+    b: &Batch,
+    row: &domain::BookingRow,
+    refusal: store::DbRejection,
+    at_commit: bool,
+) -> Result<BatchOutcome> {
+    let phase = b.phase;
+    let error = if at_commit {
+        format!("at COMMIT: {}", refusal.message)
+    } else {
+        refusal.message.clone()
+    };
+    let poison = Poison {
+        booking_id: row.id,
+        tenant_id: row.tenant_id,
+        version: row.version,
+        status: row.status.clone(),
+        phase,
+        reason: "database",
+        error,
+        sqlstate: Some(refusal.sqlstate.clone()),
+    };
+    let written = store::quarantine(
+        client,
+        b.stmts,
+        b.run_id,
+        b.as_of,
+        std::slice::from_ref(&poison),
+    );
+    let end = if written.is_ok() {
+        "COMMIT AND CHAIN"
+    } else {
+        "ROLLBACK AND CHAIN"
+    };
+    let ended = end_and_chain(client, end);
+    written.map_err(|e| e.context(format!("{phase} batch: quarantine failed; rolled back")))?;
+    ended.classify(
+        Failure::Temporary,
+        format!("{phase} batch: the quarantine's commit failed; rolled back"),
+    )?;
+    error!(BookingId:% = poison.booking_id, TenantId:% = poison.tenant_id, Phase:% = phase,
+           SqlState = refusal.sqlstate.as_str(), Error = poison.error.as_str();
+           "item failed: the booking's write fails on its own, quarantined");
+    item_failed(poison.booking_id, poison.tenant_id, &poison.error);
+    Ok(BatchOutcome {
+        claimed: 1,
+        last: row.deadline(phase).map(|d| (d, row.id)),
+        poison: 1,
+        ..BatchOutcome::default()
+    })
+}
+
+/// Reads which phases' batch failed last cycle and has each take its first batch one
+/// booking per transaction; `None` when the record cannot be read (migration 12 not
+/// applied, no grant: the phases run as they would without it, and it is logged).
+fn read_failures(
+    client: &mut Client,
+    cfg: &RunOnceConfig,
+    turns: &mut [Turn; 2],
+) -> Option<Vec<store::PhaseFailure>> {
+    let failures = match store::phase_failures(client) {
+        Ok(Some(failures)) => failures,
+        Ok(None) => {
+            warn!(
+                "crm.booking_expiration_phase_failure is missing or not granted (apply \
+                   sql/012_phase_failures.sql): a batch that fails every cycle is not \
+                   isolated booking by booking"
+            );
+            return None;
+        }
+        Err(e) => {
+            warn!(error:% = format!("{e:#}"); "cannot read the phases' failures of last cycle");
+            return None;
+        }
+    };
+    for f in &failures {
+        let turn = &mut turns[phase_slot(f.phase)];
+        turn.alone = cfg.batch.size;
+        warn!(Phase:% = f.phase, Failures = f.failures,
+              SqlState = f.sqlstate.as_deref().unwrap_or("-"), Error = f.error.as_str();
+              "the phase's batch failed last cycle: its first batch goes one booking per \
+               transaction, a booking that fails on its own is quarantined");
+    }
+    Some(failures)
+}
+
+/// Records, for the next cycle, each phase whose batch failed in this one, and forgets
+/// the failure of a phase that ran its bookings one by one without failing. Two rows
+/// at most; a failure to record is logged (the next cycle then runs in batches).
+fn remember_failures(
+    client: &mut Client,
+    before: &[store::PhaseFailure],
+    turns: &[Turn; 2],
+    as_of: DateTime<Utc>,
+    run_id: Uuid,
+) {
+    for turn in turns {
+        let had = before.iter().any(|f| f.phase == turn.phase);
+        let done = match &turn.failed {
+            Some(f) => store::record_phase_failure(
+                client,
+                turn.phase,
+                f.sqlstate.as_deref(),
+                &f.error,
+                as_of,
+                run_id,
+            ),
+            None if had && turn.alone == 0 => store::clear_phase_failure(client, turn.phase),
+            None => continue,
+        };
+        if let Err(e) = done {
+            warn!(Phase:% = turn.phase, error:% = format!("{e:#}");
+                  "cannot record the phase's failure for the next cycle");
+        }
+    }
 }
 
 /// A per-item event on the batch's span: the row is poison.

@@ -70,7 +70,7 @@ fn fixed(phase: Phase) -> (Expiry, Uuid) {
             phase,
             from,
             to,
-            deadline: at - chrono::Duration::minutes(5),
+            deadline: (at - chrono::Duration::minutes(5)).into(),
             expired_at: at,
             expected_version: 3,
         },

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use booking_expire::cli::{AsOf, Cli, Command, parse_as_of, parse_duration};
 use booking_expire::config::RunOnceConfig;
-use booking_expire::domain::{BookingRow, Phase, expire};
+use booking_expire::domain::{BookingRow, Phase, Timestamp, expire};
 use chrono::{DateTime, FixedOffset, TimeDelta, TimeZone, Utc};
 use clap::Parser;
 use proptest::prelude::*;
@@ -48,6 +48,17 @@ fn near_as_of() -> impl Strategy<Value = DateTime<Utc>> {
     .prop_map(|micros| as_of() + TimeDelta::microseconds(micros))
 }
 
+/// A stored moment: mostly near AsOf, sometimes `±infinity` or a year past chrono's
+/// range (PostgreSQL holds them all).
+fn stored() -> impl Strategy<Value = Timestamp> {
+    prop_oneof![
+        8 => near_as_of().prop_map(Timestamp::from),
+        1 => Just(Timestamp::INFINITY),
+        1 => Just(Timestamp::NEG_INFINITY),
+        1 => Just(Timestamp::from_pg_micros(720 * 146_097 * 86_400 * 1_000_000)),
+    ]
+}
+
 fn version() -> impl Strategy<Value = i64> {
     prop_oneof![
         Just(i64::MAX),
@@ -63,9 +74,9 @@ prop_compose! {
     fn booking_row()(
         ids in any::<[u128; 4]>(),
         status in status(),
-        reserve in proptest::option::weighted(0.8, near_as_of()),
-        booking in proptest::option::weighted(0.8, near_as_of()),
-        expired_at in proptest::option::weighted(0.15, near_as_of()),
+        reserve in proptest::option::weighted(0.8, stored()),
+        booking in proptest::option::weighted(0.8, stored()),
+        expired_at in proptest::option::weighted(0.15, stored()),
         version in version(),
     ) -> BookingRow {
         BookingRow {
@@ -107,7 +118,7 @@ proptest! {
         });
         let expect_ok = phase.is_some()
             && row.expired_at.is_none()
-            && deadline.is_some_and(|d| d < as_of)
+            && deadline.is_some_and(|d| d < Timestamp::from(as_of))
             && row.version < row.version_max;
         match expire(&row, as_of) {
             Ok(expiry) => {
@@ -140,7 +151,7 @@ proptest! {
                     "expired_at_already_set"
                 } else if deadline.is_none() {
                     "no_deadline"
-                } else if deadline.is_some_and(|d| d >= as_of) {
+                } else if deadline.is_some_and(|d| d >= Timestamp::from(as_of)) {
                     "not_yet_due"
                 } else {
                     "version_overflow"

@@ -7,6 +7,8 @@ use std::str::FromStr;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use super::Timestamp;
+
 /// Every status `crm.bookings.status` may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Status {
@@ -122,9 +124,10 @@ pub struct BookingRow {
     pub deal_id: Uuid,
     pub property_object_id: Uuid,
     pub status: String,
-    pub reserve_expires_at: Option<DateTime<Utc>>,
-    pub booking_expires_at: Option<DateTime<Utc>>,
-    pub expired_at: Option<DateTime<Utc>>,
+    /// Stored moments, whatever they hold (`±infinity`, years past 9999).
+    pub reserve_expires_at: Option<Timestamp>,
+    pub booking_expires_at: Option<Timestamp>,
+    pub expired_at: Option<Timestamp>,
     /// The version, as a 64-bit integer whatever integer type the column has.
     pub version: i64,
     /// The largest version the column can hold (`smallint`, `integer` or `bigint`).
@@ -133,7 +136,7 @@ pub struct BookingRow {
 
 impl BookingRow {
     /// The deadline of `phase` for this booking.
-    pub fn deadline(&self, phase: Phase) -> Option<DateTime<Utc>> {
+    pub fn deadline(&self, phase: Phase) -> Option<Timestamp> {
         match phase {
             Phase::Reserve => self.reserve_expires_at,
             Phase::Booking => self.booking_expires_at,
@@ -152,7 +155,8 @@ pub struct Expiry {
     pub phase: Phase,
     pub from: Status,
     pub to: Status,
-    pub deadline: DateTime<Utc>,
+    /// The phase's deadline; `-infinity` (always overdue) included.
+    pub deadline: Timestamp,
     /// `expired_at` and `updated_at` after the transition (= AsOf).
     pub expired_at: DateTime<Utc>,
     /// The version the write must still find; the row gets `expected_version + 1`.
@@ -169,10 +173,10 @@ pub enum Rejection {
     Terminal(Status),
     /// The phase's deadline is NULL.
     NoDeadline(Phase),
-    /// The deadline has not passed: `deadline >= as_of`.
-    NotYetDue(DateTime<Utc>),
-    /// An active booking with `expired_at` already set.
-    ExpiredAtAlreadySet(DateTime<Utc>),
+    /// The deadline has not passed: `deadline >= as_of` (`infinity`: never due).
+    NotYetDue(Timestamp),
+    /// An active booking with `expired_at` already set (to any value).
+    ExpiredAtAlreadySet(Timestamp),
     /// The version cannot be incremented.
     VersionOverflow,
 }
@@ -197,21 +201,29 @@ impl fmt::Display for Rejection {
             Rejection::UnknownStatus(s) => write!(f, "unknown status {s:?}"),
             Rejection::Terminal(s) => write!(f, "status {s} is terminal and never expires"),
             Rejection::NoDeadline(p) => write!(f, "the {p} deadline is null"),
-            Rejection::NotYetDue(d) => write!(f, "deadline {} has not passed", d.to_rfc3339()),
+            Rejection::NotYetDue(d) => write!(f, "deadline {} has not passed", shown(*d)),
             Rejection::ExpiredAtAlreadySet(at) => write!(
                 f,
                 "active booking already has expired_at {} (inconsistent)",
-                at.to_rfc3339()
+                shown(*at)
             ),
             Rejection::VersionOverflow => f.write_str("version cannot be incremented"),
         }
     }
 }
 
+/// A stored moment in a rejection's text: RFC 3339 with its offset when finite, else
+/// as PostgreSQL writes it (`infinity`, `-infinity`, `+290000-01-01…`).
+fn shown(at: Timestamp) -> String {
+    at.finite()
+        .map_or_else(|| at.to_string(), |at| at.to_rfc3339())
+}
+
 /// `Expire(AsOf)`: decides whether `row` expires at `as_of`, and into what.
 ///
 /// The phase follows from the current status; the deadline must be strictly before
-/// `as_of` (a deadline equal to AsOf has not expired yet).
+/// `as_of` (a deadline equal to AsOf has not expired yet), compared as PostgreSQL
+/// compares them: `-infinity` has always passed, `infinity` never does.
 pub fn expire(row: &BookingRow, as_of: DateTime<Utc>) -> Result<Expiry, Rejection> {
     let from: Status = row
         .status
@@ -222,7 +234,7 @@ pub fn expire(row: &BookingRow, as_of: DateTime<Utc>) -> Result<Expiry, Rejectio
         return Err(Rejection::ExpiredAtAlreadySet(at));
     }
     let deadline = row.deadline(phase).ok_or(Rejection::NoDeadline(phase))?;
-    if deadline >= as_of {
+    if deadline >= Timestamp::from(as_of) {
         return Err(Rejection::NotYetDue(deadline));
     }
     if row.version >= row.version_max {
@@ -253,7 +265,7 @@ mod tests {
 
     fn row(status: &str, reserve: Option<i64>, booking: Option<i64>) -> BookingRow {
         // Deadlines are given as seconds relative to AsOf.
-        let at = |s: Option<i64>| s.map(|s| as_of() + Duration::seconds(s));
+        let at = |s: Option<i64>| s.map(|s| Timestamp::from(as_of() + Duration::seconds(s)));
         BookingRow {
             id: Uuid::from_u128(1),
             tenant_id: Uuid::from_u128(2),
@@ -276,7 +288,10 @@ mod tests {
             assert_eq!(expiry.from.as_str(), status);
             assert_eq!(expiry.to, Status::ReserveExpired);
             assert_eq!(expiry.expired_at, as_of());
-            assert_eq!(expiry.deadline, as_of() - Duration::seconds(1));
+            assert_eq!(
+                expiry.deadline,
+                Timestamp::from(as_of() - Duration::seconds(1))
+            );
             assert_eq!(expiry.expected_version, 7);
         }
     }
@@ -309,12 +324,12 @@ mod tests {
         for status in ["Reserved", "AwaitingPayment"] {
             assert_eq!(
                 expire(&row(status, Some(0), None), as_of()),
-                Err(Rejection::NotYetDue(as_of()))
+                Err(Rejection::NotYetDue(Timestamp::from(as_of())))
             );
         }
         assert_eq!(
             expire(&row("Booked", None, Some(0)), as_of()),
-            Err(Rejection::NotYetDue(as_of()))
+            Err(Rejection::NotYetDue(Timestamp::from(as_of())))
         );
     }
 
@@ -326,11 +341,13 @@ mod tests {
                 &row("Reserved", Some(0), None),
                 as_of() - Duration::microseconds(1)
             ),
-            Err(Rejection::NotYetDue(as_of()))
+            Err(Rejection::NotYetDue(Timestamp::from(as_of())))
         );
         assert_eq!(
             expire(&row("Booked", None, Some(60)), as_of()),
-            Err(Rejection::NotYetDue(as_of() + Duration::seconds(60)))
+            Err(Rejection::NotYetDue(Timestamp::from(
+                as_of() + Duration::seconds(60)
+            )))
         );
         // One microsecond past the deadline is enough.
         assert!(expire(&row("Booked", None, Some(0)), later).is_ok());
@@ -341,12 +358,42 @@ mod tests {
         // Booked whose reserve deadline passed but booking deadline did not.
         assert_eq!(
             expire(&row("Booked", Some(-60), Some(60)), as_of()),
-            Err(Rejection::NotYetDue(as_of() + Duration::seconds(60)))
+            Err(Rejection::NotYetDue(Timestamp::from(
+                as_of() + Duration::seconds(60)
+            )))
         );
         // Reserved whose booking deadline passed but reserve deadline did not.
         assert_eq!(
             expire(&row("Reserved", Some(60), Some(-60)), as_of()),
-            Err(Rejection::NotYetDue(as_of() + Duration::seconds(60)))
+            Err(Rejection::NotYetDue(Timestamp::from(
+                as_of() + Duration::seconds(60)
+            )))
+        );
+    }
+
+    #[test]
+    fn infinite_and_far_deadlines_are_judged_as_postgresql_orders_them() {
+        let far = Timestamp::from_pg_micros(720 * 146_097 * 86_400 * 1_000_000);
+        let mut r = row("Reserved", None, None);
+        r.reserve_expires_at = Some(Timestamp::NEG_INFINITY);
+        let expiry = expire(&r, as_of()).unwrap();
+        assert_eq!(expiry.deadline, Timestamp::NEG_INFINITY);
+        for never in [Timestamp::INFINITY, far] {
+            r.reserve_expires_at = Some(never);
+            assert_eq!(expire(&r, as_of()), Err(Rejection::NotYetDue(never)));
+        }
+        assert_eq!(
+            Rejection::NotYetDue(Timestamp::INFINITY).to_string(),
+            "deadline infinity has not passed"
+        );
+        // The other phase's deadline plays no part, whatever it holds.
+        let mut b = row("Booked", None, Some(-60));
+        b.reserve_expires_at = Some(Timestamp::INFINITY);
+        assert!(expire(&b, as_of()).is_ok());
+        b.expired_at = Some(far);
+        assert_eq!(
+            expire(&b, as_of()).unwrap_err().to_string(),
+            "active booking already has expired_at +290000-01-01T00:00:00.000000Z (inconsistent)"
         );
     }
 
@@ -387,12 +434,12 @@ mod tests {
             ("Booked", None, Some(-60)),
         ] {
             let mut r = row(status, reserve, booking);
-            r.expired_at = Some(as_of() - Duration::seconds(5));
+            r.expired_at = Some(Timestamp::from(as_of() - Duration::seconds(5)));
             assert_eq!(
                 expire(&r, as_of()),
-                Err(Rejection::ExpiredAtAlreadySet(
+                Err(Rejection::ExpiredAtAlreadySet(Timestamp::from(
                     as_of() - Duration::seconds(5)
-                ))
+                )))
             );
         }
     }

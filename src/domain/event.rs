@@ -8,7 +8,6 @@
 
 use std::borrow::Cow;
 
-use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 use serde_json::value::RawValue;
 use uuid::Uuid;
@@ -245,8 +244,8 @@ pub fn payload_in_contract_order(text: &str) -> String {
 }
 
 /// RFC 3339 with microseconds (PostgreSQL's precision) and `Z` as the UTC offset.
-pub fn rfc3339(at: DateTime<Utc>) -> String {
-    at.to_rfc3339_opts(SecondsFormat::Micros, true)
+pub fn rfc3339(at: impl Into<super::Timestamp>) -> String {
+    at.into().to_string()
 }
 
 /// The CloudEvents headers of one contract-version-1 event, captured when the outbox
@@ -289,7 +288,7 @@ impl Phase {
 mod tests {
     use super::*;
     use crate::domain::booking::Status;
-    use chrono::TimeZone;
+    use chrono::{TimeZone, Utc};
 
     fn value(text: &RawValue) -> serde_json::Value {
         serde_json::from_str(text.get()).unwrap()
@@ -304,7 +303,7 @@ mod tests {
             phase: Phase::Booking,
             from: Status::Booked,
             to: Status::BookingExpired,
-            deadline: Utc.with_ymd_and_hms(2026, 11, 29, 17, 0, 0).unwrap(),
+            deadline: Utc.with_ymd_and_hms(2026, 11, 29, 17, 0, 0).unwrap().into(),
             expired_at: Utc.with_ymd_and_hms(2026, 11, 29, 18, 0, 0).unwrap()
                 + chrono::Duration::microseconds(123_456),
             expected_version: 1,

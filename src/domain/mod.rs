@@ -10,6 +10,7 @@ pub(crate) mod booking;
 mod event;
 pub mod json;
 pub mod plan;
+mod time;
 
 pub use booking::{BookingRow, Expiry, Phase, Status, expire};
 pub use event::{
@@ -17,3 +18,4 @@ pub use event::{
     TOPIC, event_headers, payload_in_contract_order, rfc3339, with_header,
 };
 pub use plan::{AsOf, BatchWrite, OutboxEvent, Poison, decide};
+pub use time::Timestamp;

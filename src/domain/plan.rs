@@ -131,7 +131,7 @@ mod tests {
             deal_id: Uuid::from_u128(3),
             property_object_id: Uuid::from_u128(4),
             status: status.to_owned(),
-            reserve_expires_at,
+            reserve_expires_at: reserve_expires_at.map(Into::into),
             booking_expires_at: None,
             expired_at: None,
             version: 7,

@@ -283,8 +283,10 @@ fn unix_seconds(at: DateTime<Utc>) -> f64 {
 /// `backlog --format prometheus`. Ages are 0 when there is nothing to be old, so an
 /// alert on them never sees a missing series.
 pub fn backlog_gauges(out: &mut Exposition, b: &Backlog) {
-    let age =
-        |oldest: Option<DateTime<Utc>>| oldest.map_or(0.0, |at| seconds(b.as_of - at).max(0.0));
+    // A `-infinity` oldest deadline is infinitely old: `+Inf`.
+    let age = |oldest: Option<crate::domain::Timestamp>| {
+        oldest.map_or(0.0, |at| at.seconds_until(b.as_of).max(0.0))
+    };
     if let Some(overdue) = &b.overdue {
         let of = |phase: Phase| {
             overdue

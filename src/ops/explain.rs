@@ -282,13 +282,21 @@ fn judge(
         )),
         Err(Rejection::NotYetDue(deadline)) => reasons.push(reason(
             "not_yet_due",
-            format!(
-                "the {} deadline {} is {} after {}: a cycle after it expires the booking",
-                phase.map_or("", |p| p.as_str()),
-                rfc3339(deadline),
-                format::duration(deadline - as_of),
-                rfc3339(as_of)
-            ),
+            match deadline.until(as_of) {
+                Some(before) => format!(
+                    "the {} deadline {} is {} after {}: a cycle after it expires the booking",
+                    phase.map_or("", |p| p.as_str()),
+                    rfc3339(deadline),
+                    format::duration(-before),
+                    rfc3339(as_of)
+                ),
+                // `infinity`: never due, so never claimed.
+                None => format!(
+                    "the {} deadline is {deadline}: never due, the cycle never claims it \
+                     until the deadline changes",
+                    phase.map_or("", |p| p.as_str()),
+                ),
+            },
         )),
         Err(rejection) => {
             // Rows the claim's predicate leaves out are never claimed; the others are
@@ -316,7 +324,7 @@ fn judge(
         }
     }
     if let Some(p) = poison {
-        match (p.matches_booking, p.retry_at > as_of) {
+        match (p.matches_booking, p.retry_at > as_of.into()) {
             (true, true) => reasons.push(reason(
                 "quarantined",
                 format!(

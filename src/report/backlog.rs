@@ -5,14 +5,13 @@
 //! table, one JSON object, or Prometheus gauges; `--fail-above N` turns it into a probe.
 
 use anyhow::Result;
-use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::format::{self, Table};
 use crate::cli::ReportFormat;
 use crate::clock::Clock;
 use crate::config::BacklogConfig;
-use crate::domain::{Phase, rfc3339};
+use crate::domain::{Phase, Timestamp, rfc3339};
 use crate::exit::{Failure, fail};
 use crate::obs::metrics::{self, Exposition};
 use crate::shutdown;
@@ -46,8 +45,8 @@ fn next_claim(b: &Backlog, phase: Phase) -> Option<NextClaim> {
         .and_then(|(_, c)| *c)
 }
 
-fn age(b: &Backlog, oldest: Option<DateTime<Utc>>) -> Option<f64> {
-    oldest.map(|at| format::seconds(b.as_of - at))
+fn age(b: &Backlog, oldest: Option<Timestamp>) -> Option<f64> {
+    oldest.map(|at| format::seconds_since(b.as_of, at))
 }
 
 /// `backlog`.
@@ -81,9 +80,9 @@ fn table(b: &Backlog) -> String {
     let mut out = format!("backlog at {}\n\n", rfc3339(b.as_of));
     let mut t = Table::new(&["Backlog", "Count", "Oldest", "Age"]);
     let dash = || "-".to_owned();
-    let oldest = |at: Option<DateTime<Utc>>| {
+    let oldest = |at: Option<Timestamp>| {
         at.map_or((dash(), dash()), |at| {
-            (format::time(at), format::duration(b.as_of - at))
+            (format::time(at), format::since(b.as_of, at))
         })
     };
     for (phase, o) in overdue(b) {
@@ -178,7 +177,7 @@ fn table(b: &Backlog) -> String {
         // The full id once, in the command that explains it: the line fits 120 columns.
         out.push_str(&format!(
             "next {phase} claim, {} late: booking-expire explain {}\n",
-            format::duration(b.as_of - c.deadline),
+            format::since(b.as_of, c.deadline),
             c.booking_id
         ));
     }
@@ -245,7 +244,7 @@ fn json(b: &Backlog) -> Result<String> {
             next_claim: next_claim(b, phase).map(|c| NextClaimJson {
                 booking_id: c.booking_id.to_string(),
                 deadline: rfc3339(c.deadline),
-                lateness_seconds: format::seconds(b.as_of - c.deadline),
+                lateness_seconds: format::seconds_since(b.as_of, c.deadline),
             }),
         }
     };
@@ -280,7 +279,7 @@ fn prometheus(b: &Backlog) -> String {
     metrics::backlog_gauges(&mut out, b);
     metrics::paused_gauges(&mut out, b);
     out.per_phase(crate::obs::backlog_only::BACKLOG_LATENESS, |phase| {
-        next_claim(b, phase).map_or(0.0, |c| format::seconds(b.as_of - c.deadline).max(0.0))
+        next_claim(b, phase).map_or(0.0, |c| format::seconds_since(b.as_of, c.deadline).max(0.0))
     });
     if let Some(h) = &b.hygiene {
         super::hygiene::prometheus(h, b.as_of, &mut out);

@@ -238,7 +238,7 @@ impl TableReport {
     }
 
     /// A moment as the table shows it: microseconds with `--wide`, else whole seconds.
-    fn time(&self, at: DateTime<Utc>) -> String {
+    fn time(&self, at: impl Into<crate::domain::Timestamp>) -> String {
         if self.wide {
             format::time(at)
         } else {
@@ -350,7 +350,7 @@ impl Report for TableReport {
                         deal,
                         format!("{} → {}", e.from, e.to),
                         deadline,
-                        format::duration(s.as_of - e.deadline),
+                        format::since(s.as_of, e.deadline),
                     ],
                     buf,
                 );
@@ -436,7 +436,7 @@ impl Report for TableReport {
                     self.id(row.deal_id),
                     self.status(&row.status),
                     deadline.map_or("-".to_owned(), |d| self.time(d)),
-                    deadline.map_or("-".to_owned(), |d| format::duration(s.as_of - d)),
+                    deadline.map_or("-".to_owned(), |d| format::since(s.as_of, d)),
                 ];
                 if wide {
                     cells.push(q.reason.clone());
@@ -568,7 +568,7 @@ impl Report for JsonLines {
                     from: e.from.as_str(),
                     to: e.to.as_str(),
                     deadline: rfc3339(e.deadline),
-                    overdue_by_seconds: format::seconds(s.as_of - e.deadline),
+                    overdue_by_seconds: format::seconds_since(s.as_of, e.deadline),
                     topic: event.topic,
                     event: &event.payload,
                     headers: &event.headers,
@@ -625,7 +625,9 @@ impl Report for JsonLines {
                     deal_id: row.deal_id,
                     status: &row.status,
                     deadline: row.deadline(phase).map(rfc3339),
-                    overdue_by_seconds: row.deadline(phase).map(|d| format::seconds(s.as_of - d)),
+                    overdue_by_seconds: row
+                        .deadline(phase)
+                        .map(|d| format::seconds_since(s.as_of, d)),
                     quarantined: Quarantine {
                         reason: &q.reason,
                         error: &q.error,

@@ -6,6 +6,8 @@ use std::io::{self, BufWriter, StdoutLock, Write};
 use anyhow::Result;
 use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
 
+use crate::domain::Timestamp;
+
 /// A plain-text table: columns padded to their widest cell, two spaces apart, no
 /// trailing blanks.
 pub struct Table {
@@ -190,9 +192,14 @@ pub fn short_id(id: uuid::Uuid) -> String {
     s
 }
 
-/// A moment for people: UTC, fractions of a second only when there are any.
-pub fn time(at: DateTime<Utc>) -> String {
-    at.to_rfc3339_opts(SecondsFormat::AutoSi, true)
+/// A moment for people: UTC, fractions of a second only when there are any; a stored
+/// moment that is not finite as PostgreSQL writes it (`infinity`, `-infinity`).
+pub fn time(at: impl Into<Timestamp>) -> String {
+    let at = at.into();
+    at.finite().map_or_else(
+        || at.to_string(),
+        |at| at.to_rfc3339_opts(SecondsFormat::AutoSi, true),
+    )
 }
 
 /// The width of [`time_s`], years 1–9999.
@@ -200,8 +207,27 @@ pub const TIME_S_WIDTH: usize = "2026-11-29T18:00:00Z".len();
 
 /// A moment at whole seconds (the fraction cut, not rounded), UTC: what a table's
 /// default layout shows; `--wide` and JSON keep [`time`] / microseconds.
-pub fn time_s(at: DateTime<Utc>) -> String {
-    at.to_rfc3339_opts(SecondsFormat::Secs, true)
+pub fn time_s(at: impl Into<Timestamp>) -> String {
+    let at = at.into();
+    at.finite().map_or_else(
+        || at.to_string(),
+        |at| at.to_rfc3339_opts(SecondsFormat::Secs, true),
+    )
+}
+
+/// How long `as_of` is after the stored moment `at`, for people: [`duration`], or
+/// `infinite` after `-infinity` (`-infinite` before `infinity`).
+pub fn since(as_of: DateTime<Utc>, at: Timestamp) -> String {
+    match at.until(as_of) {
+        Some(d) => duration(d),
+        None if at == Timestamp::NEG_INFINITY => "infinite".to_owned(),
+        None => "-infinite".to_owned(),
+    }
+}
+
+/// [`since`] in seconds: `±∞` for the infinities (JSON shows them as `null`).
+pub fn seconds_since(as_of: DateTime<Utc>, at: Timestamp) -> f64 {
+    at.seconds_until(as_of)
 }
 
 /// A duration for people: `2d 3h 0m 5s`, `4m 10s`, `45s`, `250ms`.

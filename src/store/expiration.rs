@@ -10,7 +10,7 @@ use postgres::{Client, GenericClient, Statement};
 use serde_json::value::RawValue;
 use uuid::Uuid;
 
-use crate::domain::{AGGREGATE_TYPE, BookingRow, EVENT_TYPE, Phase};
+use crate::domain::{AGGREGATE_TYPE, BookingRow, EVENT_TYPE, Phase, Timestamp};
 pub use crate::domain::{BatchWrite, Poison};
 
 /// Who the audit trail names as the actor of an expiry.
@@ -309,7 +309,7 @@ pub struct Claim {
 
 /// A phase's position in its index, `(deadline, id)`: where the next batch of a cycle
 /// starts (see [`claim_sql`]).
-pub type ClaimKey = (DateTime<Utc>, Uuid);
+pub type ClaimKey = (Timestamp, Uuid);
 
 impl Claim {
     /// The key of the last row claimed, in claim order.

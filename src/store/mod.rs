@@ -8,14 +8,16 @@ mod expiration;
 mod hygiene;
 pub mod ops;
 mod outbox;
+mod phase_failure;
 mod report;
 pub mod running;
 mod schema;
+mod timestamp;
 
 pub use clock::{ClockSkew, measure_clock_skew};
 pub use connect::{Db, Writable, connect, too_many_connections};
 pub use expiration::{
-    BatchWrite, Claim, ClaimKey, CycleStatements, Poison, WriteOutcome, booking_row,
+    BatchWrite, Claim, ClaimKey, CycleStatements, DbRejection, Poison, WriteOutcome, booking_row,
     candidates_sql, claim, claim_counting_sql, claim_sql, count_left, left_sql, quarantine,
     release_stale_quarantine, write_direct, write_isolating,
 };
@@ -27,6 +29,7 @@ pub use outbox::{
     Receipt, WAITING_FOR_TOPIC, listen, mark_attempted, mark_failed, mark_published, mark_retry,
     mark_waiting, pending, purge_published, try_relay_lock,
 };
+pub use phase_failure::{PhaseFailure, clear_phase_failure, phase_failures, record_phase_failure};
 pub use report::{
     Backlog, CHUNK_ROWS, Figures, NextClaim, OUTBOX_FAILED_SQL, OUTBOX_PENDING_SQL,
     OUTBOX_WAITING_FOR_TOPIC_SQL, OutboxLag, Overdue, Quarantined, begin_read_only,

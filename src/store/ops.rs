@@ -8,7 +8,7 @@ use postgres::GenericClient;
 use uuid::Uuid;
 
 use super::expiration::{BOOKING_COLUMNS, booking_row};
-use crate::domain::BookingRow;
+use crate::domain::{BookingRow, Timestamp};
 
 /// A pause switch that is on.
 #[derive(Debug, Clone, PartialEq)]
@@ -161,12 +161,12 @@ pub struct OutboxEntry {
     pub aggregateid: String,
     pub r#type: String,
     pub topic: String,
-    pub occurred_at: DateTime<Utc>,
-    pub published_at: Option<DateTime<Utc>>,
-    pub failed_at: Option<DateTime<Utc>>,
+    pub occurred_at: Timestamp,
+    pub published_at: Option<Timestamp>,
+    pub failed_at: Option<Timestamp>,
     pub attempts: i32,
     pub failures: i32,
-    pub next_attempt_at: Option<DateTime<Utc>>,
+    pub next_attempt_at: Option<Timestamp>,
     pub last_error: Option<String>,
     pub partition: Option<i32>,
     pub offset: Option<i64>,
@@ -284,9 +284,9 @@ pub struct PoisonEntry {
     pub error: String,
     pub sqlstate: Option<String>,
     pub attempts: i32,
-    pub first_seen_at: DateTime<Utc>,
-    pub last_seen_at: DateTime<Utc>,
-    pub retry_at: DateTime<Utc>,
+    pub first_seen_at: Timestamp,
+    pub last_seen_at: Timestamp,
+    pub retry_at: Timestamp,
     /// The entry was written for the booking's current version and status.
     pub matches_booking: bool,
 }
@@ -360,7 +360,7 @@ pub fn row_lock(client: &mut impl GenericClient, id: Uuid) -> Result<Option<RowL
 /// An audit row of a booking.
 #[derive(Debug, Clone)]
 pub struct AuditEntry {
-    pub at: DateTime<Utc>,
+    pub at: Timestamp,
     pub from_status: String,
     pub to_status: String,
     pub version: i64,
@@ -392,7 +392,7 @@ pub fn audit_of(client: &mut impl GenericClient, id: Uuid) -> Result<Vec<AuditEn
 /// A deal-timeline entry of a booking.
 #[derive(Debug, Clone)]
 pub struct TimelineEntry {
-    pub occurred_at: DateTime<Utc>,
+    pub occurred_at: Timestamp,
     pub kind: String,
     pub correlation_id: Option<Uuid>,
 }

@@ -27,7 +27,10 @@ pub struct OutboxRow {
     pub payload: String,
     /// The headers' JSON text, an object of names and values (empty unless loaded).
     pub headers: String,
-    /// When the row was written (for the commit → acknowledgement age).
+    /// When the row was written (for the commit → acknowledgement age). Whatever the
+    /// column holds: a moment after the fetch's `now` (`infinity`, a year past 9999, a
+    /// writer's clock ahead) and `-infinity` read as `now`, so every row decodes and its
+    /// age is 0, never a crash of the fetch nor a sample of infinite age.
     pub occurred_at: DateTime<Utc>,
     /// The payload's and headers' text length in bytes, read before either is fetched.
     pub size: i64,
@@ -105,7 +108,8 @@ SELECT id, seq, aggregateid, topic, occurred_at, size,
           FROM (SELECT r.*, CASE WHEN r.size <= $4::int8 THEN r.size ELSE 0 END AS fits
                   FROM (SELECT p.*, octet_length(p.payload)::int8 + octet_length(p.headers) AS size
                           FROM (
-SELECT o.id, o.seq, o.aggregateid, o.topic, o.payload::text AS payload, o.headers::text AS headers, o.occurred_at
+SELECT o.id, o.seq, o.aggregateid, o.topic, o.payload::text AS payload, o.headers::text AS headers,
+       CASE WHEN isfinite(o.occurred_at) AND o.occurred_at <= $2 THEN o.occurred_at ELSE $2 END AS occurred_at
   FROM crm.outbox o
  WHERE o.published_at IS NULL AND o.failed_at IS NULL
    AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= $2)

@@ -14,7 +14,7 @@ use postgres::{Client, GenericClient, IsolationLevel, Row, Transaction};
 use super::expiration::{
     BOOKING_COLUMNS, booking_row, candidates_sql, deadline_column, overdue_predicate,
 };
-use crate::domain::{BookingRow, Phase};
+use crate::domain::{BookingRow, Phase, Timestamp};
 
 /// A READ ONLY, REPEATABLE READ transaction: every query of a report sees one snapshot,
 /// and the server refuses any write in it.
@@ -114,7 +114,7 @@ pub struct Quarantined {
     pub reason: String,
     pub error: String,
     pub attempts: i32,
-    pub retry_at: DateTime<Utc>,
+    pub retry_at: Timestamp,
 }
 
 /// Overdue bookings of `phase` at `as_of` that the candidate predicate leaves out
@@ -217,7 +217,7 @@ SELECT count(*) AS failed FROM crm.outbox WHERE failed_at IS NOT NULL";
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Overdue {
     pub count: u64,
-    pub oldest_deadline: Option<DateTime<Utc>>,
+    pub oldest_deadline: Option<Timestamp>,
 }
 
 pub fn overdue(
@@ -245,7 +245,7 @@ pub fn poison_count(client: &mut impl GenericClient) -> Result<u64> {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct OutboxLag {
     pub pending: u64,
-    pub oldest_pending_at: Option<DateTime<Utc>>,
+    pub oldest_pending_at: Option<Timestamp>,
     pub failed: u64,
     /// Pending rows waiting for a missing or unusable topic.
     pub waiting_for_topic: u64,
@@ -285,7 +285,7 @@ pub struct Backlog {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct NextClaim {
     pub booking_id: uuid::Uuid,
-    pub deadline: DateTime<Utc>,
+    pub deadline: Timestamp,
 }
 
 /// The first booking the claim of `phase` would take at `as_of`: the claim's own
