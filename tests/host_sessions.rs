@@ -393,3 +393,102 @@ fn a_relay_allowed_one_connection_says_it_needs_two_and_sends_nothing() {
     );
     assert!(consume(&brokers, &topic, 6, 1, Duration::from_secs(3)).is_empty());
 }
+
+/// Runs the binary with its stdout and stderr read by nobody: both pipes are closed
+/// before it writes anything (`2>&1 | head -0`). Returns the exit code (128 + signal).
+fn with_closed_pipes(db: &TestDb, args: &[&str]) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    let mut cmd = db.command(args);
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    drop(child.stdout.take());
+    drop(child.stderr.take());
+    let status = child.wait().unwrap();
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+#[test]
+fn every_command_ends_normally_when_its_output_is_closed_early() {
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, 6, &[]);
+    let db = TestDb::new();
+    let mut c = db.client();
+    let ids = seed(&mut c, &[Seed::reserved(-100), Seed::booked(-100)]);
+    let booking = ids[0].to_string();
+    // run-once first, then its events go to this test's topic.
+    for _ in 0..3 {
+        let code = with_closed_pipes(&db, &["run-once"]);
+        assert!([0, 141].contains(&code), "run-once exited {code}");
+    }
+    c.execute("UPDATE crm.outbox SET topic = $1", &[&topic])
+        .unwrap();
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["run-once"],
+        vec!["relay-outbox", "--brokers", &brokers],
+        vec!["dry-run", "--as-of", "now"],
+        vec!["backlog"],
+        vec!["backlog", "--json"],
+        vec!["backlog", "--format", "prometheus"],
+        vec!["explain", &booking],
+        vec!["explain", &booking, "--json"],
+        vec!["pause", "run-once", "--reason", "t", "--actor", "t"],
+        vec!["resume", "run-once", "--reason", "t", "--actor", "t"],
+        vec![
+            "pause", "run-once", "--reason", "t", "--actor", "t", "--json",
+        ],
+        vec![
+            "resume", "run-once", "--reason", "t", "--actor", "t", "--json",
+        ],
+        vec![
+            "republish",
+            "--booking",
+            &booking,
+            "--reason",
+            "t",
+            "--actor",
+            "t",
+        ],
+        vec![
+            "retry-failed",
+            "--all",
+            "--reason",
+            "t",
+            "--actor",
+            "t",
+            "--json",
+        ],
+        vec!["--help"],
+        vec!["run-once", "--batch-size", "-1"],
+    ];
+    for args in &cases {
+        // Run it several times: whether the reader is gone before the first write or
+        // between two writes varies from one run to the next.
+        for _ in 0..3 {
+            let code = with_closed_pipes(&db, args);
+            let usage = args.contains(&"-1");
+            let expected: &[i32] = if usage { &[64] } else { &[0, 141] };
+            assert!(expected.contains(&code), "{args:?} exited {code}");
+        }
+    }
+    // The work was done although nobody read what it said (the republished row too).
+    let code = with_closed_pipes(&db, &["relay-outbox", "--brokers", &brokers]);
+    assert!([0, 141].contains(&code), "relay-outbox exited {code}");
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM crm.bookings WHERE expired_at IS NOT NULL"
+        ),
+        2
+    );
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM crm.outbox WHERE published_at IS NULL"
+        ),
+        0
+    );
+}

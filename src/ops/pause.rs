@@ -134,26 +134,25 @@ fn switch(args: &PauseArgs, on: bool) -> Result<()> {
             pause,
             operation_id,
         };
-        println!("{}", serde_json::to_string(&outcome)?);
-        return Ok(());
+        return crate::report::format::print(&format!("{}\n", serde_json::to_string(&outcome)?));
     }
-    match (on, changed, &pause) {
-        (true, true, _) => println!(
+    let line = match (on, changed, &pause) {
+        (true, true, _) => format!(
             "{command} paused by {by}: {}; its runs exit 0 at once until `booking-expire resume {command}`",
             args.actor.reason
         ),
-        (true, false, Some(p)) => println!(
+        (true, false, Some(p)) => format!(
             "{command} was already paused since {} by {}: {}; nothing changed",
             p.since, p.by, p.reason
         ),
-        (false, true, Some(p)) => println!(
+        (false, true, Some(p)) => format!(
             "{command} resumed by {by} after {} (paused since {} by {}: {}); its next run works as usual",
             duration(now - DateTime::parse_from_rfc3339(&p.since)?.with_timezone(&Utc)),
             p.since,
             p.by,
             p.reason
         ),
-        _ => println!("{command} was not paused; nothing changed"),
-    }
-    Ok(())
+        _ => format!("{command} was not paused; nothing changed"),
+    };
+    crate::report::format::print(&format!("{line}\n"))
 }

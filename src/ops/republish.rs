@@ -247,7 +247,7 @@ pub fn republish(args: &RequeueArgs, failed_only: bool) -> Result<()> {
         operation_id,
     };
     if args.json {
-        println!("{}", serde_json::to_string(&outcome)?);
+        format::print(&format!("{}\n", serde_json::to_string(&outcome)?))?;
     } else {
         format::print(&text(&outcome, args.wide))?;
     }
