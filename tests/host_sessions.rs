@@ -492,3 +492,68 @@ fn every_command_ends_normally_when_its_output_is_closed_early() {
         0
     );
 }
+
+#[test]
+fn on_a_hot_standby_writers_exit_75_naming_it_and_a_multi_host_url_finds_the_primary() {
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, 6, &[]);
+    let primary = OwnPostgres::start();
+    let db = TestDb::new_on(&primary.url);
+    let mut c = db.client();
+    seed(&mut c, &[Seed::reserved(-100), Seed::booked(-100)]);
+    insert_row(&mut c, &topic);
+    let standby = primary.standby();
+    let on_standby = with_database(&standby.url, &db.name);
+    wait_until(Duration::from_secs(30), "the standby has the rows", || {
+        postgres::Client::connect(&on_standby, postgres::NoTls)
+            .ok()
+            .and_then(|mut s| s.query_one("SELECT count(*) FROM crm.bookings", &[]).ok())
+            .is_some_and(|r| r.get::<_, i64>(0) == 2)
+    });
+    let run_on = |url: &str, args: &[&str]| {
+        Run::of(db.command(args).env("DATABASE_URL", url).output().unwrap())
+    };
+    for (name, args) in [
+        ("run-once", vec!["run-once"]),
+        ("relay-outbox", vec!["relay-outbox", "--brokers", &brokers]),
+    ] {
+        let run = run_on(&on_standby, &args);
+        assert_eq!(run.code, 75, "{name}: {}", run.stderr);
+        let errors = read_only_lines(&run.stderr);
+        assert_eq!(errors.len(), 1, "{name}: {}", run.stderr);
+        assert!(
+            errors[0].contains(&format!(
+                "{name} writes, but the server at 127.0.0.1:{} is a standby in recovery",
+                standby.port()
+            )) && errors[0].contains("target_session_attrs=read-write"),
+            "{}",
+            errors[0]
+        );
+    }
+    assert!(consume(&brokers, &topic, 6, 1, Duration::from_secs(3)).is_empty());
+    // The reports write nothing: they run on the standby.
+    let run = run_on(&on_standby, &["backlog", "--json"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let run = run_on(&on_standby, &["dry-run", "--as-of", "now", "--json"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+
+    // Standby first, then the primary: target_session_attrs=read-write picks the primary.
+    let both = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/{}?target_session_attrs=read-write",
+        standby.port(),
+        primary.port(),
+        db.name
+    );
+    let run = run_on(&both, &["run-once"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.result().counts(), (1, 1, 0, 0));
+    c.execute("UPDATE crm.outbox SET topic = $1", &[&topic])
+        .unwrap();
+    let run = run_on(&both, &["relay-outbox", "--brokers", &brokers]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        consume(&brokers, &topic, 6, 3, Duration::from_secs(20)).len(),
+        3
+    );
+}
