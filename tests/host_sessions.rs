@@ -557,3 +557,62 @@ fn on_a_hot_standby_writers_exit_75_naming_it_and_a_multi_host_url_finds_the_pri
         3
     );
 }
+
+#[test]
+fn a_relay_whose_marks_are_refused_as_read_only_stops_at_once() {
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, 6, &[]);
+    let server = OwnPostgres::start();
+    let db = TestDb::new_on(&server.url);
+    let mut c = db.client();
+    // This session keeps writing after the server turns read-only.
+    c.batch_execute("SET default_transaction_read_only = off")
+        .unwrap();
+    let relay = following_relay(&db, &brokers, "20s");
+    wait_until(Duration::from_secs(20), "the relay listening", || {
+        relay_listens(&mut c)
+    });
+    insert_row(&mut c, &topic);
+    wait_until(Duration::from_secs(20), "the first row marked", || {
+        count(
+            &mut c,
+            "SELECT count(*) FROM crm.outbox WHERE published_at IS NOT NULL",
+        ) == 1
+    });
+    // The server turns read-only under the relay's open sessions, as during a failover.
+    c.batch_execute("ALTER SYSTEM SET default_transaction_read_only = on")
+        .unwrap();
+    c.batch_execute("SELECT pg_reload_conf()").unwrap();
+    wait_until(Duration::from_secs(10), "the reload", || {
+        let mut other = db.client();
+        other
+            .query_one("SHOW default_transaction_read_only", &[])
+            .unwrap()
+            .get::<_, String>(0)
+            == "on"
+    });
+    insert_row(&mut c, &topic);
+    let run = relay.wait();
+    assert_eq!(run.code, 75, "{}", run.stderr);
+    let errors = read_only_lines(&run.stderr);
+    assert_eq!(errors.len(), 1, "{}", run.stderr);
+    assert!(
+        errors[0].contains("the server turned read-only while relaying (SQLSTATE 25006)")
+            && errors[0].contains("target_session_attrs=read-write"),
+        "{}",
+        errors[0]
+    );
+    // The second row went out once and stays pending, to go again from the primary.
+    assert_eq!(
+        consume(&brokers, &topic, 6, 2, Duration::from_secs(20)).len(),
+        2
+    );
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM crm.outbox WHERE published_at IS NULL"
+        ),
+        1
+    );
+}
