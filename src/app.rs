@@ -129,7 +129,8 @@ fn pushed<R: Serialize>(
         gateway.push_logged(step, &body);
     }
     outcome?;
-    println!("{}", serde_json::to_string(&result)?);
+    // A reader gone away (`| head`) ends the command normally, as the reports do.
+    crate::report::format::print(&format!("{}\n", serde_json::to_string(&result)?))?;
     Ok(())
 }
 

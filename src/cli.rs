@@ -738,14 +738,16 @@ pub fn usage_error(e: clap::Error) -> Result<(), Failure> {
                 .is_some_and(|a| a == flag || a.starts_with(&format!("{flag}=")))
         });
         if let Some(env) = env_of(flag).filter(|env| !typed && std::env::var_os(env).is_some()) {
-            eprintln!("note: the value of {flag} came from the environment variable {env}");
+            crate::exit::error_line(&format!(
+                "note: the value of {flag} came from the environment variable {env}"
+            ));
         }
     }
     match e.kind() {
         // clap names neither the flag nor the variable whose value is not UTF-8.
         ErrorKind::InvalidUtf8 => {
             for input in non_utf8_inputs() {
-                eprintln!("note: {input} is not valid UTF-8");
+                crate::exit::error_line(&format!("note: {input} is not valid UTF-8"));
             }
         }
         // `--batch-size -1`: clap reads `-1` as a flag of its own and does not say whose
@@ -754,9 +756,9 @@ pub fn usage_error(e: clap::Error) -> Result<(), Failure> {
             if let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg)
                 && let Some(flag) = flag_before_negative(arg)
             {
-                eprintln!(
+                crate::exit::error_line(&format!(
                     "note: {arg} was read as a flag, not as the value of {flag}, which takes no negative value"
-                );
+                ));
             }
         }
         _ => {}

@@ -128,11 +128,20 @@ pub fn report(outcome: anyhow::Result<()>, json: bool) -> ExitCode {
             if json {
                 log::error!(error:% = format!("{e:#}"); "failed");
             } else {
-                eprintln!("booking-expire: error: {e:#}");
+                error_line(&format!("booking-expire: error: {e:#}"));
             }
             code
         }
     }
+}
+
+/// Writes one line on stderr, ignoring a failed write: a reader that went away
+/// (`2>&1 | head -1`) must not turn the end of a run into a panic.
+pub fn error_line(line: &str) {
+    use std::io::Write;
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{line}");
+    let _ = err.flush();
 }
 
 /// The exit code of a command line clap refused, or of `--help`/`--version` (0), after
@@ -183,7 +192,9 @@ pub fn install_panic_hook(json: bool) {
         if json {
             log::error!(error:% = message; "failed");
         } else {
-            eprintln!("booking-expire: error: {message}");
+            // Never `eprintln!`: it panics when stderr is closed, and a panic inside
+            // the panic hook aborts the process (134) instead of ending it with 70.
+            error_line(&format!("booking-expire: error: {message}"));
         }
         std::process::exit(i32::from(Failure::Internal.code()));
     }));

@@ -399,3 +399,226 @@ fn a_relay_allowed_one_connection_says_it_needs_two_and_sends_nothing() {
     );
     assert!(consume(&brokers, &topic, 6, 1, Duration::from_secs(3)).is_empty());
 }
+
+/// Runs the binary with its stdout and stderr read by nobody: both pipes are closed
+/// before it writes anything (`2>&1 | head -0`). Returns the exit code (128 + signal).
+fn with_closed_pipes(db: &TestDb, args: &[&str]) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    let mut cmd = db.command(args);
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    drop(child.stdout.take());
+    drop(child.stderr.take());
+    let status = child.wait().unwrap();
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+#[test]
+fn every_command_ends_normally_when_its_output_is_closed_early() {
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, 6, &[]);
+    let db = TestDb::new();
+    let mut c = db.client();
+    let ids = seed(&mut c, &[Seed::reserved(-100), Seed::booked(-100)]);
+    let booking = ids[0].to_string();
+    // run-once first, then its events go to this test's topic.
+    for _ in 0..3 {
+        let code = with_closed_pipes(&db, &["run-once"]);
+        assert!([0, 141].contains(&code), "run-once exited {code}");
+    }
+    c.execute("UPDATE crm.outbox SET topic = $1", &[&topic])
+        .unwrap();
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["run-once"],
+        vec!["relay-outbox", "--brokers", &brokers],
+        vec!["dry-run", "--as-of", "now"],
+        vec!["backlog"],
+        vec!["backlog", "--json"],
+        vec!["backlog", "--format", "prometheus"],
+        vec!["explain", &booking],
+        vec!["explain", &booking, "--json"],
+        vec!["pause", "run-once", "--reason", "t", "--actor", "t"],
+        vec!["resume", "run-once", "--reason", "t", "--actor", "t"],
+        vec![
+            "pause", "run-once", "--reason", "t", "--actor", "t", "--json",
+        ],
+        vec![
+            "resume", "run-once", "--reason", "t", "--actor", "t", "--json",
+        ],
+        vec![
+            "republish",
+            "--booking",
+            &booking,
+            "--reason",
+            "t",
+            "--actor",
+            "t",
+        ],
+        vec![
+            "retry-failed",
+            "--all",
+            "--reason",
+            "t",
+            "--actor",
+            "t",
+            "--json",
+        ],
+        vec!["--help"],
+        vec!["run-once", "--batch-size", "-1"],
+    ];
+    for args in &cases {
+        // Run it several times: whether the reader is gone before the first write or
+        // between two writes varies from one run to the next.
+        for _ in 0..3 {
+            let code = with_closed_pipes(&db, args);
+            let usage = args.contains(&"-1");
+            let expected: &[i32] = if usage { &[64] } else { &[0, 141] };
+            assert!(expected.contains(&code), "{args:?} exited {code}");
+        }
+    }
+    // The work was done although nobody read what it said (the republished row too).
+    let code = with_closed_pipes(&db, &["relay-outbox", "--brokers", &brokers]);
+    assert!([0, 141].contains(&code), "relay-outbox exited {code}");
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM crm.bookings WHERE expired_at IS NOT NULL"
+        ),
+        2
+    );
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM crm.outbox WHERE published_at IS NULL"
+        ),
+        0
+    );
+}
+
+#[test]
+fn on_a_hot_standby_writers_exit_75_naming_it_and_a_multi_host_url_finds_the_primary() {
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, 6, &[]);
+    let primary = OwnPostgres::start();
+    let db = TestDb::new_on(&primary.url);
+    let mut c = db.client();
+    seed(&mut c, &[Seed::reserved(-100), Seed::booked(-100)]);
+    insert_row(&mut c, &topic);
+    let standby = primary.standby();
+    let on_standby = with_database(&standby.url, &db.name);
+    wait_until(Duration::from_secs(30), "the standby has the rows", || {
+        postgres::Client::connect(&on_standby, postgres::NoTls)
+            .ok()
+            .and_then(|mut s| s.query_one("SELECT count(*) FROM crm.bookings", &[]).ok())
+            .is_some_and(|r| r.get::<_, i64>(0) == 2)
+    });
+    let run_on = |url: &str, args: &[&str]| {
+        Run::of(db.command(args).env("DATABASE_URL", url).output().unwrap())
+    };
+    for (name, args) in [
+        ("run-once", vec!["run-once"]),
+        ("relay-outbox", vec!["relay-outbox", "--brokers", &brokers]),
+    ] {
+        let run = run_on(&on_standby, &args);
+        assert_eq!(run.code, 75, "{name}: {}", run.stderr);
+        let errors = read_only_lines(&run.stderr);
+        assert_eq!(errors.len(), 1, "{name}: {}", run.stderr);
+        assert!(
+            errors[0].contains(&format!(
+                "{name} writes, but the server at 127.0.0.1:{} is a standby in recovery",
+                standby.port()
+            )) && errors[0].contains("target_session_attrs=read-write"),
+            "{}",
+            errors[0]
+        );
+    }
+    assert!(consume(&brokers, &topic, 6, 1, Duration::from_secs(3)).is_empty());
+    // The reports write nothing: they run on the standby.
+    let run = run_on(&on_standby, &["backlog", "--json"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let run = run_on(&on_standby, &["dry-run", "--as-of", "now", "--json"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+
+    // Standby first, then the primary: target_session_attrs=read-write picks the primary.
+    let both = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/{}?target_session_attrs=read-write",
+        standby.port(),
+        primary.port(),
+        db.name
+    );
+    let run = run_on(&both, &["run-once"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.result().counts(), (1, 1, 0, 0));
+    c.execute("UPDATE crm.outbox SET topic = $1", &[&topic])
+        .unwrap();
+    let run = run_on(&both, &["relay-outbox", "--brokers", &brokers]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        consume(&brokers, &topic, 6, 3, Duration::from_secs(20)).len(),
+        3
+    );
+}
+
+#[test]
+fn a_relay_whose_marks_are_refused_as_read_only_stops_at_once() {
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, 6, &[]);
+    let server = OwnPostgres::start();
+    let db = TestDb::new_on(&server.url);
+    let mut c = db.client();
+    // This session keeps writing after the server turns read-only.
+    c.batch_execute("SET default_transaction_read_only = off")
+        .unwrap();
+    let relay = following_relay(&db, &brokers, "20s");
+    wait_until(Duration::from_secs(20), "the relay listening", || {
+        relay_listens(&mut c)
+    });
+    insert_row(&mut c, &topic);
+    wait_until(Duration::from_secs(20), "the first row marked", || {
+        count(
+            &mut c,
+            "SELECT count(*) FROM crm.outbox WHERE published_at IS NOT NULL",
+        ) == 1
+    });
+    // The server turns read-only under the relay's open sessions, as during a failover.
+    c.batch_execute("ALTER SYSTEM SET default_transaction_read_only = on")
+        .unwrap();
+    c.batch_execute("SELECT pg_reload_conf()").unwrap();
+    wait_until(Duration::from_secs(10), "the reload", || {
+        let mut other = db.client();
+        other
+            .query_one("SHOW default_transaction_read_only", &[])
+            .unwrap()
+            .get::<_, String>(0)
+            == "on"
+    });
+    insert_row(&mut c, &topic);
+    let run = relay.wait();
+    assert_eq!(run.code, 75, "{}", run.stderr);
+    let errors = read_only_lines(&run.stderr);
+    assert_eq!(errors.len(), 1, "{}", run.stderr);
+    assert!(
+        errors[0].contains("the server turned read-only while relaying (SQLSTATE 25006)")
+            && errors[0].contains("target_session_attrs=read-write"),
+        "{}",
+        errors[0]
+    );
+    // The second row went out once and stays pending, to go again from the primary.
+    assert_eq!(
+        consume(&brokers, &topic, 6, 2, Duration::from_secs(20)).len(),
+        2
+    );
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM crm.outbox WHERE published_at IS NULL"
+        ),
+        1
+    );
+}

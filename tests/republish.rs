@@ -352,3 +352,80 @@ fn bad_requeue_commands_are_refused_before_any_change() {
     assert_eq!(checksum(&mut c), before);
     assert_eq!(operations(&mut c), vec![]);
 }
+
+/// A window over every row written so far.
+const WINDOW: [&str; 4] = ["--since", "2000-01-01T00:00:00Z", "--until", "now"];
+
+#[test]
+fn a_window_is_counted_before_anything_is_locked_and_only_the_requeued_rows_are_locked() {
+    let db = TestDb::new();
+    let mut c = db.client();
+    let ages: Vec<i64> = (0..1_200).map(|i| 60 + i).collect();
+    let published = insert_outbox_rows(&mut c, OutboxState::Published, &ages);
+    let pending = insert_outbox_rows(&mut c, OutboxState::Pending, &[70, 80]);
+    let before = checksum(&mut c);
+
+    // Another session holds a published row and a pending row of the window, as a
+    // relay marking them would.
+    let mut holder = db.client();
+    let mut tx = holder.transaction().unwrap();
+    tx.execute(
+        "SELECT 1 FROM crm.outbox WHERE id = ANY($1) FOR UPDATE",
+        &[&vec![published[0], pending[0]]],
+    )
+    .unwrap();
+
+    // Over --max-rows: refused from the count, without waiting on the held row.
+    let mut args = vec!["republish", "--reason", "replay", "--lock-timeout", "60s"];
+    args.extend_from_slice(&WINDOW);
+    args.extend_from_slice(&["--max-rows", "1000"]);
+    let run = db.run(&args);
+    assert_eq!(run.code, 64, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(
+            "republish: the selection holds 1200 rows to re-queue, more than --max-rows 1000"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(checksum(&mut c), before);
+
+    // Within --max-rows, with only the pending row held: the pending rows are never
+    // locked, so the re-queue does not wait for them.
+    tx.rollback().unwrap();
+    let mut tx = holder.transaction().unwrap();
+    tx.execute(
+        "SELECT 1 FROM crm.outbox WHERE id = $1 FOR UPDATE",
+        &[&pending[0]],
+    )
+    .unwrap();
+    let mut args = vec![
+        "republish",
+        "--reason",
+        "replay",
+        "--lock-timeout",
+        "1s",
+        "--json",
+    ];
+    args.extend_from_slice(&WINDOW);
+    args.extend_from_slice(&["--max-rows", "2000"]);
+    let out = json_run(&db, &args);
+    assert_eq!(out["Requeued"], 1200);
+    // The report lists the first 1000 and counts the rest; the trail has every id.
+    assert_eq!(out["Rows"].as_array().unwrap().len(), 1000);
+    assert_eq!(out["RowsNotShown"], 200);
+    assert_eq!(out["LeftAlone"].as_array().unwrap().len(), 2);
+    assert_eq!(out["LeftAloneNotShown"], 0);
+    tx.rollback().unwrap();
+    let ops = operations(&mut c);
+    assert_eq!(ops.len(), 1);
+    assert_eq!(ops[0].4, 1200);
+    assert_eq!(ops[0].5.len(), 1200);
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM crm.outbox WHERE published_at IS NULL AND failed_at IS NULL"
+        ),
+        1202
+    );
+}

@@ -181,7 +181,7 @@ pub fn explain(args: &ExplainArgs) -> Result<()> {
         }
     }
     if args.json {
-        println!("{}", serde_json::to_string(&explanation)?);
+        format::print(&format!("{}\n", serde_json::to_string(&explanation)?))?;
     } else {
         format::print(&text(&explanation))?;
     }

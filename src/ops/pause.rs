@@ -317,27 +317,28 @@ fn switch(args: &PauseArgs, wait: Option<Duration>) -> Result<()> {
             operation_id,
             working,
         };
-        println!("{}", serde_json::to_string(&outcome)?);
+        crate::report::format::print(&format!("{}\n", serde_json::to_string(&outcome)?))?;
     } else {
         let work = work.as_deref().unwrap_or_default();
-        match (on, changed, &pause) {
-            (true, true, _) => println!(
+        let line = match (on, changed, &pause) {
+            (true, true, _) => format!(
                 "{command} paused by {by}: {}; {work}; its runs exit 0 at once until `booking-expire resume {command}`",
                 args.actor.reason
             ),
-            (true, false, Some(p)) => println!(
+            (true, false, Some(p)) => format!(
                 "{command} was already paused since {} by {}: {}; nothing changed; {work}",
                 p.since, p.by, p.reason
             ),
-            (false, true, Some(p)) => println!(
+            (false, true, Some(p)) => format!(
                 "{command} resumed by {by} after {} (paused since {} by {}: {}); its next run works as usual",
                 duration(now - DateTime::parse_from_rfc3339(&p.since)?.with_timezone(&Utc)),
                 p.since,
                 p.by,
                 p.reason
             ),
-            _ => println!("{command} was not paused; nothing changed"),
-        }
+            _ => format!("{command} was not paused; nothing changed"),
+        };
+        crate::report::format::print(&format!("{line}\n"))?;
     }
     if still > 0 && wait.is_some_and(|w| !w.is_zero()) {
         return Err(fail(

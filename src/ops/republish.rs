@@ -16,7 +16,7 @@ use crate::config::DbConfig;
 use crate::domain::rfc3339;
 use crate::exit::{ClassifyExt, Failure, fail};
 use crate::report::format::{self, Table};
-use crate::store::ops::{self, Operation, OutboxEntry, Selection};
+use crate::store::ops::{self, Operation, OutboxEntry, Requeue, Selection};
 use crate::store::{self, Need};
 
 #[derive(Serialize)]
@@ -27,10 +27,16 @@ struct Outcome {
     selection: String,
     /// Rows re-queued (or, with --dry-run, that would be).
     requeued: u64,
+    /// The first rows re-queued, in write order (at most [`SHOWN_ROWS`]; every id is in
+    /// the operations trail).
     rows: Vec<RowJson>,
+    /// Rows re-queued beyond those listed.
+    rows_not_shown: u64,
     /// Selected rows left as they are: pending ones (they go anyway), and for
-    /// retry-failed the published ones.
+    /// retry-failed the published ones (the first [`SHOWN_ROWS`]).
     left_alone: Vec<RowJson>,
+    /// Rows left alone beyond those listed.
+    left_alone_not_shown: u64,
     /// `--ids` that name no outbox row (never written, or purged after the retention).
     not_found: Vec<Uuid>,
     actor: String,
@@ -68,6 +74,18 @@ fn row_json(o: &OutboxEntry) -> RowJson {
 
 fn usage(message: String) -> anyhow::Error {
     fail(Failure::Usage, message)
+}
+
+/// Rows re-queued per statement: each batch's rows are locked and updated together.
+const BATCH: i64 = 1_000;
+/// Rows listed in the report (re-queued, and left alone); the rest are counted.
+const SHOWN_ROWS: usize = 1_000;
+
+fn over_max_rows(command: &str, rows: u64, max_rows: u32) -> anyhow::Error {
+    usage(format!(
+        "{command}: the selection holds {rows} rows to re-queue, more than --max-rows \
+         {max_rows}; narrow it or raise --max-rows (nothing was changed)"
+    ))
 }
 
 /// `republish` (`failed_only` = false) and `retry-failed` (true).
@@ -133,11 +151,20 @@ pub fn republish(args: &RequeueArgs, failed_only: bool) -> Result<()> {
         .transaction()
         .classify(Failure::Temporary, "cannot begin a transaction")?;
     let actor = super::actor(&mut tx, &args.actor)?;
-    // Locked while deciding, so a relay marking one of them meanwhile cannot interleave.
-    let selected = ops::select_outbox(&mut tx, &selection, !args.dry_run)?;
+    let which = if failed_only {
+        Requeue::FailedOnly
+    } else {
+        Requeue::PublishedOrFailed
+    };
+    // Counted first: a selection over --max-rows is refused before any row is loaded
+    // or locked, however wide the window.
+    let (to_take, to_leave) = ops::count_selection(&mut tx, &selection, which)?;
+    if to_take > u64::from(args.max_rows) {
+        return Err(over_max_rows(command, to_take, args.max_rows));
+    }
     let not_found: Vec<Uuid> = match &selection {
         Selection::Ids(ids) => {
-            let seen: HashSet<Uuid> = selected.iter().map(|o| o.id).collect();
+            let seen: HashSet<Uuid> = ops::existing_ids(&mut tx, ids)?.into_iter().collect();
             let mut missing: Vec<Uuid> = ids
                 .iter()
                 .filter(|id| !seen.contains(id))
@@ -148,26 +175,43 @@ pub fn republish(args: &RequeueArgs, failed_only: bool) -> Result<()> {
         }
         _ => Vec::new(),
     };
-    let (take, leave): (Vec<&OutboxEntry>, Vec<&OutboxEntry>) =
-        selected.iter().partition(|o| match o.state() {
-            "failed" => true,
-            "published" => !failed_only,
-            _ => false,
-        });
-    if take.len() > args.max_rows as usize {
-        return Err(usage(format!(
-            "{command}: the selection holds {} rows to re-queue, more than --max-rows {}; \
-             narrow it or raise --max-rows",
-            take.len(),
-            args.max_rows
-        )));
+    // Read before the re-queue makes the taken rows pending too.
+    let left: Vec<RowJson> = ops::left_alone(&mut tx, &selection, which, SHOWN_ROWS as i64)?
+        .iter()
+        .map(row_json)
+        .collect();
+    // Batch by batch in write order: only the rows re-queued are locked (the pending
+    // ones never are), and only the first SHOWN_ROWS are kept for the report.
+    let mut ids: Vec<Uuid> = Vec::new();
+    let mut shown: Vec<RowJson> = Vec::new();
+    let mut requeued = 0;
+    let mut after = i64::MIN;
+    loop {
+        let batch = ops::requeue_batch(&mut tx, &selection, which, after, BATCH, !args.dry_run)?;
+        let Some((last, _)) = batch.last() else {
+            break;
+        };
+        after = *last;
+        if ids.len() + batch.len() > args.max_rows as usize {
+            // Rows became re-queueable since the count (the relay gave up on some).
+            return Err(over_max_rows(
+                command,
+                (ids.len() + batch.len()) as u64,
+                args.max_rows,
+            ));
+        }
+        let batch_ids: Vec<Uuid> = batch.iter().map(|(_, o)| o.id).collect();
+        let room = SHOWN_ROWS.saturating_sub(shown.len());
+        shown.extend(batch.iter().take(room).map(|(_, o)| row_json(o)));
+        if !args.dry_run {
+            requeued += ops::requeue(&mut tx, &batch_ids)?;
+        }
+        ids.extend(batch_ids);
     }
-    let ids: Vec<Uuid> = take.iter().map(|o| o.id).collect();
     let mut operation_id = None;
-    let requeued = if args.dry_run || ids.is_empty() {
-        ids.len() as u64
-    } else {
-        let n = ops::requeue(&mut tx, &ids)?;
+    if args.dry_run {
+        requeued = ids.len() as u64;
+    } else if !ids.is_empty() {
         operation_id = Some(ops::record(
             &mut tx,
             &Operation {
@@ -179,8 +223,7 @@ pub fn republish(args: &RequeueArgs, failed_only: bool) -> Result<()> {
                 outbox_ids: &ids,
             },
         )?);
-        n
-    };
+    }
     if args.dry_run {
         drop(tx);
     } else {
@@ -194,15 +237,17 @@ pub fn republish(args: &RequeueArgs, failed_only: bool) -> Result<()> {
         dry_run: args.dry_run,
         selection: described,
         requeued,
-        rows: take.iter().map(|o| row_json(o)).collect(),
-        left_alone: leave.iter().map(|o| row_json(o)).collect(),
+        rows_not_shown: (ids.len() - shown.len()) as u64,
+        rows: shown,
+        left_alone_not_shown: to_leave.saturating_sub(left.len() as u64),
+        left_alone: left,
         not_found,
         actor,
         reason: args.actor.reason.clone(),
         operation_id,
     };
     if args.json {
-        println!("{}", serde_json::to_string(&outcome)?);
+        format::print(&format!("{}\n", serde_json::to_string(&outcome)?))?;
     } else {
         format::print(&text(&outcome, args.wide))?;
     }
@@ -248,8 +293,20 @@ fn text(o: &Outcome, wide: bool) -> String {
         }
         t.render(&mut out);
     }
+    if o.rows_not_shown > 0 {
+        out.push_str(&format!(
+            "… and {} more rows (every id is in the operations trail)\n",
+            o.rows_not_shown
+        ));
+    }
     for r in &o.left_alone {
         out.push_str(&format!("left alone: {} is {}\n", r.id, r.state));
+    }
+    if o.left_alone_not_shown > 0 {
+        out.push_str(&format!(
+            "left alone: {} more rows\n",
+            o.left_alone_not_shown
+        ));
     }
     for id in &o.not_found {
         out.push_str(&format!(
@@ -294,7 +351,9 @@ mod tests {
                 failed_at: None,
                 last_error: None,
             }],
+            rows_not_shown: 0,
             left_alone: vec![],
+            left_alone_not_shown: 0,
             not_found: vec![],
             actor: "ops@example.com (database user postgres)".into(),
             reason: reason.into(),

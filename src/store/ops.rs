@@ -216,16 +216,121 @@ fn selection_sql(sel: &Selection) -> &'static str {
     }
 }
 
-/// The rows a selection names, in write order, locked for the re-queue when `lock`.
-pub fn select_outbox(
+impl Requeue {
+    /// The rows of a selection this re-queues (published or failed; failed only).
+    fn predicate(self) -> &'static str {
+        match self {
+            Requeue::PublishedOrFailed => "(o.published_at IS NOT NULL OR o.failed_at IS NOT NULL)",
+            Requeue::FailedOnly => "(o.published_at IS NULL AND o.failed_at IS NOT NULL)",
+        }
+    }
+}
+
+/// Runs a statement over a selection: its parameters first, then `extra`.
+fn query_selection(
+    client: &mut impl GenericClient,
+    sql: &str,
+    sel: &Selection,
+    extra: &[&(dyn postgres::types::ToSql + Sync)],
+) -> Result<Vec<postgres::Row>, postgres::Error> {
+    let mut params: Vec<&(dyn postgres::types::ToSql + Sync)> = match sel {
+        Selection::Ids(ids) => vec![ids],
+        Selection::Booking(id) => vec![id],
+        Selection::Window { since, until } => vec![since, until],
+        Selection::AllFailed => vec![],
+    };
+    params.extend_from_slice(extra);
+    client.query(sql, &params)
+}
+
+/// The number of the first parameter after a selection's own.
+fn next_param(sel: &Selection) -> usize {
+    match sel {
+        Selection::Ids(_) | Selection::Booking(_) => 2,
+        Selection::Window { .. } => 3,
+        Selection::AllFailed => 1,
+    }
+}
+
+/// How many rows of a selection a re-queue takes, and how many it leaves alone;
+/// counted without loading or locking any.
+pub fn count_selection(
     client: &mut impl GenericClient,
     sel: &Selection,
+    which: Requeue,
+) -> Result<(u64, u64)> {
+    let sql = format!(
+        "SELECT count(*) FILTER (WHERE {p}) AS take, count(*) FILTER (WHERE NOT {p}) AS leave
+           FROM crm.outbox o WHERE {}",
+        selection_sql(sel),
+        p = which.predicate()
+    );
+    let rows =
+        query_selection(client, &sql, sel, &[]).context("cannot count the selected outbox rows")?;
+    let (take, leave): (i64, i64) = (rows[0].get("take"), rows[0].get("leave"));
+    Ok((take.max(0) as u64, leave.max(0) as u64))
+}
+
+/// The next `limit` rows of a selection that a re-queue takes, after `seq` `after`, in
+/// write order, with their `seq`; locked when `lock` (only these: the selection's
+/// pending rows never are).
+pub fn requeue_batch(
+    client: &mut impl GenericClient,
+    sel: &Selection,
+    which: Requeue,
+    after: i64,
+    limit: i64,
     lock: bool,
+) -> Result<Vec<(i64, OutboxEntry)>> {
+    let n = next_param(sel);
+    let sql = format!(
+        "SELECT {ENTRY_COLUMNS}, o.seq FROM crm.outbox o
+          WHERE {} AND {} AND o.seq > ${n} ORDER BY o.seq LIMIT ${}{}",
+        selection_sql(sel),
+        which.predicate(),
+        n + 1,
+        if lock { " FOR UPDATE OF o" } else { "" }
+    );
+    let rows = query_selection(client, &sql, sel, &[&after, &limit])
+        .context("cannot read the selected outbox rows")?;
+    Ok(rows.iter().map(|r| (r.get("seq"), entry(r))).collect())
+}
+
+/// The first `limit` rows of a selection that a re-queue leaves alone, in write order;
+/// never locked.
+pub fn left_alone(
+    client: &mut impl GenericClient,
+    sel: &Selection,
+    which: Requeue,
+    limit: i64,
 ) -> Result<Vec<OutboxEntry>> {
     let sql = format!(
-        "SELECT {ENTRY_COLUMNS} FROM crm.outbox o WHERE {} ORDER BY o.seq{}",
+        "SELECT {ENTRY_COLUMNS} FROM crm.outbox o
+          WHERE {} AND NOT {} ORDER BY o.seq LIMIT ${}",
         selection_sql(sel),
-        if lock { " FOR UPDATE" } else { "" }
+        which.predicate(),
+        next_param(sel)
+    );
+    let rows = query_selection(client, &sql, sel, &[&limit])
+        .context("cannot read the selected outbox rows")?;
+    Ok(rows.iter().map(entry).collect())
+}
+
+/// Which of `ids` name an outbox row.
+pub fn existing_ids(client: &mut impl GenericClient, ids: &[Uuid]) -> Result<Vec<Uuid>> {
+    Ok(client
+        .query("SELECT id FROM crm.outbox WHERE id = ANY($1)", &[&ids])
+        .context("cannot read the selected outbox rows")?
+        .iter()
+        .map(|r| r.get("id"))
+        .collect())
+}
+
+/// The rows a selection names, in write order (a booking's few, for `explain`).
+fn select_outbox(client: &mut impl GenericClient, sel: &Selection) -> Result<Vec<OutboxEntry>> {
+    let sql = format!(
+        "SELECT {ENTRY_COLUMNS} FROM crm.outbox o WHERE {} ORDER BY o.seq",
+        selection_sql(sel),
     );
     let rows = match sel {
         Selection::Ids(ids) => client.query(&sql, &[ids]),
@@ -262,7 +367,7 @@ pub fn requeue(client: &mut impl GenericClient, ids: &[Uuid]) -> Result<u64> {
 
 /// The outbox rows of one booking (its aggregate id), in write order.
 pub fn outbox_of_booking(client: &mut impl GenericClient, id: Uuid) -> Result<Vec<OutboxEntry>> {
-    select_outbox(client, &Selection::Booking(id), false)
+    select_outbox(client, &Selection::Booking(id))
 }
 
 /// One booking as the cycle reads it, and whether it exists.

@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
+use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -115,6 +116,83 @@ impl OwnPostgres {
 
     pub fn stop(&self) {
         self.pg_ctl(&["-m", "fast", "-w", "stop"]);
+    }
+
+    /// A hot standby streaming from this server (`pg_basebackup -R`), on a port of its
+    /// own; it has every database of this one and follows it.
+    pub fn standby(&self) -> OwnPostgres {
+        let dir = std::env::temp_dir().join(format!("be-pg-{}", Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bindir = std::fs::read_to_string(self.dir.join("pg_bindir")).unwrap();
+        let bindir = PathBuf::from(bindir.trim());
+        std::fs::write(dir.join("pg_bindir"), bindir.display().to_string()).unwrap();
+        let as_owner = |program: &str| {
+            let mut c = if is_root() {
+                let mut c = Command::new("runuser");
+                c.args(["-u", "postgres", "--"]).arg(bindir.join(program));
+                c
+            } else {
+                Command::new(bindir.join(program))
+            };
+            c.stdin(Stdio::null());
+            c
+        };
+        if is_root() {
+            let chown = Command::new("chown")
+                .args(["postgres:postgres"])
+                .arg(&dir)
+                .status()
+                .unwrap();
+            assert!(chown.success());
+        }
+        let data = dir.join("pgdata");
+        let out = as_owner("pg_basebackup")
+            .arg("-D")
+            .arg(&data)
+            .args(["-R", "-X", "stream", "-d", &self.url])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pg_basebackup: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        // The copy's own port and socket; read after the primary's settings it copied.
+        let auto = data.join("postgresql.auto.conf");
+        let mut conf = std::fs::read_to_string(&auto).unwrap();
+        conf.push_str(&format!(
+            "port = {port}\nunix_socket_directories = '{}'\nhot_standby = on\n",
+            dir.display()
+        ));
+        std::fs::write(&auto, conf).unwrap();
+        std::fs::write(dir.join("port"), port.to_string()).unwrap();
+        let out = as_owner("pg_ctl")
+            .arg("-D")
+            .arg(&data)
+            .arg("-l")
+            .arg(dir.join("postgres.log"))
+            .args(["-w", "start"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pg_ctl start (standby): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let url = self
+            .url
+            .replace(&format!(":{}/", self.port()), &format!(":{port}/"));
+        OwnPostgres { dir, url }
+    }
+
+    /// The TCP port the server listens on.
+    pub fn port(&self) -> u16 {
+        postgres::Config::from_str(&self.url).unwrap().get_ports()[0]
     }
 
     /// As pg-stop.sh does: the cluster's tools run as its owner when we are root.
