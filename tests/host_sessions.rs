@@ -509,7 +509,7 @@ fn on_a_hot_standby_writers_exit_75_naming_it_and_a_multi_host_url_finds_the_pri
     let mut c = db.client();
     seed(&mut c, &[Seed::reserved(-100), Seed::booked(-100)]);
     insert_row(&mut c, &topic);
-    let standby = primary.standby();
+    let standby = OwnPostgres::standby_of(&primary);
     let on_standby = with_database(&standby.url, &db.name);
     wait_until(Duration::from_secs(30), "the standby has the rows", || {
         postgres::Client::connect(&on_standby, postgres::NoTls)

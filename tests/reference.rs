@@ -369,7 +369,7 @@ fn lexical(path: &Path) -> PathBuf {
 
 /// Reference pages written on other branches at the same time, linked already; remove
 /// each from this list when it lands (then its links and anchors are checked as well).
-const WRITTEN_ELSEWHERE: [&str; 2] = ["docs/reference/database.md", "docs/reference/kafka.md"];
+const WRITTEN_ELSEWHERE: [&str; 1] = ["docs/reference/kafka.md"];
 
 #[test]
 fn every_relative_link_in_the_markdown_resolves() {
@@ -446,8 +446,13 @@ fn env_names_in_code(dir: &Path, out: &mut BTreeSet<String>) {
             continue;
         }
         let text = fs::read_to_string(&path).unwrap();
-        for quoted in text.split('"').skip(1).step_by(2) {
+        // Unit tests quote misspelt and foreign names on purpose.
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for quoted in code.split('"').skip(1).step_by(2) {
+            // A name ending in `_` is a prefix (the unknown-variable warning's), not a
+            // variable.
             let is_name = quoted.len() > 3
+                && !quoted.ends_with('_')
                 && quoted
                     .chars()
                     .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
