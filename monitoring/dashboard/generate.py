@@ -13,7 +13,6 @@ return data from a real Prometheus (tests/prometheus.rs).
 
 import argparse
 import difflib
-import json
 import pathlib
 import sys
 
