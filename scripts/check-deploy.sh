@@ -11,13 +11,16 @@
 #      system made of the Debian 12 packages distroless cc-debian12 consists of, plus
 #      what the Dockerfile adds (no Docker engine needed);
 #   4. the alert rules: promtool check rules, promtool test rules;
-#   5. the image itself: scripts/image-test.sh builds the Dockerfile with podman on a
+#   5. the Grafana dashboard: monitoring/grafana-dashboard.json is what its generator
+#      writes (scripts/dashboard.sh --check);
+#   6. the image itself: scripts/image-test.sh builds the Dockerfile with podman on a
 #      local stand-in of its base and runs it as the CronJob does (see that script).
 #
 # Installs what it needs when run as root: Debian's prometheus (promtool),
-# prometheus-pushgateway (for tests/metrics.rs), time and python3-venv; a Python venv
-# with kubernetes-validate under ${XDG_CACHE_HOME:-~/.cache}/booking-expire (not in the
-# repository). Prints PASS/FAIL lines and exits non-zero on any failure.
+# prometheus-pushgateway (for tests/metrics.rs), time and python3-venv; Python venvs
+# with kubernetes-validate and Grafana's Foundation SDK under
+# ${XDG_CACHE_HOME:-~/.cache}/booking-expire (not in the repository; python_venv in
+# scripts/lib.sh). Prints PASS/FAIL lines and exits non-zero on any failure.
 #
 # Usage: scripts/check-deploy.sh
 set -euo pipefail
@@ -40,12 +43,7 @@ fail() { echo "FAIL  $*"; failures=$((failures + 1)); }
 ensure_apt_packages prometheus prometheus-pushgateway time python3-venv
 
 echo "== Kubernetes schemas (kubernetes-validate $KUBERNETES_VALIDATE, strict)" >&2
-venv=$CACHE/venv
-if ! "$venv/bin/kubernetes-validate" --version 2>/dev/null | grep -qx "$KUBERNETES_VALIDATE"; then
-    rm -rf "$venv"
-    /usr/bin/python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check "kubernetes-validate==$KUBERNETES_VALIDATE"
-fi
+venv=$(python_venv "kubernetes-validate==$KUBERNETES_VALIDATE")
 for version in "${KUBERNETES_VERSIONS[@]}"; do
     for manifest in "${MANIFESTS[@]}"; do
         if out=$("$venv/bin/kubernetes-validate" --strict --quiet -k "$version" "$manifest" 2>&1); then
@@ -117,13 +115,14 @@ else
     fail "promtool test rules: $out"
 fi
 
-echo "== Grafana dashboard" >&2
-# Its queries run against a real Prometheus in tests/prometheus.rs; the linter's rules
-# are tests/dashboard.rs (scripts/dashboard-lint.sh).
-if out=$(python3 -m json.tool monitoring/grafana-dashboard.json 2>&1 >/dev/null); then
-    pass "monitoring/grafana-dashboard.json is JSON"
+echo "== Grafana dashboard (scripts/dashboard.sh --check)" >&2
+# The metrics its panels read are checked in tests/dashboard.rs, its queries against a
+# real Prometheus in tests/prometheus.rs.
+if out=$(scripts/dashboard.sh --check 2>&1); then
+    pass "$out"
 else
-    fail "monitoring/grafana-dashboard.json: $out"
+    fail "monitoring/grafana-dashboard.json is not what its generator writes:
+$out"
 fi
 
 echo "== the image, built and run (scripts/image-test.sh)" >&2

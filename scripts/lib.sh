@@ -114,3 +114,24 @@ test_second_pass() {
             ;;
     esac
 }
+
+# python_venv NAME==VERSION — prints the path of a Python venv that holds exactly that
+# PyPI package, made once with Debian's python3 (needs python3-venv) under
+# ${XDG_CACHE_HOME:-~/.cache}/booking-expire/venvs/ (outside the repository) and reused
+# while the version stays; a venv of another version of the same package is removed.
+python_venv() {
+    local requirement=$1 dir venv
+    [[ $requirement == *==* ]] || { echo "python_venv: want NAME==VERSION, got '$requirement'" >&2; return 64; }
+    dir=${XDG_CACHE_HOME:-$HOME/.cache}/booking-expire/venvs
+    venv=$dir/${requirement//[^A-Za-z0-9._=-]/_}
+    mkdir -p "$dir"
+    (
+        flock 9
+        [[ -e $venv/.complete ]] && exit 0
+        rm -rf "$dir/${requirement%%==*}=="*
+        /usr/bin/python3 -m venv "$venv" >&2
+        "$venv/bin/pip" install --quiet --disable-pip-version-check "$requirement" >&2
+        touch "$venv/.complete"
+    ) 9>"$dir/.lock" || { echo "python_venv: could not install $requirement into $venv" >&2; return 1; }
+    echo "$venv"
+}

@@ -33,7 +33,7 @@ echo "== cargo fmt --check" >&2
 cargo fmt --all -- --check
 echo "== cargo clippy" >&2
 cargo clippy --all-targets --locked -- -D warnings
-echo "== scripts/check-deploy.sh: manifests, Dockerfile, runtime libraries, alert rules" >&2
+echo "== scripts/check-deploy.sh: manifests, Dockerfile, runtime libraries, alert rules, the generated dashboard" >&2
 scripts/check-deploy.sh
 echo "== scripts/contract-check.sh: AsyncAPI, generated schemas, compatibility with the released v1" >&2
 scripts/contract-check.sh
