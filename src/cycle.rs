@@ -513,7 +513,7 @@ fn side_by_side(
         let second = scope.spawn(|| {
             let _span = carried.enter();
             let mut drained = Drained::default();
-            let opened = store::connect(&cfg.db).and_then(|mut db2| {
+            let opened = store::connect_another(&cfg.db).and_then(|mut db2| {
                 let stmts = CycleStatements::prepare(&mut db2.client)?;
                 begin_chain(&mut db2.client)?;
                 Ok((db2, stmts))

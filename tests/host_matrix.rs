@@ -40,6 +40,31 @@ struct Case {
     /// The role may hold one connection: run-once makes do with it, the relay (which
     /// marks on a session of its own) exits 69 before sending, saying it needs two.
     one_connection: bool,
+    /// A booking the owners made odd (`{odd}` in `sql`), and what becomes of it.
+    odd: Option<Odd>,
+    /// The owners' change stops run-once for every booking: its exit code and what its
+    /// message must say; nothing changes, and the reports still run.
+    refused: Option<(i32, &'static str)>,
+}
+
+/// An odd booking: Booked, its booking deadline 400 s past, then changed by the case's
+/// SQL. The healthy bookings around it expire all the same.
+struct Odd {
+    fate: Fate,
+    /// The first cycle fails on it (exit 75) and the next one isolates it.
+    first_cycle_fails: bool,
+}
+
+enum Fate {
+    /// Expires like any other: its value is unambiguous.
+    Expired,
+    /// Not due, so not claimed: nothing happens to it and nothing is said.
+    Untouched,
+    /// Quarantined with this reason and SQLSTATE; the booking stays as it was.
+    Quarantined {
+        reason: &'static str,
+        sqlstate: Option<&'static str>,
+    },
 }
 
 /// A LOGIN role in all three of the job's group roles; dropped with the case.
@@ -128,10 +153,16 @@ fn check(case: &Case) {
     let role = JobRole::new(&db);
     let mut c = admin(&db);
     let (reserve, booking, managed) = seed_case(&mut c);
+    let odd = case
+        .odd
+        .as_ref()
+        .map(|_| seed(&mut c, &[Seed::booked(-400)])[0]);
     let sql = case
         .sql
+        .replace("{refuse}", &format!("{REFUSE_ODD};"))
         .replace("{db}", &db.name)
-        .replace("{role}", &role.name);
+        .replace("{role}", &role.name)
+        .replace("{odd}", &odd.map(|id| id.to_string()).unwrap_or_default());
     c.batch_execute(&sql)
         .unwrap_or_else(|e| panic!("{}: set-up: {e}", case.name));
 
@@ -140,6 +171,7 @@ fn check(case: &Case) {
         &role.url,
         &mut c,
         &Seeded {
+            odd,
             reserve,
             booking,
             managed,
@@ -150,6 +182,7 @@ fn check(case: &Case) {
 
 /// The bookings of a case: overdue in each phase, and not yet due for the manager.
 struct Seeded {
+    odd: Option<Uuid>,
     reserve: Vec<Uuid>,
     booking: Vec<Uuid>,
     managed: Vec<Uuid>,
@@ -201,6 +234,25 @@ fn exercise(case: &Case, url: &str, c: &mut Client, seeded: &Seeded) {
         reports(case, url, reserve[0]);
         return;
     }
+    if let Some((code, says)) = case.refused {
+        let before = checksum(c);
+        let run = run_at(url, &["run-once"]);
+        assert_no_crash(case.name, "run-once", &run);
+        assert_eq!(run.code, code, "{}: run-once:\n{}", case.name, run.stderr);
+        assert!(run.stderr.contains(says), "{}: {}", case.name, run.stderr);
+        assert_eq!(checksum(c), before, "{}: bookings changed", case.name);
+        reports(case, url, reserve[0]);
+        return;
+    }
+    if case.odd.as_ref().is_some_and(|o| o.first_cycle_fails) {
+        let first = run_at(url, &["run-once"]);
+        assert_no_crash(case.name, "the first run-once", &first);
+        assert_eq!(
+            first.code, 75,
+            "{}: the first run-once:\n{}",
+            case.name, first.stderr
+        );
+    }
     let cycle = run_at(url, &["run-once"]);
     stop.store(true, Ordering::Relaxed);
     if let Some(manager) = manager {
@@ -212,20 +264,34 @@ fn exercise(case: &Case, url: &str, c: &mut Client, seeded: &Seeded) {
     }
     assert_ok(case.name, "run-once", &cycle);
     let result = cycle.result();
-    assert_eq!(
-        (result.reserve, result.booking, result.poison),
-        (3, 3, 0),
-        "{}: run-once: {}",
-        case.name,
-        cycle.stderr
-    );
+    let mut expired: Vec<Uuid> = reserve.iter().chain(booking.iter()).copied().collect();
+    match (&case.odd, seeded.odd) {
+        (None, _) => assert_eq!(
+            (result.reserve, result.booking, result.poison),
+            (3, 3, 0),
+            "{}: run-once: {}",
+            case.name,
+            cycle.stderr
+        ),
+        (Some(odd), Some(id)) => {
+            if odd_fate(case.name, &odd.fate, c, id, &result, &cycle) {
+                expired.push(id);
+            }
+        }
+        (Some(_), None) => unreachable!("an odd case seeds its booking"),
+    }
     for id in reserve.iter() {
         assert_eq!(status_of(c, *id), "ReserveExpired", "{}", case.name);
     }
     for id in booking.iter() {
         assert_eq!(status_of(c, *id), "BookingExpired", "{}", case.name);
     }
-    assert_eq!(assert_each_expiry_written_once(c), 6, "{}", case.name);
+    assert_eq!(
+        assert_each_expiry_written_once(c),
+        expired.len() as i64,
+        "{}",
+        case.name
+    );
 
     c.execute("UPDATE crm.outbox SET topic = $1", &[&topic])
         .unwrap();
@@ -254,26 +320,83 @@ fn exercise(case: &Case, url: &str, c: &mut Client, seeded: &Seeded) {
     relay.extend_from_slice(case.relay);
     let relayed = run_at(url, &relay);
     assert_ok(case.name, "relay-outbox", &relayed);
-    let got = consume(&brokers, &topic, PARTITIONS, 6, Duration::from_secs(30));
+    let got = consume(
+        &brokers,
+        &topic,
+        PARTITIONS,
+        expired.len(),
+        Duration::from_secs(30),
+    );
     let mut per_booking: HashMap<String, usize> = HashMap::new();
     for m in &got {
         *per_booking.entry(m.key.clone()).or_default() += 1;
     }
-    let expired: Vec<String> = reserve
-        .iter()
-        .chain(booking.iter())
-        .map(Uuid::to_string)
-        .collect();
-    for id in &expired {
+    for id in expired.iter().map(Uuid::to_string) {
         assert_eq!(
-            per_booking.get(id),
+            per_booking.get(&id),
             Some(&1),
             "{}: events of {id}",
             case.name
         );
     }
-    assert_eq!(got.len(), 6, "{}: events on the topic", case.name);
+    assert_eq!(
+        got.len(),
+        expired.len(),
+        "{}: events on the topic",
+        case.name
+    );
     reports(case, url, reserve[0]);
+    if let Some(id) = seeded.odd {
+        reports(case, url, id);
+    }
+}
+
+/// Checks what became of the odd booking `id` after the cycle `result`; true when it
+/// expired.
+fn odd_fate(
+    case: &str,
+    fate: &Fate,
+    c: &mut Client,
+    id: Uuid,
+    result: &CycleResult,
+    run: &Run,
+) -> bool {
+    let quarantined = c
+        .query_opt(
+            "SELECT reason, sqlstate FROM crm.booking_expiration_poison WHERE booking_id = $1",
+            &[&id],
+        )
+        .unwrap()
+        .map(|r| (r.get::<_, String>(0), r.get::<_, Option<String>>(1)));
+    match fate {
+        Fate::Expired => {
+            assert_eq!(status_of(c, id), "BookingExpired", "{case}: {}", run.stderr);
+            assert_eq!(quarantined, None, "{case}");
+            true
+        }
+        Fate::Untouched => {
+            assert_eq!(status_of(c, id), "Booked", "{case}");
+            assert_eq!(quarantined, None, "{case}");
+            assert_eq!(result.poison, 0, "{case}");
+            false
+        }
+        Fate::Quarantined { reason, sqlstate } => {
+            assert_eq!(status_of(c, id), "Booked", "{case}");
+            assert_eq!(
+                quarantined,
+                Some((reason.to_string(), sqlstate.map(str::to_owned))),
+                "{case}: {}",
+                run.stderr
+            );
+            assert_eq!(result.poison, 1, "{case}");
+            assert!(
+                run.stderr.lines().any(|l| l.contains(&id.to_string())),
+                "{case}: the log never names {id}:\n{}",
+                run.stderr
+            );
+            false
+        }
+    }
 }
 
 /// Where the session cannot write: run-once and relay-outbox exit 75 before any work
@@ -350,6 +473,8 @@ fn a_far_time_zone_and_german_date_style_on_the_database() {
         manager: false,
         writes: true,
         one_connection: false,
+        odd: None,
+        refused: None,
     });
 }
 
@@ -363,6 +488,8 @@ fn a_time_zone_behind_utc_and_postgres_date_style_on_the_role() {
         manager: false,
         writes: true,
         one_connection: false,
+        odd: None,
+        refused: None,
     });
 }
 
@@ -378,6 +505,8 @@ fn a_same_named_table_first_on_the_search_path() {
         manager: false,
         writes: true,
         one_connection: false,
+        odd: None,
+        refused: None,
     });
 }
 
@@ -391,6 +520,8 @@ fn statement_and_lock_timeouts_of_1ms_on_the_role() {
         manager: false,
         writes: true,
         one_connection: false,
+        odd: None,
+        refused: None,
     });
 }
 
@@ -403,6 +534,8 @@ fn an_idle_in_transaction_timeout_of_10ms_on_the_database() {
         manager: false,
         writes: true,
         one_connection: false,
+        odd: None,
+        refused: None,
     });
 }
 
@@ -415,6 +548,8 @@ fn serializable_by_default_with_a_manager_writing_meanwhile() {
         manager: true,
         writes: true,
         one_connection: false,
+        odd: None,
+        refused: None,
     });
 }
 
@@ -427,6 +562,8 @@ fn a_role_of_one_connection() {
         manager: false,
         writes: true,
         one_connection: true,
+        odd: None,
+        refused: None,
     });
 }
 
@@ -439,6 +576,8 @@ fn read_only_by_default_on_the_database() {
         manager: false,
         writes: false,
         one_connection: false,
+        odd: None,
+        refused: None,
     });
 }
 
@@ -451,6 +590,8 @@ fn an_idle_session_timeout_shorter_than_the_follow_window_on_the_role() {
         manager: false,
         writes: true,
         one_connection: false,
+        odd: None,
+        refused: None,
     });
 }
 
@@ -472,14 +613,197 @@ fn a_hot_standby() {
             manager: false,
             writes: false,
             one_connection: false,
+            odd: None,
+            refused: None,
         },
         &standby.url,
         &mut standby.client(),
         &Seeded {
+            odd: None,
             reserve,
             booking,
             managed,
             manager_url: primary.url.clone(),
         },
     );
+}
+
+/// A function raising `errcode` for the odd booking and passing every other row.
+const REFUSE_ODD: &str = "CREATE FUNCTION crm.refuse_odd() RETURNS trigger LANGUAGE plpgsql AS $$
+     BEGIN
+       IF NEW.id = '{odd}' THEN
+         RAISE EXCEPTION 'booking % is held by the CRM', NEW.id USING ERRCODE = TG_ARGV[0];
+       END IF;
+       RETURN NEW;
+     END $$;";
+
+#[test]
+fn a_deadline_of_minus_infinity() {
+    check(&Case {
+        name: "booking_expires_at = -infinity: overdue whatever the moment",
+        sql: "UPDATE crm.bookings SET booking_expires_at = '-infinity' WHERE id = '{odd}'",
+        relay: &[],
+        manager: false,
+        writes: true,
+        one_connection: false,
+        odd: Some(Odd {
+            fate: Fate::Expired,
+            first_cycle_fails: false,
+        }),
+        refused: None,
+    });
+}
+
+#[test]
+fn a_deadline_of_infinity() {
+    check(&Case {
+        name: "booking_expires_at = infinity: never due",
+        sql: "UPDATE crm.bookings SET booking_expires_at = 'infinity' WHERE id = '{odd}'",
+        relay: &[],
+        manager: false,
+        writes: true,
+        one_connection: false,
+        odd: Some(Odd {
+            fate: Fate::Untouched,
+            first_cycle_fails: false,
+        }),
+        refused: None,
+    });
+}
+
+#[test]
+fn a_deadline_in_the_year_290000() {
+    check(&Case {
+        name: "booking_expires_at in the year 290000, past what chrono holds",
+        sql: "UPDATE crm.bookings SET booking_expires_at = '290000-01-01' WHERE id = '{odd}'",
+        relay: &[],
+        manager: false,
+        writes: true,
+        one_connection: false,
+        odd: Some(Odd {
+            fate: Fate::Untouched,
+            first_cycle_fails: false,
+        }),
+        refused: None,
+    });
+}
+
+#[test]
+fn an_overdue_booked_row_whose_reserve_deadline_is_infinity() {
+    check(&Case {
+        name: "an overdue Booked row with reserve_expires_at = infinity",
+        sql: "UPDATE crm.bookings SET reserve_expires_at = 'infinity' WHERE id = '{odd}'",
+        relay: &[],
+        manager: false,
+        writes: true,
+        one_connection: false,
+        odd: Some(Odd {
+            fate: Fate::Expired,
+            first_cycle_fails: false,
+        }),
+        refused: None,
+    });
+}
+
+#[test]
+fn a_deferred_constraint_refusing_one_booking() {
+    check(&Case {
+        name: "a deferred constraint trigger refusing one booking at COMMIT",
+        sql: "{refuse}
+              CREATE CONSTRAINT TRIGGER refuse_odd AFTER UPDATE ON crm.bookings
+                DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+                EXECUTE FUNCTION crm.refuse_odd('23514')",
+        relay: &[],
+        manager: false,
+        writes: true,
+        one_connection: false,
+        odd: Some(Odd {
+            fate: Fate::Quarantined {
+                reason: "database",
+                sqlstate: Some("23514"),
+            },
+            first_cycle_fails: false,
+        }),
+        refused: None,
+    });
+}
+
+#[test]
+fn a_before_trigger_returning_null_for_one_booking() {
+    check(&Case {
+        name: "a BEFORE UPDATE trigger returning NULL for one booking",
+        sql: "CREATE FUNCTION crm.drop_odd() RETURNS trigger LANGUAGE plpgsql AS $$
+              BEGIN
+                IF NEW.id = '{odd}' THEN RETURN NULL; END IF;
+                RETURN NEW;
+              END $$;
+              CREATE TRIGGER drop_odd BEFORE UPDATE ON crm.bookings
+                FOR EACH ROW EXECUTE FUNCTION crm.drop_odd()",
+        relay: &[],
+        manager: false,
+        writes: true,
+        one_connection: false,
+        odd: Some(Odd {
+            fate: Fate::Quarantined {
+                reason: "update_dropped",
+                sqlstate: None,
+            },
+            first_cycle_fails: false,
+        }),
+        refused: None,
+    });
+}
+
+#[test]
+fn a_trigger_raising_lock_not_available_for_one_booking() {
+    check(&Case {
+        name: "a BEFORE UPDATE trigger raising 55P03 for one booking, a class the job retries",
+        sql: "{refuse}
+              CREATE TRIGGER refuse_odd BEFORE UPDATE ON crm.bookings
+                FOR EACH ROW EXECUTE FUNCTION crm.refuse_odd('55P03')",
+        relay: &[],
+        manager: false,
+        writes: true,
+        one_connection: false,
+        odd: Some(Odd {
+            fate: Fate::Quarantined {
+                reason: "database",
+                sqlstate: Some("55P03"),
+            },
+            first_cycle_fails: true,
+        }),
+        refused: None,
+    });
+}
+
+#[test]
+fn an_audit_rule_on_the_table() {
+    check(&Case {
+        name: "a rule DO ALSO logging every update into a table of the CRM's",
+        sql: "CREATE TABLE public.booking_changes (id uuid, at timestamptz);
+              CREATE RULE log_changes AS ON UPDATE TO crm.bookings
+                DO ALSO INSERT INTO public.booking_changes VALUES (NEW.id, now())",
+        relay: &[],
+        manager: false,
+        writes: true,
+        one_connection: false,
+        odd: None,
+        refused: Some((78, "replace the rule with a trigger")),
+    });
+}
+
+#[test]
+fn a_conditional_instead_rule_on_the_table() {
+    check(&Case {
+        name: "a rule DO INSTEAD NOTHING for updates of one booking",
+        sql: "CREATE RULE keep_one AS ON UPDATE TO crm.bookings
+                WHERE OLD.status = 'Booked' AND OLD.booking_expires_at IS NULL
+                DO INSTEAD NOTHING",
+        relay: &[],
+        manager: false,
+        writes: true,
+        one_connection: false,
+        odd: None,
+        refused: Some((78, "replace the rule with a trigger")),
+    });
 }

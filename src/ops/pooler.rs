@@ -45,7 +45,7 @@ pub fn require_session(
         )
     };
     let first = backend_pid(client)?;
-    let mut other = match store::connect(cfg) {
+    let mut other = match store::connect_another(cfg) {
         Ok(other) => other,
         Err(e) if one_is_enough && store::too_many_connections(&e) => {
             let again = backend_pid(client)?;

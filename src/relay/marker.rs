@@ -155,7 +155,7 @@ pub(super) fn needs_two(e: anyhow::Error) -> anyhow::Error {
 }
 
 fn start(db: &DbConfig) -> Result<Worker> {
-    let mut session = store::connect(db).map_err(needs_two)?;
+    let mut session = store::connect_another(db).map_err(needs_two)?;
     session.require_writable(db, "relay-outbox")?;
     let (jobs, inbox) = mpsc::channel::<Job>();
     let (outbox, done) = mpsc::channel();

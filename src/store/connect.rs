@@ -102,9 +102,37 @@ fn session_setup(cfg: &DbConfig) -> String {
     )
 }
 
+/// A command's first session. A refusal for too many connections (53300) is tried
+/// again for a moment: a role or server at its connection limit frees the slot of a
+/// session that just ended a little after its client left (the run before, a report
+/// an operator just ran).
 pub fn connect(cfg: &DbConfig) -> Result<Db> {
+    open(cfg, FULL_SLOTS_PATIENCE)
+}
+
+/// A further session beside the first (the pooler check, the side-by-side catch-up,
+/// the relay's marks): refused at once for too many connections, so that the caller
+/// can make do with one session or say how many it needs.
+pub fn connect_another(cfg: &DbConfig) -> Result<Db> {
+    open(cfg, std::time::Duration::ZERO)
+}
+
+/// How long `connect` tries again while the connection slots are full.
+const FULL_SLOTS_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
+
+fn open(cfg: &DbConfig, patience: std::time::Duration) -> Result<Db> {
     let tls = tls_connector(cfg)?;
-    let mut client = connect_within(cfg, tls.clone())?;
+    let started = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_millis(25);
+    let mut client = loop {
+        match connect_within(cfg, tls.clone()) {
+            Err(e) if too_many_connections(&e) && started.elapsed() + pause <= patience => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_millis(400));
+            }
+            other => break other?,
+        }
+    };
     let replies = client
         .simple_query(&session_setup(cfg))
         .classify(Failure::Temporary, "cannot set the session's timeouts")?;

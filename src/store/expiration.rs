@@ -3,7 +3,7 @@
 //! set-based batch write (bookings + audit + timeline + outbox in one statement) with
 //! poison isolation by savepoints, and the quarantine of poison rows.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use chrono::{DateTime, Utc};
 use postgres::types::Json;
 use postgres::{Client, GenericClient, Statement};
@@ -243,6 +243,27 @@ DELETE FROM crm.booking_expiration_poison
                              AND b.status::text = p.booking_status)
         LIMIT 1000)";
 
+/// A rule on `crm.bookings` makes PostgreSQL refuse the guarded write outright
+/// (0A000): a conditional `DO INSTEAD` rule refuses every `UPDATE … RETURNING`, a
+/// `DO ALSO` rule every data-modifying `WITH`. The operator's words for that, naming
+/// what PostgreSQL refused and how to fix it; any other error is left as it is.
+fn returning_refused(e: &postgres::Error) -> Option<String> {
+    let db = e.as_db_error()?;
+    let message = db.message();
+    (db.code() == &postgres::error::SqlState::FEATURE_NOT_SUPPORTED
+        && (message.contains("RETURNING") || message.contains("rules")))
+    .then(|| {
+        format!(
+            "cannot prepare the cycle's write: PostgreSQL says \"{message}\": a rule ON \
+             UPDATE of crm.bookings stands in the way of the write (UPDATE … RETURNING in \
+             a WITH); nothing was done. Ask the database's owners to replace the rule with \
+             a trigger (a BEFORE UPDATE trigger that drops an update has it quarantined as \
+             update_dropped; an AFTER UPDATE trigger can log changes); list the rules with \
+             SELECT * FROM pg_rules WHERE schemaname = 'crm'"
+        )
+    })
+}
+
 /// The cycle's statements, prepared once per session.
 pub struct CycleStatements {
     claim: [Statement; 2],
@@ -258,7 +279,10 @@ impl CycleStatements {
         let mut prepare = |sql: &str| {
             client
                 .prepare(sql)
-                .context("cannot prepare the cycle's statements")
+                .map_err(|e| match returning_refused(&e) {
+                    Some(refusal) => crate::exit::fail(crate::exit::Failure::Config, refusal),
+                    None => anyhow::Error::new(e).context("cannot prepare the cycle's statements"),
+                })
         };
         Ok(CycleStatements {
             claim: [

@@ -15,7 +15,7 @@ mod schema;
 mod timestamp;
 
 pub use clock::{ClockSkew, measure_clock_skew};
-pub use connect::{Db, Writable, connect, too_many_connections};
+pub use connect::{Db, Writable, connect, connect_another, too_many_connections};
 pub use expiration::{
     BatchWrite, Claim, ClaimKey, CycleStatements, DbRejection, Poison, WriteOutcome, booking_row,
     candidates_sql, claim, claim_counting_sql, claim_sql, count_left, left_sql, quarantine,
