@@ -49,6 +49,14 @@ pub struct RelayResult {
     /// True when another relay held the lock and this one did nothing.
     pub skipped: bool,
     pub duration_ms: u64,
+    /// Why the run stopped early (a signal, the cluster, a configuration fault): it
+    /// still reports what it did up to then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped_early: Option<String>,
+    /// True once this run holds the relay's lock: from then on it reports its result
+    /// also when it stops early.
+    #[serde(skip)]
+    pub relayed: bool,
     /// Set when `relay-outbox` is paused (`booking-expire pause relay-outbox`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub paused: Option<crate::ops::pause::Paused>,
@@ -103,6 +111,7 @@ fn relay(cfg: &RelayConfig, clock: &dyn Clock, result: &mut RelayResult) -> Resu
         result.duration_ms = started.elapsed().as_millis() as u64;
         return Ok(());
     }
+    result.relayed = true;
     // On SIGTERM the batches in flight still get their delivery reports and marks
     // (so nothing is sent twice needlessly); then no new batch starts.
     shutdown::on_signal(|| {});
