@@ -4,6 +4,9 @@
 #
 # Usage: scripts/kafka-stop.sh STATE_DIR [--kill]
 #
+#   STATE_DIR of a cluster (KAFKA_NODES=3) stops every node; STATE_DIR/nodeN
+#   stops that node only.
+#
 #   default  SIGTERM (clean shutdown), then SIGKILL after KAFKA_STOP_TIMEOUT
 #            seconds (default 30)
 #   --kill   SIGKILL at once: a crash, for tests of unclean broker loss
@@ -68,6 +71,19 @@ main() {
   esac
   [[ -d "$1" ]] || die "STATE_DIR '$1' is not a directory"
   dir="$(cd "$1" && pwd -P)"
+
+  # A cluster (KAFKA_NODES=3): every node, each as a broker of its own, all at
+  # once (the last node left alone would wait for a quorum to shut down).
+  if [[ -s "$dir/cluster_nodes" ]]; then
+    local node rc=0
+    local -a stops=()
+    while read -r node; do
+      "$0" "$node" "${@:2}" &
+      stops+=("$!")
+    done <"$dir/cluster_nodes"
+    for pid in "${stops[@]}"; do wait "$pid" || rc=1; done
+    return "$rc"
+  fi
 
   if ! pid="$(broker_pid "$dir")"; then
     log "no broker running for $dir"

@@ -2,6 +2,7 @@
 //! metrics push, success or failure, never changing the outcome, then the result as one
 //! JSON line on stdout. The reports print their own output as they read it.
 
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -104,9 +105,32 @@ pub fn refused(refused: Refused, run_id: Uuid) -> anyhow::Error {
     .expect_err("a refused configuration is an error")
 }
 
+/// A command's result line, and whether it is printed also when the run fails.
+trait Reported: Serialize {
+    /// Records why the run stopped; true when the result is to be printed anyway.
+    fn stopped_early(&mut self, _error: &anyhow::Error) -> bool {
+        false
+    }
+}
+
+/// A cycle that fails prints nothing: its batches either committed (and were logged)
+/// or rolled back.
+impl Reported for CycleResult {}
+
+/// A relay that took the lock reports what it published and marked, and why it
+/// stopped, whatever stopped it.
+impl Reported for RelayResult {
+    fn stopped_early(&mut self, error: &anyhow::Error) -> bool {
+        if self.relayed {
+            self.stopped_early = Some(format!("{error:#}"));
+        }
+        self.relayed
+    }
+}
+
 /// Runs `work`, pushes the run's gauges (with the backlog read from `db`, when the
 /// database configuration was valid), then prints the result as one JSON line.
-fn pushed<R: Serialize>(
+fn pushed<R: Reported>(
     metrics: &MetricsConfig,
     db: Option<&DbConfig>,
     step: Step,
@@ -127,6 +151,12 @@ fn pushed<R: Serialize>(
             SystemClock.now(),
         );
         gateway.push_logged(step, &body);
+    }
+    if let Err(e) = &outcome
+        && result.stopped_early(e)
+    {
+        // stdout may be gone (the pod ends): the exit code and stderr still tell.
+        let _ = writeln!(std::io::stdout(), "{}", serde_json::to_string(&result)?);
     }
     outcome?;
     // A reader gone away (`| head`) ends the command normally, as the reports do.

@@ -368,6 +368,15 @@ impl KafkaProducer {
                     if configuration || std::time::Instant::now() >= until {
                         return Err(self.unreachable(&e, timeout));
                     }
+                    // A signal ends the wait within a slice.
+                    if let Some(signal) = crate::shutdown::requested() {
+                        return Err(fail(
+                            Failure::Interrupted(signal),
+                            format!(
+                                "interrupted by signal {signal} while asking Kafka about topic {topic}"
+                            ),
+                        ));
+                    }
                 }
             }
         }

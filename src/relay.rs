@@ -50,6 +50,14 @@ pub struct RelayResult {
     /// True when another relay held the lock and this one did nothing.
     pub skipped: bool,
     pub duration_ms: u64,
+    /// Why the run stopped early (a signal, the cluster, a configuration fault): it
+    /// still reports what it did up to then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped_early: Option<String>,
+    /// True once this run holds the relay's lock: from then on it reports its result
+    /// also when it stops early.
+    #[serde(skip)]
+    pub relayed: bool,
     /// Set when `relay-outbox` is paused (`booking-expire pause relay-outbox`), at the
     /// start or while it worked (the counts are what it did before).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -107,6 +115,7 @@ fn relay(cfg: &RelayConfig, clock: &dyn Clock, result: &mut RelayResult) -> Resu
         result.duration_ms = started.elapsed().as_millis() as u64;
         return Ok(());
     }
+    result.relayed = true;
     // For `pause --wait`: the last batch starts within the run, its reports within the
     // message timeout after it.
     let ends = clock.now() + cfg.run_for() + cfg.kafka.message_timeout;

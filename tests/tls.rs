@@ -263,6 +263,17 @@ fn pending(db: &TestDb) -> i64 {
     )
 }
 
+/// A relay that took the lock and then stopped reports its (empty) result and why.
+fn assert_stopped_early(run: &Run, reason: &str) {
+    let result: serde_json::Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    assert_eq!(result["Published"], serde_json::json!(0), "{}", run.stdout);
+    assert!(
+        result["StoppedEarly"].as_str().unwrap().contains(reason),
+        "{}",
+        run.stdout
+    );
+}
+
 fn relay(db: &TestDb, envs: &[(&str, &str)], args: &[&str]) -> Run {
     let mut all = vec![("DATABASE_URL", db.url.as_str())];
     all.extend_from_slice(envs);
@@ -290,7 +301,7 @@ fn relay_over_ssl_publishes_with_the_right_ca_and_names_a_failed_handshake() {
     ] {
         let refused = relay(&db, &ssl, &ca_args);
         assert_eq!(refused.code, 78, "{}", refused.stderr);
-        assert!(refused.stdout.is_empty(), "{}", refused.stdout);
+        assert_stopped_early(&refused, "TLS handshake with Kafka");
         let want = format!(
             "booking-expire: error: TLS handshake with Kafka at {} failed (the brokers' \
              certificates must be signed by {trusted} and name the broker's host; \
@@ -358,7 +369,7 @@ fn relay_over_sasl_ssl_needs_the_right_password_and_never_shows_it() {
 
     let refused = run_with(sasl(&wrong_password));
     assert_eq!(refused.code, 78, "{}", refused.stderr);
-    assert!(refused.stdout.is_empty(), "{}", refused.stdout);
+    assert_stopped_early(&refused, "Kafka authentication failed");
     let want = format!(
         "booking-expire: error: Kafka authentication failed at {}: the brokers refused SASL user \
          \"{}\" (SCRAM-SHA-512; check KAFKA_USERNAME and KAFKA_PASSWORD): ",

@@ -160,7 +160,7 @@ def check_cronjob(path):
     equal("relay-outbox: subcommand", (relay.get("args") or [None])[0], "relay-outbox")
     ro, rl = flags(run_once), flags(relay)
     equal("run-once: flags", ro, {"--log-format": "json", "--batch-size": "200", "--max-batches": "2000", "--deadline": "25s"})
-    equal("relay-outbox: flags", rl, {"--log-format": "json", "--follow": "40s", "--message-timeout": "5s", "--batch-size": "500"})
+    equal("relay-outbox: flags", rl, {"--log-format": "json", "--follow": "40s", "--message-timeout": "5s", "--max-message-bytes": "1000000", "--batch-size": "500"})
     for name, c, memory in (("run-once", run_once, ("32Mi", "64Mi")), ("relay-outbox", relay, ("32Mi", "128Mi"))):
         equal(
             f"{name}: memory request/limit (from the measured peaks)",

@@ -241,3 +241,103 @@ pub fn java_murmur2(data: &[u8]) -> i32 {
 pub fn java_partition(key: &str, partitions: i32) -> i32 {
     (java_murmur2(key.as_bytes()) & 0x7fff_ffff) % partitions
 }
+
+/// A three-node KRaft cluster of the test's own (`KAFKA_NODES=3 kafka-start.sh`):
+/// replication factor 3, min.insync.replicas 2; each node can be killed, stopped,
+/// paused and started again on its own.
+pub struct OwnCluster {
+    pub dir: PathBuf,
+    /// The three brokers' addresses, comma-separated.
+    pub brokers: String,
+}
+
+impl OwnCluster {
+    pub const NODES: usize = 3;
+
+    pub fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!("be-kafka3-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = Command::new(scripts().join("kafka-start.sh"))
+            .arg(&dir)
+            .env("KAFKA_NODES", "3")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "kafka-start.sh (3 nodes) failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let brokers = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        OwnCluster { dir, brokers }
+    }
+
+    /// The directory of node `id` (1..=3, its node.id).
+    pub fn node(&self, id: i32) -> PathBuf {
+        self.dir.join(format!("node{id}"))
+    }
+
+    /// SIGKILL node `id`.
+    pub fn kill(&self, id: i32) {
+        self.stop_script(&self.node(id), &["--kill"]);
+    }
+
+    /// Graceful stop (SIGTERM) of node `id`.
+    pub fn stop(&self, id: i32) {
+        self.stop_script(&self.node(id), &[]);
+    }
+
+    /// Starts node `id` again with its data.
+    pub fn restart(&self, id: i32) {
+        start_script(&self.node(id));
+    }
+
+    /// The node.id of the leader of `partition` of `topic`, as the cluster's metadata
+    /// says now.
+    pub fn leader(&self, topic: &str, partition: i32) -> i32 {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.brokers)
+            .create()
+            .unwrap();
+        let metadata = consumer
+            .fetch_metadata(Some(topic), Duration::from_secs(10))
+            .unwrap();
+        metadata.topics()[0]
+            .partitions()
+            .iter()
+            .find(|p| p.id() == partition)
+            .unwrap()
+            .leader()
+    }
+
+    fn stop_script(&self, dir: &std::path::Path, extra: &[&str]) {
+        let status = Command::new(scripts().join("kafka-stop.sh"))
+            .arg(dir)
+            .args(extra)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for OwnCluster {
+    fn drop(&mut self) {
+        self.stop_script(&self.dir.clone(), &["--kill"]);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Creates a topic replicated on all three nodes of an [`OwnCluster`].
+pub fn create_replicated_topic(brokers: &str, topic: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .unwrap();
+    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(3))
+        .set("min.insync.replicas", "2");
+    let results = runtime()
+        .block_on(admin.create_topics(&[new], &AdminOptions::new()))
+        .unwrap();
+    for r in results {
+        r.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e}"));
+    }
+}
