@@ -521,9 +521,10 @@ pub struct ExplainArgs {
     #[command(flatten)]
     pub database: DatabaseArgs,
 
-    /// The booking's id (a UUID)
-    #[arg(value_name = "BOOKING_ID", value_parser = parse_uuid)]
-    pub booking_id: uuid::Uuid,
+    /// The booking's id: a UUID, or a unique prefix of at least 8 hex characters of
+    /// one (as the tables show it, e.g. bb7f5ae6)
+    #[arg(value_name = "BOOKING_ID", value_parser = parse_id)]
+    pub booking_id: IdArg,
 
     /// The moment of "the next cycle": RFC 3339 with an offset, or `now` (default)
     #[arg(long, value_name = "T", value_parser = parse_as_of, default_value = "now")]
@@ -610,13 +611,15 @@ pub struct RequeueArgs {
     #[command(flatten)]
     pub database: DatabaseArgs,
 
-    /// Outbox row ids (the events' ce_id), comma-separated
-    #[arg(long, value_name = "UUID,...", value_delimiter = ',', value_parser = parse_uuid)]
-    pub ids: Vec<uuid::Uuid>,
+    /// Outbox row ids (the events' ce_id), comma-separated; each a UUID or a unique
+    /// prefix of at least 8 hex characters of one
+    #[arg(long, value_name = "UUID,...", value_delimiter = ',', value_parser = parse_id)]
+    pub ids: Vec<IdArg>,
 
-    /// Every outbox row of this booking
-    #[arg(long, value_name = "BOOKING_ID", value_parser = parse_uuid)]
-    pub booking: Option<uuid::Uuid>,
+    /// Every outbox row of this booking: its id, or a unique prefix of at least 8 hex
+    /// characters of it (as the tables show it)
+    #[arg(long, value_name = "BOOKING_ID", value_parser = parse_id)]
+    pub booking: Option<IdArg>,
 
     /// Rows written at or after T (RFC 3339 with an offset); needs --until
     #[arg(long, value_name = "T", value_parser = parse_as_of, requires = "until")]
@@ -652,9 +655,46 @@ pub struct RequeueArgs {
     pub wide: bool,
 }
 
-fn parse_uuid(s: &str) -> Result<uuid::Uuid, String> {
-    uuid::Uuid::parse_str(s.trim())
-        .map_err(|_| format!("{s:?} is not a UUID (e.g. 0190a6f0-58c1-7b5e-9a51-3c1f4e2d8b70)"))
+/// An id as typed: a whole UUID, or the start of one (at least [`IdArg::MIN_PREFIX`]
+/// hex characters, hyphens ignored), which the database resolves if it is unique.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdArg {
+    Full(uuid::Uuid),
+    /// Lowercase hex digits, `MIN_PREFIX..32` of them.
+    Prefix(String),
+}
+
+impl IdArg {
+    /// The shortest prefix taken: what the 120-column tables show of an id.
+    pub const MIN_PREFIX: usize = 8;
+}
+
+impl std::fmt::Display for IdArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IdArg::Full(id) => write!(f, "{id}"),
+            IdArg::Prefix(hex) => f.write_str(hex),
+        }
+    }
+}
+
+fn parse_id(s: &str) -> Result<IdArg, String> {
+    let s = s.trim();
+    if let Ok(id) = uuid::Uuid::parse_str(s) {
+        return Ok(IdArg::Full(id));
+    }
+    let hex: String = s.chars().filter(|c| *c != '-').collect();
+    if hex.len() >= IdArg::MIN_PREFIX
+        && hex.len() < 32
+        && hex.chars().all(|c| c.is_ascii_hexdigit())
+    {
+        return Ok(IdArg::Prefix(hex.to_ascii_lowercase()));
+    }
+    Err(format!(
+        "{s:?} is not a UUID, nor the start of one of at least {} hex characters (e.g. \
+         0190a6f0-58c1-7b5e-9a51-3c1f4e2d8b70, or 0190a6f0 when no other id starts so)",
+        IdArg::MIN_PREFIX
+    ))
 }
 
 fn non_empty(s: &str) -> Result<String, String> {
@@ -809,6 +849,25 @@ mod tests {
     #[test]
     fn the_command_line_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn an_id_is_a_uuid_or_a_start_of_at_least_8_hex_characters() {
+        let full = "0190a6f0-58c1-7b5e-9a51-3c1f4e2d8b70";
+        assert_eq!(parse_id(full), Ok(IdArg::Full(full.parse().unwrap())));
+        assert_eq!(parse_id(" BB7F5AE6 "), Ok(IdArg::Prefix("bb7f5ae6".into())));
+        assert_eq!(
+            parse_id("0190a6f0-58c1"),
+            Ok(IdArg::Prefix("0190a6f058c1".into()))
+        );
+        for bad in [
+            "bb7f5ae",
+            "bb7f5aeg",
+            "",
+            "0190a6f0-58c1-7b5e-9a51-3c1f4e2d8b70ff",
+        ] {
+            assert!(parse_id(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

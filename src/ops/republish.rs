@@ -16,6 +16,7 @@ use crate::config::DbConfig;
 use crate::domain::rfc3339;
 use crate::exit::{ClassifyExt, Failure, fail};
 use crate::report::format::{self, Table};
+use crate::store::ids::IdTable;
 use crate::store::ops::{self, Operation, OutboxEntry, Selection};
 use crate::store::{self, Need};
 
@@ -31,8 +32,9 @@ struct Outcome {
     /// Selected rows left as they are: pending ones (they go anyway), and for
     /// retry-failed the published ones.
     left_alone: Vec<RowJson>,
-    /// `--ids` that name no outbox row (never written, or purged after the retention).
-    not_found: Vec<Uuid>,
+    /// `--ids` that name no outbox row (never written, or purged after the retention):
+    /// whole ids, or starts of ids that no row's id has.
+    not_found: Vec<String>,
     actor: String,
     reason: String,
     operation_id: Option<i64>,
@@ -82,14 +84,9 @@ pub fn republish(args: &RequeueArgs, failed_only: bool) -> Result<()> {
         AsOf::Now => now,
         AsOf::At(at) => at,
     };
-    let (selection, described) = if !args.ids.is_empty() {
-        let ids: Vec<String> = args.ids.iter().map(Uuid::to_string).collect();
-        (
-            Selection::Ids(args.ids.clone()),
-            format!("ids {}", ids.join(",")),
-        )
-    } else if let Some(booking) = args.booking {
-        (Selection::Booking(booking), format!("booking {booking}"))
+    // Ids are resolved once connected; the rest is checked before.
+    let (selection, described) = if !args.ids.is_empty() || args.booking.is_some() {
+        (Selection::Ids(Vec::new()), String::new())
     } else if let (Some(since), Some(until)) = (args.since, args.until) {
         let (since, until) = (at(since), at(until));
         if since >= until {
@@ -130,9 +127,36 @@ pub fn republish(args: &RequeueArgs, failed_only: bool) -> Result<()> {
         .transaction()
         .classify(Failure::Temporary, "cannot begin a transaction")?;
     let actor = super::actor(&mut tx, &args.actor)?;
+    // Starts of ids that no row's id has: as unknown ids.
+    let mut unmatched: Vec<String> = Vec::new();
+    let (selection, described) = if !args.ids.is_empty() {
+        let mut ids = Vec::with_capacity(args.ids.len());
+        for arg in &args.ids {
+            match super::ids::resolve(&mut tx, IdTable::Outbox, arg, "--ids")? {
+                Some(id) => ids.push(id),
+                None => unmatched.push(arg.to_string()),
+            }
+        }
+        let shown: Vec<String> = ids
+            .iter()
+            .map(Uuid::to_string)
+            .chain(unmatched.iter().cloned())
+            .collect();
+        (Selection::Ids(ids), format!("ids {}", shown.join(",")))
+    } else if let Some(booking) = &args.booking {
+        match super::ids::resolve(&mut tx, IdTable::Bookings, booking, "--booking")? {
+            Some(id) => (Selection::Booking(id), format!("booking {id}")),
+            None => (
+                Selection::Ids(Vec::new()),
+                format!("booking {booking}: no booking's id starts with it"),
+            ),
+        }
+    } else {
+        (selection, described)
+    };
     // Locked while deciding, so a relay marking one of them meanwhile cannot interleave.
     let selected = ops::select_outbox(&mut tx, &selection, !args.dry_run)?;
-    let not_found: Vec<Uuid> = match &selection {
+    let not_found: Vec<String> = match &selection {
         Selection::Ids(ids) => {
             let seen: HashSet<Uuid> = selected.iter().map(|o| o.id).collect();
             let mut missing: Vec<Uuid> = ids
@@ -142,6 +166,10 @@ pub fn republish(args: &RequeueArgs, failed_only: bool) -> Result<()> {
                 .collect();
             missing.dedup();
             missing
+                .iter()
+                .map(Uuid::to_string)
+                .chain(unmatched)
+                .collect()
         }
         _ => Vec::new(),
     };
