@@ -726,14 +726,15 @@ fn duration_in(
 /// Prints a command-line error and says what it was: `Ok` for --help/--version (they
 /// are shown, not refused), a usage failure otherwise; `exit::usage_code` names the
 /// code. When the bad value came from an environment variable, says which, since
-/// clap's message only names the flag.
+/// clap's message only names the flag. Under `--log-format json` (flag or variable)
+/// the error is one JSON line, as every other line on stderr.
 pub fn usage_error(e: clap::Error) -> Result<(), Failure> {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
     if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
         let _ = e.print();
         return Ok(());
     }
-    let _ = e.print();
+    let mut notes = Vec::new();
     if let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) {
         let flag = arg.split_whitespace().next().unwrap_or(arg);
         let typed = std::env::args_os().any(|a| {
@@ -741,14 +742,16 @@ pub fn usage_error(e: clap::Error) -> Result<(), Failure> {
                 .is_some_and(|a| a == flag || a.starts_with(&format!("{flag}=")))
         });
         if let Some(env) = env_of(flag).filter(|env| !typed && std::env::var_os(env).is_some()) {
-            eprintln!("note: the value of {flag} came from the environment variable {env}");
+            notes.push(format!(
+                "the value of {flag} came from the environment variable {env}"
+            ));
         }
     }
     match e.kind() {
         // clap names neither the flag nor the variable whose value is not UTF-8.
         ErrorKind::InvalidUtf8 => {
             for input in non_utf8_inputs() {
-                eprintln!("note: {input} is not valid UTF-8");
+                notes.push(format!("{input} is not valid UTF-8"));
             }
         }
         // `--batch-size -1`: clap reads `-1` as a flag of its own and does not say whose
@@ -757,14 +760,70 @@ pub fn usage_error(e: clap::Error) -> Result<(), Failure> {
             if let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg)
                 && let Some(flag) = flag_before_negative(arg)
             {
-                eprintln!(
-                    "note: {arg} was read as a flag, not as the value of {flag}, which takes no negative value"
-                );
+                notes.push(format!(
+                    "{arg} was read as a flag, not as the value of {flag}, which takes no negative value"
+                ));
             }
         }
         _ => {}
     }
+    if json_logging_asked() {
+        eprintln!("{}", usage_json(&e.render().to_string(), &notes));
+    } else {
+        let _ = e.print();
+        for note in &notes {
+            eprintln!("note: {note}");
+        }
+    }
     Err(Failure::Usage)
+}
+
+/// Whether the command line or the environment asks for JSON logs: read by hand, since
+/// the command line that says so is the one clap refused.
+fn json_logging_asked() -> bool {
+    let args: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().trim().to_owned())
+        .collect();
+    let from_args = args.iter().enumerate().rev().find_map(|(i, a)| {
+        if let Some(v) = a.strip_prefix("--log-format=") {
+            Some(v.trim().to_owned())
+        } else if a == "--log-format" {
+            args.get(i + 1).cloned()
+        } else {
+            None
+        }
+    });
+    from_args
+        .or_else(|| std::env::var("LOG_FORMAT").ok())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("json"))
+}
+
+/// A usage error as one JSON line: clap's message (its lines joined), the usage line
+/// apart, and the notes.
+fn usage_json(rendered: &str, notes: &[String]) -> String {
+    let mut message = Vec::new();
+    let mut usage = None;
+    for line in rendered.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if let Some(u) = line.strip_prefix("Usage: ") {
+            usage = Some(u.to_owned());
+        } else if !line.starts_with("For more information, try") {
+            message.push(line.strip_prefix("error: ").unwrap_or(line).to_owned());
+        }
+    }
+    let mut line = serde_json::Map::new();
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    line.insert("ts".into(), now.into());
+    line.insert("level".into(), "ERROR".into());
+    line.insert("msg".into(), "usage error".into());
+    line.insert("error".into(), message.join("; ").into());
+    if let Some(usage) = usage {
+        line.insert("usage".into(), usage.into());
+    }
+    if !notes.is_empty() {
+        line.insert("notes".into(), notes.to_vec().into());
+    }
+    line.insert("exit_code".into(), Failure::Usage.code().into());
+    serde_json::Value::Object(line).to_string()
 }
 
 /// The flag typed right before `value` when `value` looks like a negative number.
@@ -868,6 +927,28 @@ mod tests {
         ] {
             assert!(parse_id(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_usage_error_under_json_logging_is_one_json_object() {
+        let rendered = "error: invalid value 'abc' for '--statement-timeout <DURATION>': \
+                        \"abc\": expected a whole number\n\nFor more information, try '--help'.\n";
+        let line = usage_json(
+            rendered,
+            &["the value of --statement-timeout came from X".into()],
+        );
+        assert!(!line.contains('\n'), "{line}");
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(
+            v["error"],
+            "invalid value 'abc' for '--statement-timeout <DURATION>': \"abc\": expected a whole number"
+        );
+        assert_eq!(v["level"], "ERROR");
+        assert_eq!(v["exit_code"], 64);
+        assert_eq!(
+            v["notes"][0],
+            "the value of --statement-timeout came from X"
+        );
     }
 
     #[test]
