@@ -74,7 +74,15 @@ pub enum Command {
                       are quarantined as poison with back-off; the rest of the batch commits.\n\n\
                       stdout: {\"RunId\",\"AsOf\",\"ReserveExpiredCount\",\"BookingExpiredCount\",\
                       \"SkippedLockedCount\",\"PoisonCount\",\"DurationMs\"}",
-        after_help = EXIT_CODES_HELP
+        after_help = EXIT_CODES_HELP,
+        after_long_help = concat!(
+            crate::exit::exit_codes_text!(),
+            "\n\nExamples:\n",
+                "  # The CronJob's cycle: up to 2000 batches per phase within the default --deadline 25s\n",
+                "  booking-expire run-once --max-batches 2000\n",
+                "  # Catch up after an outage in larger batches, publishing on both contract versions\n",
+                "  booking-expire run-once --batch-size 1000 --max-batches 2000 --topics pin.crm.booking-expired.v1,pin.crm.booking-expired.v2\n",
+        )
     )]
     RunOnce(RunOnceArgs),
 
@@ -87,7 +95,15 @@ pub enum Command {
                       producer). A row that can never be delivered (e.g. too large) is marked \
                       failed and does not block the rest. Published rows older than --retention \
                       are purged in bounded batches.",
-        after_help = EXIT_CODES_HELP
+        after_help = EXIT_CODES_HELP,
+        after_long_help = concat!(
+            crate::exit::exit_codes_text!(),
+            "\n\nExamples:\n",
+                "  # The CronJob's relay: the whole run bounded to 40s, each commit sent within a second\n",
+                "  booking-expire relay-outbox --follow 40s --message-timeout 5s\n",
+                "  # Drain a backlog by hand after a Kafka incident, in bigger batches, for up to 5 minutes\n",
+                "  booking-expire relay-outbox --batch-size 2000 --deadline 5m\n",
+        )
     )]
     RelayOutbox(RelayArgs),
 
@@ -97,7 +113,15 @@ pub enum Command {
                       publish. Runs the same candidate predicate and the same domain decision as \
                       run-once in a READ ONLY transaction that takes no row locks and never waits \
                       on one; writes nothing.",
-        after_help = EXIT_CODES_HELP
+        after_help = EXIT_CODES_HELP,
+        after_long_help = concat!(
+            crate::exit::exit_codes_text!(),
+            "\n\nExamples:\n",
+                "  # What would a cycle do right now?\n",
+                "  booking-expire dry-run --as-of now\n",
+                "  # Every candidate at a moment, with the exact events, as JSON lines\n",
+                "  booking-expire dry-run --as-of 2026-11-29T18:00:00Z --all --json\n",
+        )
     )]
     DryRun(DryRunArgs),
 
@@ -107,7 +131,15 @@ pub enum Command {
                       of the oldest; the poison rows in quarantine; the outbox's pending count, \
                       oldest pending age and failed count. Read-only. --fail-above N exits 1 when \
                       the overdue count exceeds N, for alerts and probes.",
-        after_help = EXIT_CODES_HELP
+        after_help = EXIT_CODES_HELP,
+        after_long_help = concat!(
+            crate::exit::exit_codes_text!(),
+            "\n\nExamples:\n",
+                "  # How far behind is it, and is anything paused?\n",
+                "  booking-expire backlog\n",
+                "  # A probe: exit 1 when more than 500 bookings are overdue\n",
+                "  booking-expire backlog --fail-above 500 --format json\n",
+        )
     )]
     Backlog(BacklogArgs),
 
@@ -124,7 +156,15 @@ pub enum Command {
                       KAFKA_BROKERS) each receipt is checked by reading the message back from \
                       that partition and offset.\n\n\
                       Exit 0 when the booking exists, 1 when it does not.",
-        after_help = EXIT_CODES_HELP
+        after_help = EXIT_CODES_HELP,
+        after_long_help = concat!(
+            crate::exit::exit_codes_text!(),
+            "\n\nExamples:\n",
+                "  # A booking from an alert or a table, by the first 8 characters of its id\n",
+                "  booking-expire explain bb7f5ae6\n",
+                "  # Where did its event go? Read each delivery receipt back from Kafka\n",
+                "  booking-expire explain bb7f5ae6-1111-4000-8000-000000000001 --brokers kafka:9092 --json\n",
+        )
     )]
     Explain(ExplainArgs),
 
@@ -148,7 +188,15 @@ pub enum Command {
                       Pausing a paused command changes nothing and says since when it is \
                       paused. Every pause and resume is written to \
                       crm.booking_expiration_operations.",
-        after_help = EXIT_CODES_HELP
+        after_help = EXIT_CODES_HELP,
+        after_long_help = concat!(
+            crate::exit::exit_codes_text!(),
+            "\n\nExamples:\n",
+                "  # A broker incident: stop sending; expiries go on and queue in the outbox\n",
+                "  booking-expire pause relay-outbox --reason \"INC-42: Kafka cluster upgrade\" --actor you@example.com\n",
+                "  # A data incident: stop expiring now, waiting up to a minute for the running cycle to stop\n",
+                "  booking-expire pause run-once --reason \"INC-43: bad deadlines imported\" --wait 1m\n",
+        )
     )]
     Pause(PauseOnArgs),
 
@@ -158,7 +206,15 @@ pub enum Command {
                       as usual (a paused relay then delivers what queued meanwhile). Resuming a \
                       command that is not paused changes nothing. Written to \
                       crm.booking_expiration_operations.",
-        after_help = EXIT_CODES_HELP
+        after_help = EXIT_CODES_HELP,
+        after_long_help = concat!(
+            crate::exit::exit_codes_text!(),
+            "\n\nExamples:\n",
+                "  # The broker incident is over: the next relay sends what queued meanwhile\n",
+                "  booking-expire resume relay-outbox --reason \"INC-42 closed\" --actor you@example.com\n",
+                "  # The deadlines are repaired: the next cycle expires as usual\n",
+                "  booking-expire resume run-once --reason \"INC-43: deadlines repaired\" --json\n",
+        )
     )]
     Resume(PauseArgs),
 
@@ -173,7 +229,15 @@ pub enum Command {
                       --reason is required and, with who and how many, is written to \
                       crm.booking_expiration_operations in the same transaction. --dry-run \
                       lists what would be re-queued and changes nothing.",
-        after_help = EXIT_CODES_HELP
+        after_help = EXIT_CODES_HELP,
+        after_long_help = concat!(
+            crate::exit::exit_codes_text!(),
+            "\n\nExamples:\n",
+                "  # A consumer lost the event of one booking: send it again, with the same ce_id\n",
+                "  booking-expire republish --booking bb7f5ae6 --reason \"INC-44: the chessboard lost its event\"\n",
+                "  # See first what an hour's events would be re-queued for a consumer's replay\n",
+                "  booking-expire republish --since 2026-11-29T18:00:00Z --until 2026-11-29T19:00:00Z --reason \"INC-45: replay\" --dry-run\n",
+        )
     )]
     Republish(RequeueArgs),
 
@@ -185,7 +249,15 @@ pub enum Command {
                       --all (every failed row). Published and pending rows are left alone. \
                       --reason is required and is written, with who and how many, to \
                       crm.booking_expiration_operations. --dry-run changes nothing.",
-        after_help = EXIT_CODES_HELP
+        after_help = EXIT_CODES_HELP,
+        after_long_help = concat!(
+            crate::exit::exit_codes_text!(),
+            "\n\nExamples:\n",
+                "  # The topic is fixed: retry every row the relay gave up on\n",
+                "  booking-expire retry-failed --all --reason \"INC-46: topic recreated with 6 partitions\"\n",
+                "  # Retry the failed rows of one booking only\n",
+                "  booking-expire retry-failed --booking bb7f5ae6 --reason \"INC-47: message size limit raised\"\n",
+        )
     )]
     RetryFailed(RequeueArgs),
 }
@@ -908,6 +980,76 @@ mod tests {
     #[test]
     fn the_command_line_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    /// A command line split as a POSIX shell does for what the examples use: words
+    /// separated by spaces, double quotes keeping spaces.
+    fn shell_words(line: &str) -> Vec<String> {
+        let mut words = Vec::new();
+        let mut word = String::new();
+        let mut quoted = false;
+        let mut started = false;
+        for c in line.chars() {
+            match c {
+                '"' => {
+                    quoted = !quoted;
+                    started = true;
+                }
+                ' ' if !quoted => {
+                    if started {
+                        words.push(std::mem::take(&mut word));
+                        started = false;
+                    }
+                }
+                c => {
+                    word.push(c);
+                    started = true;
+                }
+            }
+        }
+        assert!(!quoted, "unbalanced quotes: {line}");
+        if started {
+            words.push(word);
+        }
+        words
+    }
+
+    #[test]
+    fn every_subcommands_long_help_ends_with_examples_that_parse() {
+        let cmd = Cli::command();
+        for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+            let name = sub.get_name();
+            let help = sub
+                .get_after_long_help()
+                .unwrap_or_else(|| panic!("{name}: no long help after the flags"))
+                .to_string();
+            let (_, examples) = help
+                .split_once("\n\nExamples:\n")
+                .unwrap_or_else(|| panic!("{name}: no examples"));
+            let lines: Vec<&str> = examples.lines().collect();
+            let commands: Vec<&str> = lines
+                .iter()
+                .filter_map(|l| l.strip_prefix("  booking-expire "))
+                .collect();
+            assert!(
+                (2..=4).contains(&commands.len()),
+                "{name}: {} examples",
+                commands.len()
+            );
+            // Each command line says what it is for, in the comment line above it.
+            assert_eq!(lines.len(), 2 * commands.len(), "{name}: {examples}");
+            for pair in lines.chunks(2) {
+                assert!(pair[0].starts_with("  # "), "{name}: {pair:?}");
+            }
+            for line in commands {
+                let mut argv = vec!["booking-expire".to_owned()];
+                argv.extend(shell_words(line));
+                assert_eq!(argv[1], name, "{name}: {line}");
+                if let Err(e) = Cli::try_parse_from(&argv) {
+                    panic!("{name}: the example `{line}` does not parse: {e}");
+                }
+            }
+        }
     }
 
     #[test]
