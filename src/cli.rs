@@ -79,7 +79,15 @@ pub enum Command {
                       before any work (use target_session_attrs=read-write).\n\n\
                       stdout: {\"RunId\",\"AsOf\",\"ReserveExpiredCount\",\"BookingExpiredCount\",\
                       \"SkippedLockedCount\",\"PoisonCount\",\"DurationMs\"}",
-        after_help = EXIT_CODES_HELP
+        after_help = EXIT_CODES_HELP,
+        after_long_help = concat!(
+            crate::exit::exit_codes_text!(),
+            "\n\nExamples:\n",
+                "  # The CronJob's cycle: up to 2000 batches per phase within the default --deadline 25s\n",
+                "  booking-expire run-once --max-batches 2000\n",
+                "  # Catch up after an outage in larger batches, publishing on both contract versions\n",
+                "  booking-expire run-once --batch-size 1000 --max-batches 2000 --topics pin.crm.booking-expired.v1,pin.crm.booking-expired.v2\n",
+        )
     )]
     RunOnce(RunOnceArgs),
 
@@ -98,7 +106,15 @@ pub enum Command {
                       server the run exits 75 before sending anything (use \
                       target_session_attrs=read-write). With --follow, a session that drops is \
                       reopened within the window.",
-        after_help = EXIT_CODES_HELP
+        after_help = EXIT_CODES_HELP,
+        after_long_help = concat!(
+            crate::exit::exit_codes_text!(),
+            "\n\nExamples:\n",
+                "  # The CronJob's relay: the whole run bounded to 40s, each commit sent within a second\n",
+                "  booking-expire relay-outbox --follow 40s --message-timeout 5s\n",
+                "  # Drain a backlog by hand after a Kafka incident, in bigger batches, for up to 5 minutes\n",
+                "  booking-expire relay-outbox --batch-size 2000 --deadline 5m\n",
+        )
     )]
     RelayOutbox(RelayArgs),
 
@@ -108,7 +124,15 @@ pub enum Command {
                       publish. Runs the same candidate predicate and the same domain decision as \
                       run-once in a READ ONLY transaction that takes no row locks and never waits \
                       on one; writes nothing.",
-        after_help = EXIT_CODES_HELP
+        after_help = EXIT_CODES_HELP,
+        after_long_help = concat!(
+            crate::exit::exit_codes_text!(),
+            "\n\nExamples:\n",
+                "  # What would a cycle do right now?\n",
+                "  booking-expire dry-run --as-of now\n",
+                "  # Every candidate at a moment, with the exact events, as JSON lines\n",
+                "  booking-expire dry-run --as-of 2026-11-29T18:00:00Z --all --json\n",
+        )
     )]
     DryRun(DryRunArgs),
 
@@ -118,7 +142,15 @@ pub enum Command {
                       of the oldest; the poison rows in quarantine; the outbox's pending count, \
                       oldest pending age and failed count. Read-only. --fail-above N exits 1 when \
                       the overdue count exceeds N, for alerts and probes.",
-        after_help = EXIT_CODES_HELP
+        after_help = EXIT_CODES_HELP,
+        after_long_help = concat!(
+            crate::exit::exit_codes_text!(),
+            "\n\nExamples:\n",
+                "  # How far behind is it, and is anything paused?\n",
+                "  booking-expire backlog\n",
+                "  # A probe: exit 1 when more than 500 bookings are overdue\n",
+                "  booking-expire backlog --fail-above 500 --format json\n",
+        )
     )]
     Backlog(BacklogArgs),
 
@@ -135,7 +167,15 @@ pub enum Command {
                       KAFKA_BROKERS) each receipt is checked by reading the message back from \
                       that partition and offset.\n\n\
                       Exit 0 when the booking exists, 1 when it does not.",
-        after_help = EXIT_CODES_HELP
+        after_help = EXIT_CODES_HELP,
+        after_long_help = concat!(
+            crate::exit::exit_codes_text!(),
+            "\n\nExamples:\n",
+                "  # A booking from an alert or a table, by the first 8 characters of its id\n",
+                "  booking-expire explain bb7f5ae6\n",
+                "  # Where did its event go? Read each delivery receipt back from Kafka\n",
+                "  booking-expire explain bb7f5ae6-1111-4000-8000-000000000001 --brokers kafka:9092 --json\n",
+        )
     )]
     Explain(ExplainArgs),
 
@@ -159,7 +199,15 @@ pub enum Command {
                       Pausing a paused command changes nothing and says since when it is \
                       paused. Every pause and resume is written to \
                       crm.booking_expiration_operations.",
-        after_help = EXIT_CODES_HELP
+        after_help = EXIT_CODES_HELP,
+        after_long_help = concat!(
+            crate::exit::exit_codes_text!(),
+            "\n\nExamples:\n",
+                "  # A broker incident: stop sending; expiries go on and queue in the outbox\n",
+                "  booking-expire pause relay-outbox --reason \"INC-42: Kafka cluster upgrade\" --actor you@example.com\n",
+                "  # A data incident: stop expiring now, waiting up to a minute for the running cycle to stop\n",
+                "  booking-expire pause run-once --reason \"INC-43: bad deadlines imported\" --wait 1m\n",
+        )
     )]
     Pause(PauseOnArgs),
 
@@ -169,7 +217,15 @@ pub enum Command {
                       as usual (a paused relay then delivers what queued meanwhile). Resuming a \
                       command that is not paused changes nothing. Written to \
                       crm.booking_expiration_operations.",
-        after_help = EXIT_CODES_HELP
+        after_help = EXIT_CODES_HELP,
+        after_long_help = concat!(
+            crate::exit::exit_codes_text!(),
+            "\n\nExamples:\n",
+                "  # The broker incident is over: the next relay sends what queued meanwhile\n",
+                "  booking-expire resume relay-outbox --reason \"INC-42 closed\" --actor you@example.com\n",
+                "  # The deadlines are repaired: the next cycle expires as usual\n",
+                "  booking-expire resume run-once --reason \"INC-43: deadlines repaired\" --json\n",
+        )
     )]
     Resume(PauseArgs),
 
@@ -184,7 +240,15 @@ pub enum Command {
                       --reason is required and, with who and how many, is written to \
                       crm.booking_expiration_operations in the same transaction. --dry-run \
                       lists what would be re-queued and changes nothing.",
-        after_help = EXIT_CODES_HELP
+        after_help = EXIT_CODES_HELP,
+        after_long_help = concat!(
+            crate::exit::exit_codes_text!(),
+            "\n\nExamples:\n",
+                "  # A consumer lost the event of one booking: send it again, with the same ce_id\n",
+                "  booking-expire republish --booking bb7f5ae6 --reason \"INC-44: the chessboard lost its event\"\n",
+                "  # See first what an hour's events would be re-queued for a consumer's replay\n",
+                "  booking-expire republish --since 2026-11-29T18:00:00Z --until 2026-11-29T19:00:00Z --reason \"INC-45: replay\" --dry-run\n",
+        )
     )]
     Republish(RequeueArgs),
 
@@ -196,7 +260,15 @@ pub enum Command {
                       --all (every failed row). Published and pending rows are left alone. \
                       --reason is required and is written, with who and how many, to \
                       crm.booking_expiration_operations. --dry-run changes nothing.",
-        after_help = EXIT_CODES_HELP
+        after_help = EXIT_CODES_HELP,
+        after_long_help = concat!(
+            crate::exit::exit_codes_text!(),
+            "\n\nExamples:\n",
+                "  # The topic is fixed: retry every row the relay gave up on\n",
+                "  booking-expire retry-failed --all --reason \"INC-46: topic recreated with 6 partitions\"\n",
+                "  # Retry the failed rows of one booking only\n",
+                "  booking-expire retry-failed --booking bb7f5ae6 --reason \"INC-47: message size limit raised\"\n",
+        )
     )]
     RetryFailed(RequeueArgs),
 
@@ -558,9 +630,10 @@ pub struct ExplainArgs {
     #[command(flatten)]
     pub database: DatabaseArgs,
 
-    /// The booking's id (a UUID)
-    #[arg(value_name = "BOOKING_ID", value_parser = parse_uuid)]
-    pub booking_id: uuid::Uuid,
+    /// The booking's id: a UUID, or a unique prefix of at least 8 hex characters of
+    /// one (as the tables show it, e.g. bb7f5ae6)
+    #[arg(value_name = "BOOKING_ID", value_parser = parse_id)]
+    pub booking_id: IdArg,
 
     /// The moment of "the next cycle": RFC 3339 with an offset, or `now` (default)
     #[arg(long, value_name = "T", value_parser = parse_as_of, default_value = "now")]
@@ -647,13 +720,15 @@ pub struct RequeueArgs {
     #[command(flatten)]
     pub database: DatabaseArgs,
 
-    /// Outbox row ids (the events' ce_id), comma-separated
-    #[arg(long, value_name = "UUID,...", value_delimiter = ',', value_parser = parse_uuid)]
-    pub ids: Vec<uuid::Uuid>,
+    /// Outbox row ids (the events' ce_id), comma-separated; each a UUID or a unique
+    /// prefix of at least 8 hex characters of one
+    #[arg(long, value_name = "UUID,...", value_delimiter = ',', value_parser = parse_id)]
+    pub ids: Vec<IdArg>,
 
-    /// Every outbox row of this booking
-    #[arg(long, value_name = "BOOKING_ID", value_parser = parse_uuid)]
-    pub booking: Option<uuid::Uuid>,
+    /// Every outbox row of this booking: its id, or a unique prefix of at least 8 hex
+    /// characters of it (as the tables show it)
+    #[arg(long, value_name = "BOOKING_ID", value_parser = parse_id)]
+    pub booking: Option<IdArg>,
 
     /// Rows written at or after T (RFC 3339 with an offset); needs --until
     #[arg(long, value_name = "T", value_parser = parse_as_of, requires = "until")]
@@ -689,9 +764,46 @@ pub struct RequeueArgs {
     pub wide: bool,
 }
 
-fn parse_uuid(s: &str) -> Result<uuid::Uuid, String> {
-    uuid::Uuid::parse_str(s.trim())
-        .map_err(|_| format!("{s:?} is not a UUID (e.g. 0190a6f0-58c1-7b5e-9a51-3c1f4e2d8b70)"))
+/// An id as typed: a whole UUID, or the start of one (at least [`IdArg::MIN_PREFIX`]
+/// hex characters, hyphens ignored), which the database resolves if it is unique.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdArg {
+    Full(uuid::Uuid),
+    /// Lowercase hex digits, `MIN_PREFIX..32` of them.
+    Prefix(String),
+}
+
+impl IdArg {
+    /// The shortest prefix taken: what the 120-column tables show of an id.
+    pub const MIN_PREFIX: usize = 8;
+}
+
+impl std::fmt::Display for IdArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IdArg::Full(id) => write!(f, "{id}"),
+            IdArg::Prefix(hex) => f.write_str(hex),
+        }
+    }
+}
+
+fn parse_id(s: &str) -> Result<IdArg, String> {
+    let s = s.trim();
+    if let Ok(id) = uuid::Uuid::parse_str(s) {
+        return Ok(IdArg::Full(id));
+    }
+    let hex: String = s.chars().filter(|c| *c != '-').collect();
+    if hex.len() >= IdArg::MIN_PREFIX
+        && hex.len() < 32
+        && hex.chars().all(|c| c.is_ascii_hexdigit())
+    {
+        return Ok(IdArg::Prefix(hex.to_ascii_lowercase()));
+    }
+    Err(format!(
+        "{s:?} is not a UUID, nor the start of one of at least {} hex characters (e.g. \
+         0190a6f0-58c1-7b5e-9a51-3c1f4e2d8b70, or 0190a6f0 when no other id starts so)",
+        IdArg::MIN_PREFIX
+    ))
 }
 
 fn non_empty(s: &str) -> Result<String, String> {
@@ -723,14 +835,15 @@ fn duration_in(
 /// Prints a command-line error and says what it was: `Ok` for --help/--version (they
 /// are shown, not refused), a usage failure otherwise; `exit::usage_code` names the
 /// code. When the bad value came from an environment variable, says which, since
-/// clap's message only names the flag.
+/// clap's message only names the flag. Under `--log-format json` (flag or variable)
+/// the error is one JSON line, as every other line on stderr.
 pub fn usage_error(e: clap::Error) -> Result<(), Failure> {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
     if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
         let _ = e.print();
         return Ok(());
     }
-    let _ = e.print();
+    let mut notes = Vec::new();
     if let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) {
         let flag = arg.split_whitespace().next().unwrap_or(arg);
         let typed = std::env::args_os().any(|a| {
@@ -738,8 +851,8 @@ pub fn usage_error(e: clap::Error) -> Result<(), Failure> {
                 .is_some_and(|a| a == flag || a.starts_with(&format!("{flag}=")))
         });
         if let Some(env) = env_of(flag).filter(|env| !typed && std::env::var_os(env).is_some()) {
-            crate::exit::error_line(&format!(
-                "note: the value of {flag} came from the environment variable {env}"
+            notes.push(format!(
+                "the value of {flag} came from the environment variable {env}"
             ));
         }
     }
@@ -747,7 +860,7 @@ pub fn usage_error(e: clap::Error) -> Result<(), Failure> {
         // clap names neither the flag nor the variable whose value is not UTF-8.
         ErrorKind::InvalidUtf8 => {
             for input in non_utf8_inputs() {
-                crate::exit::error_line(&format!("note: {input} is not valid UTF-8"));
+                notes.push(format!("{input} is not valid UTF-8"));
             }
         }
         // `--batch-size -1`: clap reads `-1` as a flag of its own and does not say whose
@@ -756,14 +869,71 @@ pub fn usage_error(e: clap::Error) -> Result<(), Failure> {
             if let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg)
                 && let Some(flag) = flag_before_negative(arg)
             {
-                crate::exit::error_line(&format!(
-                    "note: {arg} was read as a flag, not as the value of {flag}, which takes no negative value"
+                notes.push(format!(
+                    "{arg} was read as a flag, not as the value of {flag}, which takes no negative value"
                 ));
             }
         }
         _ => {}
     }
+    // Written without eprintln!, which panics when stderr is closed.
+    if json_logging_asked() {
+        crate::exit::error_line(&usage_json(&e.render().to_string(), &notes));
+    } else {
+        let _ = e.print();
+        for note in &notes {
+            crate::exit::error_line(&format!("note: {note}"));
+        }
+    }
     Err(Failure::Usage)
+}
+
+/// Whether the command line or the environment asks for JSON logs: read by hand, since
+/// the command line that says so is the one clap refused.
+fn json_logging_asked() -> bool {
+    let args: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().trim().to_owned())
+        .collect();
+    let from_args = args.iter().enumerate().rev().find_map(|(i, a)| {
+        if let Some(v) = a.strip_prefix("--log-format=") {
+            Some(v.trim().to_owned())
+        } else if a == "--log-format" {
+            args.get(i + 1).cloned()
+        } else {
+            None
+        }
+    });
+    from_args
+        .or_else(|| std::env::var("LOG_FORMAT").ok())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("json"))
+}
+
+/// A usage error as one JSON line: clap's message (its lines joined), the usage line
+/// apart, and the notes.
+fn usage_json(rendered: &str, notes: &[String]) -> String {
+    let mut message = Vec::new();
+    let mut usage = None;
+    for line in rendered.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if let Some(u) = line.strip_prefix("Usage: ") {
+            usage = Some(u.to_owned());
+        } else if !line.starts_with("For more information, try") {
+            message.push(line.strip_prefix("error: ").unwrap_or(line).to_owned());
+        }
+    }
+    let mut line = serde_json::Map::new();
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    line.insert("ts".into(), now.into());
+    line.insert("level".into(), "ERROR".into());
+    line.insert("msg".into(), "usage error".into());
+    line.insert("error".into(), message.join("; ").into());
+    if let Some(usage) = usage {
+        line.insert("usage".into(), usage.into());
+    }
+    if !notes.is_empty() {
+        line.insert("notes".into(), notes.to_vec().into());
+    }
+    line.insert("exit_code".into(), Failure::Usage.code().into());
+    serde_json::Value::Object(line).to_string()
 }
 
 /// The flag typed right before `value` when `value` looks like a negative number.
@@ -848,6 +1018,117 @@ mod tests {
     #[test]
     fn the_command_line_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    /// A command line split as a POSIX shell does for what the examples use: words
+    /// separated by spaces, double quotes keeping spaces.
+    fn shell_words(line: &str) -> Vec<String> {
+        let mut words = Vec::new();
+        let mut word = String::new();
+        let mut quoted = false;
+        let mut started = false;
+        for c in line.chars() {
+            match c {
+                '"' => {
+                    quoted = !quoted;
+                    started = true;
+                }
+                ' ' if !quoted => {
+                    if started {
+                        words.push(std::mem::take(&mut word));
+                        started = false;
+                    }
+                }
+                c => {
+                    word.push(c);
+                    started = true;
+                }
+            }
+        }
+        assert!(!quoted, "unbalanced quotes: {line}");
+        if started {
+            words.push(word);
+        }
+        words
+    }
+
+    #[test]
+    fn every_subcommands_long_help_ends_with_examples_that_parse() {
+        let cmd = Cli::command();
+        for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+            let name = sub.get_name();
+            let help = sub
+                .get_after_long_help()
+                .unwrap_or_else(|| panic!("{name}: no long help after the flags"))
+                .to_string();
+            let (_, examples) = help
+                .split_once("\n\nExamples:\n")
+                .unwrap_or_else(|| panic!("{name}: no examples"));
+            let lines: Vec<&str> = examples.lines().collect();
+            let commands: Vec<&str> = lines
+                .iter()
+                .filter_map(|l| l.strip_prefix("  booking-expire "))
+                .collect();
+            assert!(
+                (2..=4).contains(&commands.len()),
+                "{name}: {} examples",
+                commands.len()
+            );
+            // Each command line says what it is for, in the comment line above it.
+            assert_eq!(lines.len(), 2 * commands.len(), "{name}: {examples}");
+            for pair in lines.chunks(2) {
+                assert!(pair[0].starts_with("  # "), "{name}: {pair:?}");
+            }
+            for line in commands {
+                let mut argv = vec!["booking-expire".to_owned()];
+                argv.extend(shell_words(line));
+                assert_eq!(argv[1], name, "{name}: {line}");
+                if let Err(e) = Cli::try_parse_from(&argv) {
+                    panic!("{name}: the example `{line}` does not parse: {e}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_id_is_a_uuid_or_a_start_of_at_least_8_hex_characters() {
+        let full = "0190a6f0-58c1-7b5e-9a51-3c1f4e2d8b70";
+        assert_eq!(parse_id(full), Ok(IdArg::Full(full.parse().unwrap())));
+        assert_eq!(parse_id(" BB7F5AE6 "), Ok(IdArg::Prefix("bb7f5ae6".into())));
+        assert_eq!(
+            parse_id("0190a6f0-58c1"),
+            Ok(IdArg::Prefix("0190a6f058c1".into()))
+        );
+        for bad in [
+            "bb7f5ae",
+            "bb7f5aeg",
+            "",
+            "0190a6f0-58c1-7b5e-9a51-3c1f4e2d8b70ff",
+        ] {
+            assert!(parse_id(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_usage_error_under_json_logging_is_one_json_object() {
+        let rendered = "error: invalid value 'abc' for '--statement-timeout <DURATION>': \
+                        \"abc\": expected a whole number\n\nFor more information, try '--help'.\n";
+        let line = usage_json(
+            rendered,
+            &["the value of --statement-timeout came from X".into()],
+        );
+        assert!(!line.contains('\n'), "{line}");
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(
+            v["error"],
+            "invalid value 'abc' for '--statement-timeout <DURATION>': \"abc\": expected a whole number"
+        );
+        assert_eq!(v["level"], "ERROR");
+        assert_eq!(v["exit_code"], 64);
+        assert_eq!(
+            v["notes"][0],
+            "the value of --statement-timeout came from X"
+        );
     }
 
     #[test]

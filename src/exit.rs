@@ -40,9 +40,11 @@ impl Failure {
     }
 }
 
-/// The exit-code table, shown in `--help`; docs/reference/exit-codes.md says what to do
-/// about each (tests/reference.rs keeps the two and this module in step).
-pub const EXIT_CODES_HELP: &str = "\
+/// The exit-code table as a literal, for `concat!` (`cli` appends each subcommand's
+/// examples to it).
+macro_rules! exit_codes_text {
+    () => {
+        "\
 Exit codes:
   0    success (also when poison rows were isolated and quarantined)
   1    a check asked for did not hold: backlog --fail-above (the overdue count is
@@ -53,7 +55,14 @@ Exit codes:
   75   temporary failure: the batch was rolled back, the next run retries
   78   configuration: bad URL, credentials, TLS, schema or privileges, clock skew
   130  interrupted by SIGINT after the in-flight batch committed or rolled back
-  143  terminated by SIGTERM after the in-flight batch committed or rolled back";
+  143  terminated by SIGTERM after the in-flight batch committed or rolled back"
+    };
+}
+pub(crate) use exit_codes_text;
+
+/// The exit-code table, shown in `--help`; docs/reference/exit-codes.md says what to do
+/// about each (tests/reference.rs keeps the two and this module in step).
+pub const EXIT_CODES_HELP: &str = exit_codes_text!();
 
 /// An error message tagged with the failure it stands for; found again by
 /// [`exit_code`] anywhere in an `anyhow` context chain.

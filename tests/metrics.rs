@@ -611,7 +611,13 @@ fn a_push_that_fails_never_fails_the_run() {
     let run = db.run(&["run-once", "--pushgateway-url", &closed]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(run.result().counts(), (1, 0, 0, 0));
-    assert!(run.stderr.contains("metrics push failed"), "{}", run.stderr);
+    // Named with the Pushgateway it was for, and why.
+    assert!(
+        run.stderr
+            .contains(&format!("metrics push failed for {closed}: ")),
+        "{}",
+        run.stderr
+    );
     assert!(run.stderr.contains("cannot connect"), "{}", run.stderr);
 
     // Something listens and never answers: the push gives up after its 2s.

@@ -435,8 +435,11 @@ fn an_unreachable_trace_backend_changes_nothing_but_a_warning() {
     let took = started.elapsed();
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(run.result().counts(), (1, 0, 0, 0));
+    // Named with where the spans were to go.
     assert!(
-        run.stderr.contains("traces not flushed before exit"),
+        run.stderr.contains(&format!(
+            "traces not flushed before exit to http://127.0.0.1:{port}/v1/traces within 2000ms ("
+        )),
         "{}",
         run.stderr
     );
@@ -456,7 +459,11 @@ fn an_unreachable_trace_backend_changes_nothing_but_a_warning() {
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(run.result().counts(), (0, 1, 0, 0));
     assert_eq!(
-        run.stderr.matches("trace export failed").count(),
+        run.stderr
+            .matches(&format!(
+                "trace export failed for http://127.0.0.1:{port}/v1/traces: "
+            ))
+            .count(),
         1,
         "{}",
         run.stderr

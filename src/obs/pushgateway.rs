@@ -155,7 +155,8 @@ impl Pushgateway {
                             duration_ms = started.elapsed().as_millis() as u64; "metrics pushed"),
             Err(e) => warn!(pushgateway = self.url().as_str(), step = step.as_str(),
                             error:% = format!("{e:#}");
-                            "metrics push failed; the run's outcome is unchanged"),
+                            "metrics push failed for {}: {e:#}; the run's outcome is unchanged",
+                            self.url()),
         }
     }
 

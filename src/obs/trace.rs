@@ -45,26 +45,35 @@ static TRACE_ID: OnceLock<TraceId> = OnceLock::new();
 #[derive(Debug)]
 pub struct Tracing {
     provider: Option<SdkTracerProvider>,
+    /// Where the spans go (for the messages about it).
+    endpoint: String,
 }
 
 /// No tracing (for the commands that export none).
 pub fn init_off() -> Tracing {
-    Tracing { provider: None }
+    Tracing {
+        provider: None,
+        endpoint: String::new(),
+    }
 }
 
 /// Where spans would go, read from the environment; `None` when tracing is off.
+/// The URL the spans are posted to, as the exporter builds it: the traces endpoint as
+/// given, or the base endpoint with `/v1/traces`.
 fn configured_endpoint() -> Option<String> {
     if std::env::var("OTEL_SDK_DISABLED").is_ok_and(|v| v.trim().eq_ignore_ascii_case("true")) {
         return None;
     }
-    [
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-    ]
-    .iter()
-    .filter_map(|name| std::env::var(name).ok())
-    .map(|v| v.trim().to_owned())
-    .find(|v| !v.is_empty())
+    let given = |name: &str| {
+        std::env::var(name)
+            .ok()
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+    };
+    given("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").or_else(|| {
+        given("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .map(|base| format!("{}/v1/traces", base.trim_end_matches('/')))
+    })
 }
 
 fn configured_protocol() -> String {
@@ -97,7 +106,7 @@ pub fn init(run_id: Uuid, command: &'static str) -> Tracing {
         Ok(exporter) => exporter,
         Err(e) => {
             log::warn!(endpoint = endpoint.as_str(), error:% = e;
-                       "cannot set up the OTLP trace exporter; tracing is off");
+                       "cannot set up the OTLP trace exporter for {endpoint}: {e}; tracing is off");
             return off;
         }
     };
@@ -105,6 +114,7 @@ pub fn init(run_id: Uuid, command: &'static str) -> Tracing {
         .with_batch_exporter(Logged {
             inner: exporter,
             warned: AtomicBool::new(false),
+            endpoint: endpoint.clone(),
         })
         .with_id_generator(RunTrace(TraceId::from_bytes(*run_id.as_bytes())))
         .with_resource(resource(command))
@@ -114,6 +124,7 @@ pub fn init(run_id: Uuid, command: &'static str) -> Tracing {
     log::info!(endpoint = endpoint.as_str(), protocol = protocol.as_str(); "tracing on");
     Tracing {
         provider: Some(provider),
+        endpoint,
     }
 }
 
@@ -142,8 +153,10 @@ impl Tracing {
             return;
         };
         if let Err(e) = provider.shutdown_with_timeout(FLUSH_TIMEOUT) {
-            log::warn!(error:% = e, flush_timeout_ms = FLUSH_TIMEOUT.as_millis() as u64;
-                       "traces not flushed before exit; the run's outcome is unchanged");
+            let endpoint = self.endpoint.as_str();
+            log::warn!(endpoint, error:% = e, flush_timeout_ms = FLUSH_TIMEOUT.as_millis() as u64;
+                       "traces not flushed before exit to {endpoint} within {}ms ({e}); the run's \
+                        outcome is unchanged", FLUSH_TIMEOUT.as_millis());
         }
     }
 }
@@ -172,6 +185,7 @@ impl IdGenerator for RunTrace {
 struct Logged {
     inner: OtlpExporter,
     warned: AtomicBool,
+    endpoint: String,
 }
 
 impl SpanExporter for Logged {
@@ -181,7 +195,9 @@ impl SpanExporter for Logged {
         if let Err(e) = &result
             && !self.warned.swap(true, Ordering::Relaxed)
         {
-            log::warn!(spans, error:% = e; "trace export failed; the run's outcome is unchanged");
+            let endpoint = self.endpoint.as_str();
+            log::warn!(spans, endpoint, error:% = e;
+                       "trace export failed for {endpoint}: {e}; the run's outcome is unchanged");
         }
         result
     }

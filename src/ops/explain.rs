@@ -33,7 +33,8 @@ const READ_BACK_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct Explanation {
-    booking_id: Uuid,
+    /// The whole id, or the start typed when no booking's id starts with it.
+    booking_id: String,
     as_of: String,
     found: bool,
     booking: Option<BookingJson>,
@@ -172,7 +173,16 @@ pub fn explain(args: &ExplainArgs) -> Result<()> {
     let mut db = store::connect(&cfg)?;
     shutdown::on_signal(db.interrupter());
     store::check_schema(&mut db.client, Need::Explain)?;
-    let mut explanation = read(&mut db.client, args.booking_id, as_of)?;
+    let resolved = super::ids::resolve(
+        &mut db.client,
+        store::ids::IdTable::Bookings,
+        &args.booking_id,
+        "BOOKING_ID",
+    )?;
+    let mut explanation = match resolved {
+        Some(id) => read(&mut db.client, id, as_of)?,
+        None => no_booking_starts_with(&args.booking_id.to_string(), as_of),
+    };
     if let Some(kafka) = &kafka {
         for row in &mut explanation.outbox {
             if let (Some(partition), Some(offset)) = (row.partition, row.offset) {
@@ -190,8 +200,38 @@ pub fn explain(args: &ExplainArgs) -> Result<()> {
     } else {
         Err(fail(
             Failure::Threshold,
-            format!("booking {} does not exist", args.booking_id),
+            match resolved {
+                Some(id) => format!("booking {id} does not exist"),
+                None => format!("no booking's id starts with {}", args.booking_id),
+            },
         ))
+    }
+}
+
+/// What `explain` says of a start of an id that no booking's id has: as of an unknown
+/// id, with nothing to read.
+fn no_booking_starts_with(prefix: &str, as_of: DateTime<Utc>) -> Explanation {
+    Explanation {
+        booking_id: prefix.to_owned(),
+        as_of: rfc3339(as_of),
+        found: false,
+        booking: None,
+        next_cycle: NextCycle {
+            would_expire: false,
+            phase: None,
+            reasons: vec![Reason {
+                code: "not_found",
+                guard: None,
+                detail: format!("no booking in crm.bookings has an id starting with {prefix}"),
+            }],
+            notes: Vec::new(),
+        },
+        quarantine: None,
+        lock: None,
+        paused: None,
+        audit: Vec::new(),
+        timeline: Vec::new(),
+        outbox: Vec::new(),
     }
 }
 
@@ -222,7 +262,7 @@ fn read(client: &mut Client, id: Uuid, as_of: DateTime<Utc>) -> Result<Explanati
         as_of,
     );
     Ok(Explanation {
-        booking_id: id,
+        booking_id: id.to_string(),
         as_of: rfc3339(as_of),
         found: booking.is_some(),
         booking: booking.as_ref().map(booking_json),

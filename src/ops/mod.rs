@@ -3,6 +3,7 @@
 //! an audit trail, and the pooler guard. Their SQL lives in `store::ops`.
 
 pub mod explain;
+pub mod ids;
 pub mod pause;
 pub mod pooler;
 pub mod republish;

@@ -16,6 +16,7 @@ use crate::config::DbConfig;
 use crate::domain::rfc3339;
 use crate::exit::{ClassifyExt, Failure, fail};
 use crate::report::format::{self, Table};
+use crate::store::ids::IdTable;
 use crate::store::ops::{self, Operation, OutboxEntry, Requeue, Selection};
 use crate::store::{self, Need};
 
@@ -37,8 +38,9 @@ struct Outcome {
     left_alone: Vec<RowJson>,
     /// Rows left alone beyond those listed.
     left_alone_not_shown: u64,
-    /// `--ids` that name no outbox row (never written, or purged after the retention).
-    not_found: Vec<Uuid>,
+    /// `--ids` that name no outbox row (never written, or purged after the retention):
+    /// whole ids, or starts of ids that no row's id has.
+    not_found: Vec<String>,
     actor: String,
     reason: String,
     operation_id: Option<i64>,
@@ -100,14 +102,9 @@ pub fn republish(args: &RequeueArgs, failed_only: bool) -> Result<()> {
         AsOf::Now => now,
         AsOf::At(at) => at,
     };
-    let (selection, described) = if !args.ids.is_empty() {
-        let ids: Vec<String> = args.ids.iter().map(Uuid::to_string).collect();
-        (
-            Selection::Ids(args.ids.clone()),
-            format!("ids {}", ids.join(",")),
-        )
-    } else if let Some(booking) = args.booking {
-        (Selection::Booking(booking), format!("booking {booking}"))
+    // Ids are resolved once connected; the rest is checked before.
+    let (selection, described) = if !args.ids.is_empty() || args.booking.is_some() {
+        (Selection::Ids(Vec::new()), String::new())
     } else if let (Some(since), Some(until)) = (args.since, args.until) {
         let (since, until) = (at(since), at(until));
         if since >= until {
@@ -151,6 +148,33 @@ pub fn republish(args: &RequeueArgs, failed_only: bool) -> Result<()> {
         .transaction()
         .classify(Failure::Temporary, "cannot begin a transaction")?;
     let actor = super::actor(&mut tx, &args.actor)?;
+    // Starts of ids that no row's id has: as unknown ids.
+    let mut unmatched: Vec<String> = Vec::new();
+    let (selection, described) = if !args.ids.is_empty() {
+        let mut ids = Vec::with_capacity(args.ids.len());
+        for arg in &args.ids {
+            match super::ids::resolve(&mut tx, IdTable::Outbox, arg, "--ids")? {
+                Some(id) => ids.push(id),
+                None => unmatched.push(arg.to_string()),
+            }
+        }
+        let shown: Vec<String> = ids
+            .iter()
+            .map(Uuid::to_string)
+            .chain(unmatched.iter().cloned())
+            .collect();
+        (Selection::Ids(ids), format!("ids {}", shown.join(",")))
+    } else if let Some(booking) = &args.booking {
+        match super::ids::resolve(&mut tx, IdTable::Bookings, booking, "--booking")? {
+            Some(id) => (Selection::Booking(id), format!("booking {id}")),
+            None => (
+                Selection::Ids(Vec::new()),
+                format!("booking {booking}: no booking's id starts with it"),
+            ),
+        }
+    } else {
+        (selection, described)
+    };
     let which = if failed_only {
         Requeue::FailedOnly
     } else {
@@ -162,7 +186,7 @@ pub fn republish(args: &RequeueArgs, failed_only: bool) -> Result<()> {
     if to_take > u64::from(args.max_rows) {
         return Err(over_max_rows(command, to_take, args.max_rows));
     }
-    let not_found: Vec<Uuid> = match &selection {
+    let not_found: Vec<String> = match &selection {
         Selection::Ids(ids) => {
             let seen: HashSet<Uuid> = ops::existing_ids(&mut tx, ids)?.into_iter().collect();
             let mut missing: Vec<Uuid> = ids
@@ -172,6 +196,10 @@ pub fn republish(args: &RequeueArgs, failed_only: bool) -> Result<()> {
                 .collect();
             missing.dedup();
             missing
+                .iter()
+                .map(Uuid::to_string)
+                .chain(unmatched)
+                .collect()
         }
         _ => Vec::new(),
     };

@@ -6,6 +6,7 @@ mod clock;
 mod connect;
 mod expiration;
 mod hygiene;
+pub mod ids;
 pub mod ops;
 mod outbox;
 mod phase_failure;
