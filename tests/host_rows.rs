@@ -415,3 +415,22 @@ fn an_update_a_trigger_drops_is_refused_named_quarantined_and_explained() {
     // Not claimed again while in quarantine.
     assert_eq!(db.run_once(&[]).counts(), (0, 0, 0, 0));
 }
+
+#[test]
+fn without_migration_12_the_cycle_says_so_and_runs_as_before() {
+    let db = TestDb::new();
+    let mut c = db.client();
+    let (healthy, odd) = healthy_and_odd(&mut c);
+    c.batch_execute("DROP TABLE crm.booking_expiration_phase_failure")
+        .unwrap();
+    let run = db.run(&["run-once"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("apply sql/012_phase_failures.sql"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.result().counts(), (3, 4, 0, 0));
+    all_expired(&mut c, &healthy);
+    all_expired(&mut c, &[odd.id]);
+}
