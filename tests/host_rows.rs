@@ -434,3 +434,29 @@ fn without_migration_12_the_cycle_says_so_and_runs_as_before() {
     all_expired(&mut c, &healthy);
     all_expired(&mut c, &[odd.id]);
 }
+
+#[test]
+fn a_rule_on_the_bookings_stops_the_cycle_with_a_message_naming_it() {
+    let db = TestDb::new();
+    let mut c = db.client();
+    let (healthy, _) = healthy_and_odd(&mut c);
+    c.batch_execute(
+        "CREATE RULE keep_some AS ON UPDATE TO crm.bookings
+           WHERE old.version > 1000 DO INSTEAD NOTHING",
+    )
+    .unwrap();
+    let before = checksum(&mut c);
+    let run = db.run(&["run-once"]);
+    assert_eq!(run.code, 78, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("a rule on crm.bookings")
+            && run.stderr.contains("replace the rule by a trigger"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(checksum(&mut c), before);
+    c.batch_execute("DROP RULE keep_some ON crm.bookings")
+        .unwrap();
+    assert_eq!(db.run_once(&[]).counts(), (3, 4, 0, 0));
+    all_expired(&mut c, &healthy);
+}

@@ -3,7 +3,7 @@
 //! set-based batch write (bookings + audit + timeline + outbox in one statement) with
 //! poison isolation by savepoints, and the quarantine of poison rows.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use chrono::{DateTime, Utc};
 use postgres::types::Json;
 use postgres::{Client, GenericClient, Statement};
@@ -257,9 +257,21 @@ impl CycleStatements {
     pub fn prepare(client: &mut Client) -> Result<Self> {
         let status_type = super::schema::status_type(client)?;
         let mut prepare = |sql: &str| {
-            client
-                .prepare(sql)
-                .context("cannot prepare the cycle's statements")
+            client.prepare(sql).map_err(|e| {
+                // PostgreSQL runs no rule inside a data-modifying WITH: a rule on a
+                // table the write touches refuses the statement itself, for every row.
+                let rule = e.code() == Some(&postgres::error::SqlState::FEATURE_NOT_SUPPORTED);
+                let e = anyhow::Error::new(e).context("cannot prepare the cycle's statements");
+                if rule {
+                    e.context(
+                        "a rule on crm.bookings, crm.booking_audit, crm.deal_timeline or \
+                         crm.outbox rewrites the cycle's write, which PostgreSQL cannot run \
+                         under a rule: replace the rule by a trigger (see pg_rules)",
+                    )
+                } else {
+                    e
+                }
+            })
         };
         Ok(CycleStatements {
             claim: [
