@@ -460,3 +460,28 @@ fn a_rule_on_the_bookings_stops_the_cycle_with_a_message_naming_it() {
     assert_eq!(db.run_once(&[]).counts(), (3, 4, 0, 0));
     all_expired(&mut c, &healthy);
 }
+
+#[test]
+fn a_pause_switch_set_by_hand_to_infinity_reads() {
+    let db = TestDb::new();
+    let mut c = db.client();
+    c.batch_execute(
+        "INSERT INTO crm.booking_expiration_pause (command, paused_at, paused_by, reason)
+         VALUES ('relay-outbox', 'infinity', 'dba', 'until further notice'),
+                ('run-once', '-infinity', 'dba', 'since forever')",
+    )
+    .unwrap();
+    for format in ["table", "json"] {
+        let run = ok(&db, &["backlog", "--format", format]);
+        assert!(
+            run.stdout.contains("9999-12-31"),
+            "{format}: {}",
+            run.stdout
+        );
+    }
+    ok(&db, &["backlog", "--format", "prometheus"]);
+    let brokers = common::kafka::shared_brokers();
+    ok(&db, &["relay-outbox", "--brokers", &brokers]);
+    let run = ok(&db, &["run-once"]);
+    assert!(run.stdout.contains("0001-01-01"), "{}", run.stdout);
+}
