@@ -104,6 +104,14 @@ fn infinite_and_far_moments_decode_in_every_command_and_the_healthy_rows_expire(
     .unwrap();
     let all: Vec<Uuid> = odd.iter().map(|s| s.id).chain(healthy.clone()).collect();
     every_report(&db, &all);
+    // The oldest Reserve deadline is `-infinity`: infinitely late.
+    let gauges = ok(&db, &["backlog", "--format", "prometheus"]).stdout;
+    assert!(
+        gauges.contains(
+            "crm_booking_expiration_backlog_oldest_age_seconds{phase=\"Reserve\"} +Inf\n"
+        ),
+        "{gauges}"
+    );
     let text = ok(&db, &["explain", &minus_infinity.id.to_string()]).stdout;
     assert!(text.contains("-infinity"), "{text}");
     assert!(text.contains("WOULD EXPIRE"), "{text}");
