@@ -71,6 +71,7 @@ if test_second_pass; then
             --test poison_and_races --test relay_isolation --test relay_pipeline --test golden \
             --test explain --test republish --test pause --test backlog \
             --test dry_run --test roles --test exit_codes --test pooler --test delivery_faults \
+            --test host_rows \
             -- --skip contract_exactly_one_message --skip broker_down_marks_nothing \
             --skip broker_killed_mid_relay
     )

@@ -243,7 +243,8 @@ fn a_batch_whose_commit_fails_is_neither_logged_nor_counted_as_expired() {
     let mut c = db.client();
     let ids = seed_many(&mut c, 6, |i| Seed::booked(-600 + i as i64));
     // The second batch's commit fails: a deferred check that runs at COMMIT refuses
-    // once four outbox rows exist (the first batch wrote two and committed).
+    // once four outbox rows exist (the first batch wrote two and committed). The
+    // batch sets its constraints immediate; a trigger of the CRM's defers them again.
     c.batch_execute(
         "CREATE FUNCTION crm.refuse_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
          BEGIN
@@ -253,7 +254,11 @@ fn a_batch_whose_commit_fails_is_neither_logged_nor_counted_as_expired() {
            RETURN NULL;
          END $$;
          CREATE CONSTRAINT TRIGGER refuse_at_commit AFTER INSERT ON crm.outbox
-           DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION crm.refuse_at_commit();",
+           DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION crm.refuse_at_commit();
+         CREATE FUNCTION crm.defer_all() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN SET CONSTRAINTS ALL DEFERRED; RETURN NULL; END $$;
+         CREATE TRIGGER defer_all BEFORE INSERT ON crm.outbox
+           FOR EACH STATEMENT EXECUTE FUNCTION crm.defer_all();",
     )
     .unwrap();
     let run = db.run(&["run-once", "--batch-size", "2", "--max-batches", "3"]);

@@ -788,7 +788,7 @@ fn an_audit_rule_on_the_table() {
         writes: true,
         one_connection: false,
         odd: None,
-        refused: Some((78, "replace the rule with a trigger")),
+        refused: Some((78, "replace the rule by a trigger")),
     });
 }
 
@@ -804,6 +804,6 @@ fn a_conditional_instead_rule_on_the_table() {
         writes: true,
         one_connection: false,
         odd: None,
-        refused: Some((78, "replace the rule with a trigger")),
+        refused: Some((78, "replace the rule by a trigger")),
     });
 }

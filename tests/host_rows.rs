@@ -104,6 +104,14 @@ fn infinite_and_far_moments_decode_in_every_command_and_the_healthy_rows_expire(
     .unwrap();
     let all: Vec<Uuid> = odd.iter().map(|s| s.id).chain(healthy.clone()).collect();
     every_report(&db, &all);
+    // The oldest Reserve deadline is `-infinity`: infinitely late.
+    let gauges = ok(&db, &["backlog", "--format", "prometheus"]).stdout;
+    assert!(
+        gauges.contains(
+            "crm_booking_expiration_backlog_oldest_age_seconds{phase=\"Reserve\"} +Inf\n"
+        ),
+        "{gauges}"
+    );
     let text = ok(&db, &["explain", &minus_infinity.id.to_string()]).stdout;
     assert!(text.contains("-infinity"), "{text}");
     assert!(text.contains("WOULD EXPIRE"), "{text}");
@@ -414,4 +422,74 @@ fn an_update_a_trigger_drops_is_refused_named_quarantined_and_explained() {
     assert!(text.contains("update_dropped"), "{text}");
     // Not claimed again while in quarantine.
     assert_eq!(db.run_once(&[]).counts(), (0, 0, 0, 0));
+}
+
+#[test]
+fn without_migration_12_the_cycle_says_so_and_runs_as_before() {
+    let db = TestDb::new();
+    let mut c = db.client();
+    let (healthy, odd) = healthy_and_odd(&mut c);
+    c.batch_execute("DROP TABLE crm.booking_expiration_phase_failure")
+        .unwrap();
+    let run = db.run(&["run-once"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("apply sql/012_phase_failures.sql"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.result().counts(), (3, 4, 0, 0));
+    all_expired(&mut c, &healthy);
+    all_expired(&mut c, &[odd.id]);
+}
+
+#[test]
+fn a_rule_on_the_bookings_stops_the_cycle_with_a_message_naming_it() {
+    let db = TestDb::new();
+    let mut c = db.client();
+    let (healthy, _) = healthy_and_odd(&mut c);
+    c.batch_execute(
+        "CREATE RULE keep_some AS ON UPDATE TO crm.bookings
+           WHERE old.version > 1000 DO INSTEAD NOTHING",
+    )
+    .unwrap();
+    let before = checksum(&mut c);
+    let run = db.run(&["run-once"]);
+    assert_eq!(run.code, 78, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("a rule on crm.bookings")
+            && run.stderr.contains("replace the rule by a trigger"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(checksum(&mut c), before);
+    c.batch_execute("DROP RULE keep_some ON crm.bookings")
+        .unwrap();
+    assert_eq!(db.run_once(&[]).counts(), (3, 4, 0, 0));
+    all_expired(&mut c, &healthy);
+}
+
+#[test]
+fn a_pause_switch_set_by_hand_to_infinity_reads() {
+    let db = TestDb::new();
+    let mut c = db.client();
+    c.batch_execute(
+        "INSERT INTO crm.booking_expiration_pause (command, paused_at, paused_by, reason)
+         VALUES ('relay-outbox', 'infinity', 'dba', 'until further notice'),
+                ('run-once', '-infinity', 'dba', 'since forever')",
+    )
+    .unwrap();
+    for format in ["table", "json"] {
+        let run = ok(&db, &["backlog", "--format", format]);
+        assert!(
+            run.stdout.contains("9999-12-31"),
+            "{format}: {}",
+            run.stdout
+        );
+    }
+    ok(&db, &["backlog", "--format", "prometheus"]);
+    let brokers = common::kafka::shared_brokers();
+    ok(&db, &["relay-outbox", "--brokers", &brokers]);
+    let run = ok(&db, &["run-once"]);
+    assert!(run.stdout.contains("0001-01-01"), "{}", run.stdout);
 }

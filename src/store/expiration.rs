@@ -243,23 +243,23 @@ DELETE FROM crm.booking_expiration_poison
                              AND b.status::text = p.booking_status)
         LIMIT 1000)";
 
-/// A rule on `crm.bookings` makes PostgreSQL refuse the guarded write outright
-/// (0A000): a conditional `DO INSTEAD` rule refuses every `UPDATE … RETURNING`, a
-/// `DO ALSO` rule every data-modifying `WITH`. The operator's words for that, naming
-/// what PostgreSQL refused and how to fix it; any other error is left as it is.
+/// PostgreSQL runs no rule inside a data-modifying `WITH`: a rule on a table the
+/// cycle's write touches (a conditional `DO INSTEAD` one refuses every `UPDATE …
+/// RETURNING`, a `DO ALSO` one every data-modifying `WITH`) refuses the statement
+/// itself, for every row (0A000). The operator's words for that, naming what PostgreSQL
+/// refused and how to fix it; any other error is left as it is.
 fn returning_refused(e: &postgres::Error) -> Option<String> {
     let db = e.as_db_error()?;
-    let message = db.message();
-    (db.code() == &postgres::error::SqlState::FEATURE_NOT_SUPPORTED
-        && (message.contains("RETURNING") || message.contains("rules")))
-    .then(|| {
+    (db.code() == &postgres::error::SqlState::FEATURE_NOT_SUPPORTED).then(|| {
         format!(
-            "cannot prepare the cycle's write: PostgreSQL says \"{message}\": a rule ON \
-             UPDATE of crm.bookings stands in the way of the write (UPDATE … RETURNING in \
-             a WITH); nothing was done. Ask the database's owners to replace the rule with \
-             a trigger (a BEFORE UPDATE trigger that drops an update has it quarantined as \
-             update_dropped; an AFTER UPDATE trigger can log changes); list the rules with \
-             SELECT * FROM pg_rules WHERE schemaname = 'crm'"
+            "cannot prepare the cycle's write: PostgreSQL says \"{}\": a rule on \
+             crm.bookings, crm.booking_audit, crm.deal_timeline or crm.outbox rewrites the \
+             write, which PostgreSQL cannot run under a rule; nothing was done. Ask the \
+             database's owners to replace the rule by a trigger (a BEFORE UPDATE trigger \
+             that drops an update has it quarantined as update_dropped; an AFTER trigger \
+             can log changes); list the rules with \
+             SELECT * FROM pg_rules WHERE schemaname = 'crm'",
+            db.message()
         )
     })
 }

@@ -19,6 +19,12 @@ pub struct PauseRow {
     pub reason: String,
 }
 
+/// A pause switch as read: a `paused_at` someone set by hand to `±infinity` or a year
+/// past 9999 reads as the nearest moment of years 1–9999, so no command fails on it.
+const PAUSE_COLUMNS: &str = "command, \
+     least(greatest(paused_at, '0001-01-01 00:00:00Z'), '9999-12-31 23:59:59Z') AS paused_at, \
+     paused_by, reason";
+
 fn pause_row(r: &postgres::Row) -> PauseRow {
     PauseRow {
         command: r.get("command"),
@@ -49,8 +55,7 @@ pub fn pauses(client: &mut impl GenericClient) -> Result<Vec<PauseRow>> {
     }
     let rows = client
         .query(
-            "SELECT command, paused_at, paused_by, reason
-               FROM crm.booking_expiration_pause ORDER BY command",
+            &format!("SELECT {PAUSE_COLUMNS} FROM crm.booking_expiration_pause ORDER BY command"),
             &[],
         )
         .context("cannot read the pause switches")?;
@@ -80,8 +85,7 @@ pub fn pause(
     }
     let row = client
         .query_one(
-            "SELECT command, paused_at, paused_by, reason
-               FROM crm.booking_expiration_pause WHERE command = $1",
+            &format!("SELECT {PAUSE_COLUMNS} FROM crm.booking_expiration_pause WHERE command = $1"),
             &[&command],
         )
         .context("cannot read the pause switch")?;
@@ -92,8 +96,10 @@ pub fn pause(
 pub fn resume(client: &mut impl GenericClient, command: &str) -> Result<Option<PauseRow>> {
     let row = client
         .query_opt(
-            "DELETE FROM crm.booking_expiration_pause WHERE command = $1
-             RETURNING command, paused_at, paused_by, reason",
+            &format!(
+                "DELETE FROM crm.booking_expiration_pause WHERE command = $1 \
+                 RETURNING {PAUSE_COLUMNS}"
+            ),
             &[&command],
         )
         .context("cannot switch the pause off")?;

@@ -23,9 +23,15 @@ pub struct PhaseFailure {
 pub fn phase_failures(client: &mut impl GenericClient) -> Result<Option<Vec<PhaseFailure>>> {
     let readable: bool = client
         .query_one(
-            "SELECT to_regclass('crm.booking_expiration_phase_failure') IS NOT NULL
-                    AND has_table_privilege('crm.booking_expiration_phase_failure',
-                                            'SELECT, INSERT, UPDATE, DELETE')",
+            // Each privilege on its own: a list is true when any one of them is held.
+            // (CASE: the table's privileges are asked only when it exists.)
+            "SELECT CASE WHEN to_regclass('crm.booking_expiration_phase_failure') IS NULL
+                         THEN false
+                         ELSE has_table_privilege('crm.booking_expiration_phase_failure', 'SELECT')
+                          AND has_table_privilege('crm.booking_expiration_phase_failure', 'INSERT')
+                          AND has_table_privilege('crm.booking_expiration_phase_failure', 'UPDATE')
+                          AND has_table_privilege('crm.booking_expiration_phase_failure', 'DELETE')
+                    END",
             &[],
         )
         .context("cannot look up crm.booking_expiration_phase_failure")?

@@ -19,7 +19,8 @@ use super::*;
 /// which the returned session holds until [`open_gate`] (or until it is dropped).
 /// `trigger` is the trigger's definition up to `EXECUTE`, e.g.
 /// `TRIGGER g AFTER INSERT ON crm.deal_timeline FOR EACH STATEMENT`, or a
-/// `CONSTRAINT TRIGGER … DEFERRABLE INITIALLY DEFERRED FOR EACH ROW` to block a COMMIT.
+/// `CONSTRAINT TRIGGER … DEFERRABLE INITIALLY DEFERRED FOR EACH ROW` to block a COMMIT
+/// (with a trigger that defers it again: the batches set their constraints immediate).
 pub fn hold_gate(url: &str, key: i64, trigger: &str) -> Client {
     let mut gate = Client::connect(url, NoTls).expect("connect the gate");
     gate.batch_execute(&format!(

@@ -134,11 +134,13 @@ pub fn count(c: &mut Client, sql: &str) -> i64 {
 }
 
 /// A text digest of every row of every table of the schema `crm`: equal digests mean
-/// nothing was written.
+/// nothing was written. The record of a phase's failed batch is left out: a cycle
+/// whose batch rolled back writes it on purpose, for the next cycle.
 pub fn checksum(c: &mut Client) -> String {
     let tables: Vec<String> = c
         .query(
-            "SELECT tablename FROM pg_tables WHERE schemaname = 'crm' ORDER BY tablename",
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'crm'
+                AND tablename <> 'booking_expiration_phase_failure' ORDER BY tablename",
             &[],
         )
         .unwrap()
