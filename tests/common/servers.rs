@@ -97,7 +97,7 @@ impl OwnPostgres {
         let out = as_owner("pg_basebackup")
             .arg("-D")
             .arg(&data)
-            .args(["-R", "-X", "stream", "-d", &self.url])
+            .args(["-R", "-X", "stream", "-c", "fast", "-d", &self.url])
             .output()
             .unwrap();
         assert!(
