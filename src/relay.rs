@@ -136,6 +136,7 @@ fn relay(cfg: &RelayConfig, clock: &dyn Clock, result: &mut RelayResult) -> Resu
     let drained = loop {
         match drain(&mut db.client, &mut producer, cfg, clock, started, result) {
             Err(e) if !cfg.follow.is_zero() && reconnect::session_lost(&e) => {
+                reconnect::release(&mut db);
                 match reconnect::reopen(cfg, started, e) {
                     Ok(reconnect::Reopened::Session(new)) => db = *new,
                     Ok(reconnect::Reopened::TakenOver) => break Ok(None),

@@ -622,3 +622,41 @@ fn a_relay_whose_marks_are_refused_as_read_only_stops_at_once() {
         1
     );
 }
+
+#[test]
+fn a_following_relay_whose_mark_session_is_terminated_goes_on_with_its_lock() {
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, 6, &[]);
+    let db = TestDb::new();
+    let mut c = db.client();
+    let relay = following_relay(&db, &brokers, "15s");
+    wait_until(Duration::from_secs(20), "the relay listening", || {
+        relay_listens(&mut c)
+    });
+    insert_row(&mut c, &topic);
+    wait_until(Duration::from_secs(20), "the first row marked", || {
+        count(
+            &mut c,
+            "SELECT count(*) FROM crm.outbox WHERE published_at IS NOT NULL",
+        ) == 1
+    });
+    // Only the session that marked; the main session (and its lock) stays.
+    let ended = count(
+        &mut c,
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+          WHERE datname = current_database() AND application_name = 'booking-expire'
+            AND query LIKE 'UPDATE crm.outbox o%') t",
+    );
+    assert_eq!(ended, 1);
+    insert_row(&mut c, &topic);
+    let run = relay.wait();
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(json_lines(&run.stdout)[0]["Published"], 2, "{}", run.stderr);
+    assert_eq!(reconnect_lines(&run.stderr).len(), 1, "{}", run.stderr);
+    // The second row's mark met the dead session: it went out again (same ce_id).
+    let got = consume(&brokers, &topic, 6, 2, Duration::from_secs(20));
+    let ids: std::collections::BTreeSet<&str> =
+        got.iter().map(|m| m.headers["ce_id"].as_str()).collect();
+    assert_eq!(ids.len(), 2, "{} messages", got.len());
+}

@@ -38,6 +38,15 @@ pub(super) fn session_lost(e: &anyhow::Error) -> bool {
         })
 }
 
+/// Lets go of the relay lock on the old main session when it is still open (it was the
+/// mark session that dropped): the new session would otherwise find the lock held, by
+/// this very relay, and end as if another had taken over.
+pub(super) fn release(old: &mut Db) {
+    if !old.client.is_closed() {
+        let _ = old.client.batch_execute("SELECT pg_advisory_unlock_all()");
+    }
+}
+
 /// What came of reopening the session.
 pub(super) enum Reopened {
     /// A new session, locked and listening: the relay goes on on it.
