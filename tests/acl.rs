@@ -270,19 +270,21 @@ fn only_the_relay_writes_and_only_the_listed_consumers_read() {
         );
         assert_eq!(pending(&db), 3, "{user}: nothing published");
     }
-    // Each refusal was the rows' own (the brokers answered): they backed off twice,
-    // none was given up.
-    let backed_off: (i32, i32, i64) = {
+    // A refusal by the ACLs is a configuration fault, not the rows' own: they wait for
+    // their topic, counting no failure and never given up, and say why.
+    let waiting: (i32, i32, i64, i64) = {
         let r = c
             .query_one(
-                "SELECT min(failures), max(failures), count(*) FILTER (WHERE failed_at IS NOT NULL)
+                "SELECT min(failures), max(failures),
+                        count(*) FILTER (WHERE failed_at IS NOT NULL),
+                        count(*) FILTER (WHERE last_error LIKE 'waiting for its topic:%')
                    FROM crm.outbox",
                 &[],
             )
             .unwrap();
-        (r.get(0), r.get(1), r.get(2))
+        (r.get(0), r.get(1), r.get(2), r.get(3))
     };
-    assert_eq!(backed_off, (2, 2, 0));
+    assert_eq!(waiting, (0, 0, 0, 3));
 
     // The relay's principal publishes (idempotent producer, Write + Describe only),
     // once the back-off has passed (made to pass here).

@@ -50,6 +50,7 @@ fn base_args(subcommand: &str) -> Vec<&'static str> {
             "test",
         ],
         "retry-failed" => vec!["retry-failed", "--all", "--reason", "test"],
+        "completions" => vec!["completions", "bash"],
         other => panic!("{other}"),
     }
 }
