@@ -498,7 +498,17 @@ fn bad_flags_exit_64_and_missing_configuration_78() {
 #[test]
 fn a_table_lock_fails_fast_with_a_clear_temporary_error() {
     let db = TestDb::new();
-    let mut migration = db.client();
+    // A migration as the CRM would run it, named so that the message can name it.
+    let separator = if db.url.contains('?') { '&' } else { '?' };
+    let mut migration = postgres::Client::connect(
+        &format!("{}{separator}application_name=nightly-migration", db.url),
+        postgres::NoTls,
+    )
+    .unwrap();
+    let pid: i32 = migration
+        .query_one("SELECT pg_backend_pid()", &[])
+        .unwrap()
+        .get(0);
     let mut tx = migration.transaction().unwrap();
     tx.batch_execute("LOCK TABLE crm.outbox IN ACCESS EXCLUSIVE MODE")
         .unwrap();
@@ -507,6 +517,15 @@ fn a_table_lock_fails_fast_with_a_clear_temporary_error() {
     assert!(
         run.stderr
             .contains("backlog: another session holds a lock on a table the report reads"),
+        "{}",
+        run.stderr
+    );
+    // The holder is named, as explain names a row lock's.
+    assert!(
+        run.stderr.contains(&format!(
+            "held by PID {pid} (user {}, application nightly-migration, AccessExclusiveLock on crm.outbox",
+            db.user()
+        )),
         "{}",
         run.stderr
     );

@@ -7,6 +7,7 @@ mod connect;
 mod expiration;
 mod hygiene;
 pub mod ids;
+pub mod locks;
 pub mod ops;
 mod outbox;
 mod phase_failure;
