@@ -117,6 +117,9 @@ pub fn connect_another(cfg: &DbConfig) -> Result<Db> {
     open(cfg, std::time::Duration::ZERO)
 }
 
+/// How many times a session's setup is tried when a timeout of the role's cancels it.
+const SETUP_ATTEMPTS: u32 = 3;
+
 /// How long `connect` tries again while the connection slots are full.
 const FULL_SLOTS_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -133,9 +136,22 @@ fn open(cfg: &DbConfig, patience: std::time::Duration) -> Result<Db> {
             other => break other?,
         }
     };
-    let replies = client
-        .simple_query(&session_setup(cfg))
-        .classify(Failure::Temporary, "cannot set the session's timeouts")?;
+    // The setup itself runs under the role's or database's own timeouts until its
+    // first SET: with one of a few milliseconds, a timer firing between two of its
+    // statements cancels it (57014, "due to user request"). It is all SETs and reads,
+    // rolled back whole on an error: tried again, a few times.
+    let mut attempts = 0;
+    let replies = loop {
+        attempts += 1;
+        match client.simple_query(&session_setup(cfg)) {
+            Err(e)
+                if attempts < SETUP_ATTEMPTS
+                    && e.code() == Some(&postgres::error::SqlState::QUERY_CANCELED) => {}
+            other => {
+                break other.classify(Failure::Temporary, "cannot set the session's timeouts")?;
+            }
+        }
+    };
     let writable = replies
         .iter()
         .find_map(|m| match m {
