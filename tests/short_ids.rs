@@ -234,3 +234,17 @@ fn a_start_of_an_id_is_looked_up_on_the_primary_key_never_by_a_scan() {
         }
     }
 }
+
+#[test]
+fn explain_takes_the_first_8_characters_the_tables_show_on_the_demo_seed() {
+    let db = TestDb::new();
+    let mut c = db.client();
+    seed_demo(&mut c);
+    let run = db.run(&["explain", "b1000001"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout.contains("b1000001-0000-4000-8000-000000000000"),
+        "{}",
+        run.stdout
+    );
+}
