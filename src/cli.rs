@@ -281,7 +281,15 @@ pub enum Command {
                       `booking-expire completions bash > /etc/bash_completion.d/booking-expire`, \
                       `booking-expire completions zsh > \"${fpath[1]}/_booking-expire\"`, \
                       `booking-expire completions fish > ~/.config/fish/completions/booking-expire.fish`.",
-        after_help = EXIT_CODES_HELP
+        after_help = EXIT_CODES_HELP,
+        after_long_help = concat!(
+            crate::exit::exit_codes_text!(),
+            "\n\nExamples:\n",
+                "  # The bash script; `source <(booking-expire completions bash)` loads it now\n",
+                "  booking-expire completions bash\n",
+                "  # The zsh script, to be written to \"${fpath[1]}/_booking-expire\"\n",
+                "  booking-expire completions zsh\n",
+        )
     )]
     Completions(CompletionsArgs),
 }
