@@ -118,6 +118,7 @@ fn the_relay_with_the_shipped_flags_exits_within_its_budget_when_everything_hang
     let run = relay.wait();
     let took = started.elapsed();
     broker.resume();
+    eprintln!("relay-outbox exited after {took:?} of its {budget:?}");
     assert!(
         took < budget,
         "relay-outbox {args:?} took {took:?}, over its budget {budget:?}: {}",
@@ -164,6 +165,7 @@ fn run_once_with_the_shipped_flags_exits_within_its_budget_when_push_and_traces_
     let started = Instant::now();
     let run = Background::start(cmd).wait();
     let took = started.elapsed();
+    eprintln!("run-once exited after {took:?} of its {budget:?}");
     assert!(
         took < budget,
         "run-once {args:?} took {took:?}, over its budget {budget:?}: {}",
@@ -171,4 +173,47 @@ fn run_once_with_the_shipped_flags_exits_within_its_budget_when_push_and_traces_
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(run.result().counts(), (10, 10, 0, 0));
+}
+
+/// The purge is one step of the relay's budget: however many published rows are past
+/// the retention, it starts no statement after its first second, reports what it
+/// purged, and the next run goes on.
+#[test]
+fn the_purge_stops_after_its_share_of_the_budget_and_the_next_run_goes_on() {
+    const OLD: i64 = 20_000;
+    let db = TestDb::new();
+    let mut c = db.client();
+    c.execute(
+        "INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload, published_at)
+         SELECT gen_random_uuid(), 'Booking', gen_random_uuid()::text,
+                'pin.crm.booking-expired', 'pin.crm.booking-expired.v1',
+                jsonb_build_object('n', i), now() - interval '30 days'
+           FROM generate_series(1, $1::int) i",
+        &[&(OLD as i32)],
+    )
+    .unwrap();
+    // One row per statement: 20,000 statements take far longer than the purge's second.
+    let relay = |db: &TestDb| {
+        let run = db.run(&[
+            "relay-outbox",
+            "--brokers",
+            "127.0.0.1:9",
+            "--purge-batch-size",
+            "1",
+        ]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        let result = json_lines(&run.stdout);
+        assert!(run.stderr.contains("purge time spent"), "{}", run.stderr);
+        result[0]["Purged"].as_i64().unwrap()
+    };
+    let first = relay(&db);
+    assert!(first > 0 && first < OLD, "purged {first} of {OLD}");
+    let left = count(&mut c, "SELECT count(*) FROM crm.outbox");
+    assert_eq!(left, OLD - first, "each purged row counted once");
+    let second = relay(&db);
+    assert!(second > 0, "the next run goes on purging");
+    assert_eq!(
+        count(&mut c, "SELECT count(*) FROM crm.outbox"),
+        OLD - first - second
+    );
 }
