@@ -388,7 +388,12 @@ fn message(row: &OutboxRow) -> OutMessage<'_> {
     }
 }
 
-/// Deletes published rows older than the retention, in bounded batches.
+/// How long the purge may start new batches: it is one step of the relay's time budget
+/// (cronjob.yaml), so a large backlog of old rows is deleted over several runs.
+const PURGE_FOR: Duration = Duration::from_secs(1);
+
+/// Deletes published rows older than the retention, in bounded batches, for at most
+/// [`PURGE_FOR`] plus the batch in flight then; the rest goes next run.
 fn purge(
     client: &mut Client,
     cfg: &RelayConfig,
@@ -396,8 +401,14 @@ fn purge(
     result: &mut RelayResult,
 ) -> Result<()> {
     let now = clock.now();
+    let until = Instant::now() + PURGE_FOR;
     loop {
         interrupted()?;
+        if Instant::now() >= until {
+            info!(purged = result.purged, purge_for_ms = PURGE_FOR.as_millis() as u64;
+                  "purge time spent; older published rows are purged next run");
+            return Ok(());
+        }
         let deleted = store::purge_published(client, now, cfg.retention, cfg.purge_batch_size)?;
         result.purged += deleted;
         if deleted < u64::from(cfg.purge_batch_size) {

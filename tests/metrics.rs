@@ -481,7 +481,7 @@ fn the_pod_as_deployed_gets_each_commit_to_kafka_within_5_seconds() {
     let relay = spawn(with_env(db.command(&[
         "relay-outbox",
         "--log-format=json",
-        "--follow=40s",
+        "--follow=28s",
         "--message-timeout=5s",
         "--batch-size=500",
     ])));
