@@ -6,7 +6,8 @@
 //! cycle holds its locks), rows turn poison and are repaired, and faults are injected:
 //! statement timeouts, PostgreSQL restarts, a relay killed mid-batch, rows with infinite
 //! deadlines (or past chrono's range), a deferred constraint refusing a row, a trigger
-//! dropping an update, and read-only periods of a few minutes.
+//! dropping an update, read-only periods of a few minutes, and promotions of a standby
+//! (after which the job reaches the new primary through a multi-host URL).
 //!
 //! After every simulated minute the invariants are checked against a model of every
 //! booking; a failure names the seed and the minute, and the same seed replays the same
@@ -240,6 +241,7 @@ struct Stats {
     faults_dropped: u64,
     faults_read_only: u64,
     read_only_minutes: u64,
+    faults_promotion: u64,
     failed_cycles: u64,
     relay_runs: u64,
     published: u64,
@@ -258,6 +260,13 @@ struct Sim {
     minute: u64,
     clock: ManualClock,
     pg: OwnPostgres,
+    /// The standby of `pg`, from the first promotion on.
+    standby: Option<OwnPostgres>,
+    /// The job's URL: `pg`'s alone, then, after a promotion, the standby's and the
+    /// primary's, with target_session_attrs=read-write.
+    url: String,
+    /// The minute of the last promotion.
+    promoted_at: Option<u64>,
     db: Db,
     stmts: CycleStatements,
     sim: Client,
@@ -401,7 +410,10 @@ impl Sim {
             start,
             minute: 0,
             clock: ManualClock::new(start),
+            url: pg.url.clone(),
             pg,
+            standby: None,
+            promoted_at: None,
             db,
             stmts,
             sim,
@@ -591,6 +603,35 @@ impl Sim {
         self.sim.batch_execute(&sql).unwrap();
     }
 
+    /// A failover: the standby (made now for the first) replays everything, the
+    /// primary dies as in a crash, the standby is promoted, and a fresh standby of the
+    /// new primary waits for the next one. Waiting for the replay first means nothing
+    /// committed is lost, so every invariant still holds; what an asynchronous standby
+    /// loses when it lags is tested in tests/failover.rs.
+    fn promote(&mut self) {
+        let standby = match self.standby.take() {
+            Some(standby) => standby,
+            None => OwnPostgres::standby_of(&self.pg),
+        };
+        self.pg.wait_replayed_by(&standby);
+        self.pg.stop_immediately();
+        standby.promote();
+        drop(std::mem::replace(&mut self.pg, standby));
+        let fresh = OwnPostgres::standby_of(&self.pg);
+        // The standby first: the job must pick the primary by target_session_attrs.
+        self.url = format!(
+            "postgres://postgres@{},{}/postgres?target_session_attrs=read-write",
+            fresh.address(),
+            self.pg.address()
+        );
+        self.standby = Some(fresh);
+        self.cfg = run_once_config(&self.url, CYCLE_FLAGS);
+        self.relay_cfg = relay_config(&self.url, &self.brokers);
+        self.reconnect_sim();
+        self.promoted_at = Some(self.minute);
+        self.stats.faults_promotion += 1;
+    }
+
     /// A manager's committed change, version-guarded as the CRM writes it.
     fn apply_change(&mut self, id: Uuid, change: &Change) -> bool {
         let b = self.bookings[&id].clone();
@@ -676,6 +717,10 @@ impl Sim {
         let (db, stmts) = open_session(&self.cfg);
         self.db = db;
         self.stmts = stmts;
+        self.reconnect_sim();
+    }
+
+    fn reconnect_sim(&mut self) {
         self.sim = self.pg.client();
         // The CRM's writes go on through a read-only period: only the job's sessions
         // are the subject.
@@ -689,7 +734,7 @@ impl Sim {
         cmd.args([
             "relay-outbox",
             "--database-url",
-            &self.pg.url,
+            &self.url,
             "--brokers",
             &self.brokers,
             "--batch-size",
@@ -753,6 +798,11 @@ impl Sim {
             self.pg.restart();
             fault = true;
             self.stats.faults_restart += 1;
+        }
+        // A promotion, about three a week and at most one a day.
+        if self.promoted_at.is_none_or(|at| self.minute >= at + 1_440) && self.rng.one_in(2_880) {
+            self.promote();
+            fault = true;
         }
         // A read-only period of 2 to 5 minutes, about one a day: every cycle in it is a
         // fresh run-once that must refuse before any work, naming target_session_attrs.
@@ -856,6 +906,8 @@ impl Sim {
         if read_only {
             match &outcome {
                 Err(e) if format!("{e:#}").contains("target_session_attrs=read-write") => {}
+                // Through the multi-host URL no server is writable: the driver refuses.
+                Err(_) if self.standby.is_some() => {}
                 Err(e) => self.violated(&format!(
                     "a cycle in a read-only period failed, but not naming \
                      target_session_attrs=read-write: {e:#}"
@@ -867,7 +919,13 @@ impl Sim {
             if outcome.is_err() {
                 self.stats.failed_cycles += 1;
             }
-            self.reconnect();
+            // In a read-only period a multi-host URL finds no writable server: the
+            // cycle's session is opened again when the period ends.
+            if read_only {
+                self.reconnect_sim();
+            } else {
+                self.reconnect();
+            }
             self.sim
                 .batch_execute("UPDATE sim.slow SET on_ = false")
                 .unwrap();
@@ -1371,7 +1429,7 @@ impl Sim {
              \x20 faults: {} statement timeouts, {} PostgreSQL restarts, {} relays killed mid-batch; \
              {} cycles failed, all in fault minutes\n\
              \x20 odd rows: {} infinite or out-of-range deadlines, {} refused by a deferred constraint, \
-             {} updates dropped by a trigger; {} read-only periods ({} minutes)\n\
+             {} updates dropped by a trigger; {} read-only periods ({} minutes); {} promotions\n\
              \x20 relay: {} runs, {} events published, {} on the topic\n\
              \x20 invariant checks: {}\n\
              \x20 wall time: workload {:.0}s, cycles {:.0}s, checks {:.0}s, relay {:.0}s",
@@ -1398,6 +1456,7 @@ impl Sim {
             self.stats.faults_dropped,
             self.stats.faults_read_only,
             self.stats.read_only_minutes,
+            self.stats.faults_promotion,
             self.stats.relay_runs,
             self.stats.published,
             self.events.len(),
