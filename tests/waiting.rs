@@ -57,7 +57,13 @@ fn a_relay_whose_rows_all_wait_says_how_many_and_when_the_next_is_due() {
     let mut c = db.client();
     let (a, b) = (unique_topic(), unique_topic());
     seed(&mut c, &a, &b);
-    let run = db.run(&["relay-outbox", "--brokers", &brokers]);
+    let run = db.run(&[
+        "relay-outbox",
+        "--brokers",
+        &brokers,
+        "--log-format",
+        "json",
+    ]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let result = &json_lines(&run.stdout)[0];
     assert_eq!(
@@ -71,15 +77,28 @@ fn a_relay_whose_rows_all_wait_says_how_many_and_when_the_next_is_due() {
         "{}",
         run.stdout
     );
-    assert!(
-        run.stderr.contains(&format!(
-            "nothing published: 3 rows are waiting (1 of them for their topic, the others \
-             out a back-off), the next is due at {FIRST_DUE}"
-        )),
-        "{}",
-        run.stderr
-    );
-    assert!(run.stderr.contains("relay completed"), "{}", run.stderr);
+    let logged = json_lines(&run.stderr);
+    let line = |msg: &str| {
+        logged
+            .iter()
+            .find(|l| l["msg"] == msg)
+            .unwrap_or_else(|| panic!("no {msg:?} in {}", run.stderr))
+    };
+    let fields = |l: &serde_json::Value| {
+        (
+            l["level"].clone(),
+            l["waiting"].clone(),
+            l["waiting_for_topic"].clone(),
+            l["next_due"].clone(),
+        )
+    };
+    let said = line(&format!(
+        "nothing published: 3 rows are waiting (1 of them for their topic, the others out a \
+         back-off), the next is due at {FIRST_DUE}"
+    ));
+    let expected = (json!("INFO"), json!(3), json!(1), json!(FIRST_DUE));
+    assert_eq!(fields(said), expected);
+    assert_eq!(fields(line("relay completed")), expected);
 }
 
 #[test]
