@@ -50,6 +50,13 @@ pub struct RelayResult {
     /// True when another relay held the lock and this one did nothing.
     pub skipped: bool,
     pub duration_ms: u64,
+    /// Pending rows not due yet when the run ended: backing off after a refused send,
+    /// or waiting for their topic (`WaitingForTopic` of them).
+    pub waiting: u64,
+    pub waiting_for_topic: u64,
+    /// When the first of the waiting rows is due (RFC 3339); absent when none waits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_due: Option<String>,
     /// Why the run stopped early (a signal, the cluster, a configuration fault): it
     /// still reports what it did up to then.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -152,11 +159,16 @@ fn relay(cfg: &RelayConfig, clock: &dyn Clock, result: &mut RelayResult) -> Resu
         }
         row_failure.map_or(Ok(()), Err)
     });
+    if result.paused.is_none() {
+        count_waiting(&mut db.client, clock, result);
+    }
     result.duration_ms = started.elapsed().as_millis() as u64;
     match outcome {
         Ok(()) => {
             info!(published = result.published, failed = result.failed,
                   retrying = result.retrying, purged = result.purged,
+                  waiting = result.waiting, waiting_for_topic = result.waiting_for_topic,
+                  next_due = result.next_due.as_deref().unwrap_or("-"),
                   duration_ms = result.duration_ms; "relay completed");
             Ok(())
         }
@@ -385,6 +397,28 @@ fn message(row: &OutboxRow) -> OutMessage<'_> {
         key: &row.key,
         payload: crate::domain::payload_in_contract_order(&row.payload).into_bytes(),
         headers,
+    }
+}
+
+/// Counts the rows that wait into `result` (one read of the few rows with a back-off),
+/// and says so in one line when they are why nothing was published. A failed read
+/// leaves the counts at 0: it is a report, not the run's work.
+fn count_waiting(client: &mut Client, clock: &dyn Clock, result: &mut RelayResult) {
+    let per_topic = match store::waiting(client, clock.now()) {
+        Ok(w) => w,
+        Err(e) => {
+            warn!(error:% = format!("{e:#}"); "cannot count the outbox rows that wait");
+            return;
+        }
+    };
+    let (waiting, for_topic, next_due) = store::waiting_total(&per_topic);
+    result.waiting = waiting;
+    result.waiting_for_topic = for_topic;
+    result.next_due = next_due.map(crate::domain::rfc3339);
+    if let (0, Some(due)) = (result.published, &result.next_due) {
+        info!(waiting, waiting_for_topic = for_topic, next_due = due.as_str();
+              "nothing published: {waiting} rows are waiting ({for_topic} of them for their \
+               topic, the others out a back-off), the next is due at {due}");
     }
 }
 

@@ -171,6 +171,7 @@ fn counts_are_exact_on_a_seeded_mix() {
                 "OldestPendingAgeSeconds": seconds_between(as_of, mix.oldest_pending),
                 "Failed": 2,
                 "WaitingForTopic": 0,
+                "Waiting": [],
             },
             "Paused": [],
         })
@@ -405,7 +406,7 @@ fn an_empty_database_reports_zeros() {
                         "NextClaim": null},
             "Poison": 0,
             "Outbox": {"Pending": 0, "OldestPendingAt": null, "OldestPendingAgeSeconds": null,
-                       "Failed": 0, "WaitingForTopic": 0},
+                       "Failed": 0, "WaitingForTopic": 0, "Waiting": []},
             "Paused": [],
         })
     );

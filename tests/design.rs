@@ -5,7 +5,9 @@
 mod common;
 
 use booking_expire::domain::Phase;
-use booking_expire::store::{MARK_PUBLISHED_SQL, PENDING_SQL, claim_counting_sql, claim_sql};
+use booking_expire::store::{
+    MARK_PUBLISHED_SQL, PENDING_SQL, WAITING_SQL, claim_counting_sql, claim_sql,
+};
 use common::*;
 
 /// The claim's "no previous batch" key: a cycle's first batch.
@@ -397,6 +399,25 @@ fn the_relays_statements_keep_their_index_plans_on_an_outbox_a_burst_filled_afte
             "{mode}:\n{plan}"
         );
         assert_eq!(lines.len(), 4, "{mode}:\n{plan}");
+
+        // The rows that wait, read at the end of each run: the few rows with a
+        // back-off, from their partial index, never a scan of the burst.
+        let plan = explain(
+            &mut c,
+            mode,
+            WAITING_SQL,
+            &[&now, &booking_expire::store::WAITING_FOR_TOPIC],
+        );
+        let scans: Vec<&str> = plan
+            .lines()
+            .map(|l| l.trim().trim_start_matches("->  "))
+            .filter(|l| l.contains("Scan"))
+            .collect();
+        assert_eq!(
+            scans,
+            ["Index Scan using ix_outbox_backing_off on outbox"],
+            "{mode}:\n{plan}"
+        );
     }
 }
 

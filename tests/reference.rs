@@ -569,6 +569,8 @@ fn declared_families(exposition: &str) -> BTreeSet<String> {
 #[test]
 fn what_backlog_exports_is_in_the_metrics_reference_under_backlog() {
     let db = TestDb::new();
+    // A row that waits: the per-topic families have a series only then.
+    backing_off(&mut db.client());
     let run = db.run(&["backlog", "--format", "prometheus"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let exported = declared_families(&run.stdout);
@@ -594,6 +596,19 @@ fn what_backlog_exports_is_in_the_metrics_reference_under_backlog() {
         listed, exported,
         "docs/reference/metrics.md's backlog section against `backlog --format prometheus`"
     );
+}
+
+/// A pending row backing off for an hour, alone under its key.
+fn backing_off(c: &mut postgres::Client) {
+    c.execute(
+        "INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload,
+                                 last_error, failures, next_attempt_at)
+         VALUES (gen_random_uuid(), 'Booking', gen_random_uuid()::text,
+                 'pin.crm.booking-expired', 'backing-off', '{}', 'refused', 1,
+                 now() + interval '1 hour')",
+        &[],
+    )
+    .unwrap();
 }
 
 /// The families the "Pushed metrics" table of docs/reference/metrics.md gives `step`
@@ -656,6 +671,7 @@ fn what_relay_outbox_pushes_is_in_the_metrics_reference() {
     db.run_once(&[]);
     c.execute("UPDATE crm.outbox SET topic = $1", &[&topic])
         .unwrap();
+    backing_off(&mut c);
     let run = db.run(&[
         "relay-outbox",
         "--brokers",

@@ -153,6 +153,14 @@ pub const OUTBOX_WAITING_FOR_TOPIC: Family = family(
     "crm_booking_expiration_outbox_waiting_for_topic",
     "Pending outbox rows waiting for a missing or unusable Kafka topic (a configuration fault; their last_error names it).",
 );
+pub const OUTBOX_WAITING: Family = family(
+    "crm_booking_expiration_outbox_waiting",
+    "Pending outbox rows not due yet (backing off after a refused send, or waiting for their topic), per topic; no series when none waits.",
+);
+pub const OUTBOX_NEXT_DUE: Family = family(
+    "crm_booking_expiration_outbox_next_due_timestamp_seconds",
+    "Unix time when the first waiting outbox row of the topic is due, per topic; no series when none waits.",
+);
 
 /// The text exposition format (version 0.0.4) of a set of families, encoded by the
 /// `prometheus-client` crate (its `prometheus_text` encoder): each family is
@@ -309,6 +317,18 @@ pub fn backlog_gauges(out: &mut Exposition, b: &Backlog) {
         out.gauge(OUTBOX_OLDEST_AGE, age(outbox.oldest_pending_at));
         out.gauge(OUTBOX_FAILED, outbox.failed as f64);
         out.gauge(OUTBOX_WAITING_FOR_TOPIC, outbox.waiting_for_topic as f64);
+    }
+    if let Some(waiting) = &b.waiting {
+        // Seconds since the Unix epoch; `infinity` is `+Inf`.
+        let due = |w: &crate::store::TopicWaiting| -w.next_due.seconds_until(DateTime::UNIX_EPOCH);
+        let per_topic = |value: &dyn Fn(&crate::store::TopicWaiting) -> f64| {
+            waiting
+                .iter()
+                .map(|w| (vec![("topic", w.topic.as_str())], value(w)))
+                .collect::<Vec<_>>()
+        };
+        out.labelled(OUTBOX_WAITING, &per_topic(&|w| w.waiting as f64));
+        out.labelled(OUTBOX_NEXT_DUE, &per_topic(&due));
     }
 }
 

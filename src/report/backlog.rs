@@ -132,6 +132,24 @@ fn table(b: &Backlog) -> String {
             dash(),
         ]);
     }
+    for w in b.waiting.as_deref().unwrap_or_default() {
+        t.row(vec![
+            format!("outbox waiting, topic {}", format::fit(&w.topic, 64)),
+            w.waiting.to_string(),
+            dash(),
+            dash(),
+        ]);
+        let due_in = w
+            .next_due
+            .until(b.as_of)
+            .map_or_else(|| "never".to_owned(), |d| format::duration(-d));
+        t.note(format::note(&format!(
+            "the next is due at {} (in {due_in}); {} of them wait for their topic, the others \
+             out a back-off",
+            format::time(w.next_due),
+            w.waiting_for_topic
+        )));
+    }
     for p in &b.pauses {
         t.row(vec![
             format!("PAUSED {}", p.command),
@@ -228,6 +246,18 @@ struct OutboxJson {
     failed: u64,
     /// Pending rows whose topic is missing or unusable (see their `last_error`).
     waiting_for_topic: u64,
+    /// Per topic, the pending rows not due yet and when the first is due; empty when
+    /// none waits.
+    waiting: Vec<WaitingJson>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct WaitingJson {
+    topic: String,
+    waiting: u64,
+    waiting_for_topic: u64,
+    next_due: String,
 }
 
 fn json(b: &Backlog) -> Result<String> {
@@ -261,6 +291,18 @@ fn json(b: &Backlog) -> Result<String> {
             oldest_pending_age_seconds: age(b, outbox.oldest_pending_at),
             failed: outbox.failed,
             waiting_for_topic: outbox.waiting_for_topic,
+            waiting: b
+                .waiting
+                .as_deref()
+                .unwrap_or_default()
+                .iter()
+                .map(|w| WaitingJson {
+                    topic: w.topic.clone(),
+                    waiting: w.waiting,
+                    waiting_for_topic: w.waiting_for_topic,
+                    next_due: rfc3339(w.next_due),
+                })
+                .collect(),
         },
         paused: b
             .pauses

@@ -15,6 +15,7 @@ mod report;
 pub mod running;
 mod schema;
 mod timestamp;
+mod waiting;
 
 pub use clock::{ClockSkew, measure_clock_skew};
 pub use connect::{Db, Writable, connect, connect_another, too_many_connections};
@@ -39,3 +40,4 @@ pub use report::{
     poison_sql, quarantined_in_chunks, quarantined_sql, read_backlog, read_report,
 };
 pub use schema::{Need, check_schema, status_type};
+pub use waiting::{TopicWaiting, WAITING_SQL, waiting, waiting_total};

@@ -269,6 +269,8 @@ pub struct Backlog {
     pub overdue: Option<Vec<(Phase, Overdue)>>,
     pub poison: Option<u64>,
     pub outbox: Option<OutboxLag>,
+    /// The outbox rows not due yet, per topic (read with `outbox`).
+    pub waiting: Option<Vec<super::TopicWaiting>>,
     /// The pause switches that are on (read for the `backlog` report only).
     pub pauses: Vec<super::ops::PauseRow>,
     /// Per phase, in [`Phase::ALL`] order, the booking the next cycle would claim first
@@ -338,6 +340,7 @@ pub fn read_report(
         overdue: None,
         poison: None,
         outbox: None,
+        waiting: None,
         pauses: Vec::new(),
         next_claims: None,
         hygiene: None,
@@ -362,6 +365,7 @@ pub fn read_report(
     }
     if figures != Figures::Bookings {
         backlog.outbox = Some(outbox_lag(&mut tx)?);
+        backlog.waiting = Some(super::waiting(&mut tx, as_of)?);
     }
     if let Some(threshold) = hygiene {
         backlog.hygiene = Some(super::hygiene::hygiene(&mut tx, as_of, threshold)?);
