@@ -47,6 +47,22 @@ struct Case {
     refused: Option<(i32, &'static str)>,
 }
 
+impl Case {
+    /// A change of the owners after which everything works as usual.
+    fn new(name: &'static str, sql: &'static str) -> Self {
+        Case {
+            name,
+            sql,
+            relay: &[],
+            manager: false,
+            writes: true,
+            one_connection: false,
+            odd: None,
+            refused: None,
+        }
+    }
+}
+
 /// An odd booking: Booked, its booking deadline 400 s past, then changed by the case's
 /// SQL. The healthy bookings around it expire all the same.
 struct Odd {
@@ -464,134 +480,92 @@ fn reports(case: &Case, url: &str, explained: Uuid) {
 
 #[test]
 fn a_far_time_zone_and_german_date_style_on_the_database() {
-    check(&Case {
-        name: "time zone far from UTC and a German date style, on the database",
-        sql: "ALTER DATABASE {db} SET TimeZone = 'Pacific/Kiritimati';
+    check(&Case::new(
+        "time zone far from UTC and a German date style, on the database",
+        "ALTER DATABASE {db} SET TimeZone = 'Pacific/Kiritimati';
               ALTER DATABASE {db} SET DateStyle = 'German, DMY';
               ALTER DATABASE {db} SET IntervalStyle = 'sql_standard'",
-        relay: &[],
-        manager: false,
-        writes: true,
-        one_connection: false,
-        odd: None,
-        refused: None,
-    });
+    ));
 }
 
 #[test]
 fn a_time_zone_behind_utc_and_postgres_date_style_on_the_role() {
-    check(&Case {
-        name: "time zone behind UTC and a Postgres date style, on the role",
-        sql: "ALTER ROLE {role} SET TimeZone = 'America/Adak';
+    check(&Case::new(
+        "time zone behind UTC and a Postgres date style, on the role",
+        "ALTER ROLE {role} SET TimeZone = 'America/Adak';
               ALTER ROLE {role} SET DateStyle = 'Postgres, MDY'",
-        relay: &[],
-        manager: false,
-        writes: true,
-        one_connection: false,
-        odd: None,
-        refused: None,
-    });
+    ));
 }
 
 #[test]
 fn a_same_named_table_first_on_the_search_path() {
-    check(&Case {
-        name: "a same-named table first on the search path",
-        sql: "CREATE TABLE public.bookings (LIKE crm.bookings);
+    check(&Case::new(
+        "a same-named table first on the search path",
+        "CREATE TABLE public.bookings (LIKE crm.bookings);
               CREATE TABLE public.outbox (LIKE crm.outbox);
               GRANT ALL ON public.bookings, public.outbox TO {role};
               ALTER ROLE {role} SET search_path = public, crm",
-        relay: &[],
-        manager: false,
-        writes: true,
-        one_connection: false,
-        odd: None,
-        refused: None,
-    });
+    ));
 }
 
 #[test]
 fn statement_and_lock_timeouts_of_1ms_on_the_role() {
-    check(&Case {
-        name: "a statement timeout of 1 ms and a lock timeout of 1 ms on the role",
-        sql: "ALTER ROLE {role} SET statement_timeout = '1ms';
+    check(&Case::new(
+        "a statement timeout of 1 ms and a lock timeout of 1 ms on the role",
+        "ALTER ROLE {role} SET statement_timeout = '1ms';
               ALTER ROLE {role} SET lock_timeout = '1ms'",
-        relay: &[],
-        manager: false,
-        writes: true,
-        one_connection: false,
-        odd: None,
-        refused: None,
-    });
+    ));
 }
 
 #[test]
 fn an_idle_in_transaction_timeout_of_10ms_on_the_database() {
-    check(&Case {
-        name: "idle in transaction timeout of 10 ms on the database",
-        sql: "ALTER DATABASE {db} SET idle_in_transaction_session_timeout = '10ms'",
-        relay: &[],
-        manager: false,
-        writes: true,
-        one_connection: false,
-        odd: None,
-        refused: None,
-    });
+    check(&Case::new(
+        "idle in transaction timeout of 10 ms on the database",
+        "ALTER DATABASE {db} SET idle_in_transaction_session_timeout = '10ms'",
+    ));
 }
 
 #[test]
 fn serializable_by_default_with_a_manager_writing_meanwhile() {
     check(&Case {
-        name: "serializable by default, with a manager extending other bookings meanwhile",
-        sql: "ALTER DATABASE {db} SET default_transaction_isolation = 'serializable'",
-        relay: &[],
         manager: true,
-        writes: true,
-        one_connection: false,
-        odd: None,
-        refused: None,
+        ..Case::new(
+            "serializable by default, with a manager extending other bookings meanwhile",
+            "ALTER DATABASE {db} SET default_transaction_isolation = 'serializable'",
+        )
     });
 }
 
 #[test]
 fn a_role_of_one_connection() {
     check(&Case {
-        name: "CONNECTION LIMIT 1 on the role",
-        sql: "ALTER ROLE {role} CONNECTION LIMIT 1",
-        relay: &[],
-        manager: false,
-        writes: true,
         one_connection: true,
-        odd: None,
-        refused: None,
+        ..Case::new(
+            "CONNECTION LIMIT 1 on the role",
+            "ALTER ROLE {role} CONNECTION LIMIT 1",
+        )
     });
 }
 
 #[test]
 fn read_only_by_default_on_the_database() {
     check(&Case {
-        name: "default_transaction_read_only on the database, as on a demoted primary",
-        sql: "ALTER DATABASE {db} SET default_transaction_read_only = on",
-        relay: &[],
-        manager: false,
         writes: false,
-        one_connection: false,
-        odd: None,
-        refused: None,
+        ..Case::new(
+            "default_transaction_read_only on the database, as on a demoted primary",
+            "ALTER DATABASE {db} SET default_transaction_read_only = on",
+        )
     });
 }
 
 #[test]
 fn an_idle_session_timeout_shorter_than_the_follow_window_on_the_role() {
     check(&Case {
-        name: "idle_session_timeout of 1 s on the role, a relay following for 3 s",
-        sql: "ALTER ROLE {role} SET idle_session_timeout = '1s'",
         relay: &["--follow", "3s"],
-        manager: false,
-        writes: true,
-        one_connection: false,
-        odd: None,
-        refused: None,
+        ..Case::new(
+            "idle_session_timeout of 1 s on the role, a relay following for 3 s",
+            "ALTER ROLE {role} SET idle_session_timeout = '1s'",
+        )
     });
 }
 
@@ -640,83 +614,62 @@ const REFUSE_ODD: &str = "CREATE FUNCTION crm.refuse_odd() RETURNS trigger LANGU
 #[test]
 fn a_deadline_of_minus_infinity() {
     check(&Case {
-        name: "booking_expires_at = -infinity: overdue whatever the moment",
-        sql: "UPDATE crm.bookings SET booking_expires_at = '-infinity' WHERE id = '{odd}'",
-        relay: &[],
-        manager: false,
-        writes: true,
-        one_connection: false,
         odd: Some(Odd {
             fate: Fate::Expired,
             first_cycle_fails: false,
         }),
-        refused: None,
+        ..Case::new(
+            "booking_expires_at = -infinity: overdue whatever the moment",
+            "UPDATE crm.bookings SET booking_expires_at = '-infinity' WHERE id = '{odd}'",
+        )
     });
 }
 
 #[test]
 fn a_deadline_of_infinity() {
     check(&Case {
-        name: "booking_expires_at = infinity: never due",
-        sql: "UPDATE crm.bookings SET booking_expires_at = 'infinity' WHERE id = '{odd}'",
-        relay: &[],
-        manager: false,
-        writes: true,
-        one_connection: false,
         odd: Some(Odd {
             fate: Fate::Untouched,
             first_cycle_fails: false,
         }),
-        refused: None,
+        ..Case::new(
+            "booking_expires_at = infinity: never due",
+            "UPDATE crm.bookings SET booking_expires_at = 'infinity' WHERE id = '{odd}'",
+        )
     });
 }
 
 #[test]
 fn a_deadline_in_the_year_290000() {
     check(&Case {
-        name: "booking_expires_at in the year 290000, past what chrono holds",
-        sql: "UPDATE crm.bookings SET booking_expires_at = '290000-01-01' WHERE id = '{odd}'",
-        relay: &[],
-        manager: false,
-        writes: true,
-        one_connection: false,
         odd: Some(Odd {
             fate: Fate::Untouched,
             first_cycle_fails: false,
         }),
-        refused: None,
+        ..Case::new(
+            "booking_expires_at in the year 290000, past what chrono holds",
+            "UPDATE crm.bookings SET booking_expires_at = '290000-01-01' WHERE id = '{odd}'",
+        )
     });
 }
 
 #[test]
 fn an_overdue_booked_row_whose_reserve_deadline_is_infinity() {
     check(&Case {
-        name: "an overdue Booked row with reserve_expires_at = infinity",
-        sql: "UPDATE crm.bookings SET reserve_expires_at = 'infinity' WHERE id = '{odd}'",
-        relay: &[],
-        manager: false,
-        writes: true,
-        one_connection: false,
         odd: Some(Odd {
             fate: Fate::Expired,
             first_cycle_fails: false,
         }),
-        refused: None,
+        ..Case::new(
+            "an overdue Booked row with reserve_expires_at = infinity",
+            "UPDATE crm.bookings SET reserve_expires_at = 'infinity' WHERE id = '{odd}'",
+        )
     });
 }
 
 #[test]
 fn a_deferred_constraint_refusing_one_booking() {
     check(&Case {
-        name: "a deferred constraint trigger refusing one booking at COMMIT",
-        sql: "{refuse}
-              CREATE CONSTRAINT TRIGGER refuse_odd AFTER UPDATE ON crm.bookings
-                DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
-                EXECUTE FUNCTION crm.refuse_odd('23514')",
-        relay: &[],
-        manager: false,
-        writes: true,
-        one_connection: false,
         odd: Some(Odd {
             fate: Fate::Quarantined {
                 reason: "database",
@@ -724,25 +677,19 @@ fn a_deferred_constraint_refusing_one_booking() {
             },
             first_cycle_fails: false,
         }),
-        refused: None,
+        ..Case::new(
+            "a deferred constraint trigger refusing one booking at COMMIT",
+            "{refuse}
+              CREATE CONSTRAINT TRIGGER refuse_odd AFTER UPDATE ON crm.bookings
+                DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+                EXECUTE FUNCTION crm.refuse_odd('23514')",
+        )
     });
 }
 
 #[test]
 fn a_before_trigger_returning_null_for_one_booking() {
     check(&Case {
-        name: "a BEFORE UPDATE trigger returning NULL for one booking",
-        sql: "CREATE FUNCTION crm.drop_odd() RETURNS trigger LANGUAGE plpgsql AS $$
-              BEGIN
-                IF NEW.id = '{odd}' THEN RETURN NULL; END IF;
-                RETURN NEW;
-              END $$;
-              CREATE TRIGGER drop_odd BEFORE UPDATE ON crm.bookings
-                FOR EACH ROW EXECUTE FUNCTION crm.drop_odd()",
-        relay: &[],
-        manager: false,
-        writes: true,
-        one_connection: false,
         odd: Some(Odd {
             fate: Fate::Quarantined {
                 reason: "update_dropped",
@@ -750,21 +697,22 @@ fn a_before_trigger_returning_null_for_one_booking() {
             },
             first_cycle_fails: false,
         }),
-        refused: None,
+        ..Case::new(
+            "a BEFORE UPDATE trigger returning NULL for one booking",
+            "CREATE FUNCTION crm.drop_odd() RETURNS trigger LANGUAGE plpgsql AS $$
+              BEGIN
+                IF NEW.id = '{odd}' THEN RETURN NULL; END IF;
+                RETURN NEW;
+              END $$;
+              CREATE TRIGGER drop_odd BEFORE UPDATE ON crm.bookings
+                FOR EACH ROW EXECUTE FUNCTION crm.drop_odd()",
+        )
     });
 }
 
 #[test]
 fn a_trigger_raising_lock_not_available_for_one_booking() {
     check(&Case {
-        name: "a BEFORE UPDATE trigger raising 55P03 for one booking, a class the job retries",
-        sql: "{refuse}
-              CREATE TRIGGER refuse_odd BEFORE UPDATE ON crm.bookings
-                FOR EACH ROW EXECUTE FUNCTION crm.refuse_odd('55P03')",
-        relay: &[],
-        manager: false,
-        writes: true,
-        one_connection: false,
         odd: Some(Odd {
             fate: Fate::Quarantined {
                 reason: "database",
@@ -772,38 +720,37 @@ fn a_trigger_raising_lock_not_available_for_one_booking() {
             },
             first_cycle_fails: true,
         }),
-        refused: None,
+        ..Case::new(
+            "a BEFORE UPDATE trigger raising 55P03 for one booking, a class the job retries",
+            "{refuse}
+              CREATE TRIGGER refuse_odd BEFORE UPDATE ON crm.bookings
+                FOR EACH ROW EXECUTE FUNCTION crm.refuse_odd('55P03')",
+        )
     });
 }
 
 #[test]
 fn an_audit_rule_on_the_table() {
     check(&Case {
-        name: "a rule DO ALSO logging every update into a table of the CRM's",
-        sql: "CREATE TABLE public.booking_changes (id uuid, at timestamptz);
+        refused: Some((78, "replace the rule by a trigger")),
+        ..Case::new(
+            "a rule DO ALSO logging every update into a table of the CRM's",
+            "CREATE TABLE public.booking_changes (id uuid, at timestamptz);
               CREATE RULE log_changes AS ON UPDATE TO crm.bookings
                 DO ALSO INSERT INTO public.booking_changes VALUES (NEW.id, now())",
-        relay: &[],
-        manager: false,
-        writes: true,
-        one_connection: false,
-        odd: None,
-        refused: Some((78, "replace the rule by a trigger")),
+        )
     });
 }
 
 #[test]
 fn a_conditional_instead_rule_on_the_table() {
     check(&Case {
-        name: "a rule DO INSTEAD NOTHING for updates of one booking",
-        sql: "CREATE RULE keep_one AS ON UPDATE TO crm.bookings
+        refused: Some((78, "replace the rule by a trigger")),
+        ..Case::new(
+            "a rule DO INSTEAD NOTHING for updates of one booking",
+            "CREATE RULE keep_one AS ON UPDATE TO crm.bookings
                 WHERE OLD.status = 'Booked' AND OLD.booking_expires_at IS NULL
                 DO INSTEAD NOTHING",
-        relay: &[],
-        manager: false,
-        writes: true,
-        one_connection: false,
-        odd: None,
-        refused: Some((78, "replace the rule by a trigger")),
+        )
     });
 }

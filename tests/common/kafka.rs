@@ -127,38 +127,7 @@ pub fn create_topic(brokers: &str, topic: &str, partitions: i32, configs: &[(&st
     for (k, v) in configs {
         new = new.set(k, v);
     }
-    let results = runtime()
-        .block_on(admin.create_topics(&[new], &AdminOptions::new()))
-        .unwrap();
-    for r in results {
-        r.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e}"));
-    }
-    // Created is not yet known to every broker: the relay takes a topic that its
-    // metadata does not show for a configuration fault (exit 78), so wait until it
-    // shows the topic with a leader for every partition.
-    let started = Instant::now();
-    loop {
-        let ready = admin
-            .inner()
-            .fetch_metadata(Some(topic), Duration::from_secs(5))
-            .ok()
-            .and_then(|m| {
-                m.topics().first().map(|t| {
-                    t.error().is_none()
-                        && t.partitions().len() == partitions as usize
-                        && t.partitions().iter().all(|p| p.leader() >= 0)
-                })
-            })
-            .unwrap_or(false);
-        if ready {
-            return;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "topic {topic} not in the brokers' metadata 30 s after it was created"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    create_and_wait(&admin, new, topic, partitions);
 }
 
 /// One record as a consumer sees it.
@@ -360,6 +329,17 @@ pub fn create_replicated_topic(brokers: &str, topic: &str, partitions: i32) {
         .unwrap();
     let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(3))
         .set("min.insync.replicas", "2");
+    create_and_wait(&admin, new, topic, partitions);
+}
+
+/// Creates `new` and waits until the brokers' metadata shows it with a leader for
+/// every one of its `partitions`.
+fn create_and_wait(
+    admin: &AdminClient<DefaultClientContext>,
+    new: NewTopic<'_>,
+    topic: &str,
+    partitions: i32,
+) {
     let results = runtime()
         .block_on(admin.create_topics(&[new], &AdminOptions::new()))
         .unwrap();
