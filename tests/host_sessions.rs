@@ -137,6 +137,35 @@ fn relay_listens(c: &mut postgres::Client) -> bool {
         == 1
 }
 
+/// A topic of its own, a test database and a `--follow` relay on them, waiting for
+/// inserts.
+struct Listening {
+    brokers: String,
+    topic: String,
+    db: TestDb,
+    c: postgres::Client,
+    relay: Background,
+}
+
+fn listening(follow: &str) -> Listening {
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, 6, &[]);
+    let db = TestDb::new();
+    let mut c = db.client();
+    let relay = following_relay(&db, &brokers, follow);
+    wait_until(Duration::from_secs(20), "the relay listening", || {
+        relay_listens(&mut c)
+    });
+    Listening {
+        brokers,
+        topic,
+        db,
+        c,
+        relay,
+    }
+}
+
 fn following_relay(db: &TestDb, brokers: &str, follow: &str) -> Background {
     Background::start(db.command(&[
         "relay-outbox",
@@ -159,15 +188,13 @@ fn reconnect_lines(stderr: &str) -> Vec<&str> {
 
 #[test]
 fn a_following_relay_whose_session_is_terminated_reconnects_and_goes_on() {
-    let brokers = shared_brokers();
-    let topic = unique_topic();
-    create_topic(&brokers, &topic, 6, &[]);
-    let db = TestDb::new();
-    let mut c = db.client();
-    let relay = following_relay(&db, &brokers, "15s");
-    wait_until(Duration::from_secs(20), "the relay listening", || {
-        relay_listens(&mut c)
-    });
+    let Listening {
+        brokers,
+        topic,
+        db: _db,
+        mut c,
+        relay,
+    } = listening("15s");
     let first = insert_row(&mut c, &topic);
     assert_eq!(
         consume(&brokers, &topic, 6, 1, Duration::from_secs(20)).len(),
@@ -232,15 +259,13 @@ fn a_following_relay_survives_a_server_restart() {
 
 #[test]
 fn a_republished_row_reaches_a_following_relay_in_the_same_run() {
-    let brokers = shared_brokers();
-    let topic = unique_topic();
-    create_topic(&brokers, &topic, 6, &[]);
-    let db = TestDb::new();
-    let mut c = db.client();
-    let relay = following_relay(&db, &brokers, "12s");
-    wait_until(Duration::from_secs(20), "the relay listening", || {
-        relay_listens(&mut c)
-    });
+    let Listening {
+        brokers,
+        topic,
+        db,
+        mut c,
+        relay,
+    } = listening("12s");
     let id = insert_row(&mut c, &topic);
     assert_eq!(
         consume(&brokers, &topic, 6, 1, Duration::from_secs(20)).len(),
@@ -625,15 +650,13 @@ fn a_relay_whose_marks_are_refused_as_read_only_stops_at_once() {
 
 #[test]
 fn a_following_relay_whose_mark_session_is_terminated_goes_on_with_its_lock() {
-    let brokers = shared_brokers();
-    let topic = unique_topic();
-    create_topic(&brokers, &topic, 6, &[]);
-    let db = TestDb::new();
-    let mut c = db.client();
-    let relay = following_relay(&db, &brokers, "15s");
-    wait_until(Duration::from_secs(20), "the relay listening", || {
-        relay_listens(&mut c)
-    });
+    let Listening {
+        brokers,
+        topic,
+        db: _db,
+        mut c,
+        relay,
+    } = listening("15s");
     insert_row(&mut c, &topic);
     wait_until(Duration::from_secs(20), "the first row marked", || {
         count(
