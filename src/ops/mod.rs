@@ -30,10 +30,8 @@ pub fn run(command: &Command) -> Result<()> {
 /// Who does an operator's action, for the trail: the name given (`--actor`, else the
 /// USER environment variable) and the database user, which the database vouches for.
 pub fn actor(client: &mut impl GenericClient, args: &ActorArgs) -> Result<String> {
-    let db_user: String = client
-        .query_one("SELECT session_user::text", &[])
-        .classify(Failure::Temporary, "cannot read the database user")?
-        .get(0);
+    let db_user = crate::store::ops::session_user(client)
+        .classify(Failure::Temporary, "cannot read the database user")?;
     let name = args
         .actor
         .clone()
