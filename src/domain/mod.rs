@@ -9,13 +9,17 @@
 pub(crate) mod booking;
 mod event;
 pub mod json;
+mod payload_order;
 pub mod plan;
+mod status;
 mod time;
 
-pub use booking::{BookingRow, Expiry, Phase, Status, expire};
+pub use booking::{BookingRow, Expiry, expire};
 pub use event::{
-    AGGREGATE_TYPE, ContractVersion, EVENT_TYPE, ExpiredEvent, ExpiredEventV2, PAYLOAD_FIELDS,
-    TOPIC, event_headers, payload_in_contract_order, rfc3339, with_header,
+    AGGREGATE_TYPE, ContractVersion, EVENT_TYPE, ExpiredEvent, ExpiredEventV2, TOPIC,
+    event_headers, rfc3339, with_header,
 };
+pub use payload_order::{PAYLOAD_FIELDS, payload_in_contract_order};
 pub use plan::{AsOf, BatchWrite, OutboxEvent, Poison, decide};
+pub use status::{Phase, Status};
 pub use time::Timestamp;
