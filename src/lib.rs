@@ -3,6 +3,8 @@
 //! resolves, runs (`app`) and exits (`exit`); everything else lives in these rooms.
 
 pub mod app;
+#[cfg(test)]
+mod architecture;
 pub mod cli;
 pub mod clock;
 pub mod config;
