@@ -19,5 +19,7 @@ pub mod reference;
 pub mod relay;
 pub mod report;
 pub mod shutdown;
+#[cfg(test)]
+mod source;
 pub mod sqlstate;
 pub mod store;

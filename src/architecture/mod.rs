@@ -16,37 +16,13 @@
 //! forbids are left out of the cycle check while they are pending.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs;
-use std::path::Path;
+
+mod imports;
+
+use imports::{module_of, uses_of};
 
 /// Where the rules are written.
 const PAGE: &str = "docs/architecture.md";
-
-/// The statement keywords a string literal of SQL opens with.
-const SQL_STARTS: &[&str] = &[
-    "SELECT ",
-    "INSERT INTO ",
-    "UPDATE ",
-    "DELETE FROM ",
-    "WITH ",
-    "BEGIN",
-    "COMMIT",
-    "ROLLBACK",
-    "SAVEPOINT ",
-    "RELEASE SAVEPOINT",
-    "SET ",
-    "SHOW ",
-    "LISTEN ",
-    "NOTIFY ",
-    "LOCK TABLE",
-    "CREATE ",
-    "ALTER ",
-    "DROP ",
-    "GRANT ",
-    "REVOKE ",
-    "TRUNCATE ",
-    "VACUUM",
-];
 
 /// A set of names: those listed, or every room but those listed.
 #[derive(Debug, Clone, PartialEq)]
@@ -140,276 +116,6 @@ fn rules_in(page: &str, tag: &str) -> Result<Vec<Rule>, String> {
         .filter(|l| !l.trim().is_empty())
         .map(Rule::parse)
         .collect()
-}
-
-/// One path into another room or crate, or a string literal of SQL.
-#[derive(Debug, Clone, PartialEq)]
-struct Use {
-    line: usize,
-    /// The room or crate the path reaches (`"SQL"` for a literal of SQL).
-    target: String,
-    /// The path as written, up to the name of the room (or the literal's opening).
-    text: String,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-enum Token {
-    Ident(String),
-    Str(String),
-    Punct(char),
-    /// `::`
-    Path,
-}
-
-/// The tokens of `source` that matter here, with their lines: comments dropped, string
-/// and char literals read whole (so a brace or a path inside one is no code).
-fn tokens(source: &str) -> Vec<(usize, Token)> {
-    let chars: Vec<char> = source.chars().collect();
-    let mut out = Vec::new();
-    let mut line = 1;
-    let mut i = 0;
-    let at = |i: usize| chars.get(i).copied().unwrap_or('\0');
-    while i < chars.len() {
-        let c = chars[i];
-        match c {
-            '\n' => {
-                line += 1;
-                i += 1;
-            }
-            '/' if at(i + 1) == '/' => {
-                while i < chars.len() && chars[i] != '\n' {
-                    i += 1;
-                }
-            }
-            '/' if at(i + 1) == '*' => {
-                let mut depth = 0;
-                while i < chars.len() {
-                    if chars[i] == '/' && at(i + 1) == '*' {
-                        depth += 1;
-                        i += 2;
-                    } else if chars[i] == '*' && at(i + 1) == '/' {
-                        depth -= 1;
-                        i += 2;
-                        if depth == 0 {
-                            break;
-                        }
-                    } else {
-                        if chars[i] == '\n' {
-                            line += 1;
-                        }
-                        i += 1;
-                    }
-                }
-            }
-            '"' => {
-                let start_line = line;
-                let mut text = String::new();
-                i += 1;
-                while i < chars.len() && chars[i] != '"' {
-                    if chars[i] == '\\' {
-                        text.push(chars[i]);
-                        i += 1;
-                    }
-                    if at(i) == '\n' {
-                        line += 1;
-                    }
-                    text.push(at(i));
-                    i += 1;
-                }
-                i += 1;
-                out.push((start_line, Token::Str(text)));
-            }
-            'r' if at(i + 1) == '"' || (at(i + 1) == '#' && matches!(at(i + 2), '"' | '#')) => {
-                let start_line = line;
-                let mut hashes = 0;
-                i += 1;
-                while at(i) == '#' {
-                    hashes += 1;
-                    i += 1;
-                }
-                i += 1;
-                let close: String = std::iter::once('"')
-                    .chain(std::iter::repeat_n('#', hashes))
-                    .collect();
-                let rest: String = chars[i..].iter().collect();
-                let len = rest.find(&close).unwrap_or(rest.len());
-                let text = &rest[..len];
-                line += text.matches('\n').count();
-                i += text.chars().count() + close.chars().count();
-                out.push((start_line, Token::Str(text.to_owned())));
-            }
-            '\'' => {
-                // A char literal ('x', '\n', '{'), or a lifetime ('a).
-                if at(i + 1) == '\\' {
-                    i += 3;
-                    while i < chars.len() && chars[i] != '\'' {
-                        i += 1;
-                    }
-                    i += 1;
-                } else if at(i + 2) == '\'' {
-                    i += 3;
-                } else {
-                    i += 1;
-                }
-            }
-            ':' if at(i + 1) == ':' => {
-                out.push((line, Token::Path));
-                i += 2;
-            }
-            c if c.is_alphanumeric() || c == '_' => {
-                let start = i;
-                while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
-                    i += 1;
-                }
-                out.push((line, Token::Ident(chars[start..i].iter().collect())));
-            }
-            c if c.is_whitespace() => i += 1,
-            c => {
-                out.push((line, Token::Punct(c)));
-                i += 1;
-            }
-        }
-    }
-    out
-}
-
-/// The module path of the file `path` (relative to `src/`): `relay/settle.rs` is
-/// `["relay", "settle"]`, `store/mod.rs` is `["store"]`, `main.rs` is `["main"]`.
-fn module_of(path: &str) -> Vec<String> {
-    let path = path.trim_end_matches(".rs");
-    let mut parts: Vec<String> = path.split('/').map(str::to_owned).collect();
-    if parts.last().is_some_and(|p| p == "mod") {
-        parts.pop();
-    }
-    parts
-}
-
-/// The first names of each item of the `use` group opening at `tokens[i]` (`{`).
-fn group_heads(tokens: &[(usize, Token)], mut i: usize) -> Vec<(usize, String)> {
-    let mut heads = Vec::new();
-    let mut depth = 0;
-    let mut item_start = true;
-    while i < tokens.len() {
-        match &tokens[i].1 {
-            Token::Punct('{') => {
-                depth += 1;
-                item_start = depth == 1;
-            }
-            Token::Punct('}') => {
-                depth -= 1;
-                if depth == 0 {
-                    break;
-                }
-            }
-            Token::Punct(',') if depth == 1 => item_start = true,
-            Token::Ident(name) if depth == 1 && item_start => {
-                heads.push((tokens[i].0, name.clone()));
-                item_start = false;
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    heads
-}
-
-/// The paths of the file `path` (relative to `src/`) into other rooms, into the
-/// crates in `crates`, and its literals of SQL.
-fn uses_of(
-    path: &str,
-    source: &str,
-    rooms: &BTreeSet<String>,
-    crates: &BTreeSet<String>,
-) -> Vec<Use> {
-    let module = module_of(path);
-    let room = module[0].clone();
-    let tokens = tokens(source);
-    let mut uses = Vec::new();
-    // The inline modules (`mod tests {`) open around the current token: their depths.
-    let mut inline: Vec<usize> = Vec::new();
-    let mut depth = 0;
-    let ident = |i: usize| match tokens.get(i) {
-        Some((_, Token::Ident(name))) => Some(name.as_str()),
-        _ => None,
-    };
-    let is = |i: usize, t: &Token| tokens.get(i).is_some_and(|(_, x)| x == t);
-    // A path into `target`, when that is another room.
-    let reach = |uses: &mut Vec<Use>, line: usize, target: &str, text: String| {
-        if target != room && rooms.contains(target) {
-            uses.push(Use {
-                line,
-                target: target.to_owned(),
-                text,
-            });
-        }
-    };
-    for i in 0..tokens.len() {
-        let (line, token) = &tokens[i];
-        let after_path = i > 0 && is(i - 1, &Token::Path);
-        match token {
-            Token::Punct('{') => {
-                if i >= 2 && ident(i - 2) == Some("mod") && ident(i - 1).is_some() {
-                    inline.push(depth);
-                }
-                depth += 1;
-            }
-            Token::Punct('}') => {
-                depth -= 1;
-                if inline.last() == Some(&depth) {
-                    inline.pop();
-                }
-            }
-            Token::Str(text) => {
-                let text = text.trim_start();
-                if SQL_STARTS.iter().any(|s| text.starts_with(s)) {
-                    let opening: String = text.chars().take(30).collect();
-                    uses.push(Use {
-                        line: *line,
-                        target: "SQL".to_owned(),
-                        text: format!("\"{opening}…\""),
-                    });
-                }
-            }
-            Token::Ident(name) if !after_path && is(i + 1, &Token::Path) => {
-                let root = match name.as_str() {
-                    "crate" => true,
-                    "booking_expire" => room == "main",
-                    _ => false,
-                };
-                if root {
-                    if let Some(next) = ident(i + 2) {
-                        reach(&mut uses, *line, next, format!("{name}::{next}"));
-                    } else if is(i + 2, &Token::Punct('{')) {
-                        for (l, head) in group_heads(&tokens, i + 2) {
-                            reach(&mut uses, l, &head, format!("{name}::{{{head}, …}}"));
-                        }
-                    }
-                } else if name == "super" {
-                    let mut climbs = 1;
-                    while ident(i + 2 * climbs) == Some("super")
-                        && is(i + 2 * climbs + 1, &Token::Path)
-                    {
-                        climbs += 1;
-                    }
-                    let here = module.len() + inline.len();
-                    if climbs >= here
-                        && let Some(next) = ident(i + 2 * climbs)
-                    {
-                        let written = "super::".repeat(climbs);
-                        reach(&mut uses, *line, next, format!("{written}{next}"));
-                    }
-                } else if crates.contains(name) {
-                    uses.push(Use {
-                        line: *line,
-                        target: name.clone(),
-                        text: format!("{name}::"),
-                    });
-                }
-            }
-            _ => {}
-        }
-    }
-    uses
 }
 
 /// The rooms of the files: the first part of each one's module path.
@@ -519,25 +225,11 @@ fn cycles(edges: &BTreeMap<String, BTreeMap<String, String>>) -> Vec<Vec<String>
     found
 }
 
-/// Every `.rs` file under `dir`, by its path relative to `root`.
-fn read_sources(root: &Path, dir: &Path, files: &mut BTreeMap<String, String>) {
-    for entry in fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            read_sources(root, &path, files);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            let relative = path
-                .strip_prefix(root)
-                .unwrap()
-                .to_string_lossy()
-                .replace('\\', "/");
-            files.insert(relative, fs::read_to_string(&path).unwrap());
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::fs;
+    use std::path::Path;
+
     use super::*;
 
     fn manifest() -> &'static Path {
@@ -567,9 +259,7 @@ mod tests {
     fn the_code_keeps_the_rules_of_the_architecture_page() {
         let (never, pending) = page_rules();
         assert!(never.iter().any(|r| r.kind == Kind::NoCycles), "{never:?}");
-        let src = manifest().join("src");
-        let mut sources = BTreeMap::new();
-        read_sources(&src, &src, &mut sources);
+        let sources = crate::source::files();
         // Every name is a room or a dependency: a misspelt one would forbid nothing.
         let rooms = rooms_of(&sources);
         let manifest_text = fs::read_to_string(manifest().join("Cargo.toml")).unwrap();
