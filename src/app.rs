@@ -224,7 +224,7 @@ fn read_after_run(db: &DbConfig, step: Step) -> Option<Backlog> {
     match read() {
         Ok(backlog) => Some(backlog),
         Err(e) => {
-            warn!(error:% = format!("{e:#}");
+            warn!(Error:% = format!("{e:#}");
                   "cannot read the backlog for the metrics push; pushing the run's own gauges only");
             None
         }

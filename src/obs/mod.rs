@@ -7,6 +7,7 @@
 pub mod ack_age;
 pub mod backlog_only;
 pub mod exposition;
+pub mod fields;
 pub mod figures;
 pub mod gauges;
 pub mod lateness;

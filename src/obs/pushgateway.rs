@@ -151,10 +151,10 @@ impl Pushgateway {
     pub fn push_logged(&self, step: Step, body: &str) {
         let started = Instant::now();
         match self.push(step, body) {
-            Ok(()) => info!(pushgateway = self.url().as_str(), step = step.as_str(),
-                            duration_ms = started.elapsed().as_millis() as u64; "metrics pushed"),
-            Err(e) => warn!(pushgateway = self.url().as_str(), step = step.as_str(),
-                            error:% = format!("{e:#}");
+            Ok(()) => info!(Pushgateway = self.url().as_str(), Step = step.as_str(),
+                            DurationMs = started.elapsed().as_millis() as u64; "metrics pushed"),
+            Err(e) => warn!(Pushgateway = self.url().as_str(), Step = step.as_str(),
+                            Error:% = format!("{e:#}");
                             "metrics push failed for {}: {e:#}; the run's outcome is unchanged",
                             self.url()),
         }
