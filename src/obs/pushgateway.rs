@@ -1,5 +1,5 @@
 //! The Pushgateway client. A CronJob has no scrape endpoint, so `run-once` and
-//! `relay-outbox` push their gauges when they end (see `obs::metrics` for what).
+//! `relay-outbox` push their gauges when they end (see `obs::gauges` for what).
 //!
 //! - `POST /metrics/job/crm_booking_expiration/step/<step>`: a fixed grouping key, never
 //!   the pod, so each run replaces the last run's values instead of leaving one stale
