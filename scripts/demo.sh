@@ -69,7 +69,7 @@ run_quiet "$WORK/run-once.log" "$BIN" run-once
 echo "   log: $(wc -l <"$WORK/run-once.log") lines, e.g."
 for message in "cycle started" "booking expired" "cycle completed"; do
     grep -m 1 "$message" "$WORK/run-once.log" |
-        sed -E 's/^[^ ]+ +([A-Z]+) +run_id=[^ ]+ /   \1 /' | shorten
+        sed -E 's/^[^ ]+ +([A-Z]+) +RunId=[^ ]+ /   \1 /' | shorten
 done
 
 echo; echo "== bookings after the cycle"

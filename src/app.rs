@@ -6,7 +6,6 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use chrono::{DateTime, Utc};
 use log::warn;
 use serde::Serialize;
 use uuid::Uuid;
@@ -14,7 +13,8 @@ use uuid::Uuid;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, DbConfig, MetricsConfig, Refused};
 use crate::cycle::{self, CycleResult};
-use crate::obs::metrics;
+use crate::obs::figures::{CycleFigures, Publications, RelayFigures, RunEnd};
+use crate::obs::gauges;
 use crate::obs::pushgateway::Step;
 use crate::relay::{self, RelayResult};
 use crate::store::{self, Backlog, Figures};
@@ -23,9 +23,43 @@ use crate::{exit, report, shutdown};
 /// Limits for the short read of the backlog gauges after a run.
 const READ_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The gauges of a run: its result, whether it failed, how long it took, the backlog
-/// read after it, and when it ended.
-type Gauges<R> = fn(&R, bool, Duration, Option<&Backlog>, DateTime<Utc>) -> String;
+/// The gauges of a run: of its result and of how it ended.
+type Gauges<R> = fn(&R, &RunEnd) -> String;
+
+/// The gauges of a `run-once` run, from its figures.
+fn cycle_gauges(result: &CycleResult, run: &RunEnd) -> String {
+    let figures = CycleFigures {
+        reserve_expired: result.reserve_expired_count,
+        booking_expired: result.booking_expired_count,
+        skipped_locked: result.skipped_locked_count,
+        poison: result.poison_count,
+        lateness: result.lateness.clone(),
+        paused_seconds: result.paused.as_ref().map_or(0.0, |p| p.paused_for_seconds),
+    };
+    gauges::cycle_metrics(&figures, run)
+}
+
+/// The gauges of a `relay-outbox` run, from its figures.
+fn relay_gauges(result: &RelayResult, run: &RunEnd) -> String {
+    let figures = RelayFigures {
+        published: result.published,
+        failed: result.failed,
+        purged: result.purged,
+        skipped: result.skipped,
+        publications: result
+            .publications
+            .iter()
+            .map(|((topic, phase), rows)| Publications {
+                topic: topic.clone(),
+                phase: phase.clone(),
+                rows: *rows,
+            })
+            .collect(),
+        ack_ages: result.ack_ages.clone(),
+        paused_seconds: result.paused.as_ref().map_or(0.0, |p| p.paused_for_seconds),
+    };
+    gauges::relay_metrics(&figures, run)
+}
 
 /// Runs the command of `config` as run `run_id`, on the system clock.
 pub fn run(config: Config, run_id: Uuid) -> Result<()> {
@@ -41,7 +75,7 @@ pub fn run(config: Config, run_id: Uuid) -> Result<()> {
                 ..Default::default()
             },
             |result| cycle::run_once(&cfg, &clock, result),
-            metrics::cycle_metrics,
+            cycle_gauges,
         ),
         Config::RelayOutbox(cfg, metrics) => pushed(
             &metrics,
@@ -52,7 +86,7 @@ pub fn run(config: Config, run_id: Uuid) -> Result<()> {
                 ..Default::default()
             },
             |result| relay::relay_outbox(&cfg, &clock, result),
-            metrics::relay_metrics,
+            relay_gauges,
         ),
         Config::DryRun(cfg) => report::dry_run(&cfg, run_id, &clock),
         Config::Backlog(cfg) => report::backlog(&cfg, &clock),
@@ -80,7 +114,7 @@ pub fn refused(refused: Refused, run_id: Uuid) -> anyhow::Error {
                 Step::RunOnce,
                 result,
                 |_| failed,
-                metrics::cycle_metrics,
+                cycle_gauges,
             )
         }
         Some((gateway, Step::RelayOutbox)) => {
@@ -97,7 +131,7 @@ pub fn refused(refused: Refused, run_id: Uuid) -> anyhow::Error {
                 Step::RelayOutbox,
                 result,
                 |_| failed,
-                metrics::relay_metrics,
+                relay_gauges,
             )
         }
         None => failed,
@@ -143,13 +177,13 @@ fn pushed<R: Reported>(
     if let Some(gateway) = &metrics.pushgateway {
         let duration = started.elapsed();
         let backlog = db.and_then(|db| read_after_run(db, step));
-        let body = gauges(
-            &result,
-            outcome.is_err(),
+        let run = RunEnd {
+            failed: outcome.is_err(),
             duration,
-            backlog.as_ref(),
-            SystemClock.now(),
-        );
+            backlog: backlog.as_ref().map(report::figures::backlog),
+            now: SystemClock.now(),
+        };
+        let body = gauges(&result, &run);
         gateway.push_logged(step, &body);
     }
     if let Err(e) = &outcome
@@ -190,7 +224,7 @@ fn read_after_run(db: &DbConfig, step: Step) -> Option<Backlog> {
     match read() {
         Ok(backlog) => Some(backlog),
         Err(e) => {
-            warn!(error:% = format!("{e:#}");
+            warn!(Error:% = format!("{e:#}");
                   "cannot read the backlog for the metrics push; pushing the run's own gauges only");
             None
         }

@@ -147,7 +147,7 @@ pub fn run_cycle(
         Ok(()) => {
             info!(ReserveExpiredCount = result.reserve_expired_count,
                   BookingExpiredCount = result.booking_expired_count,
-                  SkippedLocked = result.skipped_locked_count,
+                  SkippedLockedCount = result.skipped_locked_count,
                   PoisonCount = result.poison_count,
                   DurationMs = result.duration_ms;
                   "cycle completed");
@@ -155,10 +155,10 @@ pub fn run_cycle(
         }
         Err(e) => {
             // What committed before the failure stays committed: say so, then fail.
-            warn!(reserve_expired = result.reserve_expired_count,
-                  booking_expired = result.booking_expired_count,
-                  poison = result.poison_count,
-                  duration_ms = result.duration_ms;
+            warn!(ReserveExpiredCount = result.reserve_expired_count,
+                  BookingExpiredCount = result.booking_expired_count,
+                  PoisonCount = result.poison_count,
+                  DurationMs = result.duration_ms;
                   "cycle stopped early; batches committed before this point stay committed");
             Err(e)
         }
@@ -170,9 +170,9 @@ pub fn run_cycle(
 fn check_clock(client: &mut Client, max: std::time::Duration) -> Result<()> {
     let skew = store::measure_clock_skew(client)
         .classify(Failure::Temporary, "cannot read the database clock")?;
-    info!(system_ahead_ms = skew.system_ahead_by.num_milliseconds(),
-          round_trip_ms = skew.round_trip.as_millis() as u64,
-          max_clock_skew_ms = max.as_millis() as u64; "clock skew measured");
+    info!(SystemAheadMs = skew.system_ahead_by.num_milliseconds(),
+          RoundTripMs = skew.round_trip.as_millis() as u64,
+          MaxClockSkewMs = max.as_millis() as u64; "clock skew measured");
     if skew.certain() <= max {
         return Ok(());
     }
@@ -465,7 +465,7 @@ impl Session<'_> {
                                 error: format!("{e:#}"),
                             });
                         }
-                        error!(phase:% = phase, error:% = format!("{e:#}");
+                        error!(Phase:% = phase, Error:% = format!("{e:#}");
                                "phase failed; its batch rolled back");
                         drained.first_error.get_or_insert(e);
                         if fatal {
@@ -521,7 +521,7 @@ fn side_by_side(
             let (mut db2, stmts) = match opened {
                 Ok(opened) => opened,
                 Err(e) => {
-                    warn!(error:% = format!("{e:#}");
+                    warn!(Error:% = format!("{e:#}");
                           "cannot open a second session; the phases go on taking turns on one");
                     return None;
                 }
@@ -661,7 +661,7 @@ fn report_left(
             Ok(n) => left[phase_slot(phase)] = Some(n),
             Err(e) => {
                 left[phase_slot(phase)] = None;
-                warn!(phase:% = phase, error:% = format!("{e:#}");
+                warn!(Phase:% = phase, Error:% = format!("{e:#}");
                       "cannot count the overdue bookings left");
             }
         }
@@ -782,12 +782,12 @@ fn release_stale_quarantine(
     match store::release_stale_quarantine(client, stmts) {
         Ok(0) => {}
         Ok(released) => {
-            info!(released, as_of:% = rfc3339(as_of);
+            info!(Released = released, AsOf:% = rfc3339(as_of);
                   "quarantine entries released: their bookings changed since");
         }
         Err(e) => {
             let e = e.context("releasing stale quarantine entries failed");
-            error!(error:% = format!("{e:#}"); "quarantine upkeep failed");
+            error!(Error:% = format!("{e:#}"); "quarantine upkeep failed");
             first_error.get_or_insert(e);
         }
     }
@@ -1165,7 +1165,7 @@ fn read_failures(
             return None;
         }
         Err(e) => {
-            warn!(error:% = format!("{e:#}"); "cannot read the phases' failures of last cycle");
+            warn!(Error:% = format!("{e:#}"); "cannot read the phases' failures of last cycle");
             return None;
         }
     };
@@ -1205,7 +1205,7 @@ fn remember_failures(
             None => continue,
         };
         if let Err(e) = done {
-            warn!(Phase:% = turn.phase, error:% = format!("{e:#}");
+            warn!(Phase:% = turn.phase, Error:% = format!("{e:#}");
                   "cannot record the phase's failure for the next cycle");
         }
     }

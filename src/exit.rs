@@ -135,7 +135,7 @@ pub fn report(outcome: anyhow::Result<()>, json: bool) -> ExitCode {
         Err(e) => {
             let code = exit_code(&e);
             if json {
-                log::error!(error:% = format!("{e:#}"); "failed");
+                log::error!(Error:% = format!("{e:#}"); "failed");
             } else {
                 error_line(&format!("booking-expire: error: {e:#}"));
             }
@@ -199,7 +199,7 @@ pub fn install_panic_hook(json: bool) {
             .unwrap_or_default();
         let message = format!("internal error (a bug; please report it): {what}{at}");
         if json {
-            log::error!(error:% = message; "failed");
+            log::error!(Error:% = message; "failed");
         } else {
             // Never `eprintln!`: it panics when stderr is closed, and a panic inside
             // the panic hook aborts the process (134) instead of ending it with 70.

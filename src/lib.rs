@@ -3,6 +3,8 @@
 //! resolves, runs (`app`) and exits (`exit`); everything else lives in these rooms.
 
 pub mod app;
+#[cfg(test)]
+mod architecture;
 pub mod cli;
 pub mod clock;
 pub mod config;
@@ -17,5 +19,7 @@ pub mod reference;
 pub mod relay;
 pub mod report;
 pub mod shutdown;
+#[cfg(test)]
+mod source;
 pub mod sqlstate;
 pub mod store;

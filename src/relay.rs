@@ -134,8 +134,8 @@ fn relay(cfg: &RelayConfig, clock: &dyn Clock, result: &mut RelayResult) -> Resu
         store::listen(&mut db.client)?;
     }
     let mut producer = KafkaProducer::new(&cfg.kafka)?;
-    info!(brokers = cfg.kafka.brokers.as_str(), batch_size = cfg.batch_size,
-          follow_ms = cfg.follow.as_millis() as u64; "relay started");
+    info!(Brokers = cfg.kafka.brokers.as_str(), BatchSize = cfg.batch_size,
+          FollowMs = cfg.follow.as_millis() as u64; "relay started");
 
     // The purge runs also after a row's own failure: it concerns other rows; not once
     // paused: a paused relay does nothing more.
@@ -165,16 +165,16 @@ fn relay(cfg: &RelayConfig, clock: &dyn Clock, result: &mut RelayResult) -> Resu
     result.duration_ms = started.elapsed().as_millis() as u64;
     match outcome {
         Ok(()) => {
-            info!(published = result.published, failed = result.failed,
-                  retrying = result.retrying, purged = result.purged,
-                  waiting = result.waiting, waiting_for_topic = result.waiting_for_topic,
-                  next_due = result.next_due.as_deref().unwrap_or("-"),
-                  duration_ms = result.duration_ms; "relay completed");
+            info!(Published = result.published, Failed = result.failed,
+                  Retrying = result.retrying, Purged = result.purged,
+                  Waiting = result.waiting, WaitingForTopic = result.waiting_for_topic,
+                  NextDue = result.next_due.as_deref().unwrap_or("-"),
+                  DurationMs = result.duration_ms; "relay completed");
             Ok(())
         }
         Err(e) => {
-            warn!(published = result.published, failed = result.failed,
-                  retrying = result.retrying, duration_ms = result.duration_ms;
+            warn!(Published = result.published, Failed = result.failed,
+                  Retrying = result.retrying, DurationMs = result.duration_ms;
                   "relay stopped early; rows marked before this point stay marked");
             Err(turned_read_only(e))
         }
@@ -204,7 +204,7 @@ fn drain(
     let marked = marker.finish(result);
     match (outcome, marked) {
         (Err(e), Err(m)) => {
-            warn!(error:% = m; "the marks of the last batches failed too");
+            warn!(Error:% = m; "the marks of the last batches failed too");
             Err(e)
         }
         (Err(e), Ok(())) | (Ok(_), Err(e)) => Err(e),
@@ -407,7 +407,7 @@ fn count_waiting(client: &mut Client, clock: &dyn Clock, result: &mut RelayResul
     let per_topic = match store::waiting(client, clock.now()) {
         Ok(w) => w,
         Err(e) => {
-            warn!(error:% = format!("{e:#}"); "cannot count the outbox rows that wait");
+            warn!(Error:% = format!("{e:#}"); "cannot count the outbox rows that wait");
             return;
         }
     };
@@ -416,7 +416,7 @@ fn count_waiting(client: &mut Client, clock: &dyn Clock, result: &mut RelayResul
     result.waiting_for_topic = for_topic;
     result.next_due = next_due.map(crate::domain::rfc3339);
     if let (0, Some(due)) = (result.published, &result.next_due) {
-        info!(waiting, waiting_for_topic = for_topic, next_due = due.as_str();
+        info!(Waiting = waiting, WaitingForTopic = for_topic, NextDue = due.as_str();
               "nothing published: {waiting} rows are waiting ({for_topic} of them for their \
                topic, the others out a back-off), the next is due at {due}");
     }
@@ -439,7 +439,7 @@ fn purge(
     loop {
         interrupted()?;
         if Instant::now() >= until {
-            info!(purged = result.purged, purge_for_ms = PURGE_FOR.as_millis() as u64;
+            info!(Purged = result.purged, PurgeForMs = PURGE_FOR.as_millis() as u64;
                   "purge time spent; older published rows are purged next run");
             return Ok(());
         }
@@ -447,7 +447,7 @@ fn purge(
         result.purged += deleted;
         if deleted < u64::from(cfg.purge_batch_size) {
             if result.purged > 0 {
-                info!(purged = result.purged, retention_s = cfg.retention.as_secs();
+                info!(Purged = result.purged, RetentionSeconds = cfg.retention.as_secs();
                       "published rows past the retention purged");
             }
             return Ok(());

@@ -57,17 +57,17 @@ pub fn install(exit_now: fn(i32) -> !) -> anyhow::Result<()> {
                     }
                 });
                 if RECEIVED.swap(signal, Ordering::SeqCst) != 0 {
-                    log::warn!(signal; "second signal, exiting at once");
+                    log::warn!(Signal = signal; "second signal, exiting at once");
                     exit_now(signal);
                 }
                 let guard = INTERRUPT.lock().unwrap_or_else(|e| e.into_inner());
                 match guard.as_ref() {
                     Some(interrupt) => {
-                        log::warn!(signal; "signal received, finishing the in-flight batch");
+                        log::warn!(Signal = signal; "signal received, finishing the in-flight batch");
                         interrupt();
                     }
                     None => {
-                        log::warn!(signal; "signal received before any work started, exiting");
+                        log::warn!(Signal = signal; "signal received before any work started, exiting");
                         exit_now(signal);
                     }
                 }
@@ -91,7 +91,7 @@ impl Deadline {
         std::thread::spawn(move || {
             if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = wait.recv_timeout(after) {
                 flag.store(true, Ordering::SeqCst);
-                log::warn!(deadline_ms = after.as_millis() as u64;
+                log::warn!(DeadlineMs = after.as_millis() as u64;
                            "deadline passed with a statement in flight, cancelling it");
                 interrupt();
             }

@@ -665,9 +665,9 @@ fn a_misspelt_variable_is_named_with_the_setting_it_most_likely_meant() {
         .stderr
         .lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .find(|l| l["variable"] == "BOOKING_EXPIRATION_BATCHSIZE")
+        .find(|l| l["Variable"] == "BOOKING_EXPIRATION_BATCHSIZE")
         .unwrap_or_else(|| panic!("{}", r.stderr));
-    assert_eq!(warning["did_you_mean"], "BOOKING_EXPIRATION_BATCH_SIZE");
+    assert_eq!(warning["DidYouMean"], "BOOKING_EXPIRATION_BATCH_SIZE");
     assert_eq!(warning["level"], "WARN", "{warning}");
 }
 

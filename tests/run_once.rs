@@ -352,7 +352,7 @@ fn json_logs_carry_the_run_id_on_every_line_and_the_spec_events() {
         .collect();
     assert!(!lines.is_empty());
     for line in &lines {
-        assert_eq!(line["run_id"], json!(result.run_id.to_string()), "{line}");
+        assert_eq!(line["RunId"], json!(result.run_id.to_string()), "{line}");
         assert!(line["ts"].is_string() && line["level"].is_string());
     }
     let msgs: Vec<&str> = lines.iter().map(|l| l["msg"].as_str().unwrap()).collect();
@@ -377,7 +377,7 @@ fn json_logs_carry_the_run_id_on_every_line_and_the_spec_events() {
         .find(|l| l["msg"] == "cycle completed")
         .unwrap();
     assert_eq!(completed["BookingExpiredCount"], json!(1));
-    assert_eq!(completed["SkippedLocked"], json!(0));
+    assert_eq!(completed["SkippedLockedCount"], json!(0));
     assert!(completed["DurationMs"].is_u64());
 }
 

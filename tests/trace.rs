@@ -233,7 +233,7 @@ fn a_cycle_and_its_relay_are_one_trace_each_linked_by_the_traceparent() {
     // The trace id on every log line.
     for line in run.stderr.lines() {
         assert!(
-            line.contains(&format!(" trace_id={trace_id}")),
+            line.contains(&format!(" TraceId={trace_id}")),
             "no trace id: {line}"
         );
     }
@@ -358,7 +358,7 @@ fn a_cycle_and_its_relay_are_one_trace_each_linked_by_the_traceparent() {
     let relay_trace_id = relay_id.simple().to_string();
     for line in relay.stderr.lines() {
         assert!(
-            line.contains(&format!(" trace_id={relay_trace_id}")),
+            line.contains(&format!(" TraceId={relay_trace_id}")),
             "no trace id: {line}"
         );
     }
@@ -477,7 +477,7 @@ fn without_the_endpoint_there_is_no_tracing_and_the_traceparent_is_the_run_ids()
     seed(&mut c, &[Seed::reserved(-60)]);
     let run = db.run(&["run-once"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
-    assert!(!run.stderr.contains("trace_id="), "{}", run.stderr);
+    assert!(!run.stderr.contains("TraceId="), "{}", run.stderr);
     let run_id = run_id_of(&run.stdout);
     let row = c
         .query_one("SELECT id, headers FROM crm.outbox", &[])

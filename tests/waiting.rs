@@ -87,9 +87,9 @@ fn a_relay_whose_rows_all_wait_says_how_many_and_when_the_next_is_due() {
     let fields = |l: &serde_json::Value| {
         (
             l["level"].clone(),
-            l["waiting"].clone(),
-            l["waiting_for_topic"].clone(),
-            l["next_due"].clone(),
+            l["Waiting"].clone(),
+            l["WaitingForTopic"].clone(),
+            l["NextDue"].clone(),
         )
     };
     let said = line(&format!(

@@ -135,7 +135,7 @@ impl DbConfig {
         };
         if matches!(ssl_mode, SslMode::VerifyCa | SslMode::VerifyFull) && root_cert.is_none() {
             log::info!(
-                ssl_mode:? = ssl_mode;
+                SslMode:? = ssl_mode;
                 "no sslrootcert given: the server certificate is verified against the system's CAs"
             );
         }

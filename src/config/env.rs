@@ -121,10 +121,10 @@ pub fn warn_unknown() {
     let names = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok());
     for u in unknown(names, &known()) {
         match &u.closest {
-            Some(closest) => warn!(variable = u.name.as_str(), did_you_mean = closest.as_str();
+            Some(closest) => warn!(Variable = u.name.as_str(), DidYouMean = closest.as_str();
                 "environment variable {} is not a setting of booking-expire and is ignored; \
                  did you mean {closest}?", u.name),
-            None => warn!(variable = u.name.as_str();
+            None => warn!(Variable = u.name.as_str();
                 "environment variable {} is not a setting of booking-expire and is ignored \
                  (its settings are listed in --help)", u.name),
         }

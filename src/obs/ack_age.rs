@@ -1,7 +1,7 @@
 //! How long each published event waited: seconds from its write (the cycle's commit) to
 //! Kafka's acknowledgement, counted into fixed buckets as the relay marks rows, so the
 //! memory a run needs for it stays the same however long a `--follow` run publishes.
-//! A leaf: `relay.rs` observes, `obs::metrics` pushes it as
+//! A leaf: `relay.rs` observes, `obs::gauges` pushes it as
 //! `crm_booking_expiration_relay_ack_age_seconds`.
 
 use prometheus_client::metrics::histogram::Histogram;

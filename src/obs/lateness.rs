@@ -1,6 +1,6 @@
 //! How late a run's expiries were: `expired_at − deadline` in seconds, per phase,
 //! counted into fixed buckets as the batches commit, so the memory a run needs for it
-//! stays the same whatever it expires. `cycle.rs` observes, `obs::metrics` pushes it as
+//! stays the same whatever it expires. `cycle.rs` observes, `obs::gauges` pushes it as
 //! `crm_booking_expiration_lateness_seconds`.
 //!
 //! The objective: a deadline `t` expires by `t + 60 s + the cycle's budget (25 s)`:

@@ -1,7 +1,7 @@
 //! Logs go to stderr; stdout is for data only. `LOG_FORMAT=json` gives one JSON object
 //! per line. Every line carries the run id, and while tracing is on the trace id (and
 //! the current span's id, when there is one). Fields come from the `log` crate's
-//! key-values (`info!(phase = "Reserve"; "batch selected")`).
+//! key-values (`info!(Phase = "Reserve"; "batch selected")`).
 
 use std::io::Write;
 
@@ -9,6 +9,7 @@ use chrono::{SecondsFormat, Utc};
 use log::kv::{Key, Value, VisitSource};
 use uuid::Uuid;
 
+use super::fields::{ENVELOPE, LEVEL, MSG, RUN_ID, SPAN_ID, TRACE_ID, TS};
 use crate::cli::LogFormat;
 
 /// Installs the logger. `RUST_LOG` may change the filter; by default `filter`
@@ -26,17 +27,17 @@ pub fn init_logging(format: LogFormat, filter: &str, run_id: Uuid) {
             // record's fields as given): a cycle logs a line per expiry, and a map per
             // line cost as much as the rest of the line's work.
             let mut line = JsonLine::start(&mut *buf);
-            line.text("ts", &now())?;
-            line.text("level", record.level().as_str())?;
+            line.text(TS, &now())?;
+            line.text(LEVEL, record.level().as_str())?;
             match record.args().as_str() {
-                Some(msg) => line.text("msg", msg)?,
-                None => line.text("msg", &record.args().to_string())?,
+                Some(msg) => line.text(MSG, msg)?,
+                None => line.text(MSG, &record.args().to_string())?,
             }
-            line.text("run_id", &run_text)?;
+            line.text(RUN_ID, &run_text)?;
             if let Some((trace_id, span_id)) = super::trace::log_ids() {
-                line.text("trace_id", &trace_id)?;
+                line.text(TRACE_ID, &trace_id)?;
                 if let Some(span_id) = span_id {
-                    line.text("span_id", &span_id)?;
+                    line.text(SPAN_ID, &span_id)?;
                 }
             }
             let _ = record.key_values().visit(&mut line);
@@ -45,7 +46,7 @@ pub fn init_logging(format: LogFormat, filter: &str, run_id: Uuid) {
         LogFormat::Text => builder.format(move |buf, record| {
             write!(
                 buf,
-                "{} {:<5} run_id={} {}",
+                "{} {:<5} {RUN_ID}={} {}",
                 now(),
                 record.level(),
                 run_id,
@@ -53,9 +54,9 @@ pub fn init_logging(format: LogFormat, filter: &str, run_id: Uuid) {
             )?;
             let _ = record.key_values().visit(&mut TextFields(&mut *buf));
             if let Some((trace_id, span_id)) = super::trace::log_ids() {
-                write!(buf, " trace_id={trace_id}")?;
+                write!(buf, " {TRACE_ID}={trace_id}")?;
                 if let Some(span_id) = span_id {
-                    write!(buf, " span_id={span_id}")?;
+                    write!(buf, " {SPAN_ID}={span_id}")?;
                 }
             }
             writeln!(buf)
@@ -68,9 +69,6 @@ pub fn init_logging(format: LogFormat, filter: &str, run_id: Uuid) {
 fn now() -> String {
     Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true)
 }
-
-/// The keys every JSON line has; a record's field of the same name is left out.
-const OWN_KEYS: [&str; 6] = ["ts", "level", "msg", "run_id", "trace_id", "span_id"];
 
 /// One JSON object, written into the log line key by key.
 struct JsonLine<'a> {
@@ -125,7 +123,7 @@ impl<'a> JsonLine<'a> {
 
 impl<'kvs> VisitSource<'kvs> for JsonLine<'_> {
     fn visit_pair(&mut self, key: Key<'kvs>, value: Value<'kvs>) -> Result<(), log::kv::Error> {
-        if OWN_KEYS.contains(&key.as_str()) {
+        if ENVELOPE.contains(&key.as_str()) {
             return Ok(());
         }
         self.key(key.as_str())
@@ -140,6 +138,9 @@ struct TextFields<'a>(&'a mut env_logger::fmt::Formatter);
 
 impl<'kvs> VisitSource<'kvs> for TextFields<'_> {
     fn visit_pair(&mut self, key: Key<'kvs>, value: Value<'kvs>) -> Result<(), log::kv::Error> {
+        if ENVELOPE.contains(&key.as_str()) {
+            return Ok(());
+        }
         let owned;
         let text = match value.to_borrowed_str() {
             Some(text) => text,

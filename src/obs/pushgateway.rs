@@ -1,5 +1,5 @@
 //! The Pushgateway client. A CronJob has no scrape endpoint, so `run-once` and
-//! `relay-outbox` push their gauges when they end (see `obs::metrics` for what).
+//! `relay-outbox` push their gauges when they end (see `obs::gauges` for what).
 //!
 //! - `POST /metrics/job/crm_booking_expiration/step/<step>`: a fixed grouping key, never
 //!   the pod, so each run replaces the last run's values instead of leaving one stale
@@ -151,10 +151,10 @@ impl Pushgateway {
     pub fn push_logged(&self, step: Step, body: &str) {
         let started = Instant::now();
         match self.push(step, body) {
-            Ok(()) => info!(pushgateway = self.url().as_str(), step = step.as_str(),
-                            duration_ms = started.elapsed().as_millis() as u64; "metrics pushed"),
-            Err(e) => warn!(pushgateway = self.url().as_str(), step = step.as_str(),
-                            error:% = format!("{e:#}");
+            Ok(()) => info!(Pushgateway = self.url().as_str(), Step = step.as_str(),
+                            DurationMs = started.elapsed().as_millis() as u64; "metrics pushed"),
+            Err(e) => warn!(Pushgateway = self.url().as_str(), Step = step.as_str(),
+                            Error:% = format!("{e:#}");
                             "metrics push failed for {}: {e:#}; the run's outcome is unchanged",
                             self.url()),
         }

@@ -6,7 +6,7 @@
 //! `OTEL_EXPORTER_OTLP_TIMEOUT`, `OTEL_SERVICE_NAME` (default `booking-expire`),
 //! `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_SDK_DISABLED=true`.
 //!
-//! - One trace per run, whose trace id is the run id (`run_id` 3a14e5e0-2902-… is trace
+//! - One trace per run, whose trace id is the run id (`RunId` 3a14e5e0-2902-… is trace
 //!   3a14e5e029024c28…): a log line, a `ce_correlationid` or a `traceparent` header
 //!   leads straight to the trace.
 //! - Spans are batched in memory and sent by the SDK's background thread; the run ends
@@ -97,7 +97,7 @@ pub fn init(run_id: Uuid, command: &'static str) -> Tracing {
     };
     let protocol = configured_protocol();
     if protocol != "http/protobuf" && protocol != "http/json" {
-        log::warn!(protocol = protocol.as_str();
+        log::warn!(Protocol = protocol.as_str();
                    "OTEL_EXPORTER_OTLP_PROTOCOL not supported (use http/protobuf or http/json); tracing is off");
         return off;
     }
@@ -105,7 +105,7 @@ pub fn init(run_id: Uuid, command: &'static str) -> Tracing {
     let exporter = match OtlpExporter::builder().with_http().build() {
         Ok(exporter) => exporter,
         Err(e) => {
-            log::warn!(endpoint = endpoint.as_str(), error:% = e;
+            log::warn!(Endpoint = endpoint.as_str(), Error:% = e;
                        "cannot set up the OTLP trace exporter for {endpoint}: {e}; tracing is off");
             return off;
         }
@@ -121,7 +121,7 @@ pub fn init(run_id: Uuid, command: &'static str) -> Tracing {
         .build();
     global::set_tracer_provider(provider.clone());
     let _ = TRACE_ID.set(TraceId::from_bytes(*run_id.as_bytes()));
-    log::info!(endpoint = endpoint.as_str(), protocol = protocol.as_str(); "tracing on");
+    log::info!(Endpoint = endpoint.as_str(), Protocol = protocol.as_str(); "tracing on");
     Tracing {
         provider: Some(provider),
         endpoint,
@@ -154,7 +154,7 @@ impl Tracing {
         };
         if let Err(e) = provider.shutdown_with_timeout(FLUSH_TIMEOUT) {
             let endpoint = self.endpoint.as_str();
-            log::warn!(endpoint, error:% = e, flush_timeout_ms = FLUSH_TIMEOUT.as_millis() as u64;
+            log::warn!(Endpoint = endpoint, Error:% = e, FlushTimeoutMs = FLUSH_TIMEOUT.as_millis() as u64;
                        "traces not flushed before exit to {endpoint} within {}ms ({e}); the run's \
                         outcome is unchanged", FLUSH_TIMEOUT.as_millis());
         }
@@ -196,7 +196,7 @@ impl SpanExporter for Logged {
             && !self.warned.swap(true, Ordering::Relaxed)
         {
             let endpoint = self.endpoint.as_str();
-            log::warn!(spans, endpoint, error:% = e;
+            log::warn!(Spans = spans, Endpoint = endpoint, Error:% = e;
                        "trace export failed for {endpoint}: {e}; the run's outcome is unchanged");
         }
         result
@@ -400,7 +400,7 @@ mod tests {
 
     #[test]
     fn without_tracing_nothing_is_current() {
-        let scope = span("test", vec![KeyValue::new("k", 1)]);
+        let scope = span("test", vec![KeyValue::new("Phase", "Reserve")]);
         scope.set([KeyValue::new("Outcome", "success")]);
         event("e", vec![]);
         assert_eq!(current_traceparent(), None);

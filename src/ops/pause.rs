@@ -57,9 +57,9 @@ pub fn honour(
         return Ok(None);
     };
     let paused = Paused::of(&row, now);
-    info!(command = command.as_str(), paused_since = paused.since.as_str(),
-          paused_by = paused.by.as_str(), reason = paused.reason.as_str(),
-          paused_for_s = paused.paused_for_seconds;
+    info!(Command = command.as_str(), PausedSince = paused.since.as_str(),
+          PausedBy = paused.by.as_str(), Reason = paused.reason.as_str(),
+          PausedForSeconds = paused.paused_for_seconds;
           "{} is paused since {} ({} ago) by {}: {}; doing nothing until `booking-expire resume {}`",
           command.as_str(), paused.since, duration(now - row.paused_at), paused.by, paused.reason,
           command.as_str());
@@ -106,9 +106,9 @@ impl PauseWatch {
 /// Logs the one line of a run that the pause stopped while it worked; `done` says what
 /// it did up to the boundary and what still finishes.
 pub fn stopped_mid_run(command: Pausable, paused: &Paused, done: &str) {
-    info!(command = command.as_str(), paused_since = paused.since.as_str(),
-          paused_by = paused.by.as_str(), reason = paused.reason.as_str(),
-          paused_for_s = paused.paused_for_seconds;
+    info!(Command = command.as_str(), PausedSince = paused.since.as_str(),
+          PausedBy = paused.by.as_str(), Reason = paused.reason.as_str(),
+          PausedForSeconds = paused.paused_for_seconds;
           "{} paused while working, since {} by {}: {}; stopped at the batch boundary: {}; \
            doing nothing until `booking-expire resume {}`",
           command.as_str(), paused.since, paused.by, paused.reason, done, command.as_str());
@@ -300,7 +300,7 @@ fn switch(args: &PauseArgs, wait: Option<Duration>) -> Result<()> {
         None => None,
     };
     if changed {
-        info!(command, by = by.as_str(), reason = args.actor.reason.as_str();
+        info!(Command = command, Actor = by.as_str(), Reason = args.actor.reason.as_str();
               "{}", if on { "paused" } else { "resumed" });
     }
     let end = SystemClock.now();

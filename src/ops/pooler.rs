@@ -54,7 +54,7 @@ pub fn require_session(
                     "the backend PID changed from {first} to {again} between two transactions"
                 )));
             }
-            log::info!(error:% = format!("{e:#}");
+            log::info!(Error:% = format!("{e:#}");
                        "pooler check on one session: a second connection was refused; the backend \
                         stayed the same across transactions");
             return Ok(());

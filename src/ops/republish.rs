@@ -257,8 +257,8 @@ pub fn republish(args: &RequeueArgs, failed_only: bool) -> Result<()> {
     } else {
         tx.commit()
             .classify(Failure::Temporary, "cannot commit the re-queue")?;
-        info!(command, requeued, actor = actor.as_str(), reason = args.actor.reason.as_str(),
-              selection = described.as_str(); "outbox rows re-queued");
+        info!(Command = command, Requeued = requeued, Actor = actor.as_str(), Reason = args.actor.reason.as_str(),
+              Selection = described.as_str(); "outbox rows re-queued");
     }
     let outcome = Outcome {
         command,

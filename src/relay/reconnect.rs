@@ -90,13 +90,13 @@ pub(super) fn reopen(
         pause = (pause * 2).min(MAX_PAUSE);
         match open(cfg) {
             Ok(Some(db)) => {
-                warn!(cause:% = format!("{cause:#}"),
-                      reconnected_after_ms = dropped.elapsed().as_millis() as u64;
+                warn!(Cause:% = format!("{cause:#}"),
+                      ReconnectedAfterMs = dropped.elapsed().as_millis() as u64;
                       "the relay's database session dropped; reconnected, going on");
                 return Ok(Reopened::Session(Box::new(db)));
             }
             Ok(None) => {
-                info!(cause:% = format!("{cause:#}");
+                info!(Cause:% = format!("{cause:#}");
                       "the relay's database session dropped and another relay took the outbox \
                        lock meanwhile; this one ends");
                 return Ok(Reopened::TakenOver);

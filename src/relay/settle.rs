@@ -258,9 +258,9 @@ impl Settle<'_, '_> {
         }
         result.failed += gave_up.len() as u64;
         result.retrying += (refused.len() - gave_up.len()) as u64;
-        info!(sent = sendable.len(), published = acked_count, failed = permanent.len() + gave_up.len(),
-              backing_off = refused.len() - gave_up.len(), waiting = waiting.len(),
-              unsent = unsent.len(); "batch relayed");
+        info!(Sent = sendable.len(), Published = acked_count, Failed = permanent.len() + gave_up.len(),
+              BackingOff = refused.len() - gave_up.len(), Waiting = waiting.len(),
+              Unsent = unsent.len(); "batch relayed");
 
         // Not the rows' fault: they stay exactly as they were (no attempt, no failure
         // counted) and go first next run; no new batch starts in this one.

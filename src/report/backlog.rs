@@ -13,7 +13,8 @@ use crate::clock::Clock;
 use crate::config::BacklogConfig;
 use crate::domain::{Phase, Timestamp, rfc3339};
 use crate::exit::{Failure, fail};
-use crate::obs::metrics::{self, Exposition};
+use crate::obs::exposition::Exposition;
+use crate::obs::gauges;
 use crate::shutdown;
 use crate::store::{self, Backlog, Figures, Need, NextClaim, OutboxLag, Overdue};
 
@@ -318,8 +319,8 @@ fn json(b: &Backlog) -> Result<String> {
 /// and help texts.
 fn prometheus(b: &Backlog) -> String {
     let mut out = Exposition::default();
-    metrics::backlog_gauges(&mut out, b);
-    metrics::paused_gauges(&mut out, b);
+    gauges::backlog_gauges(&mut out, &super::figures::backlog(b));
+    gauges::paused_gauges(&mut out, &super::figures::paused(b));
     out.per_phase(crate::obs::backlog_only::BACKLOG_LATENESS, |phase| {
         next_claim(b, phase).map_or(0.0, |c| format::seconds_since(b.as_of, c.deadline).max(0.0))
     });

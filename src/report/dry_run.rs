@@ -51,7 +51,7 @@ pub fn dry_run(cfg: &DryRunConfig, run_id: Uuid, clock: &dyn Clock) -> Result<()
     let limit = cfg.limit();
     let as_of = cfg.as_of.resolve(|| clock.now());
     let per_phase = limit.map_or_else(|| "all".to_owned(), |n| n.to_string());
-    info!(as_of:% = rfc3339(as_of), per_phase:% = per_phase; "dry run started: nothing will be written");
+    info!(AsOf:% = rfc3339(as_of), PerPhase:% = per_phase; "dry run started: nothing will be written");
 
     let mut db = store::connect(&cfg.db)?;
     shutdown::on_signal(db.interrupter());
@@ -97,8 +97,8 @@ fn stream(
         if out.closed() {
             break;
         }
-        info!(phase:% = phase, would_expire = counts.would_expire,
-              candidates = counts.candidates, quarantined = counts.quarantined;
+        info!(Phase:% = phase, WouldExpire = counts.would_expire,
+              Candidates = counts.candidates, Quarantined = counts.quarantined;
               "dry run: phase read");
         phases.push((phase, counts));
     }

@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::format::{self, Table};
 use crate::domain::rfc3339;
 use crate::obs::backlog_only as families;
-use crate::obs::metrics::Exposition;
+use crate::obs::exposition::Exposition;
 use crate::store::{
     Hygiene, IndexSize, Listed, PreparedHolder, SessionHolder, SlotHolder, TableHealth,
 };
@@ -328,7 +328,7 @@ fn unix_seconds(at: Option<DateTime<Utc>>) -> f64 {
     at.map_or(0.0, |at| at.timestamp_micros() as f64 / 1e6)
 }
 
-/// The upkeep gauges (families in `obs::metrics`).
+/// The upkeep gauges (families in `obs::backlog_only`).
 pub fn prometheus(h: &Hygiene, as_of: DateTime<Utc>, out: &mut Exposition) {
     let o = &h.outbox;
     out.gauge(families::OUTBOX_LIVE_TUPLES, o.live_tuples as f64);

@@ -5,6 +5,7 @@
 
 mod backlog;
 mod dry_run;
+pub mod figures;
 pub(crate) mod format;
 mod hygiene;
 

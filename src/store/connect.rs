@@ -42,7 +42,7 @@ impl Db {
         let tls = self.tls.clone();
         move || {
             if let Err(e) = token.cancel_query(tls.clone()) {
-                log::warn!(error:% = e; "could not send the cancel request");
+                log::warn!(Error:% = e; "could not send the cancel request");
             }
         }
     }

@@ -1,0 +1,442 @@
+//! The log vocabulary: the name and meaning of every field of a log line and every
+//! attribute of a span or an event, in one place. Fields are PascalCase (`RunId`,
+//! `BookingId`, `DurationMs`) in the JSON lines, the text lines and the spans alike;
+//! OpenTelemetry's semantic-convention attributes keep their own names
+//! (`messaging.*`, `exception.*`), and the line's envelope keeps the keys log
+//! collectors read by default (`ts`, `level`, `msg`). A test reads `src/` and fails on
+//! a key of a `log` macro or an `Attr::new` that is not here, or not so written; another
+//! keeps the table of `docs/reference/metrics.md` the same as this one.
+
+/// The envelope of every line (`obs::log` writes them first; a record's field of the
+/// same name is left out).
+pub const TS: &str = "ts";
+pub const LEVEL: &str = "level";
+pub const MSG: &str = "msg";
+pub const RUN_ID: &str = "RunId";
+pub const TRACE_ID: &str = "TraceId";
+pub const SPAN_ID: &str = "SpanId";
+pub const ENVELOPE: [&str; 6] = [TS, LEVEL, MSG, RUN_ID, TRACE_ID, SPAN_ID];
+
+/// Every field and attribute: its name and what it means.
+pub const FIELDS: &[(&str, &str)] = &[
+    (
+        "ts",
+        "every line: when, RFC 3339 UTC with milliseconds (the line's envelope)",
+    ),
+    (
+        "level",
+        "every line: `ERROR`, `WARN`, `INFO`, `DEBUG`, `TRACE` (the line's envelope)",
+    ),
+    ("msg", "every line: the message (the line's envelope)"),
+    (
+        "RunId",
+        "every line: the run's id, the correlation id of its audit rows, timeline entries and events (and the cycle's and the relay's span)",
+    ),
+    (
+        "TraceId",
+        "every line while tracing is on: the run's trace (the run id's 32 hex digits)",
+    ),
+    (
+        "SpanId",
+        "every line while tracing is on and inside a span: the current span",
+    ),
+    (
+        "Actor",
+        "who ran an operator command (`--actor` or the operator's name)",
+    ),
+    (
+        "AsOf",
+        "the moment a cycle or a dry run decides on, RFC 3339",
+    ),
+    (
+        "BackingOff",
+        "rows of a batch whose send was refused: they back off and are retried",
+    ),
+    ("BatchSize", "`--batch-size`: rows per batch"),
+    (
+        "BookingExpiredCount",
+        "bookings the cycle expired in the Booking phase",
+    ),
+    ("BookingId", "the booking (the event's key)"),
+    (
+        "BookingLeft",
+        "overdue Booking-phase bookings left when the budget ran out",
+    ),
+    ("Brokers", "the Kafka bootstrap servers"),
+    ("Candidates", "overdue bookings a dry run read for a phase"),
+    (
+        "Cause",
+        "why the relay lost its session or broker connection",
+    ),
+    ("Claimed", "rows the batch claimed"),
+    (
+        "Command",
+        "the step or operator command concerned (`run-once`, `relay-outbox`, …)",
+    ),
+    ("Count", "rows the batch selected"),
+    (
+        "DeadlineMs",
+        "the cycle's deadline (`--deadline`), in milliseconds",
+    ),
+    ("DealId", "the deal of the booking"),
+    (
+        "DidYouMean",
+        "the known environment variable nearest a misspelt one",
+    ),
+    (
+        "DurationMs",
+        "how long the run or the push took, in milliseconds",
+    ),
+    ("ElapsedMs", "milliseconds since the cycle started"),
+    ("Endpoint", "where spans are sent (the OTLP traces URL)"),
+    ("Error", "the whole error chain"),
+    ("Expired", "bookings the batch expired"),
+    (
+        "ExpiredAt",
+        "when the booking expired, as the event says (RFC 3339)",
+    ),
+    ("Failed", "rows marked failed: they can never be delivered"),
+    (
+        "Failures",
+        "failures of the phase's batches in a row (the last cycles')",
+    ),
+    (
+        "FlushTimeoutMs",
+        "the longest the run waits for the last spans to be sent, in milliseconds",
+    ),
+    (
+        "FollowMs",
+        "`--follow`: how long the relay waits for new rows, in milliseconds",
+    ),
+    ("MaxBatches", "`--max-batches`: batches per phase at most"),
+    ("MaxClockSkewMs", "`--max-clock-skew`, in milliseconds"),
+    (
+        "MaxFailures",
+        "sends a row may fail before it is marked failed",
+    ),
+    (
+        "MessageId",
+        "the event's id (the outbox row's); a list when one expiry is published in several versions",
+    ),
+    (
+        "NextDue",
+        "when the first waiting row is due, RFC 3339 (`-` when none waits)",
+    ),
+    ("Offset", "the event's offset in its partition"),
+    ("Outcome", "a span's end: `success` or `failure`"),
+    ("Partition", "the event's partition"),
+    ("PausedBy", "who paused the step"),
+    ("PausedForSeconds", "seconds the step has been paused"),
+    ("PausedSince", "when the step was paused, RFC 3339"),
+    ("PerPhase", "a dry run's `--limit` per phase"),
+    ("Phase", "the expiration phase: `Reserve` or `Booking`"),
+    ("Poison", "bookings the batch isolated as poison"),
+    ("PoisonCount", "bookings the cycle isolated as poison"),
+    (
+        "PropertyObjectId",
+        "the property object of the booking, as the event says",
+    ),
+    ("Protocol", "the OTLP protocol asked for"),
+    (
+        "Published",
+        "rows acknowledged by Kafka and marked published",
+    ),
+    ("Purged", "published rows deleted after the retention"),
+    ("PurgeForMs", "the longest a purge runs, in milliseconds"),
+    ("Pushgateway", "the Pushgateway's URL (without credentials)"),
+    (
+        "Quarantined",
+        "quarantined bookings a dry run listed for a phase",
+    ),
+    (
+        "Reason",
+        "why: the guard's or the database's refusal of a booking, or the operator's reason for a command",
+    ),
+    (
+        "ReconnectedAfterMs",
+        "how long the relay took to reconnect, in milliseconds",
+    ),
+    ("Refused", "rows of the batch Kafka refused"),
+    (
+        "Released",
+        "quarantine entries released because their bookings changed",
+    ),
+    ("Requeued", "outbox rows an operator re-queued"),
+    (
+        "ReserveExpiredCount",
+        "bookings the cycle expired in the Reserve phase",
+    ),
+    (
+        "ReserveLeft",
+        "overdue Reserve-phase bookings left when the budget ran out",
+    ),
+    (
+        "RetentionSeconds",
+        "`--retention`: how long published rows are kept, in seconds",
+    ),
+    (
+        "Retrying",
+        "rows whose send failed this run: they back off and are retried",
+    ),
+    (
+        "RoundTripMs",
+        "the clock read's round trip to the database, in milliseconds",
+    ),
+    ("Rows", "rows concerned"),
+    (
+        "Selection",
+        "which outbox rows an operator command selected",
+    ),
+    ("Sent", "rows of the batch sent to Kafka"),
+    ("Signal", "the signal received (2 = SIGINT, 15 = SIGTERM)"),
+    (
+        "Skipped",
+        "true when another relay held the outbox lock and this one did nothing",
+    ),
+    (
+        "SkippedLocked",
+        "overdue bookings a batch skipped because another session held them locked",
+    ),
+    (
+        "SkippedLockedCount",
+        "overdue bookings the cycle skipped because another session held them locked",
+    ),
+    (
+        "SlowestBatchMs",
+        "the slowest batch of the cycle, in milliseconds",
+    ),
+    ("Spans", "spans that could not be sent"),
+    ("SqlState", "the SQLSTATE of a database refusal"),
+    ("SslMode", "the database connection's sslmode"),
+    (
+        "Step",
+        "the step whose metrics were pushed: `run-once` or `relay-outbox`",
+    ),
+    (
+        "SystemAheadMs",
+        "how far this node's clock is ahead of the database's, in milliseconds",
+    ),
+    ("TenantId", "the tenant of the booking"),
+    ("Topic", "the Kafka topic"),
+    (
+        "Topics",
+        "the topics (contract versions) each expiry is published to",
+    ),
+    ("Unacknowledged", "rows Kafka did not acknowledge in time"),
+    (
+        "Unsent",
+        "rows of the batch not sent (the run stopped first)",
+    ),
+    ("Variable", "an environment variable"),
+    (
+        "Waiting",
+        "pending rows not due yet (backing off after a refused send, or waiting for their topic)",
+    ),
+    (
+        "WaitingForTopic",
+        "those of them waiting for a missing or unusable topic",
+    ),
+    ("WouldExpire", "bookings a dry run would expire in a phase"),
+    ("error.type", "OpenTelemetry: the class of a send's failure"),
+    (
+        "exception.message",
+        "OpenTelemetry: an error event's message",
+    ),
+    ("exception.type", "OpenTelemetry: an error event's type"),
+    (
+        "messaging.batch.message_count",
+        "OpenTelemetry: messages in the send",
+    ),
+    ("messaging.destination.name", "OpenTelemetry: the topic"),
+    (
+        "messaging.destination.partition.id",
+        "OpenTelemetry: the partition",
+    ),
+    (
+        "messaging.kafka.message.key",
+        "OpenTelemetry: the message key (the booking id)",
+    ),
+    ("messaging.kafka.offset", "OpenTelemetry: the offset"),
+    ("messaging.message.id", "OpenTelemetry: the event's id"),
+    ("messaging.operation.name", "OpenTelemetry: `send`"),
+    ("messaging.operation.type", "OpenTelemetry: `send`"),
+    ("messaging.system", "OpenTelemetry: `kafka`"),
+    ("process.command", "OpenTelemetry resource: the subcommand"),
+    (
+        "service.version",
+        "OpenTelemetry resource: the program's version",
+    ),
+];
+
+/// The page whose table of fields is this one.
+pub const PAGE: &str = "docs/reference/metrics.md";
+
+/// The line that opens the page's table of fields.
+pub const TABLE_HEADER: &str = "| field | meaning |";
+
+/// The table of fields as the page shows it.
+pub fn table() -> String {
+    let mut text = format!("{TABLE_HEADER}\n|---|---|\n");
+    for (name, meaning) in FIELDS {
+        text.push_str(&format!("| `{name}` | {meaning} |\n"));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::source::{Token, tokens};
+
+    const LEVELS: [&str; 5] = ["error", "warn", "info", "debug", "trace"];
+
+    /// Every key of a `log` macro's key-values and every attribute of a span or event
+    /// in `source`: (line, key).
+    fn keys_of(source: &str) -> Vec<(usize, String)> {
+        let t = tokens(source);
+        let ident = |i: usize| match t.get(i) {
+            Some((_, Token::Ident(n))) => Some(n.as_str()),
+            _ => None,
+        };
+        let punct = |i: usize, c: char| matches!(t.get(i), Some((_, Token::Punct(p))) if *p == c);
+        let mut keys = Vec::new();
+        for i in 0..t.len() {
+            // A log macro: `info!(k = v, k2:% = v2; "message")`.
+            if ident(i).is_some_and(|n| LEVELS.contains(&n))
+                && punct(i + 1, '!')
+                && punct(i + 2, '(')
+            {
+                let mut depth = 0;
+                let mut item_start = true;
+                let mut j = i + 3;
+                let mut items = Vec::new();
+                while j < t.len() {
+                    match &t[j].1 {
+                        Token::Punct('(' | '[' | '{') => depth += 1,
+                        Token::Punct(')' | ']' | '}') if depth == 0 => break,
+                        Token::Punct(')' | ']' | '}') => depth -= 1,
+                        Token::Punct(',') if depth == 0 => item_start = true,
+                        Token::Punct(';') if depth == 0 => {
+                            keys.append(&mut items);
+                            break;
+                        }
+                        Token::Ident(n) if depth == 0 && item_start => {
+                            items.push((t[j].0, n.clone()));
+                            item_start = false;
+                        }
+                        _ => item_start = false,
+                    }
+                    j += 1;
+                }
+            }
+            // A span's or an event's attribute: `Attr::new("Key", …)`.
+            if matches!(ident(i), Some("Attr" | "KeyValue"))
+                && matches!(t.get(i + 1), Some((_, Token::Path)))
+                && ident(i + 2) == Some("new")
+                && punct(i + 3, '(')
+                && let Some((line, Token::Str(key))) = t.get(i + 4)
+            {
+                keys.push((*line, key.clone()));
+            }
+        }
+        keys
+    }
+
+    /// Written as the vocabulary wants it: PascalCase, or an OpenTelemetry name
+    /// (lowercase words joined by dots).
+    fn well_written(key: &str) -> bool {
+        let pascal = key.starts_with(|c: char| c.is_ascii_uppercase())
+            && key.chars().all(|c| c.is_ascii_alphanumeric());
+        let otel = key.contains('.')
+            && key
+                .split('.')
+                .all(|w| !w.is_empty() && w.chars().all(|c| c.is_ascii_lowercase() || c == '_'));
+        pascal || otel
+    }
+
+    /// What is wrong with the keys of `files` (path relative to `src/` → text).
+    fn misnamed(files: &std::collections::BTreeMap<String, String>) -> Vec<String> {
+        let known: BTreeSet<&str> = FIELDS.iter().map(|(name, _)| *name).collect();
+        let mut found = Vec::new();
+        for (path, source) in files {
+            for (line, key) in keys_of(source) {
+                if !well_written(&key) {
+                    found.push(format!("src/{path}:{line}: `{key}` is not PascalCase"));
+                } else if !known.contains(key.as_str()) {
+                    found.push(format!(
+                        "src/{path}:{line}: `{key}` is not in obs::fields::FIELDS"
+                    ));
+                }
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn every_log_field_and_span_attribute_of_src_is_in_the_vocabulary() {
+        let files = crate::source::files();
+        let wrong = misnamed(&files);
+        assert!(
+            wrong.is_empty(),
+            "log and trace keys:\n{}",
+            wrong.join("\n")
+        );
+        // And nothing in it that the code never writes.
+        let used: BTreeSet<String> = files
+            .values()
+            .flat_map(|s| keys_of(s))
+            .map(|(_, k)| k)
+            .collect();
+        let unused: Vec<&str> = FIELDS
+            .iter()
+            .map(|(name, _)| *name)
+            .filter(|name| !used.contains(*name) && !ENVELOPE.contains(name))
+            .collect();
+        assert!(
+            unused.is_empty(),
+            "in obs::fields::FIELDS, written nowhere: {unused:?}"
+        );
+    }
+
+    #[test]
+    fn a_key_out_of_the_vocabulary_fails_naming_its_place() {
+        let files = [(
+            "relay.rs".to_owned(),
+            "fn f() {\n    // info!(nothing = 1; \"a comment\");\n    \
+             info!(Phase:% = p, purged = n, Signal = s; \"done {}\", x);\n    \
+             warn!(\"no fields {}\", y);\n    \
+             log::error!(Error = e, Sent = 3, step; \"failed\");\n    \
+             trace::span(\"s\", vec![Attr::new(\"Phase\", 1), Attr::new(\"messaging.system\", 2),\n        \
+             KeyValue::new(\"Bogus\", 3)]);\n}\n"
+                .to_owned(),
+        )]
+        .into();
+        assert_eq!(
+            misnamed(&files),
+            [
+                "src/relay.rs:3: `purged` is not PascalCase",
+                "src/relay.rs:5: `step` is not PascalCase",
+                "src/relay.rs:7: `Bogus` is not in obs::fields::FIELDS",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_reference_lists_the_vocabulary() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let page = std::fs::read_to_string(root.join(PAGE)).unwrap();
+        let start = page
+            .find(TABLE_HEADER)
+            .unwrap_or_else(|| panic!("{PAGE}: no table opening with {TABLE_HEADER}"));
+        let end = page[start..]
+            .find("\n\n")
+            .map_or(page.len(), |e| start + e + 1);
+        assert!(
+            page[start..end] == table(),
+            "{PAGE}: the table of fields differs from obs::fields::FIELDS; it is:\n{}",
+            table()
+        );
+    }
+}
