@@ -15,6 +15,7 @@ pub mod obs;
 pub mod ops;
 pub mod reference;
 pub mod relay;
+pub mod render;
 pub mod report;
 pub mod shutdown;
 pub mod sqlstate;

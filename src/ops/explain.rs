@@ -22,7 +22,7 @@ use crate::config::{DbConfig, KafkaConfig};
 use crate::domain::booking::{Rejection, Status};
 use crate::domain::{self, BookingRow, rfc3339};
 use crate::exit::{ClassifyExt, Failure, fail};
-use crate::report::format::{self, Table};
+use crate::render::{self, Table};
 use crate::shutdown;
 use crate::store::ops::{self, AuditEntry, OutboxEntry, PoisonEntry, RowLock, TimelineEntry};
 use crate::store::{self, Need};
@@ -191,9 +191,9 @@ pub fn explain(args: &ExplainArgs) -> Result<()> {
         }
     }
     if args.json {
-        format::print(&format!("{}\n", serde_json::to_string(&explanation)?))?;
+        render::print(&format!("{}\n", serde_json::to_string(&explanation)?))?;
     } else {
-        format::print(&text(&explanation))?;
+        render::print(&text(&explanation))?;
     }
     if explanation.found {
         Ok(())
@@ -327,7 +327,7 @@ fn judge(
                     "the {} deadline {} is {} after {}: a cycle after it expires the booking",
                     phase.map_or("", |p| p.as_str()),
                     rfc3339(deadline),
-                    format::duration(-before),
+                    render::duration(-before),
                     rfc3339(as_of)
                 ),
                 // `infinity`: never due, so never claimed.
@@ -411,7 +411,7 @@ fn judge(
                     .map_or(String::new(), |u| format!(", user {u}")),
                 l.xact_start.map_or(String::new(), |t| format!(
                     ", transaction open for {}",
-                    format::duration(as_of - t)
+                    render::duration(as_of - t)
                 )),
                 if l.blocking.is_empty() {
                     String::new()
@@ -622,7 +622,7 @@ fn text(e: &Explanation) -> String {
     } else {
         out.push_str("next cycle: would NOT expire it, because\n");
         for r in &n.reasons {
-            out.push_str(&format::wrap(
+            out.push_str(&render::wrap(
                 &format!("- {}: {}", r.code, r.detail),
                 "  ",
                 "    ",
@@ -630,7 +630,7 @@ fn text(e: &Explanation) -> String {
         }
     }
     for note in &n.notes {
-        out.push_str(&format::wrap(&format!("note: {note}"), "  ", "    "));
+        out.push_str(&render::wrap(&format!("note: {note}"), "  ", "    "));
     }
     if !e.audit.is_empty() {
         out.push_str("\naudit\n");
@@ -641,8 +641,8 @@ fn text(e: &Explanation) -> String {
                 a.from.clone(),
                 a.to.clone(),
                 a.version.to_string(),
-                format::fit(&a.actor, ACTOR_WIDTH),
-                a.run_id.map_or("-".to_owned(), format::short_id),
+                render::fit(&a.actor, ACTOR_WIDTH),
+                a.run_id.map_or("-".to_owned(), render::short_id),
             ]);
         }
         t.render(&mut out);
@@ -691,7 +691,7 @@ fn text(e: &Explanation) -> String {
                     .map_or(String::new(), |e| format!(", last error: {e}")),
             ),
         };
-        out.push_str(&format::wrap(
+        out.push_str(&render::wrap(
             &format!("{} {}: {state}", o.id, o.r#type),
             "  ",
             "    ",
@@ -709,7 +709,7 @@ fn text(e: &Explanation) -> String {
                     b.ce_id.as_deref().unwrap_or("(none)")
                 ),
             };
-            out.push_str(&format::wrap(&line, "    ", "      "));
+            out.push_str(&render::wrap(&line, "    ", "      "));
         }
     }
     out

@@ -14,13 +14,13 @@ use postgres::{Client, Transaction};
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::format::{
-    self, SHORT_ID_WIDTH, Stdout, StreamTable, TIME_S_WIDTH, TIME_WIDTH, Table, UUID_WIDTH,
-};
 use crate::clock::Clock;
 use crate::config::{Batch, DryRunConfig, Topics};
 use crate::domain::{self, BookingRow, Phase, rfc3339};
 use crate::exit::{ClassifyExt, Failure};
+use crate::render::{
+    self, SHORT_ID_WIDTH, Stdout, StreamTable, TIME_S_WIDTH, TIME_WIDTH, Table, UUID_WIDTH,
+};
 use crate::shutdown;
 use crate::store::{self, BatchWrite, CHUNK_ROWS, Need, Poison, Quarantined};
 
@@ -211,7 +211,7 @@ trait Report {
 /// up front (see [`expiry_table`]); the few refused and quarantined rows are collected
 /// per phase and aligned to their widest cell, as before.
 ///
-/// By default every line fits [`format::SCREEN_WIDTH`] (120) columns: ids by their
+/// By default every line fits [`render::SCREEN_WIDTH`] (120) columns: ids by their
 /// first characters, times at whole seconds, a status cut to the longest known one,
 /// and the reason and error of a refused or quarantined row on a line of its own under
 /// it, cut with `…`. `--wide` shows all of it in full, in columns.
@@ -233,16 +233,16 @@ impl TableReport {
         if self.wide {
             id.to_string()
         } else {
-            format::short_id(id)
+            render::short_id(id)
         }
     }
 
     /// A moment as the table shows it: microseconds with `--wide`, else whole seconds.
     fn time(&self, at: impl Into<crate::domain::Timestamp>) -> String {
         if self.wide {
-            format::time(at)
+            render::time(at)
         } else {
-            format::time_s(at)
+            render::time_s(at)
         }
     }
 
@@ -252,7 +252,7 @@ impl TableReport {
         if self.wide {
             status.to_owned()
         } else {
-            format::fit(status, STATUS_WIDTH)
+            render::fit(status, STATUS_WIDTH)
         }
     }
 
@@ -284,7 +284,7 @@ impl TableReport {
 const STATUS_WIDTH: usize = 15;
 
 /// The expiries of a phase: every column's width is known before the first row (ids,
-/// the phase's transitions, [`format::time`] at microseconds or [`format::time_s`]);
+/// the phase's transitions, [`render::time`] at microseconds or [`render::time_s`]);
 /// OverdueBy, the last column, needs none.
 fn expiry_table(phase: Phase, wide: bool) -> StreamTable {
     let (id, time) = if wide {
@@ -350,7 +350,7 @@ impl Report for TableReport {
                         deal,
                         format!("{} → {}", e.from, e.to),
                         deadline,
-                        format::since(s.as_of, e.deadline),
+                        render::since(s.as_of, e.deadline),
                     ],
                     buf,
                 );
@@ -436,7 +436,7 @@ impl Report for TableReport {
                     self.id(row.deal_id),
                     self.status(&row.status),
                     deadline.map_or("-".to_owned(), |d| self.time(d)),
-                    deadline.map_or("-".to_owned(), |d| format::since(s.as_of, d)),
+                    deadline.map_or("-".to_owned(), |d| render::since(s.as_of, d)),
                 ];
                 if wide {
                     cells.push(q.reason.clone());
@@ -522,16 +522,16 @@ impl Report for TableReport {
 
 /// An error in full on one line (`--wide`): a line break would split the table's row.
 fn one_line(error: &str) -> String {
-    format::fit(error, usize::MAX)
+    render::fit(error, usize::MAX)
 }
 
 /// The line under a refused or quarantined row in the default layout: its reason and
 /// error, cut to fit.
 fn reason_note(reason: &str, error: &str) -> String {
     if error.is_empty() {
-        format::note(reason)
+        render::note(reason)
     } else {
-        format::note(&format!("{reason}: {error}"))
+        render::note(&format!("{reason}: {error}"))
     }
 }
 
@@ -541,7 +541,7 @@ struct JsonLines;
 
 fn json_line(out: &mut Stdout, value: &impl Serialize) -> Result<()> {
     serde_json::to_writer(&mut *out, value)?;
-    out.write_all(b"\n").map_err(format::write_error)
+    out.write_all(b"\n").map_err(render::write_error)
 }
 
 impl Report for JsonLines {
@@ -568,7 +568,7 @@ impl Report for JsonLines {
                     from: e.from.as_str(),
                     to: e.to.as_str(),
                     deadline: rfc3339(e.deadline),
-                    overdue_by_seconds: format::seconds_since(s.as_of, e.deadline),
+                    overdue_by_seconds: render::seconds_since(s.as_of, e.deadline),
                     topic: event.topic,
                     event: &event.payload,
                     headers: &event.headers,
@@ -627,7 +627,7 @@ impl Report for JsonLines {
                     deadline: row.deadline(phase).map(rfc3339),
                     overdue_by_seconds: row
                         .deadline(phase)
-                        .map(|d| format::seconds_since(s.as_of, d)),
+                        .map(|d| render::seconds_since(s.as_of, d)),
                     quarantined: Quarantine {
                         reason: &q.reason,
                         error: &q.error,

@@ -7,10 +7,10 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::format::{self, Table};
 use crate::domain::rfc3339;
 use crate::obs::backlog_only as families;
 use crate::obs::metrics::Exposition;
+use crate::render::{self, Table};
 use crate::store::{
     Hygiene, IndexSize, Listed, PreparedHolder, SessionHolder, SlotHolder, TableHealth,
 };
@@ -34,8 +34,8 @@ fn when(at: Option<DateTime<Utc>>, as_of: DateTime<Utc>) -> String {
     at.map_or("never".to_owned(), |at| {
         format!(
             "{} ({} ago)",
-            format::time(at),
-            format::duration(as_of - at)
+            render::time(at),
+            render::duration(as_of - at)
         )
     })
 }
@@ -81,7 +81,7 @@ pub fn table(h: &Hygiene, as_of: DateTime<Utc>, out: &mut String) {
     t.render(out);
 
     let x = &h.xmin_horizon;
-    let threshold = format::duration(x.threshold);
+    let threshold = render::duration(x.threshold);
     let named = x.sessions.total + x.hidden_sessions.total + x.prepared.total + x.slots.total;
     if named == 0 {
         out.push_str(&format!(
@@ -104,10 +104,10 @@ pub fn table(h: &Hygiene, as_of: DateTime<Utc>, out: &mut String) {
     }
     for p in &x.prepared.shown {
         t.row(vec![
-            format::fit(&format!("prepared gid {}", p.gid), HOLDER_WIDTH),
-            format::fit(&p.owner, WHO_WIDTH),
+            render::fit(&format!("prepared gid {}", p.gid), HOLDER_WIDTH),
+            render::fit(&p.owner, WHO_WIDTH),
             "prepared".into(),
-            format::duration(as_of - p.prepared_at),
+            render::duration(as_of - p.prepared_at),
             p.xid_age.to_string(),
         ]);
     }
@@ -116,8 +116,8 @@ pub fn table(h: &Hygiene, as_of: DateTime<Utc>, out: &mut String) {
             .retained_wal_bytes
             .map_or(String::new(), |b| format!(", {} WAL", bytes(b)));
         t.row(vec![
-            format::fit(&format!("slot {}", s.name), HOLDER_WIDTH),
-            format::fit(&format!("{} {}", s.slot_type, opt(&s.database)), WHO_WIDTH),
+            render::fit(&format!("slot {}", s.name), HOLDER_WIDTH),
+            render::fit(&format!("{} {}", s.slot_type, opt(&s.database)), WHO_WIDTH),
             format!("inactive{wal}"),
             "-".into(),
             opt(&s.xid_age),
@@ -129,7 +129,7 @@ pub fn table(h: &Hygiene, as_of: DateTime<Utc>, out: &mut String) {
     more(&x.prepared, "prepared transactions", out);
     more(&x.slots, "replication slots", out);
     if x.hidden_sessions.total > 0 {
-        out.push_str(&format::wrap(
+        out.push_str(&render::wrap(
             "sessions of unknown age: this role may not see other roles' session state \
              and start (use a member of crm_booking_expiration_readonly, with \
              sql/011_xmin_holders_function.sql applied by a superuser); their xid age is how \
@@ -153,10 +153,10 @@ fn session_row(s: &SessionHolder, as_of: DateTime<Utc>) -> Vec<String> {
     };
     vec![
         format!("session pid {}", s.pid),
-        format::fit(&who, WHO_WIDTH),
+        render::fit(&who, WHO_WIDTH),
         s.state.clone().unwrap_or_else(|| "(hidden)".into()),
         s.transaction_start
-            .map_or("(hidden)".into(), |at| format::duration(as_of - at)),
+            .map_or("(hidden)".into(), |at| render::duration(as_of - at)),
         opt(&s.xid_age),
     ]
 }
@@ -268,7 +268,7 @@ pub fn json(h: &Hygiene, as_of: DateTime<Utc>) -> Json {
         user: s.user.clone(),
         state: s.state.clone(),
         transaction_start: s.transaction_start.map(rfc3339),
-        age_seconds: s.transaction_start.map(|at| format::seconds(as_of - at)),
+        age_seconds: s.transaction_start.map(|at| render::seconds(as_of - at)),
         xid: s.xid.clone(),
         xmin: s.xmin.clone(),
         xid_age: s.xid_age,
@@ -299,7 +299,7 @@ pub fn json(h: &Hygiene, as_of: DateTime<Utc>) -> Json {
             )
             .collect(),
         xmin_horizon: HorizonJson {
-            threshold_seconds: format::seconds(x.threshold),
+            threshold_seconds: render::seconds(x.threshold),
             can_read_all_stats: x.can_read_all_stats,
             sessions: list(&x.sessions, session),
             hidden_sessions: list(&x.hidden_sessions, session),
@@ -307,7 +307,7 @@ pub fn json(h: &Hygiene, as_of: DateTime<Utc>) -> Json {
                 gid: p.gid.clone(),
                 owner: p.owner.clone(),
                 prepared_at: rfc3339(p.prepared_at),
-                age_seconds: format::seconds(as_of - p.prepared_at),
+                age_seconds: render::seconds(as_of - p.prepared_at),
                 xid: p.xid.clone(),
                 xid_age: p.xid_age,
             }),
@@ -375,7 +375,7 @@ pub fn prometheus(h: &Hygiene, as_of: DateTime<Utc>, out: &mut Exposition) {
             .collect()
     };
     out.labelled(families::XMIN_HOLDERS, &per_kind(totals.map(|t| t as f64)));
-    let age = |at: Option<DateTime<Utc>>| at.map_or(0.0, |at| format::seconds(as_of - at).max(0.0));
+    let age = |at: Option<DateTime<Utc>>| at.map_or(0.0, |at| render::seconds(as_of - at).max(0.0));
     let oldest_ages: Vec<(Vec<(&str, &str)>, f64)> = vec![
         (
             vec![("kind", "session")],

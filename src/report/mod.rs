@@ -5,7 +5,6 @@
 
 mod backlog;
 mod dry_run;
-pub(crate) mod format;
 mod hygiene;
 
 use postgres::error::SqlState;
