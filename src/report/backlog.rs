@@ -59,7 +59,7 @@ pub fn backlog(cfg: &BacklogConfig, clock: &dyn Clock) -> Result<()> {
     let threshold = chrono::TimeDelta::from_std(cfg.xmin_horizon_age)
         .expect("--xmin-horizon-age is at most 7 days");
     let report = store::read_report(&mut db.client, as_of, Figures::All, Some(threshold))
-        .map_err(|e| super::explain(e, "backlog", &cfg.db))?;
+        .map_err(|e| super::read_failure::in_operator_words(e, "backlog", &cfg.db))?;
 
     render::print(&match cfg.format {
         ReportFormat::Table => table(&report),

@@ -75,7 +75,7 @@ pub fn dry_run(cfg: &DryRunConfig, run_id: Uuid, clock: &dyn Clock) -> Result<()
         })
     };
     stream(&mut db.client, &scope, report.as_mut(), &mut out)
-        .map_err(|e| super::explain(e, "dry-run", &cfg.db))?;
+        .map_err(|e| super::read_failure::in_operator_words(e, "dry-run", &cfg.db))?;
     out.finish()
 }
 
