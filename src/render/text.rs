@@ -23,7 +23,7 @@ pub fn note(text: &str) -> String {
 }
 
 /// `text` as lines of at most [`SCREEN_WIDTH`] characters, each ending in `\n`: words
-/// (split at whitespace, line breaks included) filled after `first` on the first line
+/// (split at whitespace, line breaks included, never at a hyphen) filled after `first` on the first line
 /// and after `rest` on the others, first fit; a word longer than a whole line is cut
 /// across lines, its first piece filling the line it starts on. For prose too long for
 /// one line (`explain`'s reasons), where cutting would lose it. Widths are terminal
@@ -34,6 +34,7 @@ pub fn wrap(text: &str, first: &str, rest: &str) -> String {
         .initial_indent(first)
         .subsequent_indent(rest)
         .word_separator(textwrap::WordSeparator::AsciiSpace)
+        .word_splitter(textwrap::WordSplitter::NoHyphenation)
         .wrap_algorithm(textwrap::WrapAlgorithm::FirstFit)
         .break_words(true);
     let mut out = String::new();
@@ -89,5 +90,9 @@ mod tests {
         assert_eq!(lines[0], format!("  - {}", "w→rd ".repeat(23).trim_end()));
         assert_eq!(lines[1], format!("    {}", "w→rd ".repeat(7).trim_end()));
         assert_eq!(lines.len(), 2);
+        // Never broken at a hyphen: ids and topic names stay whole.
+        let id = "01a231f0-13f1-7611-8bf6-b2e7b96ccd3c";
+        let out = wrap(&format!("{} {id}", "x".repeat(100)), "", "");
+        assert_eq!(out, format!("{}\n{id}\n", "x".repeat(100)));
     }
 }
