@@ -1,6 +1,6 @@
 //! Moments, durations and ids as the reports and commands show them.
 
-use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
+use chrono::{DateTime, SecondsFormat, Utc};
 
 use crate::domain::Timestamp;
 
@@ -60,48 +60,13 @@ pub fn seconds_since(as_of: DateTime<Utc>, at: Timestamp) -> f64 {
 }
 
 /// A duration for people: `2d 3h 0m 5s`, `4m 10s`, `45s`, `250ms`.
-pub fn duration(d: TimeDelta) -> String {
-    if d < TimeDelta::zero() {
-        return format!("-{}", duration(-d));
-    }
-    let secs = d.num_seconds();
-    if secs == 0 {
-        return format!("{}ms", d.num_milliseconds());
-    }
-    let (days, hours, minutes, seconds) = (
-        secs / 86_400,
-        secs % 86_400 / 3_600,
-        secs % 3_600 / 60,
-        secs % 60,
-    );
-    let parts = [(days, "d"), (hours, "h"), (minutes, "m"), (seconds, "s")];
-    let first = parts.iter().position(|(n, _)| *n > 0).unwrap_or(3);
-    parts[first..]
-        .iter()
-        .map(|(n, unit)| format!("{n}{unit}"))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
+pub use crate::duration::show_elapsed as duration;
 
 pub use crate::clock::seconds;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_read_like_an_operator_writes_them() {
-        assert_eq!(duration(TimeDelta::milliseconds(250)), "250ms");
-        assert_eq!(duration(TimeDelta::microseconds(1)), "0ms");
-        assert_eq!(duration(TimeDelta::seconds(45)), "45s");
-        assert_eq!(duration(TimeDelta::seconds(250)), "4m 10s");
-        assert_eq!(duration(TimeDelta::seconds(7_200)), "2h 0m 0s");
-        assert_eq!(
-            duration(TimeDelta::seconds(2 * 86_400 + 3 * 3_600 + 5)),
-            "2d 3h 0m 5s"
-        );
-        assert_eq!(duration(TimeDelta::seconds(-90)), "-1m 30s");
-    }
 
     #[test]
     fn seconds_times_cut_the_fraction() {
