@@ -1,6 +1,8 @@
 //! What `explain` prints, as data: the booking and everything it touches, each moment
 //! as RFC 3339 text, with the judgement. `--json` prints it as it is; `text` renders it
-//! for people.
+//! for people. The rows it is made of are `store`'s, which derive no `Serialize`; the
+//! structs here are their JSON shapes (moments as RFC 3339 at microseconds, `Applies`,
+//! `BlockingPids`, the outbox row's `State`).
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
