@@ -194,7 +194,7 @@ fn pushed<R: Reported>(
     }
     outcome?;
     // A reader gone away (`| head`) ends the command normally, as the reports do.
-    crate::report::format::print(&format!("{}\n", serde_json::to_string(&result)?))?;
+    crate::render::print(&format!("{}\n", serde_json::to_string(&result)?))?;
     Ok(())
 }
 

@@ -3,6 +3,8 @@
 //! partitioning, no topic auto-creation), the topic check, and sending a batch while
 //! waiting for every delivery report. Knows nothing of the outbox.
 
+pub mod readback;
+
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Mutex;

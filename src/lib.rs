@@ -17,6 +17,7 @@ pub mod obs;
 pub mod ops;
 pub mod reference;
 pub mod relay;
+pub mod render;
 pub mod report;
 pub mod shutdown;
 #[cfg(test)]

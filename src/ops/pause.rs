@@ -17,7 +17,7 @@ use crate::config::DbConfig;
 use crate::domain::rfc3339;
 use crate::duration::show_duration;
 use crate::exit::{ClassifyExt, Failure, fail};
-use crate::report::format::{duration, seconds};
+use crate::render::{duration, seconds};
 use crate::store::ops::{self, Operation, PauseRow};
 use crate::store::running::{self, Working};
 use crate::store::{self, Need};
@@ -317,7 +317,7 @@ fn switch(args: &PauseArgs, wait: Option<Duration>) -> Result<()> {
             operation_id,
             working,
         };
-        crate::report::format::print(&format!("{}\n", serde_json::to_string(&outcome)?))?;
+        crate::render::print(&format!("{}\n", serde_json::to_string(&outcome)?))?;
     } else {
         let work = work.as_deref().unwrap_or_default();
         let line = match (on, changed, &pause) {
@@ -338,7 +338,7 @@ fn switch(args: &PauseArgs, wait: Option<Duration>) -> Result<()> {
             ),
             _ => format!("{command} was not paused; nothing changed"),
         };
-        crate::report::format::print(&format!("{line}\n"))?;
+        crate::render::print(&format!("{line}\n"))?;
     }
     if still > 0 && wait.is_some_and(|w| !w.is_zero()) {
         return Err(fail(

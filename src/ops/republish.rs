@@ -15,7 +15,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::DbConfig;
 use crate::domain::rfc3339;
 use crate::exit::{ClassifyExt, Failure, fail};
-use crate::report::format::{self, Table};
+use crate::render::{self as format, Table};
 use crate::store::ids::IdTable;
 use crate::store::ops::{self, Operation, OutboxEntry, Requeue, Selection};
 use crate::store::{self, Need};

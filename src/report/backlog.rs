@@ -7,7 +7,6 @@
 use anyhow::Result;
 use serde::Serialize;
 
-use super::format::{self, Table};
 use crate::cli::ReportFormat;
 use crate::clock::Clock;
 use crate::config::BacklogConfig;
@@ -15,6 +14,7 @@ use crate::domain::{Phase, Timestamp, rfc3339};
 use crate::exit::{Failure, fail};
 use crate::obs::exposition::Exposition;
 use crate::obs::gauges;
+use crate::render::{self, Table};
 use crate::shutdown;
 use crate::store::{self, Backlog, Figures, Need, NextClaim, OutboxLag, Overdue};
 
@@ -47,7 +47,7 @@ fn next_claim(b: &Backlog, phase: Phase) -> Option<NextClaim> {
 }
 
 fn age(b: &Backlog, oldest: Option<Timestamp>) -> Option<f64> {
-    oldest.map(|at| format::seconds_since(b.as_of, at))
+    oldest.map(|at| render::seconds_since(b.as_of, at))
 }
 
 /// `backlog`.
@@ -60,9 +60,9 @@ pub fn backlog(cfg: &BacklogConfig, clock: &dyn Clock) -> Result<()> {
     let threshold = chrono::TimeDelta::from_std(cfg.xmin_horizon_age)
         .expect("--xmin-horizon-age is at most 7 days");
     let report = store::read_report(&mut db.client, as_of, Figures::All, Some(threshold))
-        .map_err(|e| super::explain(e, "backlog", &cfg.db))?;
+        .map_err(|e| super::read_failure::in_operator_words(e, "backlog", &cfg.db))?;
 
-    format::print(&match cfg.format {
+    render::print(&match cfg.format {
         ReportFormat::Table => table(&report),
         ReportFormat::Json => json(&report)?,
         ReportFormat::Prometheus => prometheus(&report),
@@ -83,7 +83,7 @@ fn table(b: &Backlog) -> String {
     let dash = || "-".to_owned();
     let oldest = |at: Option<Timestamp>| {
         at.map_or((dash(), dash()), |at| {
-            (format::time(at), format::since(b.as_of, at))
+            (render::time(at), render::since(b.as_of, at))
         })
     };
     for (phase, o) in overdue(b) {
@@ -135,7 +135,7 @@ fn table(b: &Backlog) -> String {
     }
     for w in b.waiting.as_deref().unwrap_or_default() {
         t.row(vec![
-            format!("outbox waiting, topic {}", format::fit(&w.topic, 64)),
+            format!("outbox waiting, topic {}", render::fit(&w.topic, 64)),
             w.waiting.to_string(),
             dash(),
             dash(),
@@ -143,11 +143,11 @@ fn table(b: &Backlog) -> String {
         let due_in = w
             .next_due
             .until(b.as_of)
-            .map_or_else(|| "never".to_owned(), |d| format::duration(-d));
-        t.note(format::note(&format!(
+            .map_or_else(|| "never".to_owned(), |d| render::duration(-d));
+        t.note(render::note(&format!(
             "the next is due at {} (in {due_in}); {} of them wait for their topic, the others \
              out a back-off",
-            format::time(w.next_due),
+            render::time(w.next_due),
             w.waiting_for_topic
         )));
     }
@@ -155,8 +155,8 @@ fn table(b: &Backlog) -> String {
         t.row(vec![
             format!("PAUSED {}", p.command),
             "-".into(),
-            format::time(p.paused_at),
-            format::duration(b.as_of - p.paused_at),
+            render::time(p.paused_at),
+            render::duration(b.as_of - p.paused_at),
         ]);
     }
     t.render(&mut out);
@@ -164,11 +164,11 @@ fn table(b: &Backlog) -> String {
         // Wrapped to 120 columns (the reason is the operator's text, of any length);
         // the command that ends the pause is never split.
         out.push('\n');
-        let said = format::wrap(
+        let said = render::wrap(
             &format!(
                 "{} is paused since {} by {}: {}",
                 p.command,
-                format::time(p.paused_at),
+                render::time(p.paused_at),
                 p.paused_by,
                 p.reason
             ),
@@ -177,7 +177,7 @@ fn table(b: &Backlog) -> String {
         );
         let resume = format!("(booking-expire resume {})", p.command);
         let last = said.trim_end().rsplit('\n').next().unwrap_or_default();
-        if last.chars().count() + 1 + resume.chars().count() <= format::SCREEN_WIDTH {
+        if last.chars().count() + 1 + resume.chars().count() <= render::SCREEN_WIDTH {
             out.push_str(said.trim_end());
             out.push_str(&format!(" {resume}\n"));
         } else {
@@ -196,7 +196,7 @@ fn table(b: &Backlog) -> String {
         // The full id once, in the command that explains it: the line fits 120 columns.
         out.push_str(&format!(
             "next {phase} claim, {} late: booking-expire explain {}\n",
-            format::since(b.as_of, c.deadline),
+            render::since(b.as_of, c.deadline),
             c.booking_id
         ));
     }
@@ -275,7 +275,7 @@ fn json(b: &Backlog) -> Result<String> {
             next_claim: next_claim(b, phase).map(|c| NextClaimJson {
                 booking_id: c.booking_id.to_string(),
                 deadline: rfc3339(c.deadline),
-                lateness_seconds: format::seconds_since(b.as_of, c.deadline),
+                lateness_seconds: render::seconds_since(b.as_of, c.deadline),
             }),
         }
     };
@@ -322,7 +322,7 @@ fn prometheus(b: &Backlog) -> String {
     gauges::backlog_gauges(&mut out, &super::figures::backlog(b));
     gauges::paused_gauges(&mut out, &super::figures::paused(b));
     out.per_phase(crate::obs::backlog_only::BACKLOG_LATENESS, |phase| {
-        next_claim(b, phase).map_or(0.0, |c| format::seconds_since(b.as_of, c.deadline).max(0.0))
+        next_claim(b, phase).map_or(0.0, |c| render::seconds_since(b.as_of, c.deadline).max(0.0))
     });
     if let Some(h) = &b.hygiene {
         super::hygiene::prometheus(h, b.as_of, &mut out);

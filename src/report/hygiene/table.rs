@@ -1,19 +1,10 @@
-// Over 450 lines: three renderings (table, JSON, gauges) of the upkeep figures, each field spelled out, and a unit test of the table with its fixture.
-//! The upkeep part of `backlog`: the outbox's dead tuples, autovacuum's last visits,
-//! the sizes of the outbox and of the partial indexes, and what holds the xmin horizon
-//! back, as a table, as JSON and as Prometheus gauges. The runbook of each finding is
-//! in `docs/runbooks/database-hygiene.md`.
+//! The upkeep figures as a table: the outbox's upkeep, the partial indexes, then what
+//! holds the xmin horizon back.
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
 
-use super::format::{self, Table};
-use crate::domain::rfc3339;
-use crate::obs::backlog_only as families;
-use crate::obs::exposition::Exposition;
-use crate::store::{
-    Hygiene, IndexSize, Listed, PreparedHolder, SessionHolder, SlotHolder, TableHealth,
-};
+use crate::render::{self, Table};
+use crate::store::{Hygiene, Listed, SessionHolder};
 
 /// A size as people read it: bytes, KiB, MiB, GiB, TiB (one decimal above bytes).
 pub fn bytes(n: i64) -> String {
@@ -34,8 +25,8 @@ fn when(at: Option<DateTime<Utc>>, as_of: DateTime<Utc>) -> String {
     at.map_or("never".to_owned(), |at| {
         format!(
             "{} ({} ago)",
-            format::time(at),
-            format::duration(as_of - at)
+            render::time(at),
+            render::duration(as_of - at)
         )
     })
 }
@@ -81,7 +72,7 @@ pub fn table(h: &Hygiene, as_of: DateTime<Utc>, out: &mut String) {
     t.render(out);
 
     let x = &h.xmin_horizon;
-    let threshold = format::duration(x.threshold);
+    let threshold = render::duration(x.threshold);
     let named = x.sessions.total + x.hidden_sessions.total + x.prepared.total + x.slots.total;
     if named == 0 {
         out.push_str(&format!(
@@ -104,10 +95,10 @@ pub fn table(h: &Hygiene, as_of: DateTime<Utc>, out: &mut String) {
     }
     for p in &x.prepared.shown {
         t.row(vec![
-            format::fit(&format!("prepared gid {}", p.gid), HOLDER_WIDTH),
-            format::fit(&p.owner, WHO_WIDTH),
+            render::fit(&format!("prepared gid {}", p.gid), HOLDER_WIDTH),
+            render::fit(&p.owner, WHO_WIDTH),
             "prepared".into(),
-            format::duration(as_of - p.prepared_at),
+            render::duration(as_of - p.prepared_at),
             p.xid_age.to_string(),
         ]);
     }
@@ -116,8 +107,8 @@ pub fn table(h: &Hygiene, as_of: DateTime<Utc>, out: &mut String) {
             .retained_wal_bytes
             .map_or(String::new(), |b| format!(", {} WAL", bytes(b)));
         t.row(vec![
-            format::fit(&format!("slot {}", s.name), HOLDER_WIDTH),
-            format::fit(&format!("{} {}", s.slot_type, opt(&s.database)), WHO_WIDTH),
+            render::fit(&format!("slot {}", s.name), HOLDER_WIDTH),
+            render::fit(&format!("{} {}", s.slot_type, opt(&s.database)), WHO_WIDTH),
             format!("inactive{wal}"),
             "-".into(),
             opt(&s.xid_age),
@@ -129,7 +120,7 @@ pub fn table(h: &Hygiene, as_of: DateTime<Utc>, out: &mut String) {
     more(&x.prepared, "prepared transactions", out);
     more(&x.slots, "replication slots", out);
     if x.hidden_sessions.total > 0 {
-        out.push_str(&format::wrap(
+        out.push_str(&render::wrap(
             "sessions of unknown age: this role may not see other roles' session state \
              and start (use a member of crm_booking_expiration_readonly, with \
              sql/011_xmin_holders_function.sql applied by a superuser); their xid age is how \
@@ -153,259 +144,20 @@ fn session_row(s: &SessionHolder, as_of: DateTime<Utc>) -> Vec<String> {
     };
     vec![
         format!("session pid {}", s.pid),
-        format::fit(&who, WHO_WIDTH),
+        render::fit(&who, WHO_WIDTH),
         s.state.clone().unwrap_or_else(|| "(hidden)".into()),
         s.transaction_start
-            .map_or("(hidden)".into(), |at| format::duration(as_of - at)),
+            .map_or("(hidden)".into(), |at| render::duration(as_of - at)),
         opt(&s.xid_age),
     ]
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct Json {
-    outbox: OutboxJson,
-    partial_indexes: Vec<IndexJson>,
-    xmin_horizon: HorizonJson,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "PascalCase")]
-struct OutboxJson {
-    live_tuples: i64,
-    dead_tuples: i64,
-    autovacuum_enabled: bool,
-    last_autovacuum: Option<String>,
-    last_autoanalyze: Option<String>,
-    table_bytes: i64,
-    indexes_bytes: i64,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "PascalCase")]
-struct IndexJson {
-    table: String,
-    index: String,
-    bytes: i64,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "PascalCase")]
-struct HorizonJson {
-    threshold_seconds: f64,
-    can_read_all_stats: bool,
-    sessions: ListJson<SessionJson>,
-    hidden_sessions: ListJson<SessionJson>,
-    prepared_transactions: ListJson<PreparedJson>,
-    replication_slots: ListJson<SlotJson>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "PascalCase")]
-struct ListJson<T> {
-    total: u64,
-    shown: Vec<T>,
-}
-
-fn list<T, J>(l: &Listed<T>, f: impl Fn(&T) -> J) -> ListJson<J> {
-    ListJson {
-        total: l.total,
-        shown: l.shown.iter().map(f).collect(),
-    }
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "PascalCase")]
-struct SessionJson {
-    pid: i32,
-    application_name: String,
-    user: Option<String>,
-    state: Option<String>,
-    transaction_start: Option<String>,
-    age_seconds: Option<f64>,
-    xid: Option<String>,
-    xmin: Option<String>,
-    xid_age: Option<i32>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "PascalCase")]
-struct PreparedJson {
-    gid: String,
-    owner: String,
-    prepared_at: String,
-    age_seconds: f64,
-    xid: String,
-    xid_age: i32,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "PascalCase")]
-struct SlotJson {
-    name: String,
-    slot_type: String,
-    database: Option<String>,
-    xmin: Option<String>,
-    catalog_xmin: Option<String>,
-    xid_age: Option<i32>,
-    retained_wal_bytes: Option<i64>,
-}
-
-pub fn json(h: &Hygiene, as_of: DateTime<Utc>) -> Json {
-    let TableHealth {
-        live_tuples,
-        dead_tuples,
-        last_autovacuum,
-        last_autoanalyze,
-        autovacuum_enabled,
-        table_bytes,
-        indexes_bytes,
-    } = h.outbox.clone();
-    let x = &h.xmin_horizon;
-    let session = |s: &SessionHolder| SessionJson {
-        pid: s.pid,
-        application_name: s.application_name.clone(),
-        user: s.user.clone(),
-        state: s.state.clone(),
-        transaction_start: s.transaction_start.map(rfc3339),
-        age_seconds: s.transaction_start.map(|at| format::seconds(as_of - at)),
-        xid: s.xid.clone(),
-        xmin: s.xmin.clone(),
-        xid_age: s.xid_age,
-    };
-    Json {
-        outbox: OutboxJson {
-            live_tuples,
-            dead_tuples,
-            autovacuum_enabled,
-            last_autovacuum: last_autovacuum.map(rfc3339),
-            last_autoanalyze: last_autoanalyze.map(rfc3339),
-            table_bytes,
-            indexes_bytes,
-        },
-        partial_indexes: h
-            .partial_indexes
-            .iter()
-            .map(
-                |IndexSize {
-                     table,
-                     index,
-                     bytes,
-                 }| IndexJson {
-                    table: table.clone(),
-                    index: index.clone(),
-                    bytes: *bytes,
-                },
-            )
-            .collect(),
-        xmin_horizon: HorizonJson {
-            threshold_seconds: format::seconds(x.threshold),
-            can_read_all_stats: x.can_read_all_stats,
-            sessions: list(&x.sessions, session),
-            hidden_sessions: list(&x.hidden_sessions, session),
-            prepared_transactions: list(&x.prepared, |p: &PreparedHolder| PreparedJson {
-                gid: p.gid.clone(),
-                owner: p.owner.clone(),
-                prepared_at: rfc3339(p.prepared_at),
-                age_seconds: format::seconds(as_of - p.prepared_at),
-                xid: p.xid.clone(),
-                xid_age: p.xid_age,
-            }),
-            replication_slots: list(&x.slots, |s: &SlotHolder| SlotJson {
-                name: s.name.clone(),
-                slot_type: s.slot_type.clone(),
-                database: s.database.clone(),
-                xmin: s.xmin.clone(),
-                catalog_xmin: s.catalog_xmin.clone(),
-                xid_age: s.xid_age,
-                retained_wal_bytes: s.retained_wal_bytes,
-            }),
-        },
-    }
-}
-
-fn unix_seconds(at: Option<DateTime<Utc>>) -> f64 {
-    at.map_or(0.0, |at| at.timestamp_micros() as f64 / 1e6)
-}
-
-/// The upkeep gauges (families in `obs::backlog_only`).
-pub fn prometheus(h: &Hygiene, as_of: DateTime<Utc>, out: &mut Exposition) {
-    let o = &h.outbox;
-    out.gauge(families::OUTBOX_LIVE_TUPLES, o.live_tuples as f64);
-    out.gauge(families::OUTBOX_DEAD_TUPLES, o.dead_tuples as f64);
-    out.gauge(
-        families::OUTBOX_AUTOVACUUM_ENABLED,
-        if o.autovacuum_enabled { 1.0 } else { 0.0 },
-    );
-    out.gauge(
-        families::OUTBOX_LAST_AUTOVACUUM,
-        unix_seconds(o.last_autovacuum),
-    );
-    out.gauge(
-        families::OUTBOX_LAST_AUTOANALYZE,
-        unix_seconds(o.last_autoanalyze),
-    );
-    out.gauge(families::OUTBOX_TABLE_BYTES, o.table_bytes as f64);
-    out.gauge(families::OUTBOX_INDEXES_BYTES, o.indexes_bytes as f64);
-    let indexes: Vec<(Vec<(&str, &str)>, f64)> = h
-        .partial_indexes
-        .iter()
-        .map(|i| {
-            (
-                vec![("table", i.table.as_str()), ("index", i.index.as_str())],
-                i.bytes as f64,
-            )
-        })
-        .collect();
-    out.labelled(families::PARTIAL_INDEX_BYTES, &indexes);
-
-    let x = &h.xmin_horizon;
-    let kinds = ["session", "prepared", "slot", "hidden_session"];
-    let totals = [
-        x.sessions.total,
-        x.prepared.total,
-        x.slots.total,
-        x.hidden_sessions.total,
-    ];
-    let per_kind = |values: [f64; 4]| -> Vec<(Vec<(&str, &str)>, f64)> {
-        kinds
-            .iter()
-            .zip(values)
-            .map(|(k, v)| (vec![("kind", *k)], v))
-            .collect()
-    };
-    out.labelled(families::XMIN_HOLDERS, &per_kind(totals.map(|t| t as f64)));
-    let age = |at: Option<DateTime<Utc>>| at.map_or(0.0, |at| format::seconds(as_of - at).max(0.0));
-    let oldest_ages: Vec<(Vec<(&str, &str)>, f64)> = vec![
-        (
-            vec![("kind", "session")],
-            age(x.sessions.shown.first().and_then(|s| s.transaction_start)),
-        ),
-        (
-            vec![("kind", "prepared")],
-            age(x.prepared.shown.first().map(|p| p.prepared_at)),
-        ),
-    ];
-    out.labelled(families::XMIN_OLDEST_AGE, &oldest_ages);
-    // Each list comes oldest first.
-    out.labelled(
-        families::XMIN_OLDEST_XID_AGE,
-        &per_kind(
-            [
-                x.sessions.shown.first().and_then(|s| s.xid_age),
-                x.prepared.shown.first().map(|p| p.xid_age),
-                x.slots.shown.first().and_then(|s| s.xid_age),
-                x.hidden_sessions.shown.first().and_then(|s| s.xid_age),
-            ]
-            .map(|a| a.map_or(0.0, f64::from)),
-        ),
-    );
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use chrono::TimeDelta;
+
+    use crate::store::{SlotHolder, TableHealth};
 
     fn at(s: &str) -> DateTime<Utc> {
         s.parse().unwrap()

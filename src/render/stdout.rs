@@ -1,0 +1,82 @@
+//! The report's stdout: buffered, and quiet about a reader that went away (`| head`).
+
+use std::io::{self, BufWriter, StdoutLock, Write};
+
+use anyhow::Result;
+
+/// Writes the report to stdout at once. A reader that went away (`| head`) is not an
+/// error of the report.
+pub fn print(text: &str) -> Result<()> {
+    let mut out = Stdout::new();
+    out.text(text)?;
+    out.finish()
+}
+
+/// The report's stdout, locked and buffered, for a report written as it is read. A
+/// reader that went away (`| head`) is not an error of the report: writing then stops
+/// quietly and [`Stdout::closed`] says so, so the report can stop reading too.
+pub struct Stdout {
+    out: BufWriter<StdoutLock<'static>>,
+    closed: bool,
+}
+
+impl Stdout {
+    pub fn new() -> Self {
+        Stdout {
+            out: BufWriter::with_capacity(64 * 1024, io::stdout().lock()),
+            closed: false,
+        }
+    }
+
+    /// Whether the reader went away: nothing more will be written.
+    pub fn closed(&self) -> bool {
+        self.closed
+    }
+
+    pub fn text(&mut self, text: &str) -> Result<()> {
+        self.write_all(text.as_bytes()).map_err(write_error)
+    }
+
+    /// Flushes what is buffered; the end of the report.
+    pub fn finish(mut self) -> Result<()> {
+        self.flush().map_err(write_error)
+    }
+
+    fn tolerate<T>(&mut self, result: io::Result<T>, closed: T) -> io::Result<T> {
+        match result {
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+                self.closed = true;
+                Ok(closed)
+            }
+            other => other,
+        }
+    }
+}
+
+impl Default for Stdout {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.closed {
+            return Ok(buf.len());
+        }
+        let written = self.out.write(buf);
+        self.tolerate(written, buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        let flushed = self.out.flush();
+        self.tolerate(flushed, ())
+    }
+}
+
+pub fn write_error(e: io::Error) -> anyhow::Error {
+    anyhow::Error::new(e).context("cannot write the report to stdout")
+}

@@ -1,0 +1,141 @@
+//! Aligned plain-text tables: no colour, so they paste into an incident channel as
+//! they are.
+
+/// A plain-text table: columns padded to their widest cell, two spaces apart, no
+/// trailing blanks.
+pub struct Table {
+    headers: Vec<&'static str>,
+    /// Each row with the lines of text under it (see [`Table::note`]).
+    rows: Vec<(Vec<String>, Vec<String>)>,
+}
+
+impl Table {
+    pub fn new(headers: &[&'static str]) -> Self {
+        Table {
+            headers: headers.to_vec(),
+            rows: Vec::new(),
+        }
+    }
+
+    pub fn row(&mut self, cells: Vec<String>) {
+        debug_assert_eq!(cells.len(), self.headers.len());
+        self.rows.push((cells, Vec::new()));
+    }
+
+    /// A line of text under the last row, indented and outside the columns: for a cell
+    /// too long to share a line with the others (an error message). It is printed as
+    /// given; [`note`](crate::render::note) makes one that fits the screen.
+    pub fn note(&mut self, line: String) {
+        if let Some((_, notes)) = self.rows.last_mut() {
+            notes.push(line);
+        }
+    }
+
+    pub fn render(&self, out: &mut String) {
+        let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
+        for (row, _) in &self.rows {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        push_line(out, &self.headers, &widths);
+        for (row, notes) in &self.rows {
+            push_line(out, row, &widths);
+            for note in notes {
+                out.push_str(note);
+                out.push('\n');
+            }
+        }
+    }
+}
+
+/// A table written row by row, for listings too long to hold: each column is as wide as
+/// its header or the width given up front, whichever is wider, so a row is printed as it
+/// comes and the layout does not depend on the other rows. A longer cell is never cut;
+/// it shifts the rest of its row. Like [`Table`]: two spaces apart, no trailing blanks
+/// (so the last column's width does not matter).
+pub struct StreamTable {
+    headers: Vec<&'static str>,
+    widths: Vec<usize>,
+}
+
+impl StreamTable {
+    /// `columns`: each header with the width its cells take at most.
+    pub fn new(columns: &[(&'static str, usize)]) -> Self {
+        StreamTable {
+            headers: columns.iter().map(|(h, _)| *h).collect(),
+            widths: columns
+                .iter()
+                .map(|(h, w)| h.chars().count().max(*w))
+                .collect(),
+        }
+    }
+
+    pub fn header(&self, out: &mut String) {
+        push_line(out, &self.headers, &self.widths);
+    }
+
+    pub fn row(&self, cells: &[String], out: &mut String) {
+        debug_assert_eq!(cells.len(), self.widths.len());
+        push_line(out, cells, &self.widths);
+    }
+}
+
+/// One table line: cells padded to their column's width, two spaces apart, no
+/// trailing blanks.
+fn push_line(out: &mut String, cells: &[impl AsRef<str>], widths: &[usize]) {
+    let start = out.len();
+    for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+        let cell = cell.as_ref();
+        if i > 0 {
+            out.push_str("  ");
+        }
+        out.push_str(cell);
+        out.extend(std::iter::repeat_n(
+            ' ',
+            w.saturating_sub(cell.chars().count()),
+        ));
+    }
+    let end = start + out[start..].trim_end().len();
+    out.truncate(end);
+    out.push('\n');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_columns_without_trailing_blanks() {
+        let mut t = Table::new(&["A", "Status", "C"]);
+        t.row(vec![
+            "x".into(),
+            "Reserved → ReserveExpired".into(),
+            "".into(),
+        ]);
+        t.row(vec!["long".into(), "y".into(), "z".into()]);
+        let mut out = String::new();
+        t.render(&mut out);
+        assert_eq!(
+            out,
+            "A     Status                     C\n\
+             x     Reserved → ReserveExpired\n\
+             long  y                          z\n"
+        );
+    }
+
+    #[test]
+    fn streamed_tables_align_to_the_widths_given_up_front() {
+        let t = StreamTable::new(&[("A", 4), ("Status", 3), ("C", 0)]);
+        let mut out = String::new();
+        t.header(&mut out);
+        t.row(&["x".into(), "Reserved".into(), "".into()], &mut out);
+        t.row(&["long".into(), "y".into(), "z".into()], &mut out);
+        assert_eq!(
+            out,
+            "A     Status  C\n\
+             x     Reserved\n\
+             long  y       z\n"
+        );
+    }
+}

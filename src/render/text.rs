@@ -1,0 +1,98 @@
+//! Text fitted to the screen: cut to one line, or wrapped at words.
+
+/// The width the default layout of a table fits in, in columns (characters: `→` is one).
+/// `--wide` layouts may exceed it; they cut nothing.
+pub const SCREEN_WIDTH: usize = 120;
+
+/// `text` on one line of at most `width` characters: line breaks and tabs become
+/// spaces, and a longer text is cut with `…` as its last character.
+pub fn fit(text: &str, width: usize) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= width {
+        return flat;
+    }
+    let mut cut: String = flat.chars().take(width.saturating_sub(1)).collect();
+    cut.truncate(cut.trim_end().len());
+    cut.push('…');
+    cut
+}
+
+/// A note under a table's row ([`Table::note`](crate::render::Table::note)): `  ↳ text`, cut to [`SCREEN_WIDTH`].
+pub fn note(text: &str) -> String {
+    format!("  {}", fit(&format!("↳ {text}"), SCREEN_WIDTH - 2))
+}
+
+/// `text` as lines of at most [`SCREEN_WIDTH`] characters, each ending in `\n`: words
+/// (split at whitespace, line breaks included, never at a hyphen) filled after `first` on the first line
+/// and after `rest` on the others, first fit; a word longer than a whole line is cut
+/// across lines, its first piece filling the line it starts on. For prose too long for
+/// one line (`explain`'s reasons), where cutting would lose it. Widths are terminal
+/// columns (`→` is one, a CJK character two).
+pub fn wrap(text: &str, first: &str, rest: &str) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let options = textwrap::Options::new(SCREEN_WIDTH)
+        .initial_indent(first)
+        .subsequent_indent(rest)
+        .word_separator(textwrap::WordSeparator::AsciiSpace)
+        .word_splitter(textwrap::WordSplitter::NoHyphenation)
+        .wrap_algorithm(textwrap::WrapAlgorithm::FirstFit)
+        .break_words(true);
+    let mut out = String::new();
+    for line in textwrap::wrap(&flat, options) {
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::Table;
+
+    #[test]
+    fn notes_go_under_their_row_and_long_texts_are_cut_to_fit() {
+        let mut t = Table::new(&["A", "B"]);
+        t.row(vec!["x".into(), "y".into()]);
+        t.note(note("reason: why"));
+        t.row(vec!["long".into(), "z".into()]);
+        let mut out = String::new();
+        t.render(&mut out);
+        assert_eq!(out, "A     B\nx     y\n  ↳ reason: why\nlong  z\n");
+
+        assert_eq!(fit("short", 5), "short");
+        assert_eq!(fit("line one\n  line two", 40), "line one line two");
+        assert_eq!(fit("abcdef", 5), "abcd…");
+        assert_eq!(fit("ab   cdef", 4), "ab…");
+        let long = note(&"é".repeat(500));
+        assert_eq!(long.chars().count(), SCREEN_WIDTH);
+        assert!(long.ends_with("é…"), "{long}");
+    }
+
+    #[test]
+    fn prose_wraps_at_words_within_the_screen() {
+        let text = format!("{} {}", "word ".repeat(40), "x".repeat(300));
+        let out = wrap(&text, "  - ", "    ");
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(out.ends_with('\n'));
+        for line in &lines {
+            assert!(line.chars().count() <= SCREEN_WIDTH, "{line}");
+        }
+        assert!(lines[0].starts_with("  - word word "));
+        assert!(lines[1..].iter().all(|l| l.starts_with("    ")));
+        assert_eq!(out.replace(['\n', ' ', '-'], ""), text.replace(' ', ""));
+        assert_eq!(wrap("short", "  ", "    "), "  short\n");
+        assert_eq!(wrap("", "  ", "    "), "\n");
+        // First fit: each line takes every word that fits, `→` counting one column.
+        let words = "w→rd ".repeat(30);
+        let out = wrap(&words, "  - ", "    ");
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], format!("  - {}", "w→rd ".repeat(23).trim_end()));
+        assert_eq!(lines[1], format!("    {}", "w→rd ".repeat(7).trim_end()));
+        assert_eq!(lines.len(), 2);
+        // Never broken at a hyphen: ids and topic names stay whole.
+        let id = "01a231f0-13f1-7611-8bf6-b2e7b96ccd3c";
+        let out = wrap(&format!("{} {id}", "x".repeat(100)), "", "");
+        assert_eq!(out, format!("{}\n{id}\n", "x".repeat(100)));
+    }
+}
