@@ -210,7 +210,9 @@ pub fn prepare_mark_published(client: &mut impl GenericClient) -> Result<postgre
 /// delivery receipt: the row's `seq`, and the partition and offset the broker
 /// acknowledged. `span` spans the `seq` of every row in `acked` (see
 /// [`MARK_PUBLISHED_SQL`]).
-/// `sql` is [`MARK_PUBLISHED_SQL`] or the statement prepared from it.
+///
+/// `sql` is [`MARK_PUBLISHED_SQL`] or the statement prepared from it
+/// ([`prepare_mark_published`]), as the relay's mark session does once.
 pub fn mark_published(
     client: &mut impl GenericClient,
     sql: &(impl ToStatement + ?Sized),
