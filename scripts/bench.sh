@@ -124,18 +124,52 @@ copy() {
 }
 
 # measure KEY CMD… — runs CMD (stdout in $WORK/out, stderr in $WORK/err), records its
-# wall time (µs) in $WORK/res/KEY.us and its peak RSS (KiB) in $WORK/res/KEY.rss.
+# wall time (µs) in $WORK/res/KEY.us, its peak RSS (KiB) in $WORK/res/KEY.rss, and the
+# CPU seconds of its processes in $WORK/res/KEY.user and KEY.sys.
 mkdir -p "$WORK/res"
 measure() {
     local key=$1; shift
     local t0=$EPOCHREALTIME t1
-    if ! /usr/bin/time -f %M -o "$WORK/rss" "$@" >"$WORK/out" 2>"$WORK/err"; then
+    if ! /usr/bin/time -f '%M %U %S' -o "$WORK/rss" "$@" >"$WORK/out" 2>"$WORK/err"; then
         tail -n 20 "$WORK/err" >&2
         die "$key: '$*' failed"
     fi
     t1=$EPOCHREALTIME
     echo $(( ${t1//[.,]/} - ${t0//[.,]/} )) >>"$WORK/res/$key.us"
-    tail -n 1 "$WORK/rss" >>"$WORK/res/$key.rss"
+    tail -n 1 "$WORK/rss" | awk -v r="$WORK/res/$key" '{ print $1 >>(r ".rss"); print $2 >>(r ".user"); print $3 >>(r ".sys") }'
+}
+
+# CPU seconds spent so far by a server's processes, for the CPU split of the relay
+# bench: the PostgreSQL of DATABASE_URL (its postmaster with every backend, reaped or
+# running) and the broker of KAFKA_BROKERS (its JVM), when they run on this machine;
+# empty otherwise.
+PG_PID="" BROKER_PID=""
+server_pids() {
+    local checkpointer port
+    checkpointer=$(admin -At -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'" 2>/dev/null || true)
+    [[ -n $checkpointer && -r /proc/$checkpointer/stat ]] \
+        && PG_PID=$(awk '{ print $4 }' "/proc/$checkpointer/stat")
+    port=${KAFKA_BROKERS%%,*}; port=${port##*:}
+    BROKER_PID=$(ss -ltnpH "sport = :$port" 2>/dev/null | grep -o 'pid=[0-9]*' | head -n 1 | cut -d= -f2 || true)
+}
+cpu_s() { # cpu_s PID — user + system seconds of PID, its threads and its children
+    [[ -n $1 && -r /proc/$1/stat ]] || { echo ""; return; }
+    local ticks c
+    ticks=$(awk '{ print $14 + $15 + $16 + $17 }' "/proc/$1/stat")
+    for c in $(cat /proc/"$1"/task/*/children 2>/dev/null); do
+        ticks=$((ticks + $(awk '{ print $14 + $15 }' "/proc/$c/stat" 2>/dev/null || echo 0)))
+    done
+    awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", t / hz }'
+}
+# servers_cpu KEY CMD… — measure KEY CMD…, also recording the CPU seconds the
+# PostgreSQL and the broker spent meanwhile in $WORK/res/KEY.pg and KEY.broker.
+servers_cpu() {
+    local key=$1 pg0 br0
+    pg0=$(cpu_s "$PG_PID"); br0=$(cpu_s "$BROKER_PID")
+    measure "$@"
+    sleep 0.2 # the exited backends reaped
+    [[ -z $pg0 ]] || awk -v a="$pg0" -v b="$(cpu_s "$PG_PID")" 'BEGIN { printf "%.2f\n", b - a }' >>"$WORK/res/$key.pg"
+    [[ -z $br0 ]] || awk -v a="$br0" -v b="$(cpu_s "$BROKER_PID")" 'BEGIN { printf "%.2f\n", b - a }' >>"$WORK/res/$key.broker"
 }
 
 # summary KEY.EXT min|median|max
@@ -263,19 +297,32 @@ ensure_topic() {
         || die "cannot create topic $TOPIC at $KAFKA_BROKERS"
 }
 
+# The relay's producer settings, as KafkaProducer::new sets them (librdkafka's defaults
+# where it sets none), for Kafka's own ProducerPerformance: acks=all, idempotent, no
+# lingering, batches of up to 1 MB, no compression, 5 requests in flight per broker.
+RELAY_PRODUCER=(acks=all enable.idempotence=true linger.ms=0 batch.size=1000000
+                compression.type=none max.in.flight.requests.per.connection=5)
+
 bench_relay() {
-    local i before size perf_line
+    local i before size perf_line p
     ensure_topic
+    server_pids
     template bench_outbox scripts/bench/outbox-seed.sql rows=$RELAY_ROWS
     size=$(sql bench_outbox -c "SELECT round(avg(octet_length(payload::text))) FROM crm.outbox")
+    # ProducerPerformance sends the relay's payloads (one per line: jsonb's text has no
+    # newline), each record one of them.
+    sql bench_outbox -c "SELECT payload::text FROM crm.outbox ORDER BY seq" >"$WORK/payloads"
+    local props=()
+    for p in "${RELAY_PRODUCER[@]}"; do props+=(--command-property "$p"); done
     local select="SELECT aggregateid || '|' || payload::text FROM crm.outbox
                    WHERE published_at IS NULL AND failed_at IS NULL ORDER BY seq"
-    progress "relay $RELAY_ROWS pending rows: $DRAIN_RUNS × (relay-outbox, psql | kcat, ProducerPerformance)"
+    progress "relay $RELAY_ROWS pending rows: $DRAIN_RUNS × (relay-outbox, psql | kcat, ProducerPerformance, database floor)"
     : >"$WORK/perf-rates"
+    : >"$WORK/relay-ratios"
     for ((i = 1; i <= DRAIN_RUNS; i++)); do
         copy bench_outbox
         before=$(topic_end)
-        measure relay_ours env DATABASE_URL="$(db_url bench_run)" "$BIN" relay-outbox \
+        servers_cpu relay_ours env DATABASE_URL="$(db_url bench_run)" "$BIN" relay-outbox \
             --brokers "$KAFKA_BROKERS" --deadline 10m
         expect_result Published $RELAY_ROWS
         [[ $(( $(topic_end) - before )) -eq $RELAY_ROWS ]] || die "relay-outbox: topic did not grow by $RELAY_ROWS"
@@ -288,16 +335,17 @@ bench_relay() {
                    -X partitioner=murmur2_random' _ "$(db_url bench_run)" "$select" "$KAFKA_BROKERS" "$TOPIC"
         [[ $(( $(topic_end) - before )) -eq $RELAY_ROWS ]] || die "psql | kcat: topic did not grow by $RELAY_ROWS"
 
-        measure relay_perf env KAFKA_TOOL_OPTS="-Xmx1g" scripts/kafka/run-class.sh \
+        # (b) the broker's side: Kafka's own producer, the relay's payloads and settings.
+        servers_cpu relay_perf env KAFKA_TOOL_OPTS="-Xmx1g" scripts/kafka/run-class.sh \
             org.apache.kafka.tools.ProducerPerformance --bootstrap-server "$KAFKA_BROKERS" \
-            --topic "$TOPIC" --num-records $RELAY_ROWS --record-size "$size" --throughput -1 \
-            --command-property acks=all --command-property enable.idempotence=true
+            --topic "$TOPIC" --num-records $RELAY_ROWS --payload-file "$WORK/payloads" \
+            --throughput -1 "${props[@]}"
         cp "$WORK/out" "$WORK/relay-perf.out"
-        # What at-least-once costs the database at the least: every pending row read and
-        # marked published, each in one statement (the relay does it per batch).
+        # (a) what at-least-once costs the database at the least: every pending row read
+        # and marked published, each in one statement (the relay does it per batch).
         copy bench_outbox
         # shellcheck disable=SC2016 # the inner bash expands its own arguments
-        measure relay_floor bash -o pipefail -c 'psql -X -At -d "$1" -c "$2" >/dev/null \
+        servers_cpu relay_floor bash -o pipefail -c 'psql -X -At -d "$1" -c "$2" >/dev/null \
             && psql -X -q -d "$1" -c "UPDATE crm.outbox SET published_at = now(), attempts = attempts + 1,
                                              last_error = NULL
                                        WHERE published_at IS NULL AND failed_at IS NULL"' \
@@ -307,10 +355,23 @@ bench_relay() {
         perf_line=$(grep "records sent" "$WORK/relay-perf.out" | tail -n 1)
         [[ $perf_line == "$RELAY_ROWS records sent"* ]] || die "ProducerPerformance: $perf_line"
         awk '{ print $4 }' <<<"$perf_line" >>"$WORK/perf-rates"
+        # This run's ratio: the database floor's wall time plus the time ProducerPerformance
+        # reports for its sends (JVM start left out), over the relay's whole process.
+        awk -v n=$RELAY_ROWS -v rate="$(awk '{ print $4 }' <<<"$perf_line")" \
+            -v a="$(tail -n 1 "$WORK/res/relay_floor.us")" -v r="$(tail -n 1 "$WORK/res/relay_ours.us")" \
+            'BEGIN { b = n / rate * 1e6; printf "%.0f %.3f\n", b, (a + b) / r }' >>"$WORK/relay-ratios"
     done
-    local o p c f
+    awk '{ print $1 }' "$WORK/relay-ratios" >"$WORK/res/relay_sends.us"
+    awk '{ print $2 }' "$WORK/relay-ratios" >"$WORK/res/relay_ratio"
+    local o p c f r
     o=$(per_s relay_ours $RELAY_ROWS); p=$(per_s relay_pipe $RELAY_ROWS)
     c=$(sort -n "$WORK/perf-rates" | awk '{ v[NR] = $1 } END { printf "%.0f", v[int((NR + 1) / 2)] }')
+    r=$(summary relay_ratio median)
+    s() { awk -v us="$(summary "$1.us" "${2:-median}")" 'BEGIN { printf "%.2f", us / 1e6 }'; }
+    cpu() { # cpu KEY EXT — median [min–max] CPU seconds, or "-" when not measured
+        [[ -s $WORK/res/$1.$2 ]] || { echo "-"; return; }
+        echo "$(summary "$1.$2" median) [$(summary "$1.$2" min)-$(summary "$1.$2" max)]"
+    }
     {
         echo "(d) Relay: $RELAY_ROWS pending outbox rows to a 6-partition topic, acks=all, idempotent"
         echo "    producer, murmur2 partitioning; events/s of the whole process, median [slowest–fastest]"
@@ -332,6 +393,28 @@ bench_relay() {
         f=$(per_s relay_floor $RELAY_ROWS)
         echo "ours/database floor $(ratio "$o" "$f"): target ≥ 0.8 × the floor:" \
              "$(verdict "$(ratio "$o" "$f")" '>=' 0.8)"
+        echo
+        echo "    The relay against doing its two halves one after the other: (a) the database"
+        echo "    floor above (wall time of both psql statements) plus (b) ProducerPerformance"
+        echo "    sending the relay's payloads with its producer settings (${RELAY_PRODUCER[*]}),"
+        echo "    for the time it reports; per run (a + b) / the relay's wall time, seconds are medians"
+        echo
+        printf '%-26s %-26s %-26s %s\n' "relay-outbox s" "(a) database floor s" "(b) ProducerPerformance s" "ours/(a+b)"
+        printf '%-26s %-26s %-26s %s\n' "$(s relay_ours) [$(s relay_ours min)-$(s relay_ours max)]" \
+            "$(s relay_floor) [$(s relay_floor min)-$(s relay_floor max)]" \
+            "$(s relay_sends) [$(s relay_sends min)-$(s relay_sends max)]" \
+            "$r [$(summary relay_ratio min)-$(summary relay_ratio max)]"
+        echo
+        echo "ours/(a+b) $r; target ≥ 1.0 (the relay overlaps the database and the broker instead of adding them): $(verdict "$r" '>=' 1.0)"
+        echo
+        echo "    CPU seconds per run, median [min–max]: the measured process (user, system), and"
+        echo "    what PostgreSQL (every backend) and the broker spent meanwhile"
+        echo
+        printf '%-28s %-18s %-18s %-18s %s\n' "run" "user" "system" "PostgreSQL" "broker"
+        for key in relay_ours:relay-outbox relay_floor:"(a) database floor" relay_perf:"(b) ProducerPerformance"; do
+            printf '%-28s %-18s %-18s %-18s %s\n' "${key#*:}" "$(cpu "${key%%:*}" user)" \
+                "$(cpu "${key%%:*}" sys)" "$(cpu "${key%%:*}" pg)" "$(cpu "${key%%:*}" broker)"
+        done
         echo
     } | table
 }

@@ -230,6 +230,7 @@ fn pipeline(
     let mut stop: Option<anyhow::Error> = None;
     let mut in_flight: VecDeque<InFlight> = VecDeque::new();
     let pause = crate::ops::pause::PauseWatch::new(client, crate::cli::Pausable::RelayOutbox)?;
+    let fetch = store::prepare_pending(client)?;
     loop {
         marker.collect_ready(result)?;
         while stop.is_none()
@@ -256,6 +257,7 @@ fn pipeline(
                 .collect();
             let rows = store::pending(
                 client,
+                &fetch,
                 clock.now(),
                 cfg.batch_size,
                 &keys,

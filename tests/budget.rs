@@ -57,6 +57,133 @@ fn budget(yaml: &str) -> Duration {
     Duration::from_secs(deadline - POD_START)
 }
 
+/// One command's budget as cronjob.yaml's header states it: its terms (what each wait
+/// is, in seconds), their sum and what the sum must fit in.
+#[derive(Debug)]
+struct Stated {
+    terms: Vec<(String, u64)>,
+    total: u64,
+    limit: u64,
+}
+
+impl Stated {
+    fn term(&self, what: &str) -> u64 {
+        self.terms
+            .iter()
+            .find(|(name, _)| name.starts_with(what))
+            .unwrap_or_else(|| panic!("no term {what:?} in {self:?}"))
+            .1
+    }
+}
+
+/// The budget of `command` in cronjob.yaml's header: from its line (`#   relay-outbox
+/// follow window  28`) through its `+ …` lines to `= total <= limit`.
+fn stated_budget(yaml: &str, command: &str) -> Stated {
+    let mut lines = yaml
+        .lines()
+        .map(|l| l.trim_start_matches('#').trim())
+        .skip_while(|l| !l.starts_with(&format!("{command} ")));
+    let mut terms = Vec::new();
+    let first = lines
+        .next()
+        .unwrap_or_else(|| panic!("no budget of {command} in cronjob.yaml's header"));
+    let mut line = first.strip_prefix(command).unwrap().trim().to_owned();
+    loop {
+        if let Some(sum) = line.strip_prefix("= ") {
+            let (total, limit) = sum.split_once(" <= ").expect("`= total <= limit`");
+            return Stated {
+                terms,
+                total: total.trim().parse().unwrap(),
+                limit: limit.trim().parse().unwrap(),
+            };
+        }
+        // Columns: what, seconds, and a note, two spaces or more apart (or what and
+        // seconds one space apart, with no note).
+        let mut columns = line
+            .trim_start_matches("+ ")
+            .split("  ")
+            .map(str::trim)
+            .filter(|c| !c.is_empty());
+        let first = columns.next().unwrap_or_default();
+        let (name, seconds) = match columns.next() {
+            Some(seconds) => (first, seconds),
+            None => first.rsplit_once(' ').unwrap_or_default(),
+        };
+        let seconds = seconds.parse().unwrap_or_else(|_| {
+            panic!("a term of {command}'s budget: what, then seconds: {line:?}")
+        });
+        terms.push((name.trim().to_owned(), seconds));
+        line = lines
+            .next()
+            .unwrap_or_else(|| panic!("{command}'s budget has no `= total <= limit` line"))
+            .to_owned();
+    }
+}
+
+/// The relay's budget, exactly as the shipped flags make it: the header's terms are
+/// what the flags give (the follow window, the topic check, the delivery reports),
+/// they add up to its total, and that fills activeDeadlineSeconds minus the pod's start
+/// exactly. The follow window is what is left of the budget after every other wait,
+/// so a longer `--follow` (or any longer wait) fails here before any run.
+fn relay_budget(yaml: &str) -> (Stated, Duration) {
+    let args = shipped_args(yaml, "relay-outbox");
+    let stated = stated_budget(yaml, "relay-outbox");
+    let limit = budget(yaml).as_secs();
+    assert_eq!(
+        stated.limit, limit,
+        "the relay's budget is activeDeadlineSeconds - pod start: {stated:?}"
+    );
+    let sum: u64 = stated.terms.iter().map(|(_, s)| s).sum();
+    assert_eq!(
+        sum, stated.total,
+        "the relay's terms add up to its total: {stated:?}"
+    );
+    let message = shipped_seconds(&args, "--message-timeout");
+    assert_eq!(stated.term("topic check"), message.min(5), "{stated:?}");
+    assert_eq!(
+        stated.term("that batch's delivery reports"),
+        message + 2,
+        "{stated:?}"
+    );
+    let others: u64 = stated.terms[1..].iter().map(|(_, s)| s).sum();
+    assert!(stated.terms[0].0.starts_with("follow window"), "{stated:?}");
+    let follow = limit - others;
+    assert_eq!(
+        stated.terms[0].1, follow,
+        "the follow window is what the other waits leave: {stated:?}"
+    );
+    assert_eq!(
+        shipped_seconds(&args, "--follow"),
+        follow,
+        "relay-outbox's --follow is the budget ({limit} s) minus every other wait ({others} s)"
+    );
+    (stated, Duration::from_secs(follow))
+}
+
+#[test]
+fn the_shipped_relay_flags_fill_its_budget_exactly() {
+    let yaml = cronjob();
+    let (stated, follow) = relay_budget(&yaml);
+    assert_eq!(stated.total, stated.limit, "{stated:?}");
+    assert!(follow > Duration::ZERO, "{stated:?}");
+    let cycle = stated_budget(&yaml, "run-once");
+    assert_eq!(
+        cycle.terms.iter().map(|(_, s)| s).sum::<u64>(),
+        cycle.total,
+        "{cycle:?}"
+    );
+    assert!(
+        cycle.total <= cycle.limit && cycle.limit == budget(&yaml).as_secs(),
+        "{cycle:?}"
+    );
+    let args = shipped_args(&yaml, "run-once");
+    assert_eq!(
+        cycle.term("--deadline"),
+        shipped_seconds(&args, "--deadline"),
+        "{cycle:?}"
+    );
+}
+
 /// The Pushgateway and the OTLP endpoint: both take the connection and never answer.
 fn hanging_endpoints(cmd: &mut std::process::Command) -> [std::net::TcpListener; 2] {
     let (gateway, gateway_port) = silent_listener();
@@ -77,8 +204,8 @@ fn hanging_endpoints(cmd: &mut std::process::Command) -> [std::net::TcpListener;
 fn the_relay_with_the_shipped_flags_exits_within_its_budget_when_everything_hangs() {
     let yaml = cronjob();
     let args = shipped_args(&yaml, "relay-outbox");
-    let follow = Duration::from_secs(shipped_seconds(&args, "--follow"));
-    let budget = budget(&yaml);
+    let (stated, follow) = relay_budget(&yaml);
+    let budget = Duration::from_secs(stated.total);
     let broker = OwnBroker::start();
     let topic = unique_topic();
     create_topic(&broker.brokers, &topic, 6, &[]);
@@ -119,6 +246,11 @@ fn the_relay_with_the_shipped_flags_exits_within_its_budget_when_everything_hang
     let took = started.elapsed();
     broker.resume();
     eprintln!("relay-outbox exited after {took:?} of its {budget:?}");
+    assert!(
+        took > follow,
+        "relay-outbox ran its whole follow window ({follow:?}), took {took:?}: {}",
+        run.stderr
+    );
     assert!(
         took < budget,
         "relay-outbox {args:?} took {took:?}, over its budget {budget:?}: {}",

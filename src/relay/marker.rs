@@ -157,14 +157,20 @@ pub(super) fn needs_two(e: anyhow::Error) -> anyhow::Error {
 fn start(db: &DbConfig) -> Result<Worker> {
     let mut session = store::connect_another(db).map_err(needs_two)?;
     session.require_writable(db, "relay-outbox")?;
+    let mark = store::prepare_mark_published(&mut session.client)?;
     let (jobs, inbox) = mpsc::channel::<Job>();
     let (outbox, done) = mpsc::channel();
     let thread = std::thread::Builder::new()
         .name("relay-marks".to_owned())
         .spawn(move || {
             for job in inbox {
-                let marked =
-                    store::mark_published(&mut session.client, job.now, &job.acked, job.seqs);
+                let marked = store::mark_published(
+                    &mut session.client,
+                    &mark,
+                    job.now,
+                    &job.acked,
+                    job.seqs,
+                );
                 let failed = marked.is_err();
                 if outbox.send(marked).is_err() || failed {
                     return;

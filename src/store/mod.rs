@@ -30,7 +30,8 @@ pub use hygiene::{
 pub use outbox::{
     FETCH_BYTES, Fetch, MARK_PUBLISHED_SQL, MAX_FAILURES, OUTBOX_CHANNEL, OutboxRow, PENDING_SQL,
     Receipt, WAITING_FOR_TOPIC, listen, mark_attempted, mark_failed, mark_published, mark_retry,
-    mark_waiting, pending, purge_published, try_relay_lock,
+    mark_waiting, pending, prepare_mark_published, prepare_pending, purge_published,
+    try_relay_lock,
 };
 pub use phase_failure::{PhaseFailure, clear_phase_failure, phase_failures, record_phase_failure};
 pub use report::{

@@ -6,6 +6,7 @@ use std::time::Duration;
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use postgres::GenericClient;
+use postgres::ToStatement;
 use uuid::Uuid;
 
 /// The advisory lock key that makes the relay a singleton per database
@@ -145,8 +146,13 @@ UPDATE crm.outbox o
 
 /// The oldest rows due for sending, none of a key in `in_flight`, loaded up to
 /// [`FETCH_BYTES`]; a row over `max_bytes` is never loaded. See [`PENDING_SQL`].
+///
+/// `sql` is [`PENDING_SQL`] or the statement prepared from it ([`prepare_pending`]): the
+/// relay prepares it once per session, so its 200 fetches of a 100k-row backlog are
+/// neither parsed nor, once the plan is cached, planned again.
 pub fn pending(
     client: &mut impl GenericClient,
+    sql: &(impl ToStatement + ?Sized),
     now: DateTime<Utc>,
     limit: u32,
     in_flight: &[&str],
@@ -154,7 +160,7 @@ pub fn pending(
 ) -> Result<Vec<OutboxRow>> {
     let max_bytes = i64::try_from(max_bytes).unwrap_or(i64::MAX);
     let rows = client.query(
-        PENDING_SQL,
+        sql,
         &[
             &i64::from(limit),
             &now,
@@ -189,12 +195,27 @@ pub fn pending(
         .collect())
 }
 
+/// [`PENDING_SQL`] prepared on the session that fetches: its plan is the same custom or
+/// generic (`tests/design.rs` checks both).
+pub fn prepare_pending(client: &mut impl GenericClient) -> Result<postgres::Statement> {
+    Ok(client.prepare(PENDING_SQL)?)
+}
+
+/// [`MARK_PUBLISHED_SQL`] prepared on the session that marks.
+pub fn prepare_mark_published(client: &mut impl GenericClient) -> Result<postgres::Statement> {
+    Ok(client.prepare(MARK_PUBLISHED_SQL)?)
+}
+
 /// Marks acknowledged rows published at `now`, in one statement, each with its
 /// delivery receipt: the row's `seq`, and the partition and offset the broker
 /// acknowledged. `span` spans the `seq` of every row in `acked` (see
 /// [`MARK_PUBLISHED_SQL`]).
+///
+/// `sql` is [`MARK_PUBLISHED_SQL`] or the statement prepared from it
+/// ([`prepare_mark_published`]), as the relay's mark session does once.
 pub fn mark_published(
     client: &mut impl GenericClient,
+    sql: &(impl ToStatement + ?Sized),
     now: DateTime<Utc>,
     acked: &[Receipt],
     span: (i64, i64),
@@ -204,10 +225,7 @@ pub fn mark_published(
     }
     let seqs: Vec<i64> = acked.iter().map(|a| a.seq).collect();
     let receipts = receipts(acked);
-    Ok(client.execute(
-        MARK_PUBLISHED_SQL,
-        &[&seqs, &receipts, &now, &span.0, &span.1],
-    )?)
+    Ok(client.execute(sql, &[&seqs, &receipts, &now, &span.0, &span.1])?)
 }
 
 /// Where the broker put an acknowledged row.

@@ -1,0 +1,287 @@
+//! The producer: its settings, each with the reason it is set, and a batch enqueued at
+//! once and then waited for, delivery report by delivery report.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use rdkafka::config::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+use super::fault::{Delivery, Fault, failed};
+use super::reports::Reports;
+use super::security;
+use crate::config::{KafkaConfig, KafkaSecurity};
+use crate::exit::{Failure, fail};
+
+/// One message to send.
+#[derive(Debug, Clone)]
+pub struct OutMessage<'a> {
+    pub topic: &'a str,
+    pub key: &'a str,
+    pub payload: Vec<u8>,
+    pub headers: Vec<(Cow<'a, str>, Cow<'a, str>)>,
+}
+
+pub struct KafkaProducer {
+    pub(super) producer: BaseProducer<Reports>,
+    pub(super) brokers: String,
+    pub(super) security: KafkaSecurity,
+    pub(super) message_timeout: Duration,
+    /// Topics already checked this run, with their partition counts.
+    pub(super) checked: HashMap<String, usize>,
+    /// The number the next enqueued message gets (its delivery report's key).
+    next_message: usize,
+    max_message_bytes: usize,
+}
+
+impl KafkaProducer {
+    pub fn new(cfg: &KafkaConfig) -> Result<Self> {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &cfg.brokers)
+            .set("client.id", "booking-expire-relay")
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            // Java's default partitioner for keyed messages: consumers and other
+            // producers agree on which partition a BookingId lives in.
+            .set("partitioner", "murmur2_random")
+            .set(
+                "message.timeout.ms",
+                cfg.message_timeout.as_millis().to_string(),
+            )
+            .set("allow.auto.create.topics", "false")
+            // The relay enqueues a whole batch at once and then waits for its reports:
+            // lingering would only delay every batch (and every event in --follow).
+            .set("linger.ms", "0")
+            // The relay never fetches a row larger than this (it fails it unread), and
+            // librdkafka refuses a larger message at once rather than at the broker.
+            .set("message.max.bytes", cfg.max_message_bytes.to_string())
+            .set("socket.connection.setup.timeout.ms", "5000")
+            .set("reconnect.backoff.max.ms", "1000");
+        security(&mut c, cfg);
+        let producer: BaseProducer<Reports> = c
+            .create_with_context(Reports {
+                max_message_bytes: cfg.max_message_bytes,
+                ..Reports::default()
+            })
+            .map_err(|e| {
+                fail(
+                    Failure::Config,
+                    format!("cannot set up the Kafka producer: {e}"),
+                )
+            })?;
+        Ok(KafkaProducer {
+            producer,
+            brokers: cfg.brokers.clone(),
+            security: cfg.security.clone(),
+            message_timeout: cfg.message_timeout,
+            checked: HashMap::new(),
+            next_message: 0,
+            max_message_bytes: cfg.max_message_bytes,
+        })
+    }
+
+    /// Enqueues the batch and returns at once: its delivery reports arrive while the
+    /// caller does other work (fetches the next batch, marks the previous one), and
+    /// [`KafkaProducer::wait`] collects them. Messages of several batches may be in
+    /// flight together; the caller keeps them to distinct keys.
+    pub fn enqueue(&mut self, messages: &[OutMessage]) -> Enqueued {
+        let first = self.next_message;
+        self.next_message += messages.len();
+        let mut refused: Vec<(usize, Delivery)> = Vec::new();
+        for (i, m) in messages.iter().enumerate() {
+            let mut headers = OwnedHeaders::new_with_capacity(m.headers.len());
+            for (k, v) in &m.headers {
+                headers = headers.insert(Header {
+                    key: k.as_ref(),
+                    value: Some(v.as_bytes()),
+                });
+            }
+            let mut record = BaseRecord::with_opaque_to(m.topic, first + i)
+                .key(m.key.as_bytes())
+                .payload(&m.payload)
+                .headers(headers);
+            loop {
+                match self.producer.send(record) {
+                    Ok(()) => break,
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                        // The local queue is full: serve delivery reports, then retry.
+                        self.producer.poll(Duration::from_millis(50));
+                        record = back;
+                    }
+                    Err((e, _)) => {
+                        let size = m.payload.len() + m.key.len();
+                        refused.push((i, failed(&e, size, self.max_message_bytes)));
+                        break;
+                    }
+                }
+            }
+        }
+        // Every enqueued message gets a report within message.timeout.ms; the margin
+        // covers the broker's answer to the last retry.
+        Enqueued {
+            first,
+            count: messages.len(),
+            refused,
+            until: Instant::now() + self.message_timeout + Duration::from_secs(2),
+        }
+    }
+
+    /// Waits for every delivery report of an enqueued batch (serving the reports of
+    /// later batches on the way). Returns one `Delivery` per message, in order. Not
+    /// `flush()`: that waits for every batch in flight, and rdkafka's
+    /// `BaseProducer::flush` polls in 100 ms slices that only end when the slice does.
+    pub fn wait(&self, batch: Enqueued) -> Vec<Delivery> {
+        let Enqueued {
+            first,
+            count,
+            refused,
+            mut until,
+        } = batch;
+        // Reports of earlier batches that came after their batch was collected (past
+        // its timeout) belong to nobody: dropped, so that nothing accumulates.
+        self.producer
+            .context()
+            .deliveries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|&n, _| n >= first);
+        let mut out: Vec<Option<Delivery>> = vec![None; count];
+        for (i, delivery) in refused {
+            out[i] = Some(delivery);
+        }
+        let mut missing = out.iter().filter(|d| d.is_none()).count();
+        let take = |out: &mut Vec<Option<Delivery>>, missing: &mut usize| {
+            let mut reports = self
+                .producer
+                .context()
+                .deliveries
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            for (i, slot) in out.iter_mut().enumerate() {
+                if slot.is_none()
+                    && let Some(d) = reports.remove(&(first + i))
+                {
+                    *slot = Some(d);
+                    *missing -= 1;
+                }
+            }
+        };
+        take(&mut out, &mut missing);
+        let mut fatal = None;
+        while missing > 0 {
+            if let Some(error) = self.fatal_error() {
+                // No report still missing will say more than this.
+                fatal = Some(error);
+                break;
+            }
+            // One event per call (a delivery report event covers a message set).
+            let served = self.producer.context().served.load(Ordering::Relaxed);
+            self.producer.poll(Duration::ZERO);
+            if self.producer.context().served.load(Ordering::Relaxed) != served {
+                take(&mut out, &mut missing);
+                continue;
+            }
+            // None was waiting. Reports already queued are served above even past the
+            // deadline: the relay may come to collect a batch late, busy with an earlier
+            // one, and the reports that came in time are not lost for that.
+            if Instant::now() >= until {
+                break;
+            }
+            // After a signal the run ends within a second: what is not acknowledged
+            // by then stays pending, as in an outage.
+            if crate::shutdown::requested().is_some() {
+                until = until.min(Instant::now() + Duration::from_secs(1));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let missing = match fatal {
+            Some(error) => Delivery::Failed {
+                fault: Fault::Fatal,
+                error,
+            },
+            None => Delivery::Failed {
+                fault: Fault::Cluster,
+                error: "no delivery report before the timeout".to_owned(),
+            },
+        };
+        out.into_iter()
+            .map(|r| r.unwrap_or_else(|| missing.clone()))
+            .collect()
+    }
+
+    /// librdkafka's fatal error, once it has raised one: the producer can send nothing
+    /// more, and the run must end with a new producer for the next.
+    pub fn fatal_error(&self) -> Option<String> {
+        let (code, reason) = self.producer.client().fatal_error()?;
+        Some(format!(
+            "the Kafka producer hit a fatal error ({code}: {reason}); it can send nothing more"
+        ))
+    }
+}
+
+/// A batch enqueued by [`KafkaProducer::enqueue`], whose reports are still to collect.
+#[derive(Debug)]
+pub struct Enqueued {
+    /// The number of its first message among all this producer enqueued.
+    first: usize,
+    count: usize,
+    /// Messages the producer refused at once, by index in the batch.
+    refused: Vec<(usize, Delivery)>,
+    /// When a report still missing will not come any more.
+    until: Instant,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::DEFAULT_MAX_MESSAGE_BYTES;
+
+    /// A real broker cannot be made to raise a fatal idempotence error on demand:
+    /// librdkafka's own test hook raises one, as a sequence gap across a leader change
+    /// would, while a message waits in the producer's queue.
+    #[test]
+    fn a_fatal_producer_error_ends_the_wait_at_once_with_nothing_acknowledged() {
+        let mut producer = KafkaProducer::new(&KafkaConfig {
+            // Nothing listens there: the message stays queued.
+            brokers: "127.0.0.1:1".to_owned(),
+            security: KafkaSecurity::Plaintext,
+            message_timeout: Duration::from_secs(60),
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+        })
+        .unwrap();
+        let messages = [OutMessage {
+            topic: "t",
+            key: "k",
+            payload: b"{}".to_vec(),
+            headers: Vec::new(),
+        }];
+        let batch = producer.enqueue(&messages);
+        assert_eq!(producer.fatal_error(), None);
+        let reason = std::ffi::CString::new("a sequence gap, raised for the test").unwrap();
+        let raised = unsafe {
+            rdkafka::bindings::rd_kafka_test_fatal_error(
+                producer.producer.client().native_ptr(),
+                rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+                reason.as_ptr(),
+            )
+        };
+        assert_eq!(
+            raised,
+            rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR
+        );
+        // Without the check, a report missing for 60 s would be counted as a timeout.
+        let deliveries = producer.wait(batch);
+        assert_eq!(deliveries.len(), 1);
+        let Delivery::Failed { fault, error } = &deliveries[0] else {
+            panic!("{deliveries:?}");
+        };
+        assert_eq!(*fault, Fault::Fatal, "{error}");
+        assert!(error.contains("fatal error"), "{error}");
+        assert!(producer.fatal_error().unwrap().contains("sequence gap"));
+    }
+}
