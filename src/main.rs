@@ -14,9 +14,10 @@ fn main() -> ExitCode {
     // One rule for whitespace around every value, flags and environment alike.
     // SAFETY: first thing in main: no other thread runs yet.
     unsafe { env::trim_vars() };
-    let cli = match Cli::try_parse_from(env::trim_args(std::env::args_os())) {
+    let args = env::trim_args(std::env::args_os());
+    let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
-        Err(e) => return exit::usage_code(cli::usage_error(e)),
+        Err(e) => return exit::usage_code(cli::usage_error(e, &args)),
     };
     let run_id = Uuid::new_v4();
     let json = cli.log_format == LogFormat::Json;
