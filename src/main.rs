@@ -21,7 +21,7 @@ fn main() -> ExitCode {
     };
     let run_id = Uuid::new_v4();
     let json = cli.log_format == LogFormat::Json;
-    obs::init_logging(cli.log_format, cli.default_log_filter(), run_id);
+    obs::init_logging(cli.log_format.into(), cli.default_log_filter(), run_id);
     exit::install_panic_hook(json);
     env::warn_unknown();
     // Lets the tests prove that a panic ends the run with 70 and one line.

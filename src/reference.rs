@@ -22,7 +22,7 @@ pub const CLI_MARKDOWN_PATH: &str = "docs/reference/cli.md";
 pub const MAN_DIR: &str = "docs/reference/man";
 
 /// The shells `completions` writes a script for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CompletionShell {
     Bash,
     Zsh,

@@ -11,7 +11,7 @@ mod usage;
 mod values;
 mod work;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 
 pub use self::connect::*;
 pub use self::operate::*;
@@ -303,13 +303,6 @@ pub enum Command {
         )
     )]
     Completions(CompletionsArgs),
-}
-
-#[derive(Debug, Args)]
-pub struct CompletionsArgs {
-    /// The shell to write the script for
-    #[arg(value_name = "SHELL", value_enum)]
-    pub shell: crate::reference::CompletionShell,
 }
 
 #[cfg(test)]

@@ -53,9 +53,14 @@ impl Pausable {
 #[derive(Debug, Args)]
 pub struct ActorArgs {
     /// Who does this, for the operations trail (e.g. an e-mail address); the database
-    /// user is recorded as well. Default: the USER environment variable, if set
+    /// user is recorded as well. Default: --login
     #[arg(long, env = "BOOKING_EXPIRE_ACTOR", value_name = "NAME", value_parser = non_empty)]
     pub actor: Option<String>,
+
+    /// The operator's login name, the trail's actor when --actor is not given (the USER
+    /// environment variable, as the login shell sets it; empty = the database user only)
+    #[arg(long, env = "USER", hide_env_values = true, value_name = "NAME")]
+    pub login: Option<String>,
 
     /// Why, for the operations trail and the log line of every paused run (required)
     #[arg(long, value_name = "TEXT", value_parser = non_empty)]
@@ -146,4 +151,19 @@ pub struct RequeueArgs {
     /// booking by its first 8 characters; the row id, the event's ce_id, is always whole)
     #[arg(long, conflicts_with = "json")]
     pub wide: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to write the script for
+    #[arg(value_name = "SHELL", value_enum)]
+    pub shell: Shell,
+}
+
+/// The shells `completions` writes a script for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Shell {
+    Bash,
+    Zsh,
+    Fish,
 }

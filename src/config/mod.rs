@@ -6,6 +6,7 @@
 mod db;
 pub mod env;
 mod kafka;
+mod operate;
 mod topics;
 
 use std::time::Duration;
@@ -14,9 +15,12 @@ use anyhow::Result;
 
 pub use self::db::{DbConfig, SslMode};
 pub use self::kafka::{DEFAULT_MAX_MESSAGE_BYTES, KafkaConfig, KafkaSecurity, Secret};
+pub use self::operate::{
+    Actor, ExplainConfig, Pausable, READ_BACK_TIMEOUT, RequeueConfig, SwitchConfig, TypedId,
+};
 pub use self::topics::{TOPICS_INPUT, Topics};
 use crate::cli::{
-    BacklogArgs, BatchArgs, Command, DryRunArgs, MetricsArgs, RelayArgs, ReportFormat, RunOnceArgs,
+    self, BacklogArgs, BatchArgs, Command, DryRunArgs, MetricsArgs, RelayArgs, RunOnceArgs,
 };
 use crate::domain::AsOf;
 use crate::exit::{Failure, fail};
@@ -29,11 +33,47 @@ pub enum Config {
     RelayOutbox(RelayConfig, MetricsConfig),
     DryRun(DryRunConfig),
     Backlog(BacklogConfig),
-    /// The operator commands (explain, pause, resume, republish, retry-failed): each
-    /// resolves its own database configuration as it starts.
-    Operate(Command),
-    /// `completions`: a shell script on stdout; nothing to resolve.
+    Explain(ExplainConfig),
+    /// `pause` (its `wait` set) and `resume`.
+    Switch(SwitchConfig),
+    /// `republish` and `retry-failed` (`failed_only`).
+    Requeue(RequeueConfig),
+    /// `completions`: a shell script on stdout.
     Completions(crate::reference::CompletionShell),
+}
+
+/// Log line format on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl From<cli::LogFormat> for LogFormat {
+    fn from(format: cli::LogFormat) -> Self {
+        match format {
+            cli::LogFormat::Text => LogFormat::Text,
+            cli::LogFormat::Json => LogFormat::Json,
+        }
+    }
+}
+
+/// How `backlog` prints its report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReportFormat {
+    Table,
+    Json,
+    Prometheus,
+}
+
+impl From<cli::ReportFormat> for ReportFormat {
+    fn from(format: cli::ReportFormat) -> Self {
+        match format {
+            cli::ReportFormat::Table => ReportFormat::Table,
+            cli::ReportFormat::Json => ReportFormat::Json,
+            cli::ReportFormat::Prometheus => ReportFormat::Prometheus,
+        }
+    }
 }
 
 /// A configuration that was refused. A command that pushes metrics reports a refused
@@ -77,12 +117,26 @@ impl Config {
             Command::Backlog(ref args) => {
                 Config::Backlog(BacklogConfig::from_args(args).map_err(refused(None))?)
             }
-            operate @ (Command::Explain(_)
-            | Command::Pause(_)
-            | Command::Resume(_)
-            | Command::Republish(_)
-            | Command::RetryFailed(_)) => Config::Operate(operate),
-            Command::Completions(ref args) => Config::Completions(args.shell),
+            Command::Explain(ref args) => {
+                Config::Explain(ExplainConfig::from_args(args).map_err(refused(None))?)
+            }
+            Command::Pause(ref args) => {
+                Config::Switch(SwitchConfig::pause(args).map_err(refused(None))?)
+            }
+            Command::Resume(ref args) => {
+                Config::Switch(SwitchConfig::resume(args).map_err(refused(None))?)
+            }
+            Command::Republish(ref args) => {
+                Config::Requeue(RequeueConfig::from_args(args, false).map_err(refused(None))?)
+            }
+            Command::RetryFailed(ref args) => {
+                Config::Requeue(RequeueConfig::from_args(args, true).map_err(refused(None))?)
+            }
+            Command::Completions(ref args) => Config::Completions(match args.shell {
+                cli::Shell::Bash => crate::reference::CompletionShell::Bash,
+                cli::Shell::Zsh => crate::reference::CompletionShell::Zsh,
+                cli::Shell::Fish => crate::reference::CompletionShell::Fish,
+            }),
         })
     }
 }
@@ -169,7 +223,7 @@ impl BacklogConfig {
             format: if args.json {
                 ReportFormat::Json
             } else {
-                args.format
+                args.format.into()
             },
             fail_above: args.fail_above,
             xmin_horizon_age: args.xmin_horizon_age,

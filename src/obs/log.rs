@@ -9,7 +9,7 @@ use chrono::{SecondsFormat, Utc};
 use log::kv::{Key, Value, VisitSource};
 use uuid::Uuid;
 
-use crate::cli::LogFormat;
+use crate::config::LogFormat;
 
 /// Installs the logger. `RUST_LOG` may change the filter; by default `filter`
 /// (`cli::Cli::default_log_filter`).

@@ -16,19 +16,15 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::pause::Paused;
-use crate::cli::{AsOf, ExplainArgs};
 use crate::clock::{Clock, SystemClock};
-use crate::config::{DbConfig, KafkaConfig};
+use crate::config::{ExplainConfig, KafkaConfig, READ_BACK_TIMEOUT};
 use crate::domain::booking::{Rejection, Status};
-use crate::domain::{self, BookingRow, rfc3339};
+use crate::domain::{self, AsOf, BookingRow, rfc3339};
 use crate::exit::{ClassifyExt, Failure, fail};
 use crate::report::format::{self, Table};
 use crate::shutdown;
 use crate::store::ops::{self, AuditEntry, OutboxEntry, PoisonEntry, RowLock, TimelineEntry};
 use crate::store::{self, Need};
-
-/// How long `--brokers` waits for one message to come back.
-const READ_BACK_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "PascalCase")]
@@ -160,17 +156,13 @@ struct ReadBack {
 }
 
 /// `explain BOOKING_ID`.
-pub fn explain(args: &ExplainArgs) -> Result<()> {
-    let cfg = DbConfig::from_args(&args.database)?;
-    let kafka = match args.kafka.brokers.as_deref().map(str::trim) {
-        Some(b) if !b.is_empty() => Some(KafkaConfig::from_args(&args.kafka, READ_BACK_TIMEOUT)?),
-        _ => None,
-    };
+pub fn explain(args: &ExplainConfig) -> Result<()> {
+    let (cfg, kafka) = (&args.db, &args.kafka);
     let as_of = match args.as_of {
         AsOf::Now => SystemClock.now(),
         AsOf::At(at) => at,
     };
-    let mut db = store::connect(&cfg)?;
+    let mut db = store::connect(cfg)?;
     shutdown::on_signal(db.interrupter());
     store::check_schema(&mut db.client, Need::Explain)?;
     let resolved = super::ids::resolve(
