@@ -41,7 +41,8 @@ pub struct DatabaseArgs {
     pub lock_timeout: Duration,
 }
 
-/// Where to push the run's metrics.
+/// Where to push the run's metrics, and how: the Pushgateway's URL, its CA, the push's
+/// credentials (sent only over https, never logged).
 #[derive(Debug, Args)]
 pub struct MetricsArgs {
     /// Prometheus Pushgateway to push this run's metrics to when it ends, success or
@@ -49,6 +50,130 @@ pub struct MetricsArgs {
     /// is logged and never fails the run
     #[arg(long, env = "PUSHGATEWAY_URL", value_name = "URL")]
     pub pushgateway_url: Option<String>,
+
+    /// PEM file of the CA(s) that signed the Pushgateway's certificate, trusted besides
+    /// the system's
+    #[arg(long, env = "PUSHGATEWAY_CA_FILE", value_name = "FILE")]
+    pub pushgateway_ca_file: Option<PathBuf>,
+
+    /// HTTP basic authentication of the push: the user name, with
+    /// --pushgateway-password or --pushgateway-password-file (https only)
+    #[arg(long, env = "PUSHGATEWAY_USERNAME", value_name = "USER")]
+    pub pushgateway_username: Option<String>,
+
+    /// The basic authentication's password; prefer the environment variable or the file
+    /// (never logged)
+    #[arg(
+        long,
+        env = "PUSHGATEWAY_PASSWORD",
+        hide_env_values = true,
+        value_name = "PASSWORD"
+    )]
+    pub pushgateway_password: Option<String>,
+
+    /// A file holding the password, instead of --pushgateway-password (a trailing newline
+    /// is not part of it)
+    #[arg(long, env = "PUSHGATEWAY_PASSWORD_FILE", value_name = "FILE")]
+    pub pushgateway_password_file: Option<PathBuf>,
+
+    /// A bearer token for the push, instead of basic authentication (https only, never
+    /// logged)
+    #[arg(
+        long,
+        env = "PUSHGATEWAY_BEARER_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub pushgateway_bearer_token: Option<String>,
+
+    /// A file holding the bearer token, instead of --pushgateway-bearer-token
+    #[arg(long, env = "PUSHGATEWAY_BEARER_TOKEN_FILE", value_name = "FILE")]
+    pub pushgateway_bearer_token_file: Option<PathBuf>,
+}
+
+/// Where the run's traces go: OpenTelemetry's standard variables, each with a flag.
+/// Tracing never changes a run's outcome: a value it cannot use is logged and tracing
+/// stays off.
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    /// Turns tracing on: the OTLP/HTTP collector the spans are sent to (to its
+    /// /v1/traces), e.g. http://otel-collector.monitoring:4318; unset or empty = no traces
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+
+    /// The same for traces only, as the whole URL the spans are posted to; wins over
+    /// --otlp-endpoint
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", value_name = "URL")]
+    pub otlp_traces_endpoint: Option<String>,
+
+    /// The OTLP protocol (default http/protobuf); grpc is not built in and turns tracing
+    /// off with a warning
+    #[arg(
+        long,
+        env = "OTEL_EXPORTER_OTLP_PROTOCOL",
+        value_enum,
+        value_name = "PROTOCOL"
+    )]
+    pub otlp_protocol: Option<OtlpProtocol>,
+
+    /// The same for traces only; wins over --otlp-protocol
+    #[arg(
+        long,
+        env = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        value_enum,
+        value_name = "PROTOCOL"
+    )]
+    pub otlp_traces_protocol: Option<OtlpProtocol>,
+
+    /// Headers sent with every export, key=value,... with percent-encoded values (e.g. a
+    /// collector's authorization; never logged)
+    #[arg(
+        long,
+        env = "OTEL_EXPORTER_OTLP_HEADERS",
+        hide_env_values = true,
+        value_name = "KEY=VALUE,..."
+    )]
+    pub otlp_headers: Option<String>,
+
+    /// How long one export may take, in milliseconds (1..=600000; default 10000)
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_TIMEOUT", value_name = "MS",
+          value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pub otlp_timeout: Option<u64>,
+
+    /// The traces' service name (default booking-expire)
+    #[arg(long, env = "OTEL_SERVICE_NAME", value_name = "NAME")]
+    pub otel_service_name: Option<String>,
+
+    /// The traces' resource attributes, key=value,... (a service.name here names the
+    /// service too)
+    #[arg(long, env = "OTEL_RESOURCE_ATTRIBUTES", value_name = "KEY=VALUE,...")]
+    pub otel_resource_attributes: Option<String>,
+
+    /// true: no traces, whatever the endpoint says (true or false)
+    #[arg(long, env = "OTEL_SDK_DISABLED", value_name = "BOOL", value_parser = true_or_false)]
+    pub otel_sdk_disabled: Option<bool>,
+}
+
+/// The OTLP protocols, as OpenTelemetry names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OtlpProtocol {
+    #[value(name = "http/protobuf")]
+    HttpProtobuf,
+    #[value(name = "http/json")]
+    HttpJson,
+    #[value(name = "grpc")]
+    Grpc,
+}
+
+/// `true` or `false`, in any case, as OpenTelemetry reads its booleans.
+fn true_or_false(s: &str) -> Result<bool, String> {
+    if s.eq_ignore_ascii_case("true") {
+        Ok(true)
+    } else if s.eq_ignore_ascii_case("false") {
+        Ok(false)
+    } else {
+        Err(format!("{s:?} is not allowed: use true or false"))
+    }
 }
 
 /// How to reach Kafka.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::connect::{DatabaseArgs, KafkaArgs, MetricsArgs};
+use super::connect::{DatabaseArgs, KafkaArgs, MetricsArgs, TraceArgs};
 use super::values::{duration_in, parse_as_of};
 use crate::domain::AsOf;
 
@@ -36,6 +36,9 @@ pub struct RunOnceArgs {
 
     #[command(flatten)]
     pub metrics: MetricsArgs,
+
+    #[command(flatten)]
+    pub trace: TraceArgs,
 
     /// The cycle's time budget since its start (1s..=10m): no batch starts unless the
     /// time left exceeds twice the slowest batch so far (and a tenth of the budget, at
@@ -75,6 +78,9 @@ pub struct RelayArgs {
 
     #[command(flatten)]
     pub metrics: MetricsArgs,
+
+    #[command(flatten)]
+    pub trace: TraceArgs,
 
     /// Outbox rows fetched and sent per batch (1..=10000)
     #[arg(long, env = "OUTBOX_RELAY_BATCH_SIZE", value_name = "N", default_value_t = 500,

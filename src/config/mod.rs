@@ -6,25 +6,27 @@
 mod db;
 pub mod env;
 mod kafka;
+mod metrics;
 mod operate;
+mod secret;
 mod topics;
+mod trace;
 
 use std::time::Duration;
 
 use anyhow::Result;
 
 pub use self::db::{DbConfig, SslMode};
-pub use self::kafka::{DEFAULT_MAX_MESSAGE_BYTES, KafkaConfig, KafkaSecurity, Secret};
+pub use self::kafka::{DEFAULT_MAX_MESSAGE_BYTES, KafkaConfig, KafkaSecurity};
+pub use self::metrics::{MetricsConfig, PushAuth, Pushgateway, Step};
 pub use self::operate::{
     Actor, ExplainConfig, Pausable, READ_BACK_TIMEOUT, RequeueConfig, SwitchConfig, TypedId,
 };
+pub use self::secret::Secret;
 pub use self::topics::{TOPICS_INPUT, Topics};
-use crate::cli::{
-    self, BacklogArgs, BatchArgs, Command, DryRunArgs, MetricsArgs, RelayArgs, RunOnceArgs,
-};
+pub use self::trace::{Protocol, TraceConfig};
+use crate::cli::{self, BacklogArgs, BatchArgs, Command, DryRunArgs, RelayArgs, RunOnceArgs};
 use crate::domain::AsOf;
-use crate::exit::{Failure, fail};
-use crate::obs::pushgateway::{Pushgateway, Step};
 
 /// A subcommand's resolved configuration: what `main` hands to `app::run`.
 #[derive(Debug)]
@@ -138,35 +140,6 @@ impl Config {
                 cli::Shell::Fish => crate::reference::CompletionShell::Fish,
             }),
         })
-    }
-}
-
-/// Where a run's metrics go.
-#[derive(Debug, Clone, Default)]
-pub struct MetricsConfig {
-    /// `None`: no push.
-    pub pushgateway: Option<Pushgateway>,
-}
-
-impl MetricsConfig {
-    /// An empty URL means no push; a malformed one is a configuration error (78),
-    /// refused before the run starts.
-    pub fn from_args(args: &MetricsArgs) -> Result<Self> {
-        let pushgateway = match args.pushgateway_url.as_deref().map(str::trim) {
-            None | Some("") => None,
-            Some(url) => Some(
-                Pushgateway::parse(url)
-                    .map_err(|e| {
-                        fail(
-                            Failure::Config,
-                            format!("invalid --pushgateway-url / PUSHGATEWAY_URL: {e}"),
-                        )
-                    })?
-                    .with_settings_from_env()
-                    .map_err(|e| fail(Failure::Config, format!("metrics push: {e:#}")))?,
-            ),
-        };
-        Ok(MetricsConfig { pushgateway })
     }
 }
 
@@ -310,26 +283,5 @@ impl RelayConfig {
         } else {
             self.follow
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_empty_pushgateway_url_means_no_push_and_a_bad_one_is_a_config_error() {
-        let none = MetricsArgs {
-            pushgateway_url: Some("  ".into()),
-        };
-        assert_eq!(MetricsConfig::from_args(&none).unwrap().pushgateway, None);
-        let bad = MetricsArgs {
-            pushgateway_url: Some("ftp://pg".into()),
-        };
-        let e = MetricsConfig::from_args(&bad).unwrap_err();
-        assert_eq!(crate::exit::exit_code(&e), std::process::ExitCode::from(78));
-        assert!(
-            format!("{e:#}").starts_with("invalid --pushgateway-url / PUSHGATEWAY_URL: scheme")
-        );
     }
 }
