@@ -208,6 +208,7 @@ const KNOWN_PARAMS: &[&str] = &[
 
 /// Takes `sslmode` and `sslrootcert` out of a URL (`postgres://…?sslmode=…`) or a
 /// key=value string, since tokio-postgres rejects what it does not implement itself.
+/// Everything else is handed on as it was written.
 fn split_ssl_params(url: &str) -> Result<(String, SslParams)> {
     let mut ssl = SslParams::default();
     let mut take = |key: &str, value: String| -> bool {
@@ -249,10 +250,9 @@ fn split_ssl_params(url: &str) -> Result<(String, SslParams)> {
         }
     } else {
         let mut kept = Vec::new();
-        for token in url.split_whitespace() {
-            match token.split_once('=') {
-                Some((k, v)) if take(k, v.trim_matches('\'').to_owned()) => {}
-                _ => kept.push(token),
+        for pair in conninfo_pairs(url)? {
+            if !take(pair.keyword, pair.value) {
+                kept.push(&url[pair.span]);
             }
         }
         kept.join(" ")
@@ -260,35 +260,112 @@ fn split_ssl_params(url: &str) -> Result<(String, SslParams)> {
     Ok((rest, ssl))
 }
 
+/// A URL query parameter's value, percent-decoded (the `url` crate's decoder); a `%`
+/// not followed by two hex digits, or bytes that are not UTF-8, are refused.
 fn percent_decode(s: &str) -> Result<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes
-                .get(i + 1..i + 3)
-                .and_then(|h| std::str::from_utf8(h).ok())
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| {
-                    fail(
-                        Failure::Config,
-                        "invalid --database-url / DATABASE_URL: bad percent-encoding in a query parameter",
-                    )
-                })?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| {
+    let bad = |what: &str| {
         fail(
             Failure::Config,
-            "invalid --database-url / DATABASE_URL: a query parameter is not UTF-8",
+            format!("invalid --database-url / DATABASE_URL: {what} in a query parameter"),
         )
-    })
+    };
+    let bytes = s.as_bytes();
+    let well_formed = bytes.iter().enumerate().all(|(i, b)| {
+        *b != b'%'
+            || bytes
+                .get(i + 1..i + 3)
+                .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+    });
+    if !well_formed {
+        return Err(bad("bad percent-encoding"));
+    }
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8()
+        .map(|v| v.into_owned())
+        .map_err(|_| bad("a value that is not UTF-8"))
+}
+
+/// One `keyword = value` of a libpq key/value string: where it is written, its
+/// keyword, and its value with the quotes and backslash escapes taken out.
+#[derive(Debug, PartialEq)]
+struct Pair<'a> {
+    span: std::ops::Range<usize>,
+    keyword: &'a str,
+    value: String,
+}
+
+/// The pairs of a libpq key/value string, as libpq reads them: pairs apart by
+/// whitespace, spaces allowed around `=`, a value single-quoted (keeping its spaces)
+/// or bare, `\` escaping the next character in either. An error names a keyword at
+/// most, never a value.
+fn conninfo_pairs(text: &str) -> Result<Vec<Pair<'_>>> {
+    let bad = |what: String| {
+        fail(
+            Failure::Config,
+            format!("invalid --database-url / DATABASE_URL: {what}"),
+        )
+    };
+    let bytes = text.as_bytes();
+    let skip_space = |mut i: usize| {
+        while i < bytes.len() && bytes[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        i
+    };
+    let mut pairs = Vec::new();
+    let mut i = skip_space(0);
+    while i < bytes.len() {
+        let start = i;
+        while i < bytes.len() && bytes[i] != b'=' && !bytes[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        let keyword = &text[start..i];
+        i = skip_space(i);
+        if bytes.get(i) != Some(&b'=') {
+            // Not named: it may be a value typed without its keyword.
+            return Err(bad(format!(
+                "the word at character {} is not keyword=value",
+                start + 1
+            )));
+        }
+        i = skip_space(i + 1);
+        let mut value = Vec::new();
+        let quoted = bytes.get(i) == Some(&b'\'');
+        if quoted {
+            i += 1;
+        }
+        loop {
+            match bytes.get(i) {
+                None if quoted => {
+                    return Err(bad(format!(
+                        "the quoted value of `{keyword}` is not closed"
+                    )));
+                }
+                None => break,
+                Some(b'\'') if quoted => {
+                    i += 1;
+                    break;
+                }
+                Some(c) if !quoted && c.is_ascii_whitespace() => break,
+                Some(b'\\') if i + 1 < bytes.len() => {
+                    value.push(bytes[i + 1]);
+                    i += 2;
+                }
+                Some(c) => {
+                    value.push(*c);
+                    i += 1;
+                }
+            }
+        }
+        pairs.push(Pair {
+            span: start..i,
+            keyword,
+            // Cut at ASCII bytes only, so whole characters.
+            value: String::from_utf8(value).expect("cut at ASCII bytes"),
+        });
+        i = skip_space(i);
+    }
+    Ok(pairs)
 }
 
 #[cfg(test)]
@@ -327,6 +404,45 @@ mod tests {
     #[test]
     fn bad_percent_encoding_is_refused() {
         assert!(split_ssl_params("postgres://u@h/db?sslrootcert=%zz").is_err());
+        assert!(split_ssl_params("postgres://u@h/db?sslrootcert=%2").is_err());
+        assert!(split_ssl_params("postgres://u@h/db?sslrootcert=%ff").is_err());
+        let (_, ssl) = split_ssl_params("postgres://u@h/db?sslrootcert=/a+b%20c.pem").unwrap();
+        assert_eq!(ssl.root_cert, Some(PathBuf::from("/a+b c.pem")));
+    }
+
+    #[test]
+    fn quoted_key_value_values_keep_their_spaces_and_escapes() {
+        let (rest, ssl) = split_ssl_params(
+            "host=h user=u password='a  b\\'c' sslrootcert = '/etc/my certs/ca.pem' \
+             sslmode=verify-full application_name=x\\ y",
+        )
+        .unwrap();
+        assert_eq!(
+            rest,
+            "host=h user=u password='a  b\\'c' application_name=x\\ y"
+        );
+        assert_eq!(ssl.root_cert, Some(PathBuf::from("/etc/my certs/ca.pem")));
+        assert_eq!(ssl.mode.as_deref(), Some("verify-full"));
+        let pg = postgres::Config::from_str(&rest).unwrap();
+        assert_eq!(pg.get_password(), Some(&b"a  b'c"[..]));
+        assert_eq!(pg.get_application_name(), Some("x y"));
+    }
+
+    #[test]
+    fn a_broken_key_value_string_is_refused_naming_the_keyword_only() {
+        for (text, what) in [
+            (
+                "host=h password='hunter2 x",
+                "the quoted value of `password` is not closed",
+            ),
+            (
+                "host=h hunter2",
+                "the word at character 8 is not keyword=value",
+            ),
+        ] {
+            let e = format!("{:#}", split_ssl_params(text).unwrap_err());
+            assert!(e.ends_with(what) && !e.contains("hunter2"), "{text}: {e}");
+        }
     }
 
     #[test]
