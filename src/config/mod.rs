@@ -3,6 +3,7 @@
 //! before it runs. Every error here names its input and exits 78 before anything
 //! touches the database.
 
+mod conninfo;
 mod db;
 pub mod env;
 mod kafka;
