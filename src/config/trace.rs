@@ -40,6 +40,9 @@ pub struct TraceConfig {
     /// `service.name`, when given (by its flag, or among the resource attributes).
     pub service_name: Option<String>,
     pub resource_attributes: Vec<(String, String)>,
+    /// Why tracing is off though an endpoint was given (it is not a URL tracing can
+    /// use): logged as a warning, the run goes on.
+    pub refused: Option<String>,
 }
 
 /// `key=value,…` as OpenTelemetry writes lists: entries without `=` are left out, keys
@@ -76,10 +79,24 @@ impl TraceConfig {
 
     pub fn from_args(args: &TraceArgs) -> Self {
         let disabled = args.otel_sdk_disabled == Some(true);
-        let endpoint = given(&args.otlp_traces_endpoint).or_else(|| {
-            given(&args.otlp_endpoint)
-                .map(|base| format!("{}/v1/traces", base.trim_end_matches('/')))
+        let traces = given(&args.otlp_traces_endpoint).map(|url| {
+            let checked = check_endpoint(
+                &url,
+                "--otlp-traces-endpoint / OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            );
+            checked.map(|()| url)
         });
+        let endpoint = traces.or_else(|| {
+            given(&args.otlp_endpoint).map(|base| {
+                check_endpoint(&base, "--otlp-endpoint / OTEL_EXPORTER_OTLP_ENDPOINT")
+                    .map(|()| format!("{}/v1/traces", base.trim_end_matches('/')))
+            })
+        });
+        let (endpoint, refused) = match endpoint {
+            Some(Ok(url)) => (Some(url), None),
+            Some(Err(why)) => (None, Some(why)),
+            None => (None, None),
+        };
         let protocol = match args.otlp_traces_protocol.or(args.otlp_protocol) {
             None | Some(OtlpProtocol::HttpProtobuf) => Protocol::HttpProtobuf,
             Some(OtlpProtocol::HttpJson) => Protocol::HttpJson,
@@ -99,8 +116,26 @@ impl TraceConfig {
             timeout: args.otlp_timeout.map(Duration::from_millis),
             service_name,
             resource_attributes,
+            refused: refused.filter(|_| !disabled),
         }
     }
+}
+
+/// An OTLP/HTTP endpoint must be an `http` or `https` URL with a host (the `url`
+/// crate's reading); otherwise says which input, which value (its start) and what is
+/// allowed.
+fn check_endpoint(url: &str, input: &str) -> Result<(), String> {
+    let usable = url::Url::parse(url)
+        .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
+    if usable {
+        return Ok(());
+    }
+    let shown: String = url.chars().take(80).collect();
+    let cut = if shown.len() < url.len() { "…" } else { "" };
+    Err(format!(
+        "invalid {input} {shown:?}{cut}: expected http[s]://host[:port][/path], e.g. \
+         http://otel-collector.monitoring:4318; tracing is off"
+    ))
 }
 
 #[cfg(test)]
@@ -138,6 +173,27 @@ mod tests {
             "TRUE",
         ]);
         assert_eq!(off.endpoint, None);
+        assert_eq!(off.refused, None);
+    }
+
+    #[test]
+    fn an_endpoint_that_is_no_http_url_turns_tracing_off_saying_why() {
+        for bad in ["c:4318", "ftp://c", "1; DROP TABLE crm.bookings", "http://"] {
+            let cfg = trace_of(&["--otlp-endpoint", bad]);
+            assert_eq!(cfg.endpoint, None, "{bad}");
+            let why = cfg.refused.unwrap();
+            assert!(
+                why.starts_with("invalid --otlp-endpoint / OTEL_EXPORTER_OTLP_ENDPOINT")
+                    && why.contains("expected http[s]://"),
+                "{bad}: {why}"
+            );
+        }
+        let cfg = trace_of(&["--otlp-traces-endpoint", "x"]);
+        assert!(
+            cfg.refused
+                .unwrap()
+                .contains("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        );
     }
 
     #[test]

@@ -65,6 +65,9 @@ pub fn init_off() -> Tracing {
 /// off.
 pub fn init(run_id: Uuid, command: &'static str, cfg: &TraceConfig) -> Tracing {
     let off = init_off();
+    if let Some(why) = &cfg.refused {
+        log::warn!(error = why.as_str(); "{why}");
+    }
     let Some(endpoint) = cfg.endpoint.clone() else {
         return off;
     };
