@@ -207,3 +207,40 @@ impl RequeueConfig {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn actor(actor: Option<&str>, login: Option<&str>) -> Option<String> {
+        Actor::from(&ActorArgs {
+            actor: actor.map(str::to_owned),
+            login: login.map(str::to_owned),
+            reason: "r".into(),
+        })
+        .name
+    }
+
+    #[test]
+    fn the_actor_is_the_name_given_else_the_login_else_none() {
+        assert_eq!(
+            actor(Some("ann@example.com"), Some("ann")).as_deref(),
+            Some("ann@example.com")
+        );
+        assert_eq!(actor(None, Some("ann")).as_deref(), Some("ann"));
+        assert_eq!(actor(None, Some("  ")), None);
+        assert_eq!(actor(None, None), None);
+    }
+
+    #[test]
+    fn ids_as_typed_keep_their_form() {
+        let full: Uuid = "0190a6f0-58c1-7b5e-9a51-3c1f4e2d8b70".parse().unwrap();
+        assert_eq!(TypedId::from(&IdArg::Full(full)), TypedId::Full(full));
+        let start = TypedId::from(&IdArg::Prefix("bb7f5ae6".into()));
+        assert_eq!(start.to_string(), "bb7f5ae6");
+        assert_eq!(
+            Pausable::from(cli::Pausable::RelayOutbox).as_str(),
+            "relay-outbox"
+        );
+    }
+}
