@@ -90,7 +90,9 @@ pub fn run(config: Config, run_id: Uuid) -> Result<()> {
         ),
         Config::DryRun(cfg) => report::dry_run(&cfg, run_id, &clock),
         Config::Backlog(cfg) => report::backlog(&cfg, &clock),
-        Config::Operate(command) => crate::ops::run(&command),
+        Config::Explain(cfg) => crate::ops::explain::explain(&cfg),
+        Config::Switch(cfg) => crate::ops::pause::switch(&cfg),
+        Config::Requeue(cfg) => crate::ops::republish::republish(&cfg),
         Config::Completions(shell) => crate::reference::print_completions(shell),
     }
 }

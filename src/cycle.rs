@@ -95,7 +95,7 @@ fn cycle_at(
 
     let mut db = store::connect(&cfg.db)?;
     if let Some(paused) =
-        crate::ops::pause::honour(&mut db.client, crate::cli::Pausable::RunOnce, as_of)?
+        crate::ops::pause::honour(&mut db.client, crate::config::Pausable::RunOnce, as_of)?
     {
         result.as_of = rfc3339(as_of);
         result.paused = Some(paused);
@@ -106,7 +106,7 @@ fn cycle_at(
     crate::ops::pooler::require_session(&cfg.db, &mut db.client, "run-once", true)?;
     // For `pause --wait`: this cycle works until its deadline at the latest.
     let ends = as_of + cfg.deadline.saturating_sub(started.elapsed());
-    crate::ops::pause::announce_working(&mut db.client, crate::cli::Pausable::RunOnce, ends)?;
+    crate::ops::pause::announce_working(&mut db.client, crate::config::Pausable::RunOnce, ends)?;
     shutdown::on_signal(db.interrupter());
     check_clock(&mut db.client, cfg.max_clock_skew)?;
     store::check_schema(&mut db.client, Need::Cycle)?;
@@ -225,7 +225,7 @@ fn run_phases(
         cfg,
         run_id,
         as_of,
-        pause: PauseWatch::new(&mut db.client, crate::cli::Pausable::RunOnce)?,
+        pause: PauseWatch::new(&mut db.client, crate::config::Pausable::RunOnce)?,
     };
     // The batches' transactions form a chain (see `run_batch`): the first is begun
     // here, each batch ends its own with `COMMIT AND CHAIN` (or `ROLLBACK AND CHAIN`),
@@ -281,7 +281,7 @@ fn run_phases(
             "no batch started after it; the {} bookings expired before stay expired",
             result.reserve_expired_count + result.booking_expired_count
         );
-        crate::ops::pause::stopped_mid_run(crate::cli::Pausable::RunOnce, &paused, &done);
+        crate::ops::pause::stopped_mid_run(crate::config::Pausable::RunOnce, &paused, &done);
         result.paused = Some(paused);
     }
     if !client.is_closed() {

@@ -4,8 +4,8 @@
 
 use std::process::ExitCode;
 
-use booking_expire::cli::{self, Cli, Command, LogFormat};
-use booking_expire::config::{Config, env};
+use booking_expire::cli::{self, Cli, LogFormat};
+use booking_expire::config::{Config, TraceConfig, env};
 use booking_expire::{app, exit, obs};
 use clap::Parser;
 use uuid::Uuid;
@@ -14,23 +14,23 @@ fn main() -> ExitCode {
     // One rule for whitespace around every value, flags and environment alike.
     // SAFETY: first thing in main: no other thread runs yet.
     unsafe { env::trim_vars() };
-    let cli = match Cli::try_parse_from(env::trim_args(std::env::args_os())) {
+    let args = env::trim_args(std::env::args_os());
+    let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
-        Err(e) => return exit::usage_code(cli::usage_error(e)),
+        Err(e) => return exit::usage_code(cli::usage_error(e, &args)),
     };
     let run_id = Uuid::new_v4();
     let json = cli.log_format == LogFormat::Json;
-    obs::init_logging(cli.log_format, cli.default_log_filter(), run_id);
+    obs::init_logging(cli.log_format.into(), cli.default_log_filter(), run_id);
     exit::install_panic_hook(json);
     env::warn_unknown();
     // Lets the tests prove that a panic ends the run with 70 and one line.
-    if std::env::var_os("BOOKING_EXPIRE_TEST_PANIC").is_some() {
+    if env::test_panic_asked() {
         panic!("panic requested by BOOKING_EXPIRE_TEST_PANIC");
     }
-    let tracing = match &cli.command {
-        Command::RunOnce(_) => obs::trace::init(run_id, "run-once"),
-        Command::RelayOutbox(_) => obs::trace::init(run_id, "relay-outbox"),
-        _ => obs::trace::init_off(),
+    let tracing = match TraceConfig::of(&cli.command) {
+        Some((cfg, command)) => obs::trace::init(run_id, command, &cfg),
+        None => obs::trace::init_off(),
     };
     let outcome = match Config::resolve(cli.command) {
         Ok(config) => app::run(config, run_id),

@@ -22,7 +22,7 @@ pub const CLI_MARKDOWN_PATH: &str = "docs/reference/cli.md";
 pub const MAN_DIR: &str = "docs/reference/man";
 
 /// The shells `completions` writes a script for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CompletionShell {
     Bash,
     Zsh,
@@ -189,67 +189,6 @@ pub const OTHER_ENVIRONMENT: &[(&str, &str)] = &[
     (
         "LOG_STYLE",
         "colours in text logs: `never` (default), `auto`, `always`",
-    ),
-    (
-        "PUSHGATEWAY_CA_FILE",
-        "PEM file of the CA(s) that signed the Pushgateway's certificate, trusted besides the system's",
-    ),
-    (
-        "PUSHGATEWAY_USERNAME",
-        "HTTP basic authentication of the push, with `PUSHGATEWAY_PASSWORD` or `PUSHGATEWAY_PASSWORD_FILE` (sent only over https, never logged)",
-    ),
-    ("PUSHGATEWAY_PASSWORD", "see `PUSHGATEWAY_USERNAME`"),
-    (
-        "PUSHGATEWAY_PASSWORD_FILE",
-        "a file holding the password, instead of `PUSHGATEWAY_PASSWORD`",
-    ),
-    (
-        "PUSHGATEWAY_BEARER_TOKEN",
-        "a bearer token for the push (sent only over https, never logged)",
-    ),
-    (
-        "PUSHGATEWAY_BEARER_TOKEN_FILE",
-        "a file holding the bearer token",
-    ),
-    (
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-        "turns tracing on for `run-once` and `relay-outbox`: the OTLP/HTTP collector, e.g. `http://otel-collector.monitoring:4318`",
-    ),
-    (
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-        "the same for traces only; wins over `OTEL_EXPORTER_OTLP_ENDPOINT`",
-    ),
-    (
-        "OTEL_EXPORTER_OTLP_PROTOCOL",
-        "`http/protobuf` (default) or `http/json`; `grpc` is not built in and turns tracing off with a warning",
-    ),
-    (
-        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-        "the same for traces only",
-    ),
-    (
-        "OTEL_EXPORTER_OTLP_HEADERS",
-        "headers sent with every export, as the OpenTelemetry SDK reads them",
-    ),
-    (
-        "OTEL_EXPORTER_OTLP_TIMEOUT",
-        "the export timeout, as the OpenTelemetry SDK reads it",
-    ),
-    (
-        "OTEL_SERVICE_NAME",
-        "the traces' service name (default `booking-expire`)",
-    ),
-    (
-        "OTEL_RESOURCE_ATTRIBUTES",
-        "the traces' resource attributes, `key=value,…`",
-    ),
-    (
-        "OTEL_SDK_DISABLED",
-        "`true`: no tracing, whatever the endpoint says",
-    ),
-    (
-        "USER",
-        "the operator commands' actor when neither `--actor` nor `BOOKING_EXPIRE_ACTOR` is set",
     ),
 ];
 

@@ -105,7 +105,7 @@ fn relay(cfg: &RelayConfig, clock: &dyn Clock, result: &mut RelayResult) -> Resu
     let mut db = store::connect(&cfg.db)?;
     if let Some(paused) = crate::ops::pause::honour(
         &mut db.client,
-        crate::cli::Pausable::RelayOutbox,
+        crate::config::Pausable::RelayOutbox,
         clock.now(),
     )? {
         result.paused = Some(paused);
@@ -126,7 +126,11 @@ fn relay(cfg: &RelayConfig, clock: &dyn Clock, result: &mut RelayResult) -> Resu
     // For `pause --wait`: the last batch starts within the run, its reports within the
     // message timeout after it.
     let ends = clock.now() + cfg.run_for() + cfg.kafka.message_timeout;
-    crate::ops::pause::announce_working(&mut db.client, crate::cli::Pausable::RelayOutbox, ends)?;
+    crate::ops::pause::announce_working(
+        &mut db.client,
+        crate::config::Pausable::RelayOutbox,
+        ends,
+    )?;
     // On SIGTERM the batches in flight still get their delivery reports and marks
     // (so nothing is sent twice needlessly); then no new batch starts.
     shutdown::on_signal(|| {});
@@ -229,7 +233,7 @@ fn pipeline(
     // flight still get their reports and marks, then the run ends with it.
     let mut stop: Option<anyhow::Error> = None;
     let mut in_flight: VecDeque<InFlight> = VecDeque::new();
-    let pause = crate::ops::pause::PauseWatch::new(client, crate::cli::Pausable::RelayOutbox)?;
+    let pause = crate::ops::pause::PauseWatch::new(client, crate::config::Pausable::RelayOutbox)?;
     let fetch = store::prepare_pending(client)?;
     loop {
         marker.collect_ready(result)?;
@@ -270,7 +274,7 @@ fn pipeline(
                     in_flight.len() + marker.len()
                 );
                 crate::ops::pause::stopped_mid_run(
-                    crate::cli::Pausable::RelayOutbox,
+                    crate::config::Pausable::RelayOutbox,
                     &paused,
                     &done,
                 );

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
+use super::conninfo::split_ssl_params;
 use crate::cli::DatabaseArgs;
 use crate::exit::{Failure, fail};
 
@@ -178,156 +179,9 @@ impl DbConfig {
 /// deadline arithmetic (a panic with several hosts), and no attempt should take longer.
 const MAX_URL_TIMEOUT: Duration = Duration::from_secs(3600);
 
-#[derive(Debug, Default, PartialEq)]
-struct SslParams {
-    mode: Option<String>,
-    root_cert: Option<PathBuf>,
-}
-
-/// The URL parameters tokio-postgres understands besides the TLS ones we handle.
-const KNOWN_PARAMS: &[&str] = &[
-    "user",
-    "password",
-    "dbname",
-    "options",
-    "application_name",
-    "host",
-    "hostaddr",
-    "port",
-    "connect_timeout",
-    "tcp_user_timeout",
-    "keepalives",
-    "keepalives_idle",
-    "keepalives_interval",
-    "keepalives_retries",
-    "target_session_attrs",
-    "channel_binding",
-    "load_balance_hosts",
-    "sslnegotiation",
-];
-
-/// Takes `sslmode` and `sslrootcert` out of a URL (`postgres://…?sslmode=…`) or a
-/// key=value string, since tokio-postgres rejects what it does not implement itself.
-fn split_ssl_params(url: &str) -> Result<(String, SslParams)> {
-    let mut ssl = SslParams::default();
-    let mut take = |key: &str, value: String| -> bool {
-        match key {
-            "sslmode" => ssl.mode = Some(value),
-            "sslrootcert" => ssl.root_cert = Some(PathBuf::from(value)),
-            _ => return false,
-        }
-        true
-    };
-    let rest = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        match url.split_once('?') {
-            None => url.to_owned(),
-            Some((base, query)) => {
-                let mut kept = Vec::new();
-                for pair in query.split('&').filter(|p| !p.is_empty()) {
-                    let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-                    if take(k, percent_decode(v)?) {
-                        continue;
-                    }
-                    if !KNOWN_PARAMS.contains(&k) {
-                        return Err(fail(
-                            Failure::Config,
-                            format!(
-                                "invalid --database-url / DATABASE_URL: unknown parameter `{k}` \
-                                 (known: sslmode, sslrootcert, {})",
-                                KNOWN_PARAMS.join(", ")
-                            ),
-                        ));
-                    }
-                    kept.push(pair);
-                }
-                if kept.is_empty() {
-                    base.to_owned()
-                } else {
-                    format!("{base}?{}", kept.join("&"))
-                }
-            }
-        }
-    } else {
-        let mut kept = Vec::new();
-        for token in url.split_whitespace() {
-            match token.split_once('=') {
-                Some((k, v)) if take(k, v.trim_matches('\'').to_owned()) => {}
-                _ => kept.push(token),
-            }
-        }
-        kept.join(" ")
-    };
-    Ok((rest, ssl))
-}
-
-fn percent_decode(s: &str) -> Result<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes
-                .get(i + 1..i + 3)
-                .and_then(|h| std::str::from_utf8(h).ok())
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| {
-                    fail(
-                        Failure::Config,
-                        "invalid --database-url / DATABASE_URL: bad percent-encoding in a query parameter",
-                    )
-                })?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| {
-        fail(
-            Failure::Config,
-            "invalid --database-url / DATABASE_URL: a query parameter is not UTF-8",
-        )
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ssl_params_are_taken_out_of_a_url() {
-        let (rest, ssl) = split_ssl_params(
-            "postgres://u:p@h:5432/db?sslmode=verify-full&connect_timeout=3&sslrootcert=%2Fetc%2Fca.pem",
-        )
-        .unwrap();
-        assert_eq!(rest, "postgres://u:p@h:5432/db?connect_timeout=3");
-        assert_eq!(
-            ssl,
-            SslParams {
-                mode: Some("verify-full".into()),
-                root_cert: Some("/etc/ca.pem".into())
-            }
-        );
-        let (rest, ssl) = split_ssl_params("postgres://u@h/db?sslmode=require").unwrap();
-        assert_eq!(rest, "postgres://u@h/db");
-        assert_eq!(ssl.mode.as_deref(), Some("require"));
-    }
-
-    #[test]
-    fn ssl_params_are_taken_out_of_a_key_value_string() {
-        let (rest, ssl) =
-            split_ssl_params("host=h user=u sslmode=verify-ca sslrootcert='/ca.pem' dbname=crm")
-                .unwrap();
-        assert_eq!(rest, "host=h user=u dbname=crm");
-        assert_eq!(ssl.mode.as_deref(), Some("verify-ca"));
-        assert_eq!(ssl.root_cert, Some(PathBuf::from("/ca.pem")));
-    }
-
-    #[test]
-    fn bad_percent_encoding_is_refused() {
-        assert!(split_ssl_params("postgres://u@h/db?sslrootcert=%zz").is_err());
-    }
 
     #[test]
     fn ssl_modes_parse_like_libpq() {

@@ -1,30 +1,14 @@
 //! How to reach Kafka: the brokers, the security protocol and SASL credentials (a
 //! [`Secret`] that never shows), the producer's message timeout.
 
-use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
 
+use super::Secret;
 use crate::cli::{KafkaArgs, SaslMechanism, SecurityProtocol};
 use crate::exit::{Failure, fail};
-
-/// A secret string: `Debug` and `Display` never show it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("\"***\"")
-    }
-}
 
 /// How the relay authenticates and encrypts towards Kafka.
 #[derive(Debug, Clone)]
@@ -116,7 +100,7 @@ impl KafkaConfig {
                     SaslMechanism::Plain => "PLAIN",
                 },
                 username,
-                password: Secret(password),
+                password: Secret::new(password),
             })
         };
         let security = match args.kafka_security_protocol {

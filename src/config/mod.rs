@@ -3,24 +3,31 @@
 //! before it runs. Every error here names its input and exits 78 before anything
 //! touches the database.
 
+mod conninfo;
 mod db;
 pub mod env;
 mod kafka;
+mod metrics;
+mod operate;
+mod secret;
 mod topics;
+mod trace;
 
 use std::time::Duration;
 
 use anyhow::Result;
 
 pub use self::db::{DbConfig, SslMode};
-pub use self::kafka::{DEFAULT_MAX_MESSAGE_BYTES, KafkaConfig, KafkaSecurity, Secret};
-pub use self::topics::{TOPICS_INPUT, Topics};
-use crate::cli::{
-    BacklogArgs, BatchArgs, Command, DryRunArgs, MetricsArgs, RelayArgs, ReportFormat, RunOnceArgs,
+pub use self::kafka::{DEFAULT_MAX_MESSAGE_BYTES, KafkaConfig, KafkaSecurity};
+pub use self::metrics::{MetricsConfig, PushAuth, Pushgateway, Step};
+pub use self::operate::{
+    Actor, ExplainConfig, Pausable, READ_BACK_TIMEOUT, RequeueConfig, SwitchConfig, TypedId,
 };
+pub use self::secret::Secret;
+pub use self::topics::{TOPICS_INPUT, Topics};
+pub use self::trace::{Protocol, TraceConfig};
+use crate::cli::{self, BacklogArgs, BatchArgs, Command, DryRunArgs, RelayArgs, RunOnceArgs};
 use crate::domain::AsOf;
-use crate::exit::{Failure, fail};
-use crate::obs::pushgateway::{Pushgateway, Step};
 
 /// A subcommand's resolved configuration: what `main` hands to `app::run`.
 #[derive(Debug)]
@@ -29,11 +36,47 @@ pub enum Config {
     RelayOutbox(RelayConfig, MetricsConfig),
     DryRun(DryRunConfig),
     Backlog(BacklogConfig),
-    /// The operator commands (explain, pause, resume, republish, retry-failed): each
-    /// resolves its own database configuration as it starts.
-    Operate(Command),
-    /// `completions`: a shell script on stdout; nothing to resolve.
+    Explain(ExplainConfig),
+    /// `pause` (its `wait` set) and `resume`.
+    Switch(SwitchConfig),
+    /// `republish` and `retry-failed` (`failed_only`).
+    Requeue(RequeueConfig),
+    /// `completions`: a shell script on stdout.
     Completions(crate::reference::CompletionShell),
+}
+
+/// Log line format on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl From<cli::LogFormat> for LogFormat {
+    fn from(format: cli::LogFormat) -> Self {
+        match format {
+            cli::LogFormat::Text => LogFormat::Text,
+            cli::LogFormat::Json => LogFormat::Json,
+        }
+    }
+}
+
+/// How `backlog` prints its report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReportFormat {
+    Table,
+    Json,
+    Prometheus,
+}
+
+impl From<cli::ReportFormat> for ReportFormat {
+    fn from(format: cli::ReportFormat) -> Self {
+        match format {
+            cli::ReportFormat::Table => ReportFormat::Table,
+            cli::ReportFormat::Json => ReportFormat::Json,
+            cli::ReportFormat::Prometheus => ReportFormat::Prometheus,
+        }
+    }
 }
 
 /// A configuration that was refused. A command that pushes metrics reports a refused
@@ -77,42 +120,27 @@ impl Config {
             Command::Backlog(ref args) => {
                 Config::Backlog(BacklogConfig::from_args(args).map_err(refused(None))?)
             }
-            operate @ (Command::Explain(_)
-            | Command::Pause(_)
-            | Command::Resume(_)
-            | Command::Republish(_)
-            | Command::RetryFailed(_)) => Config::Operate(operate),
-            Command::Completions(ref args) => Config::Completions(args.shell),
+            Command::Explain(ref args) => {
+                Config::Explain(ExplainConfig::from_args(args).map_err(refused(None))?)
+            }
+            Command::Pause(ref args) => {
+                Config::Switch(SwitchConfig::pause(args).map_err(refused(None))?)
+            }
+            Command::Resume(ref args) => {
+                Config::Switch(SwitchConfig::resume(args).map_err(refused(None))?)
+            }
+            Command::Republish(ref args) => {
+                Config::Requeue(RequeueConfig::from_args(args, false).map_err(refused(None))?)
+            }
+            Command::RetryFailed(ref args) => {
+                Config::Requeue(RequeueConfig::from_args(args, true).map_err(refused(None))?)
+            }
+            Command::Completions(ref args) => Config::Completions(match args.shell {
+                cli::Shell::Bash => crate::reference::CompletionShell::Bash,
+                cli::Shell::Zsh => crate::reference::CompletionShell::Zsh,
+                cli::Shell::Fish => crate::reference::CompletionShell::Fish,
+            }),
         })
-    }
-}
-
-/// Where a run's metrics go.
-#[derive(Debug, Clone, Default)]
-pub struct MetricsConfig {
-    /// `None`: no push.
-    pub pushgateway: Option<Pushgateway>,
-}
-
-impl MetricsConfig {
-    /// An empty URL means no push; a malformed one is a configuration error (78),
-    /// refused before the run starts.
-    pub fn from_args(args: &MetricsArgs) -> Result<Self> {
-        let pushgateway = match args.pushgateway_url.as_deref().map(str::trim) {
-            None | Some("") => None,
-            Some(url) => Some(
-                Pushgateway::parse(url)
-                    .map_err(|e| {
-                        fail(
-                            Failure::Config,
-                            format!("invalid --pushgateway-url / PUSHGATEWAY_URL: {e}"),
-                        )
-                    })?
-                    .with_settings_from_env()
-                    .map_err(|e| fail(Failure::Config, format!("metrics push: {e:#}")))?,
-            ),
-        };
-        Ok(MetricsConfig { pushgateway })
     }
 }
 
@@ -169,7 +197,7 @@ impl BacklogConfig {
             format: if args.json {
                 ReportFormat::Json
             } else {
-                args.format
+                args.format.into()
             },
             fail_above: args.fail_above,
             xmin_horizon_age: args.xmin_horizon_age,
@@ -256,26 +284,5 @@ impl RelayConfig {
         } else {
             self.follow
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_empty_pushgateway_url_means_no_push_and_a_bad_one_is_a_config_error() {
-        let none = MetricsArgs {
-            pushgateway_url: Some("  ".into()),
-        };
-        assert_eq!(MetricsConfig::from_args(&none).unwrap().pushgateway, None);
-        let bad = MetricsArgs {
-            pushgateway_url: Some("ftp://pg".into()),
-        };
-        let e = MetricsConfig::from_args(&bad).unwrap_err();
-        assert_eq!(crate::exit::exit_code(&e), std::process::ExitCode::from(78));
-        assert!(
-            format!("{e:#}").starts_with("invalid --pushgateway-url / PUSHGATEWAY_URL: scheme")
-        );
     }
 }

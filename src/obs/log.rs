@@ -10,7 +10,7 @@ use log::kv::{Key, Value, VisitSource};
 use uuid::Uuid;
 
 use super::fields::{ENVELOPE, LEVEL, MSG, RUN_ID, SPAN_ID, TRACE_ID, TS};
-use crate::cli::LogFormat;
+use crate::config::LogFormat;
 
 /// Installs the logger. `RUST_LOG` may change the filter; by default `filter`
 /// (`cli::Cli::default_log_filter`).

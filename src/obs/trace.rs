@@ -1,10 +1,10 @@
-//! Traces over OTLP. Off unless `OTEL_EXPORTER_OTLP_ENDPOINT` (or
-//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set; then `run-once` and `relay-outbox`
-//! export their spans with the OpenTelemetry SDK, configured by the standard variables:
-//! `OTEL_EXPORTER_OTLP_PROTOCOL` (`http/protobuf`, the default, or `http/json`; `grpc`
-//! is not built in and turns tracing off with a warning), `OTEL_EXPORTER_OTLP_HEADERS`,
-//! `OTEL_EXPORTER_OTLP_TIMEOUT`, `OTEL_SERVICE_NAME` (default `booking-expire`),
-//! `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_SDK_DISABLED=true`.
+//! Traces over OTLP. Off unless an endpoint is configured (`config::TraceConfig`, from
+//! OpenTelemetry's standard variables, each a flag: `OTEL_EXPORTER_OTLP_ENDPOINT` or
+//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`); then `run-once` and `relay-outbox` export
+//! their spans with the OpenTelemetry SDK, over `http/protobuf` (the default) or
+//! `http/json` (`grpc` is not built in and turns tracing off with a warning), with the
+//! configured headers, timeout, service name (default `booking-expire`) and resource
+//! attributes; `OTEL_SDK_DISABLED=true` keeps it off.
 //!
 //! - One trace per run, whose trace id is the run id (`RunId` 3a14e5e0-2902-… is trace
 //!   3a14e5e029024c28…): a log line, a `ce_correlationid` or a `traceparent` header
@@ -16,6 +16,7 @@
 //!   no-op one), so the cycle and the relay call them unconditionally.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
@@ -25,11 +26,13 @@ use opentelemetry::trace::{
     Tracer, TracerProvider as _,
 };
 use opentelemetry::{Context, ContextGuard, KeyValue, global};
-use opentelemetry_otlp::SpanExporter as OtlpExporter;
+use opentelemetry_otlp::{SpanExporter as OtlpExporter, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{IdGenerator, SdkTracerProvider, SpanData, SpanExporter};
 use uuid::Uuid;
+
+use crate::config::{Protocol, TraceConfig};
 
 pub use opentelemetry::KeyValue as Attr;
 
@@ -57,52 +60,37 @@ pub fn init_off() -> Tracing {
     }
 }
 
-/// Where spans would go, read from the environment; `None` when tracing is off.
-/// The URL the spans are posted to, as the exporter builds it: the traces endpoint as
-/// given, or the base endpoint with `/v1/traces`.
-fn configured_endpoint() -> Option<String> {
-    if std::env::var("OTEL_SDK_DISABLED").is_ok_and(|v| v.trim().eq_ignore_ascii_case("true")) {
-        return None;
-    }
-    let given = |name: &str| {
-        std::env::var(name)
-            .ok()
-            .map(|v| v.trim().to_owned())
-            .filter(|v| !v.is_empty())
-    };
-    given("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").or_else(|| {
-        given("OTEL_EXPORTER_OTLP_ENDPOINT")
-            .map(|base| format!("{}/v1/traces", base.trim_end_matches('/')))
-    })
-}
-
-fn configured_protocol() -> String {
-    [
-        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-        "OTEL_EXPORTER_OTLP_PROTOCOL",
-    ]
-    .iter()
-    .filter_map(|name| std::env::var(name).ok())
-    .map(|v| v.trim().to_ascii_lowercase())
-    .find(|v| !v.is_empty())
-    .unwrap_or_else(|| "http/protobuf".to_owned())
-}
-
-/// Starts tracing for run `run_id` of `command` when the environment asks for it.
-/// Never fails: a configuration the SDK refuses is logged and tracing stays off.
-pub fn init(run_id: Uuid, command: &'static str) -> Tracing {
+/// Starts tracing for run `run_id` of `command` as `cfg` says (off without an
+/// endpoint). Never fails: a configuration the SDK refuses is logged and tracing stays
+/// off.
+pub fn init(run_id: Uuid, command: &'static str, cfg: &TraceConfig) -> Tracing {
     let off = init_off();
-    let Some(endpoint) = configured_endpoint() else {
+    if let Some(why) = &cfg.refused {
+        log::warn!(Error = why.as_str(); "{why}");
+    }
+    let Some(endpoint) = cfg.endpoint.clone() else {
         return off;
     };
-    let protocol = configured_protocol();
-    if protocol != "http/protobuf" && protocol != "http/json" {
-        log::warn!(Protocol = protocol.as_str();
-                   "OTEL_EXPORTER_OTLP_PROTOCOL not supported (use http/protobuf or http/json); tracing is off");
-        return off;
+    let protocol = cfg.protocol.as_str();
+    let otlp_protocol = match cfg.protocol {
+        Protocol::HttpProtobuf => opentelemetry_otlp::Protocol::HttpBinary,
+        Protocol::HttpJson => opentelemetry_otlp::Protocol::HttpJson,
+        Protocol::Grpc => {
+            log::warn!(Protocol = protocol;
+                       "OTEL_EXPORTER_OTLP_PROTOCOL not supported (use http/protobuf or http/json); tracing is off");
+            return off;
+        }
+    };
+    let headers: HashMap<String, String> = cfg.headers.iter().cloned().collect();
+    let mut builder = OtlpExporter::builder()
+        .with_http()
+        .with_endpoint(endpoint.clone())
+        .with_protocol(otlp_protocol)
+        .with_headers(headers);
+    if let Some(timeout) = cfg.timeout {
+        builder = builder.with_timeout(timeout);
     }
-    // The SDK reads the protocol, headers and timeout from the environment itself.
-    let exporter = match OtlpExporter::builder().with_http().build() {
+    let exporter = match builder.build() {
         Ok(exporter) => exporter,
         Err(e) => {
             log::warn!(Endpoint = endpoint.as_str(), Error:% = e;
@@ -117,30 +105,27 @@ pub fn init(run_id: Uuid, command: &'static str) -> Tracing {
             endpoint: endpoint.clone(),
         })
         .with_id_generator(RunTrace(TraceId::from_bytes(*run_id.as_bytes())))
-        .with_resource(resource(command))
+        .with_resource(resource(command, cfg))
         .build();
     global::set_tracer_provider(provider.clone());
     let _ = TRACE_ID.set(TraceId::from_bytes(*run_id.as_bytes()));
-    log::info!(Endpoint = endpoint.as_str(), Protocol = protocol.as_str(); "tracing on");
+    log::info!(Endpoint = endpoint.as_str(), Protocol = protocol; "tracing on");
     Tracing {
         provider: Some(provider),
         endpoint,
     }
 }
 
-/// The resource: `service.name` from `OTEL_SERVICE_NAME` or `OTEL_RESOURCE_ATTRIBUTES`
-/// when given, else `booking-expire`; the version and the command besides.
-fn resource(command: &'static str) -> Resource {
-    let named = std::env::var("OTEL_SERVICE_NAME").is_ok_and(|v| !v.trim().is_empty())
-        || std::env::var("OTEL_RESOURCE_ATTRIBUTES").is_ok_and(|v| {
-            v.split(',')
-                .any(|kv| kv.trim().starts_with("service.name="))
-        });
-    let mut builder = Resource::builder();
-    if !named {
-        builder = builder.with_service_name(SCOPE);
-    }
-    builder
+/// The resource: `service.name` as given (its flag, or among the resource attributes),
+/// else `booking-expire`; the resource attributes; the version and the command besides.
+fn resource(command: &'static str, cfg: &TraceConfig) -> Resource {
+    let attributes = cfg
+        .resource_attributes
+        .iter()
+        .map(|(k, v)| KeyValue::new(k.clone(), v.clone()));
+    Resource::builder()
+        .with_attributes(attributes)
+        .with_service_name(cfg.service_name.clone().unwrap_or_else(|| SCOPE.to_owned()))
         .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
         .with_attribute(KeyValue::new("process.command", command))
         .build()

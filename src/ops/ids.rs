@@ -5,7 +5,7 @@ use anyhow::Result;
 use postgres::GenericClient;
 use uuid::Uuid;
 
-use crate::cli::IdArg;
+use crate::config::TypedId;
 use crate::exit::{ClassifyExt, Failure, fail};
 use crate::store::ids::{self, IdTable};
 
@@ -19,12 +19,12 @@ const SHOWN: u32 = 10;
 pub fn resolve(
     client: &mut impl GenericClient,
     table: IdTable,
-    arg: &IdArg,
+    arg: &TypedId,
     flag: &str,
 ) -> Result<Option<Uuid>> {
     let prefix = match arg {
-        IdArg::Full(id) => return Ok(Some(*id)),
-        IdArg::Prefix(prefix) => prefix,
+        TypedId::Full(id) => return Ok(Some(*id)),
+        TypedId::Prefix(prefix) => prefix,
     };
     let found = ids::with_prefix(client, table, prefix, SHOWN).classify(
         Failure::Temporary,

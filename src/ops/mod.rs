@@ -11,33 +11,16 @@ pub mod republish;
 use anyhow::Result;
 use postgres::GenericClient;
 
-use crate::cli::{ActorArgs, Command};
+use crate::config::Actor;
 use crate::exit::ClassifyExt;
 use crate::exit::Failure;
 
-/// Runs an operator command.
-pub fn run(command: &Command) -> Result<()> {
-    match command {
-        Command::Explain(args) => explain::explain(args),
-        Command::Pause(args) => pause::pause(args),
-        Command::Resume(args) => pause::resume(args),
-        Command::Republish(args) => republish::republish(args, false),
-        Command::RetryFailed(args) => republish::republish(args, true),
-        other => unreachable!("not an operator command: {other:?}"),
-    }
-}
-
 /// Who does an operator's action, for the trail: the name given (`--actor`, else the
-/// USER environment variable) and the database user, which the database vouches for.
-pub fn actor(client: &mut impl GenericClient, args: &ActorArgs) -> Result<String> {
+/// operator's login name) and the database user, which the database vouches for.
+pub fn actor(client: &mut impl GenericClient, actor: &Actor) -> Result<String> {
     let db_user = crate::store::ops::session_user(client)
         .classify(Failure::Temporary, "cannot read the database user")?;
-    let name = args
-        .actor
-        .clone()
-        .or_else(|| std::env::var("USER").ok())
-        .filter(|n| !n.trim().is_empty());
-    Ok(match name {
+    Ok(match actor.name.clone() {
         Some(name) if name != db_user => format!("{name} (database user {db_user})"),
         _ => db_user,
     })

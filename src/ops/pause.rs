@@ -11,9 +11,8 @@ use log::info;
 use postgres::{Client, GenericClient};
 use serde::Serialize;
 
-use crate::cli::{Pausable, PauseArgs, PauseOnArgs};
 use crate::clock::{Clock, SystemClock};
-use crate::config::DbConfig;
+use crate::config::{Pausable, SwitchConfig};
 use crate::domain::rfc3339;
 use crate::duration::show_duration;
 use crate::exit::{ClassifyExt, Failure, fail};
@@ -242,32 +241,24 @@ struct Outcome<'a> {
     working: Option<WorkOutcome>,
 }
 
-/// `pause COMMAND --reason TEXT [--wait D]`.
-pub fn pause(args: &PauseOnArgs) -> Result<()> {
-    switch(&args.switch, Some(args.wait))
-}
-
-/// `resume COMMAND --reason TEXT`.
-pub fn resume(args: &PauseArgs) -> Result<()> {
-    switch(args, None)
-}
-
-/// Switches the pause of `args.command` on (with the wait for working runs) or off.
-fn switch(args: &PauseArgs, wait: Option<Duration>) -> Result<()> {
+/// `pause COMMAND --reason TEXT [--wait D]` (`cfg.wait` set) and `resume COMMAND
+/// --reason TEXT`: switches the pause of `cfg.command` on (with the wait for working
+/// runs) or off.
+pub fn switch(cfg: &SwitchConfig) -> Result<()> {
+    let wait = cfg.wait;
     let on = wait.is_some();
-    let cfg = DbConfig::from_args(&args.database)?;
-    let mut db = store::connect(&cfg)?;
-    db.require_writable(&cfg, if on { "pause" } else { "resume" })?;
+    let mut db = store::connect(&cfg.db)?;
+    db.require_writable(&cfg.db, if on { "pause" } else { "resume" })?;
     store::check_schema(&mut db.client, Need::Operate)?;
-    let command = args.command.as_str();
+    let command = cfg.command.as_str();
     let now = SystemClock.now();
     let mut tx = db
         .client
         .transaction()
         .classify(Failure::Temporary, "cannot begin a transaction")?;
-    let by = super::actor(&mut tx, &args.actor)?;
+    let by = super::actor(&mut tx, &cfg.actor)?;
     let (pause, changed) = if on {
-        let (row, inserted) = ops::pause(&mut tx, command, &by, &args.actor.reason, now)?;
+        let (row, inserted) = ops::pause(&mut tx, command, &by, &cfg.actor.reason, now)?;
         (Some(Paused::of(&row, now)), inserted)
     } else {
         let ended = ops::resume(&mut tx, command)?;
@@ -282,33 +273,33 @@ fn switch(args: &PauseArgs, wait: Option<Duration>) -> Result<()> {
                 actor: &by,
                 action: if on { "pause" } else { "resume" },
                 target: command,
-                reason: &args.actor.reason,
+                reason: &cfg.actor.reason,
                 outbox_ids: &[],
             },
         )?)
     } else {
         None
     };
-    if on && args.command == Pausable::RelayOutbox {
+    if on && cfg.command == Pausable::RelayOutbox {
         // Wakes a following relay that waits for outbox rows, so it sees the switch now.
         running::wake_relay(&mut tx).classify(Failure::Temporary, "cannot wake the relay")?;
     }
     tx.commit()
         .classify(Failure::Temporary, "cannot commit the switch")?;
     let working = match wait {
-        Some(wait) => Some(wait_for_work(&mut db.client, args.command, wait)?),
+        Some(wait) => Some(wait_for_work(&mut db.client, cfg.command, wait)?),
         None => None,
     };
     if changed {
-        info!(Command = command, Actor = by.as_str(), Reason = args.actor.reason.as_str();
+        info!(Command = command, Actor = by.as_str(), Reason = cfg.actor.reason.as_str();
               "{}", if on { "paused" } else { "resumed" });
     }
     let end = SystemClock.now();
     let work = working
         .as_ref()
-        .map(|w| w.sentence(args.command, wait.unwrap_or_default(), end));
+        .map(|w| w.sentence(cfg.command, wait.unwrap_or_default(), end));
     let still = working.as_ref().map_or(0, |w| w.still_working.len());
-    if args.json {
+    if cfg.json {
         let outcome = Outcome {
             command,
             paused: on,
@@ -323,7 +314,7 @@ fn switch(args: &PauseArgs, wait: Option<Duration>) -> Result<()> {
         let line = match (on, changed, &pause) {
             (true, true, _) => format!(
                 "{command} paused by {by}: {}; {work}; its runs exit 0 at once until `booking-expire resume {command}`",
-                args.actor.reason
+                cfg.actor.reason
             ),
             (true, false, Some(p)) => format!(
                 "{command} was already paused since {} by {}: {}; nothing changed; {work}",

@@ -10,10 +10,9 @@ use log::info;
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::cli::{AsOf, RequeueArgs};
 use crate::clock::{Clock, SystemClock};
-use crate::config::DbConfig;
-use crate::domain::rfc3339;
+use crate::config::RequeueConfig;
+use crate::domain::{AsOf, rfc3339};
 use crate::exit::{ClassifyExt, Failure, fail};
 use crate::render::{self as format, Table};
 use crate::store::ids::IdTable;
@@ -90,22 +89,19 @@ fn over_max_rows(command: &str, rows: u64, max_rows: u32) -> anyhow::Error {
     ))
 }
 
-/// `republish` (`failed_only` = false) and `retry-failed` (true).
-pub fn republish(args: &RequeueArgs, failed_only: bool) -> Result<()> {
-    let command = if failed_only {
-        "retry-failed"
-    } else {
-        "republish"
-    };
+/// `republish` and `retry-failed` (`cfg.failed_only`).
+pub fn republish(cfg: &RequeueConfig) -> Result<()> {
+    let command = cfg.command();
+    let failed_only = cfg.failed_only;
     let now = SystemClock.now();
     let at = |t: AsOf| match t {
         AsOf::Now => now,
         AsOf::At(at) => at,
     };
     // Ids are resolved once connected; the rest is checked before.
-    let (selection, described) = if !args.ids.is_empty() || args.booking.is_some() {
+    let (selection, described) = if !cfg.ids.is_empty() || cfg.booking.is_some() {
         (Selection::Ids(Vec::new()), String::new())
-    } else if let (Some(since), Some(until)) = (args.since, args.until) {
+    } else if let (Some(since), Some(until)) = (cfg.since, cfg.until) {
         let (since, until) = (at(since), at(until));
         if since >= until {
             return Err(usage(format!(
@@ -122,14 +118,8 @@ pub fn republish(args: &RequeueArgs, failed_only: bool) -> Result<()> {
                 format::time(until)
             ),
         )
-    } else if args.all {
-        if !failed_only {
-            return Err(usage(
-                "republish: --all is only for retry-failed; name the rows with --ids, --booking \
-                 or --since/--until"
-                    .to_owned(),
-            ));
-        }
+    } else if cfg.all {
+        // `--all` is for retry-failed only: `config` refused it for republish.
         (Selection::AllFailed, "every failed row".to_owned())
     } else {
         return Err(usage(format!(
@@ -137,22 +127,21 @@ pub fn republish(args: &RequeueArgs, failed_only: bool) -> Result<()> {
         )));
     };
 
-    let cfg = DbConfig::from_args(&args.database)?;
-    let mut db = store::connect(&cfg)?;
-    if !args.dry_run {
-        db.require_writable(&cfg, command)?;
+    let mut db = store::connect(&cfg.db)?;
+    if !cfg.dry_run {
+        db.require_writable(&cfg.db, command)?;
     }
     store::check_schema(&mut db.client, Need::Requeue)?;
     let mut tx = db
         .client
         .transaction()
         .classify(Failure::Temporary, "cannot begin a transaction")?;
-    let actor = super::actor(&mut tx, &args.actor)?;
+    let actor = super::actor(&mut tx, &cfg.actor)?;
     // Starts of ids that no row's id has: as unknown ids.
     let mut unmatched: Vec<String> = Vec::new();
-    let (selection, described) = if !args.ids.is_empty() {
-        let mut ids = Vec::with_capacity(args.ids.len());
-        for arg in &args.ids {
+    let (selection, described) = if !cfg.ids.is_empty() {
+        let mut ids = Vec::with_capacity(cfg.ids.len());
+        for arg in &cfg.ids {
             match super::ids::resolve(&mut tx, IdTable::Outbox, arg, "--ids")? {
                 Some(id) => ids.push(id),
                 None => unmatched.push(arg.to_string()),
@@ -164,7 +153,7 @@ pub fn republish(args: &RequeueArgs, failed_only: bool) -> Result<()> {
             .chain(unmatched.iter().cloned())
             .collect();
         (Selection::Ids(ids), format!("ids {}", shown.join(",")))
-    } else if let Some(booking) = &args.booking {
+    } else if let Some(booking) = &cfg.booking {
         match super::ids::resolve(&mut tx, IdTable::Bookings, booking, "--booking")? {
             Some(id) => (Selection::Booking(id), format!("booking {id}")),
             None => (
@@ -183,8 +172,8 @@ pub fn republish(args: &RequeueArgs, failed_only: bool) -> Result<()> {
     // Counted first: a selection over --max-rows is refused before any row is loaded
     // or locked, however wide the window.
     let (to_take, to_leave) = ops::count_selection(&mut tx, &selection, which)?;
-    if to_take > u64::from(args.max_rows) {
-        return Err(over_max_rows(command, to_take, args.max_rows));
+    if to_take > u64::from(cfg.max_rows) {
+        return Err(over_max_rows(command, to_take, cfg.max_rows));
     }
     let not_found: Vec<String> = match &selection {
         Selection::Ids(ids) => {
@@ -215,29 +204,29 @@ pub fn republish(args: &RequeueArgs, failed_only: bool) -> Result<()> {
     let mut requeued = 0;
     let mut after = i64::MIN;
     loop {
-        let batch = ops::requeue_batch(&mut tx, &selection, which, after, BATCH, !args.dry_run)?;
+        let batch = ops::requeue_batch(&mut tx, &selection, which, after, BATCH, !cfg.dry_run)?;
         let Some((last, _)) = batch.last() else {
             break;
         };
         after = *last;
-        if ids.len() + batch.len() > args.max_rows as usize {
+        if ids.len() + batch.len() > cfg.max_rows as usize {
             // Rows became re-queueable since the count (the relay gave up on some).
             return Err(over_max_rows(
                 command,
                 (ids.len() + batch.len()) as u64,
-                args.max_rows,
+                cfg.max_rows,
             ));
         }
         let batch_ids: Vec<Uuid> = batch.iter().map(|(_, o)| o.id).collect();
         let room = SHOWN_ROWS.saturating_sub(shown.len());
         shown.extend(batch.iter().take(room).map(|(_, o)| row_json(o)));
-        if !args.dry_run {
+        if !cfg.dry_run {
             requeued += ops::requeue(&mut tx, &batch_ids)?;
         }
         ids.extend(batch_ids);
     }
     let mut operation_id = None;
-    if args.dry_run {
+    if cfg.dry_run {
         requeued = ids.len() as u64;
     } else if !ids.is_empty() {
         operation_id = Some(ops::record(
@@ -247,22 +236,22 @@ pub fn republish(args: &RequeueArgs, failed_only: bool) -> Result<()> {
                 actor: &actor,
                 action: command,
                 target: &described,
-                reason: &args.actor.reason,
+                reason: &cfg.actor.reason,
                 outbox_ids: &ids,
             },
         )?);
     }
-    if args.dry_run {
+    if cfg.dry_run {
         drop(tx);
     } else {
         tx.commit()
             .classify(Failure::Temporary, "cannot commit the re-queue")?;
-        info!(Command = command, Requeued = requeued, Actor = actor.as_str(), Reason = args.actor.reason.as_str(),
+        info!(Command = command, Requeued = requeued, Actor = actor.as_str(), Reason = cfg.actor.reason.as_str(),
               Selection = described.as_str(); "outbox rows re-queued");
     }
     let outcome = Outcome {
         command,
-        dry_run: args.dry_run,
+        dry_run: cfg.dry_run,
         selection: described,
         requeued,
         rows_not_shown: (ids.len() - shown.len()) as u64,
@@ -271,13 +260,13 @@ pub fn republish(args: &RequeueArgs, failed_only: bool) -> Result<()> {
         left_alone: left,
         not_found,
         actor,
-        reason: args.actor.reason.clone(),
+        reason: cfg.actor.reason.clone(),
         operation_id,
     };
-    if args.json {
+    if cfg.json {
         format::print(&format!("{}\n", serde_json::to_string(&outcome)?))?;
     } else {
-        format::print(&text(&outcome, args.wide))?;
+        format::print(&text(&outcome, cfg.wide))?;
     }
     Ok(())
 }

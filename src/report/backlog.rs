@@ -7,9 +7,9 @@
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::cli::ReportFormat;
 use crate::clock::Clock;
 use crate::config::BacklogConfig;
+use crate::config::ReportFormat;
 use crate::domain::{Phase, Timestamp, rfc3339};
 use crate::exit::{Failure, fail};
 use crate::obs::exposition::Exposition;

@@ -12,34 +12,25 @@ mod read;
 mod text;
 mod view;
 
-use std::time::Duration;
-
 use anyhow::Result;
 
-use crate::cli::{AsOf, ExplainArgs};
 use crate::clock::{Clock, SystemClock};
-use crate::config::{DbConfig, KafkaConfig};
+use crate::config::{ExplainConfig, READ_BACK_TIMEOUT};
+use crate::domain::AsOf;
 use crate::exit::{Failure, fail};
 use crate::kafka::readback;
 use crate::render;
 use crate::shutdown;
 use crate::store::{self, Need};
 
-/// How long `--brokers` waits for one message to come back.
-const READ_BACK_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// `explain BOOKING_ID`.
-pub fn explain(args: &ExplainArgs) -> Result<()> {
-    let cfg = DbConfig::from_args(&args.database)?;
-    let kafka = match args.kafka.brokers.as_deref().map(str::trim) {
-        Some(b) if !b.is_empty() => Some(KafkaConfig::from_args(&args.kafka, READ_BACK_TIMEOUT)?),
-        _ => None,
-    };
+pub fn explain(args: &ExplainConfig) -> Result<()> {
+    let (cfg, kafka) = (&args.db, &args.kafka);
     let as_of = match args.as_of {
         AsOf::Now => SystemClock.now(),
         AsOf::At(at) => at,
     };
-    let mut db = store::connect(&cfg)?;
+    let mut db = store::connect(cfg)?;
     shutdown::on_signal(db.interrupter());
     store::check_schema(&mut db.client, Need::Explain)?;
     let resolved = super::ids::resolve(
@@ -62,7 +53,7 @@ pub fn explain(args: &ExplainArgs) -> Result<()> {
         }
         None => view::no_booking_starts_with(&args.booking_id.to_string(), as_of),
     };
-    if let Some(kafka) = &kafka {
+    if let Some(kafka) = kafka {
         for row in &mut explanation.outbox {
             if let (Some(partition), Some(offset)) = (row.partition, row.offset) {
                 row.read_back = Some(readback::read_back(
