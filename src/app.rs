@@ -11,14 +11,15 @@ use log::warn;
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, Driver, SystemClock};
 use crate::config::{Config, DbConfig, MetricsConfig, Refused};
 use crate::cycle::{self, CycleResult};
 use crate::obs::metrics;
 use crate::obs::pushgateway::Step;
 use crate::relay::{self, RelayResult};
+use crate::shutdown::Shutdown;
 use crate::store::{self, Backlog, Figures};
-use crate::{exit, report, shutdown};
+use crate::{exit, report};
 
 /// Limits for the short read of the backlog gauges after a run.
 const READ_TIMEOUT: Duration = Duration::from_secs(2);
@@ -27,31 +28,33 @@ const READ_TIMEOUT: Duration = Duration::from_secs(2);
 /// read after it, and when it ended.
 type Gauges<R> = fn(&R, bool, Duration, Option<&Backlog>, DateTime<Utc>) -> String;
 
-/// Runs the command of `config` as run `run_id`, on the system clock.
-pub fn run(config: Config, run_id: Uuid) -> Result<()> {
-    shutdown::install(exit::signalled)?;
+/// Runs the command of `config` as run `run_id`, on the system's clocks; signals reach
+/// it through `shutdown`, which the watcher is installed on here.
+pub fn run(config: Config, run_id: Uuid, shutdown: &Shutdown) -> Result<()> {
+    shutdown.install(exit::signalled)?;
     let clock = SystemClock;
+    let driver = Driver::system(shutdown);
     match config {
         Config::RunOnce(cfg, metrics) => pushed(
             &metrics,
-            Some(&cfg.db),
+            Some((&cfg.db, shutdown)),
             Step::RunOnce,
             CycleResult {
                 run_id,
                 ..Default::default()
             },
-            |result| cycle::run_once(&cfg, &clock, result),
+            |result| cycle::run_once(&cfg, driver, result),
             metrics::cycle_metrics,
         ),
         Config::RelayOutbox(cfg, metrics) => pushed(
             &metrics,
-            Some(&cfg.db),
+            Some((&cfg.db, shutdown)),
             Step::RelayOutbox,
             RelayResult {
                 run_id,
                 ..Default::default()
             },
-            |result| relay::relay_outbox(&cfg, &clock, result),
+            |result| relay::relay_outbox(&cfg, driver, result),
             metrics::relay_metrics,
         ),
         Config::DryRun(cfg) => report::dry_run(&cfg, run_id, &clock),
@@ -129,10 +132,11 @@ impl Reported for RelayResult {
 }
 
 /// Runs `work`, pushes the run's gauges (with the backlog read from `db`, when the
-/// database configuration was valid), then prints the result as one JSON line.
+/// database configuration was valid, unless a signal came), then prints the result as
+/// one JSON line.
 fn pushed<R: Reported>(
     metrics: &MetricsConfig,
-    db: Option<&DbConfig>,
+    db: Option<(&DbConfig, &Shutdown)>,
     step: Step,
     mut result: R,
     work: impl FnOnce(&mut R) -> Result<()>,
@@ -142,7 +146,9 @@ fn pushed<R: Reported>(
     let outcome = work(&mut result);
     if let Some(gateway) = &metrics.pushgateway {
         let duration = started.elapsed();
-        let backlog = db.and_then(|db| read_after_run(db, step));
+        let backlog = db
+            .filter(|(_, shutdown)| shutdown.requested().is_none())
+            .and_then(|(db, _)| read_after_run(db, step));
         let body = gauges(
             &result,
             outcome.is_err(),
@@ -167,9 +173,6 @@ fn pushed<R: Reported>(
 /// Reads the step's backlog figures in one short read-only transaction. Skipped after
 /// a signal: the pod is going away, and its grace period is for the push.
 fn read_after_run(db: &DbConfig, step: Step) -> Option<Backlog> {
-    if shutdown::requested().is_some() {
-        return None;
-    }
     let read = || -> Result<Backlog> {
         let mut quick = db.clone();
         let connect = quick

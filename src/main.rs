@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use booking_expire::cli::{self, Cli, Command, LogFormat};
 use booking_expire::config::{Config, env};
+use booking_expire::shutdown::Shutdown;
 use booking_expire::{app, exit, obs};
 use clap::Parser;
 use uuid::Uuid;
@@ -32,10 +33,11 @@ fn main() -> ExitCode {
         Command::RelayOutbox(_) => obs::trace::init(run_id, "relay-outbox"),
         _ => obs::trace::init_off(),
     };
+    let shutdown = Shutdown::new();
     let outcome = match Config::resolve(cli.command) {
-        Ok(config) => app::run(config, run_id),
+        Ok(config) => app::run(config, run_id, &shutdown),
         Err(refused) => Err(app::refused(refused, run_id)),
     };
     tracing.finish();
-    exit::report(outcome, json)
+    exit::report(outcome, json, shutdown.requested())
 }

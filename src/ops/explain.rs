@@ -15,13 +15,13 @@ use rdkafka::{Offset, TopicPartitionList};
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::pause::Paused;
 use crate::cli::{AsOf, ExplainArgs};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{DbConfig, KafkaConfig};
 use crate::domain::booking::{Rejection, Status};
 use crate::domain::{self, BookingRow, rfc3339};
 use crate::exit::{ClassifyExt, Failure, fail};
+use crate::preflight::Paused;
 use crate::report::format::{self, Table};
 use crate::shutdown;
 use crate::store::ops::{self, AuditEntry, OutboxEntry, PoisonEntry, RowLock, TimelineEntry};
