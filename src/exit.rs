@@ -216,3 +216,20 @@ pub fn install_panic_hook(json: bool) {
         std::process::exit(i32::from(Failure::Internal.code()));
     }));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn after_a_signal_any_error_is_the_interruption_and_without_one_its_own() {
+        let e = fail(Failure::Config, "bad schema");
+        assert_eq!(exit_code_after(&e, None), ExitCode::from(78));
+        assert_eq!(exit_code_after(&e, Some(15)), ExitCode::from(143));
+        assert_eq!(
+            exit_code_after(&anyhow::anyhow!("a bug"), Some(2)),
+            ExitCode::from(130)
+        );
+        assert_eq!(exit_code(&anyhow::anyhow!("a bug")), ExitCode::from(70));
+    }
+}

@@ -251,6 +251,8 @@ pub struct KafkaProducer {
     /// The number the next enqueued message gets (its delivery report's key).
     next_message: usize,
     max_message_bytes: usize,
+    /// What a signal reaches the producer's waits through (see [`Self::watching`]).
+    shutdown: crate::shutdown::Shutdown,
 }
 
 impl KafkaProducer {
@@ -296,7 +298,16 @@ impl KafkaProducer {
             checked: HashMap::new(),
             next_message: 0,
             max_message_bytes: cfg.max_message_bytes,
+            shutdown: crate::shutdown::Shutdown::new(),
         })
+    }
+
+    /// The producer whose waits end early on a signal `shutdown` receives.
+    pub fn watching(self, shutdown: &crate::shutdown::Shutdown) -> Self {
+        KafkaProducer {
+            shutdown: shutdown.clone(),
+            ..self
+        }
     }
 
     /// Whether `topic` can take this relay's messages: it exists, this client may write
@@ -369,7 +380,7 @@ impl KafkaProducer {
                         return Err(self.unreachable(&e, timeout));
                     }
                     // A signal ends the wait within a slice.
-                    if let Some(signal) = crate::shutdown::requested() {
+                    if let Some(signal) = self.shutdown.requested() {
                         return Err(fail(
                             Failure::Interrupted(signal),
                             format!(
@@ -563,7 +574,7 @@ impl KafkaProducer {
             }
             // After a signal the run ends within a second: what is not acknowledged
             // by then stays pending, as in an outage.
-            if crate::shutdown::requested().is_some() {
+            if self.shutdown.requested().is_some() {
                 until = until.min(Instant::now() + Duration::from_secs(1));
             }
             std::thread::sleep(Duration::from_millis(1));

@@ -169,7 +169,7 @@ fn relay(cfg: &RelayConfig, driver: Driver, result: &mut RelayResult) -> Result<
     if !cfg.follow.is_zero() {
         store::listen(&mut db.client)?;
     }
-    let mut producer = KafkaProducer::new(&cfg.kafka)?;
+    let mut producer = KafkaProducer::new(&cfg.kafka)?.watching(driver.shutdown);
     info!(brokers = cfg.kafka.brokers.as_str(), batch_size = cfg.batch_size,
           follow_ms = cfg.follow.as_millis() as u64; "relay started");
     let run = Run {

@@ -72,7 +72,8 @@ pub fn read_facts(client: &mut Client, need: Need, command: &'static str) -> Res
         Err(e) => return Err(e).classify(Failure::Temporary, "preflight: cannot read the catalog"),
     };
     let round_trip = started.elapsed();
-    let mut rest = answers.drain(..if pause_read { 2 } else { 1 });
+    let leading = if pause_read { 2 } else { 1 };
+    let mut rest = answers.drain(..leading.min(answers.len()));
     let head = rest.next().unwrap_or_default();
     let pause = rest.next().unwrap_or_default();
     drop(rest);
