@@ -126,9 +126,10 @@ enum Isolation {
 
 /// One batch in its own transaction, which the caller has begun (the first with
 /// `BEGIN`, every later one chained by the batch before): the batch ends it with
-/// `COMMIT AND CHAIN` (`store::end_and_chain`), which commits and begins the next batch's transaction in the
-/// same round trip, or on any failure with `ROLLBACK AND CHAIN`. The chained
-/// transaction holds no snapshot, lock or transaction id until its first statement.
+/// `COMMIT AND CHAIN` (`store::end_and_chain`), which commits and begins the next
+/// batch's transaction in the same round trip, or on any failure with `ROLLBACK AND
+/// CHAIN`. The chained transaction holds no snapshot, lock or transaction id until its
+/// first statement.
 /// `Ok(None)`: with [`Isolation::OnRefusal`], the database refused a row; the batch
 /// rolled back and nothing of it counts.
 fn run_batch(
