@@ -10,15 +10,16 @@ use log::warn;
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, Driver, SystemClock};
 use crate::config::{Config, DbConfig, MetricsConfig, Refused};
 use crate::cycle::{self, CycleResult};
 use crate::obs::figures::{CycleFigures, Publications, RelayFigures, RunEnd};
 use crate::obs::gauges;
 use crate::obs::pushgateway::Step;
 use crate::relay::{self, RelayResult};
+use crate::shutdown::Shutdown;
 use crate::store::{self, Backlog, Figures};
-use crate::{exit, report, shutdown};
+use crate::{exit, report};
 
 /// Limits for the short read of the backlog gauges after a run.
 const READ_TIMEOUT: Duration = Duration::from_secs(2);
@@ -61,31 +62,33 @@ fn relay_gauges(result: &RelayResult, run: &RunEnd) -> String {
     gauges::relay_metrics(&figures, run)
 }
 
-/// Runs the command of `config` as run `run_id`, on the system clock.
-pub fn run(config: Config, run_id: Uuid) -> Result<()> {
-    shutdown::install(exit::signalled)?;
+/// Runs the command of `config` as run `run_id`, on the system's clocks; signals reach
+/// it through `shutdown`, which the watcher is installed on here.
+pub fn run(config: Config, run_id: Uuid, shutdown: &Shutdown) -> Result<()> {
+    shutdown.install(exit::signalled)?;
     let clock = SystemClock;
+    let driver = Driver::system(shutdown);
     match config {
         Config::RunOnce(cfg, metrics) => pushed(
             &metrics,
-            Some(&cfg.db),
+            Some((&cfg.db, shutdown)),
             Step::RunOnce,
             CycleResult {
                 run_id,
                 ..Default::default()
             },
-            |result| cycle::run_once(&cfg, &clock, result),
+            |result| cycle::run_once(&cfg, driver, result),
             cycle_gauges,
         ),
         Config::RelayOutbox(cfg, metrics) => pushed(
             &metrics,
-            Some(&cfg.db),
+            Some((&cfg.db, shutdown)),
             Step::RelayOutbox,
             RelayResult {
                 run_id,
                 ..Default::default()
             },
-            |result| relay::relay_outbox(&cfg, &clock, result),
+            |result| relay::relay_outbox(&cfg, driver, result),
             relay_gauges,
         ),
         Config::DryRun(cfg) => report::dry_run(&cfg, run_id, &clock),
@@ -168,7 +171,7 @@ impl Reported for RelayResult {
 /// database configuration was valid), then prints the result as one JSON line.
 fn pushed<R: Reported>(
     metrics: &MetricsConfig,
-    db: Option<&DbConfig>,
+    db: Option<(&DbConfig, &Shutdown)>,
     step: Step,
     mut result: R,
     work: impl FnOnce(&mut R) -> Result<()>,
@@ -178,7 +181,9 @@ fn pushed<R: Reported>(
     let outcome = work(&mut result);
     if let Some(gateway) = &metrics.pushgateway {
         let duration = started.elapsed();
-        let backlog = db.and_then(|db| read_after_run(db, step));
+        let backlog = db
+            .filter(|(_, shutdown)| shutdown.requested().is_none())
+            .and_then(|(db, _)| read_after_run(db, step));
         let run = RunEnd {
             failed: outcome.is_err(),
             duration,
@@ -203,9 +208,6 @@ fn pushed<R: Reported>(
 /// Reads the step's backlog figures in one short read-only transaction. Skipped after
 /// a signal: the pod is going away, and its grace period is for the push.
 fn read_after_run(db: &DbConfig, step: Step) -> Option<Backlog> {
-    if shutdown::requested().is_some() {
-        return None;
-    }
     let read = || -> Result<Backlog> {
         let mut quick = db.clone();
         let connect = quick

@@ -3,11 +3,15 @@
 //! [`ManualClock`] it moves itself, so a month of minute cycles runs without sleeping
 //! (quinn-proto's core is driven the same way).
 //!
-//! Budgets (the cycle's deadline, timeouts) are real elapsed time and are measured
-//! with `Instant`: they bound real resources, whatever moment the job works for. The
-//! clock-skew guard compares the system clock with the database's, by design.
+//! Budgets (the cycle's deadline, the relay's run and `--follow` window) are real
+//! elapsed time: they bound real resources, whatever moment the job works for. They are
+//! read from a [`Monotonic`] clock handed in the same way ([`SystemMonotonic`] in
+//! production, [`ManualMonotonic`] in a test), so the scheduling that depends on them
+//! is a function of its inputs. The clock-skew guard compares the system clock with the
+//! database's, by design.
 
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeDelta, Utc};
 
@@ -49,6 +53,71 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now(&self) -> DateTime<Utc> {
         *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Where budgets read elapsed time from: an `Instant` that never goes back.
+pub trait Monotonic: Send + Sync {
+    fn now(&self) -> Instant;
+
+    /// The time since `earlier` (zero if `earlier` is later).
+    fn since(&self, earlier: Instant) -> Duration {
+        self.now().saturating_duration_since(earlier)
+    }
+}
+
+/// The system's monotonic clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemMonotonic;
+
+impl Monotonic for SystemMonotonic {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+}
+
+/// A monotonic clock that only moves when told to: it starts at the `Instant` it was
+/// made and advances by what it is given.
+#[derive(Debug)]
+pub struct ManualMonotonic(Mutex<Instant>);
+
+impl Default for ManualMonotonic {
+    fn default() -> Self {
+        ManualMonotonic(Mutex::new(Instant::now()))
+    }
+}
+
+impl ManualMonotonic {
+    pub fn advance(&self, by: Duration) {
+        let mut now = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        *now = now.checked_add(by).unwrap_or(*now);
+    }
+}
+
+impl Monotonic for ManualMonotonic {
+    fn now(&self) -> Instant {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// What drives a run from outside, handed down by its caller like AsOf: the wall clock
+/// AsOf and the relay's moments are read from, the monotonic clock its budgets are
+/// measured with, and the shutdown handle a signal reaches it through.
+#[derive(Clone, Copy)]
+pub struct Driver<'a> {
+    pub clock: &'a dyn Clock,
+    pub monotonic: &'a dyn Monotonic,
+    pub shutdown: &'a crate::shutdown::Shutdown,
+}
+
+impl<'a> Driver<'a> {
+    /// The system's clocks, and `shutdown`.
+    pub fn system(shutdown: &'a crate::shutdown::Shutdown) -> Self {
+        Driver {
+            clock: &SystemClock,
+            monotonic: &SystemMonotonic,
+            shutdown,
+        }
     }
 }
 
@@ -95,5 +164,21 @@ mod tests {
         assert_eq!(clock.now(), start + TimeDelta::minutes(1));
         clock.set(start);
         assert_eq!(clock.now(), start);
+    }
+
+    #[test]
+    fn a_manual_monotonic_clock_moves_only_when_told() {
+        let clock = ManualMonotonic::default();
+        let start = clock.now();
+        assert_eq!(clock.since(start), Duration::ZERO);
+        clock.advance(Duration::from_millis(1500));
+        assert_eq!(clock.since(start), Duration::from_millis(1500));
+        // Past what an Instant can hold, it stays where it was instead of overflowing.
+        clock.advance(Duration::MAX);
+        assert_eq!(clock.since(start), Duration::from_millis(1500));
+        assert_eq!(
+            SystemMonotonic.since(SystemMonotonic.now() + Duration::from_secs(9)),
+            Duration::ZERO
+        );
     }
 }

@@ -107,18 +107,25 @@ where
     }
 }
 
-/// The exit code for an error: after a signal, whatever the work failed with (our own
-/// cancel request, most likely) it is an interruption; otherwise the outermost explicit
-/// classification wins, then the kind of a PostgreSQL error, else 70 (a bug).
+/// The exit code for an error, as [`failure_of`] decides it.
 pub fn exit_code(err: &anyhow::Error) -> ExitCode {
     ExitCode::from(failure_of(err).code())
 }
 
-/// The failure an error stands for, as [`exit_code`] decides it.
+/// The exit code for an error of a run that `signal` (if any) stopped: after a signal,
+/// whatever the work failed with (our own cancel request, most likely) it is an
+/// interruption.
+pub fn exit_code_after(err: &anyhow::Error, signal: Option<i32>) -> ExitCode {
+    match signal {
+        Some(signal) => ExitCode::from(Failure::Interrupted(signal).code()),
+        None => exit_code(err),
+    }
+}
+
+/// The failure an error stands for: the outermost explicit classification wins, then
+/// the kind of a PostgreSQL error, else 70 (a bug).
 pub fn failure_of(err: &anyhow::Error) -> Failure {
-    if let Some(signal) = crate::shutdown::requested() {
-        Failure::Interrupted(signal)
-    } else if let Some(c) = err.downcast_ref::<Classified>() {
+    if let Some(c) = err.downcast_ref::<Classified>() {
         c.failure
     } else if let Some(e) = err.downcast_ref::<postgres::Error>() {
         database_failure(e)
@@ -128,12 +135,13 @@ pub fn failure_of(err: &anyhow::Error) -> Failure {
 }
 
 /// The end of a run: `Ok` is 0; an error is printed once on stderr (a JSON line for
-/// log collectors when `json`, else plain text) and mapped to its code.
-pub fn report(outcome: anyhow::Result<()>, json: bool) -> ExitCode {
+/// log collectors when `json`, else plain text) and mapped to its code (`signal`: the
+/// signal that stopped the run, as its shutdown handle tells it).
+pub fn report(outcome: anyhow::Result<()>, json: bool, signal: Option<i32>) -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let code = exit_code(&e);
+            let code = exit_code_after(&e, signal);
             if json {
                 log::error!(Error:% = format!("{e:#}"); "failed");
             } else {
@@ -207,4 +215,21 @@ pub fn install_panic_hook(json: bool) {
         }
         std::process::exit(i32::from(Failure::Internal.code()));
     }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn after_a_signal_any_error_is_the_interruption_and_without_one_its_own() {
+        let e = fail(Failure::Config, "bad schema");
+        assert_eq!(exit_code_after(&e, None), ExitCode::from(78));
+        assert_eq!(exit_code_after(&e, Some(15)), ExitCode::from(143));
+        assert_eq!(
+            exit_code_after(&anyhow::anyhow!("a bug"), Some(2)),
+            ExitCode::from(130)
+        );
+        assert_eq!(exit_code(&anyhow::anyhow!("a bug")), ExitCode::from(70));
+    }
 }

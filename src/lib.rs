@@ -15,6 +15,7 @@ pub mod exit;
 pub mod kafka;
 pub mod obs;
 pub mod ops;
+pub mod preflight;
 pub mod reference;
 pub mod relay;
 pub mod render;

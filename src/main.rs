@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use booking_expire::cli::{self, Cli, LogFormat};
 use booking_expire::config::{Config, TraceConfig, env};
+use booking_expire::shutdown::Shutdown;
 use booking_expire::{app, exit, obs};
 use clap::Parser;
 use uuid::Uuid;
@@ -32,10 +33,11 @@ fn main() -> ExitCode {
         Some((cfg, command)) => obs::trace::init(run_id, command, &cfg),
         None => obs::trace::init_off(),
     };
+    let shutdown = Shutdown::new();
     let outcome = match Config::resolve(cli.command) {
-        Ok(config) => app::run(config, run_id),
+        Ok(config) => app::run(config, run_id, &shutdown),
         Err(refused) => Err(app::refused(refused, run_id)),
     };
     tracing.finish();
-    exit::report(outcome, json)
+    exit::report(outcome, json, shutdown.requested())
 }

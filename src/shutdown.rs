@@ -1,79 +1,136 @@
-//! SIGTERM/SIGINT → a flag the cycle and the relay check between steps, plus a hook
-//! that interrupts the statement in flight so a batch blocked on a lock rolls back
-//! at once instead of waiting for its timeout.
+//! SIGTERM/SIGINT → a [`Shutdown`] handle the cycle and the relay are given and ask
+//! between steps, plus a hook that interrupts the statement in flight so a batch
+//! blocked on a lock rolls back at once instead of waiting for its timeout.
+//!
+//! `app` makes one handle per process and installs the signal watcher on it; a test
+//! makes its own and [`Shutdown::request`]s a signal without sending one.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 const SIGINT: i32 = 2;
 const SIGTERM: i32 = 15;
 
-static RECEIVED: AtomicI32 = AtomicI32::new(0);
-
 type Interrupt = Box<dyn Fn() + Send>;
-static INTERRUPT: Mutex<Option<Interrupt>> = Mutex::new(None);
 
-/// The signal received, if any (2 = SIGINT, 15 = SIGTERM).
-pub fn requested() -> Option<i32> {
-    match RECEIVED.load(Ordering::SeqCst) {
-        0 => None,
-        signal => Some(signal),
+/// Whether a signal asked the process to stop, and what interrupts the work in flight
+/// when one does. Clones share the same state.
+#[derive(Clone, Default)]
+pub struct Shutdown(Arc<State>);
+
+#[derive(Default)]
+struct State {
+    received: AtomicI32,
+    interrupt: Mutex<Option<Interrupt>>,
+}
+
+impl std::fmt::Debug for Shutdown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shutdown")
+            .field("requested", &self.requested())
+            .finish()
     }
 }
 
-/// Sets what to do to interrupt work in flight when a signal arrives. Until one is
-/// set, nothing is in flight that needs finishing, and a signal exits at once.
-pub fn on_signal(interrupt: impl Fn() + Send + 'static) {
-    *INTERRUPT.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(interrupt));
-}
+impl Shutdown {
+    pub fn new() -> Self {
+        Shutdown::default()
+    }
 
-/// Starts the signal watcher thread. The first signal sets the flag and interrupts
-/// the statement in flight; a second one calls `exit_now` (the database rolls back an
-/// open transaction when the connection drops). `app` passes `exit::signalled`: this
-/// module never decides an exit code.
-pub fn install(exit_now: fn(i32) -> !) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .build()?;
-    // Register the handlers now, on this thread, so no signal slips through between
-    // startup and the watcher thread getting scheduled.
-    let (mut term, mut int) = runtime.block_on(async {
-        use tokio::signal::unix::{SignalKind, signal};
-        Ok::<_, std::io::Error>((
-            signal(SignalKind::terminate())?,
-            signal(SignalKind::interrupt())?,
-        ))
-    })?;
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            loop {
-                // The interrupt runs outside the runtime: the synchronous postgres
-                // client starts a runtime of its own to send the cancel request.
-                let signal = runtime.block_on(async {
-                    tokio::select! {
-                        _ = term.recv() => SIGTERM,
-                        _ = int.recv() => SIGINT,
-                    }
-                });
-                if RECEIVED.swap(signal, Ordering::SeqCst) != 0 {
-                    log::warn!(Signal = signal; "second signal, exiting at once");
-                    exit_now(signal);
-                }
-                let guard = INTERRUPT.lock().unwrap_or_else(|e| e.into_inner());
-                match guard.as_ref() {
-                    Some(interrupt) => {
-                        log::warn!(Signal = signal; "signal received, finishing the in-flight batch");
-                        interrupt();
-                    }
-                    None => {
-                        log::warn!(Signal = signal; "signal received before any work started, exiting");
+    /// The signal received, if any (2 = SIGINT, 15 = SIGTERM).
+    pub fn requested(&self) -> Option<i32> {
+        match self.0.received.load(Ordering::SeqCst) {
+            0 => None,
+            signal => Some(signal),
+        }
+    }
+
+    /// Sets what to do to interrupt work in flight when a signal arrives. Until one is
+    /// set, nothing is in flight that needs finishing, and a signal exits at once.
+    pub fn on_signal(&self, interrupt: impl Fn() + Send + 'static) {
+        *self.0.interrupt.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(interrupt));
+    }
+
+    /// Records `signal` as received and runs the interrupt, as the watcher does; returns
+    /// whether a signal had been received before. Without an interrupt set, nothing runs.
+    pub fn request(&self, signal: i32) -> bool {
+        let again = self.0.received.swap(signal, Ordering::SeqCst) != 0;
+        if !again && let Some(interrupt) = self.interrupt().as_ref() {
+            interrupt();
+        }
+        again
+    }
+
+    fn interrupt(&self) -> std::sync::MutexGuard<'_, Option<Interrupt>> {
+        self.0.interrupt.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts the signal watcher thread. The first signal sets the flag and interrupts
+    /// the statement in flight; a second one calls `exit_now` (the database rolls back
+    /// an open transaction when the connection drops). `app` passes `exit::signalled`:
+    /// this module never decides an exit code.
+    pub fn install(&self, exit_now: fn(i32) -> !) -> anyhow::Result<()> {
+        let _ = PROCESS.set(self.clone());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()?;
+        // Register the handlers now, on this thread, so no signal slips through between
+        // startup and the watcher thread getting scheduled.
+        let (mut term, mut int) = runtime.block_on(async {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok::<_, std::io::Error>((
+                signal(SignalKind::terminate())?,
+                signal(SignalKind::interrupt())?,
+            ))
+        })?;
+        let shutdown = self.clone();
+        std::thread::Builder::new()
+            .name("signals".into())
+            .spawn(move || {
+                loop {
+                    // The interrupt runs outside the runtime: the synchronous postgres
+                    // client starts a runtime of its own to send the cancel request.
+                    let signal = runtime.block_on(async {
+                        tokio::select! {
+                            _ = term.recv() => SIGTERM,
+                            _ = int.recv() => SIGINT,
+                        }
+                    });
+                    if shutdown.0.received.swap(signal, Ordering::SeqCst) != 0 {
+                        log::warn!(Signal = signal; "second signal, exiting at once");
                         exit_now(signal);
                     }
+                    let guard = shutdown.interrupt();
+                    match guard.as_ref() {
+                        Some(interrupt) => {
+                            log::warn!(Signal = signal; "signal received, finishing the in-flight batch");
+                            interrupt();
+                        }
+                        None => {
+                            log::warn!(Signal = signal; "signal received before any work started, exiting");
+                            exit_now(signal);
+                        }
+                    }
                 }
-            }
-        })?;
-    Ok(())
+            })?;
+        Ok(())
+    }
+}
+
+/// The handle `app` installed, for the rooms not yet handed one (the reports, `explain`,
+/// the Kafka producer's waits): the cycle, the relay and the exit code never read it.
+static PROCESS: OnceLock<Shutdown> = OnceLock::new();
+
+/// The signal the installed handle received, if any; `None` before one is installed.
+pub fn requested() -> Option<i32> {
+    PROCESS.get().and_then(Shutdown::requested)
+}
+
+/// Sets the interrupt of the installed handle (see [`Shutdown::on_signal`]).
+pub fn on_signal(interrupt: impl Fn() + Send + 'static) {
+    if let Some(shutdown) = PROCESS.get() {
+        shutdown.on_signal(interrupt);
+    }
 }
 
 /// Interrupts the statement in flight when `after` has passed, unless dropped first:
@@ -112,5 +169,27 @@ impl Drop for Deadline {
     fn drop(&mut self) {
         // Wakes the timer thread, which then ends without interrupting.
         drop(self.done.take());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn a_requested_signal_is_seen_by_every_clone_and_interrupts_once() {
+        let shutdown = Shutdown::new();
+        let seen = shutdown.clone();
+        let interrupts = Arc::new(AtomicUsize::new(0));
+        let counted = interrupts.clone();
+        shutdown.on_signal(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+        });
+        assert_eq!(seen.requested(), None);
+        assert!(!shutdown.request(SIGTERM));
+        assert_eq!(seen.requested(), Some(15));
+        assert!(shutdown.request(SIGINT), "a second signal is told apart");
+        assert_eq!(interrupts.load(Ordering::SeqCst), 1);
     }
 }

@@ -634,7 +634,7 @@ fn a_second_session_that_cannot_be_opened_leaves_the_phases_taking_turns_on_one(
         &stmts,
         &unreachable,
         chrono::Utc::now(),
-        std::time::Instant::now(),
+        booking_expire::clock::Driver::system(&booking_expire::shutdown::Shutdown::new()),
         &mut result,
     )
     .unwrap();

@@ -25,10 +25,11 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use booking_expire::cli::{Cli, Command};
-use booking_expire::clock::{Clock, ManualClock};
+use booking_expire::clock::{Clock, Driver, ManualClock, SystemMonotonic};
 use booking_expire::config::{RelayConfig, RunOnceConfig};
 use booking_expire::cycle::{self, CycleResult};
 use booking_expire::relay::{self, RelayResult};
+use booking_expire::shutdown::Shutdown;
 use booking_expire::store::{self, CycleStatements, Db};
 use chrono::{DateTime, TimeDelta, Utc};
 use clap::Parser;
@@ -862,15 +863,28 @@ impl Sim {
             run_id: Uuid::new_v4(),
             ..Default::default()
         };
+        let shutdown = Shutdown::new();
         let outcome = if read_only || self.minute % 60 == 59 {
-            cycle::run_once(&self.cfg, &self.clock, &mut result)
+            cycle::run_once(
+                &self.cfg,
+                Driver {
+                    clock: &self.clock,
+                    monotonic: &SystemMonotonic,
+                    shutdown: &shutdown,
+                },
+                &mut result,
+            )
         } else {
             cycle::run_cycle(
                 &mut self.db,
                 &self.stmts,
                 &self.cfg,
                 as_of,
-                Instant::now(),
+                Driver {
+                    clock: &self.clock,
+                    monotonic: &SystemMonotonic,
+                    shutdown: &shutdown,
+                },
                 &mut result,
             )
         };
@@ -1343,7 +1357,15 @@ impl Sim {
             run_id: Uuid::new_v4(),
             ..Default::default()
         };
-        if let Err(e) = relay::relay_outbox(&self.relay_cfg, &self.clock, &mut result) {
+        if let Err(e) = relay::relay_outbox(
+            &self.relay_cfg,
+            Driver {
+                clock: &self.clock,
+                monotonic: &SystemMonotonic,
+                shutdown: &Shutdown::new(),
+            },
+            &mut result,
+        ) {
             self.violated(&format!(
                 "(vii) the relay failed with no fault injected: {e:#}"
             ));

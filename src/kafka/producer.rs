@@ -37,6 +37,8 @@ pub struct KafkaProducer {
     /// The number the next enqueued message gets (its delivery report's key).
     next_message: usize,
     max_message_bytes: usize,
+    /// What a signal reaches the producer's waits through (see [`Self::watching`]).
+    pub(super) shutdown: crate::shutdown::Shutdown,
 }
 
 impl KafkaProducer {
@@ -82,7 +84,16 @@ impl KafkaProducer {
             checked: HashMap::new(),
             next_message: 0,
             max_message_bytes: cfg.max_message_bytes,
+            shutdown: crate::shutdown::Shutdown::new(),
         })
+    }
+
+    /// The producer whose waits end early on a signal `shutdown` receives.
+    pub fn watching(self, shutdown: &crate::shutdown::Shutdown) -> Self {
+        KafkaProducer {
+            shutdown: shutdown.clone(),
+            ..self
+        }
     }
 
     /// Enqueues the batch and returns at once: its delivery reports arrive while the
@@ -194,7 +205,7 @@ impl KafkaProducer {
             }
             // After a signal the run ends within a second: what is not acknowledged
             // by then stays pending, as in an outage.
-            if crate::shutdown::requested().is_some() {
+            if self.shutdown.requested().is_some() {
                 until = until.min(Instant::now() + Duration::from_secs(1));
             }
             std::thread::sleep(Duration::from_millis(1));

@@ -97,7 +97,7 @@ impl KafkaProducer {
                         return Err(self.unreachable(&e, timeout));
                     }
                     // A signal ends the wait within a slice.
-                    if let Some(signal) = crate::shutdown::requested() {
+                    if let Some(signal) = self.shutdown.requested() {
                         return Err(fail(
                             Failure::Interrupted(signal),
                             format!(

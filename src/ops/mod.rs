@@ -5,7 +5,6 @@
 pub mod explain;
 pub mod ids;
 pub mod pause;
-pub mod pooler;
 pub mod republish;
 
 use anyhow::Result;

@@ -1,14 +1,15 @@
 //! Pause switches kept in the database (`crm.booking_expiration_pause`): `pause` and
-//! `resume` switch them; `run-once` and `relay-outbox` honour them first thing and, while
-//! they work, again at every batch boundary ([`PauseWatch`]), so a pause stops the runs
-//! working now too. `pause` then waits, bounded, until no run works any more.
+//! `resume` switch them; `run-once` and `relay-outbox` honour them in their preflight
+//! and, while they work, again at every batch boundary (`preflight::PauseWatch`), so a
+//! pause stops the runs working now too. `pause` then waits, bounded, until no run
+//! works any more.
 
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use log::info;
-use postgres::{Client, GenericClient};
+use postgres::Client;
 use serde::Serialize;
 
 use crate::clock::{Clock, SystemClock};
@@ -16,113 +17,11 @@ use crate::config::{Pausable, SwitchConfig};
 use crate::domain::rfc3339;
 use crate::duration::show_duration;
 use crate::exit::{ClassifyExt, Failure, fail};
-use crate::render::{duration, seconds};
-use crate::store::ops::{self, Operation, PauseRow};
+use crate::preflight::Paused;
+use crate::render::duration;
+use crate::store::ops::{self, Operation};
 use crate::store::running::{self, Working};
 use crate::store::{self, Need};
-
-/// A pause in force, as runs, `backlog` and `explain` show it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct Paused {
-    pub command: String,
-    pub since: String,
-    pub by: String,
-    pub reason: String,
-    pub paused_for_seconds: f64,
-}
-
-impl Paused {
-    pub fn of(row: &PauseRow, now: DateTime<Utc>) -> Self {
-        Paused {
-            command: row.command.clone(),
-            since: rfc3339(row.paused_at),
-            by: row.paused_by.clone(),
-            reason: row.reason.clone(),
-            paused_for_seconds: seconds(now - row.paused_at).max(0.0),
-        }
-    }
-}
-
-/// The pause of `command`, if it is switched off, logged as the run's one line about
-/// it: the caller then does nothing and exits 0. A schema without the switches (not yet
-/// migrated) pauses nothing; the schema check names what is missing.
-pub fn honour(
-    client: &mut impl GenericClient,
-    command: Pausable,
-    now: DateTime<Utc>,
-) -> Result<Option<Paused>> {
-    let Some(row) = switch_of(client, command)? else {
-        return Ok(None);
-    };
-    let paused = Paused::of(&row, now);
-    info!(Command = command.as_str(), PausedSince = paused.since.as_str(),
-          PausedBy = paused.by.as_str(), Reason = paused.reason.as_str(),
-          PausedForSeconds = paused.paused_for_seconds;
-          "{} is paused since {} ({} ago) by {}: {}; doing nothing until `booking-expire resume {}`",
-          command.as_str(), paused.since, duration(now - row.paused_at), paused.by, paused.reason,
-          command.as_str());
-    Ok(Some(paused))
-}
-
-fn switch_of(client: &mut impl GenericClient, command: Pausable) -> Result<Option<PauseRow>> {
-    let pauses =
-        ops::pauses(client).classify(Failure::Temporary, "cannot read the pause switches")?;
-    Ok(pauses.into_iter().find(|p| p.command == command.as_str()))
-}
-
-/// The pause switch of a command as its working run watches it at every batch
-/// boundary: one cheap read ([`running::switch_on`]) on the session the run already
-/// holds, in whatever transaction it has open.
-#[derive(Debug, Clone, Copy)]
-pub struct PauseWatch {
-    command: Pausable,
-    /// False on a schema without the switches, or for a role that may not read them:
-    /// nothing pauses the run then (as [`honour`]).
-    readable: bool,
-}
-
-impl PauseWatch {
-    pub fn new(client: &mut impl GenericClient, command: Pausable) -> Result<Self> {
-        let readable = ops::pauses_readable(client)
-            .classify(Failure::Temporary, "cannot read the pause switches")?;
-        Ok(PauseWatch { command, readable })
-    }
-
-    /// The pause, if the switch is on now.
-    pub fn check(&self, client: &mut Client) -> Result<Option<Paused>> {
-        if !self.readable
-            || !running::switch_on(client, self.command.as_str())
-                .classify(Failure::Temporary, "cannot read the pause switch")?
-        {
-            return Ok(None);
-        }
-        let now = SystemClock.now();
-        Ok(switch_of(client, self.command)?.map(|row| Paused::of(&row, now)))
-    }
-}
-
-/// Logs the one line of a run that the pause stopped while it worked; `done` says what
-/// it did up to the boundary and what still finishes.
-pub fn stopped_mid_run(command: Pausable, paused: &Paused, done: &str) {
-    info!(Command = command.as_str(), PausedSince = paused.since.as_str(),
-          PausedBy = paused.by.as_str(), Reason = paused.reason.as_str(),
-          PausedForSeconds = paused.paused_for_seconds;
-          "{} paused while working, since {} by {}: {}; stopped at the batch boundary: {}; \
-           doing nothing until `booking-expire resume {}`",
-          command.as_str(), paused.since, paused.by, paused.reason, done, command.as_str());
-}
-
-/// Marks this session as a working run of `command` until it ends, at the latest at
-/// `ends` (see [`running`]): what `pause --wait` waits for.
-pub fn announce_working(
-    client: &mut impl GenericClient,
-    command: Pausable,
-    ends: DateTime<Utc>,
-) -> Result<()> {
-    running::announce_working(client, command.as_str(), ends)
-        .classify(Failure::Temporary, "cannot mark this run as working")
-}
 
 /// How often `pause --wait` looks whether the working runs have stopped.
 const WAIT_POLL: Duration = Duration::from_millis(100);

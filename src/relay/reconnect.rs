@@ -5,6 +5,8 @@
 
 use std::time::{Duration, Instant};
 
+use crate::clock::Driver;
+
 use anyhow::Result;
 use log::{info, warn};
 
@@ -43,7 +45,7 @@ pub(super) fn session_lost(e: &anyhow::Error) -> bool {
 /// this very relay, and end as if another had taken over.
 pub(super) fn release(old: &mut Db) {
     if !old.client.is_closed() {
-        let _ = old.client.batch_execute("SELECT pg_advisory_unlock_all()");
+        let _ = crate::store::release_advisory_locks(&mut old.client);
     }
 }
 
@@ -60,21 +62,23 @@ pub(super) enum Reopened {
 /// ends first, or at once with an error retrying cannot mend (configuration, 78).
 pub(super) fn reopen(
     cfg: &RelayConfig,
+    driver: Driver,
     started: Instant,
     cause: anyhow::Error,
 ) -> Result<Reopened> {
-    let dropped = Instant::now();
+    let monotonic = driver.monotonic;
+    let dropped = monotonic.now();
     let run_for = cfg.run_for();
     let mut pause = FIRST_PAUSE;
     let mut last: Option<anyhow::Error> = None;
     loop {
-        if let Some(signal) = crate::shutdown::requested() {
+        if let Some(signal) = driver.shutdown.requested() {
             return Err(cause.context(Classified {
                 failure: Failure::Interrupted(signal),
                 message: format!("interrupted by signal {signal} while reconnecting"),
             }));
         }
-        if started.elapsed() + pause >= run_for {
+        if monotonic.since(started).saturating_add(pause) >= run_for {
             let detail = last
                 .map(|e| format!("; last attempt: {e:#}"))
                 .unwrap_or_default();
@@ -91,7 +95,7 @@ pub(super) fn reopen(
         match open(cfg) {
             Ok(Some(db)) => {
                 warn!(Cause:% = format!("{cause:#}"),
-                      ReconnectedAfterMs = dropped.elapsed().as_millis() as u64;
+                      ReconnectedAfterMs = monotonic.since(dropped).as_millis() as u64;
                       "the relay's database session dropped; reconnected, going on");
                 return Ok(Reopened::Session(Box::new(db)));
             }

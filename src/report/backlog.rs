@@ -216,7 +216,7 @@ struct Json {
     poison: u64,
     outbox: OutboxJson,
     /// The pause switches that are on; empty when both commands run.
-    paused: Vec<crate::ops::pause::Paused>,
+    paused: Vec<crate::preflight::Paused>,
     hygiene: Option<super::hygiene::Json>,
 }
 
@@ -308,7 +308,7 @@ fn json(b: &Backlog) -> Result<String> {
         paused: b
             .pauses
             .iter()
-            .map(|p| crate::ops::pause::Paused::of(p, b.as_of))
+            .map(|p| crate::preflight::Paused::of(p, b.as_of))
             .collect(),
         hygiene: b.hygiene.as_ref().map(|h| super::hygiene::json(h, b.as_of)),
     };

@@ -1,13 +1,11 @@
 //! The database's clock, read against the system clock. `run-once` takes AsOf from the
 //! system clock while the CRM's managers and the deadlines follow the database's, so
-//! a node whose clock runs ahead would expire bookings early: the cycle measures the
-//! difference before it claims anything.
+//! a node whose clock runs ahead would expire bookings early: the cycle's preflight
+//! measures the difference (`preflight::read_facts`) before it claims anything.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::Result;
-use chrono::{DateTime, TimeDelta, Utc};
-use postgres::GenericClient;
+use chrono::TimeDelta;
 
 /// The difference between the two clocks, as well as one round trip can tell it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -30,21 +28,6 @@ impl ClockSkew {
             .unwrap_or(Duration::MAX)
             .saturating_sub(self.round_trip / 2)
     }
-}
-
-/// Reads `clock_timestamp()` (the server's wall clock now, not the transaction's start)
-/// and compares it with the system clock at the midpoint of the round trip.
-pub fn measure_clock_skew(client: &mut impl GenericClient) -> Result<ClockSkew> {
-    let system_before = Utc::now();
-    let started = Instant::now();
-    let row = client.query_one("SELECT clock_timestamp() AS database_now", &[])?;
-    let round_trip = started.elapsed();
-    let database: DateTime<Utc> = row.get("database_now");
-    let half = TimeDelta::from_std(round_trip / 2).unwrap_or(TimeDelta::zero());
-    Ok(ClockSkew {
-        system_ahead_by: (system_before + half) - database,
-        round_trip,
-    })
 }
 
 #[cfg(test)]

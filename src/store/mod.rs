@@ -1,4 +1,6 @@
-//! All SQL lives here: connecting (TLS, session timeouts), the schema check, the claim,
+//! All SQL and transaction control live here: connecting (TLS, session timeouts), the
+//! preflight's one read (schema, privileges, clock, pause switch), the claim, the batch
+//! transactions' chain,
 //! the set-based batch write and poison tracking, the outbox relay's queue, and the
 //! reports' reads (the backlog figures are read here once, for `backlog` and the push).
 
@@ -11,13 +13,16 @@ pub mod locks;
 pub mod ops;
 mod outbox;
 mod phase_failure;
+mod preflight;
+mod privileges;
 mod report;
 pub mod running;
 mod schema;
 mod timestamp;
+mod transaction;
 mod waiting;
 
-pub use clock::{ClockSkew, measure_clock_skew};
+pub use clock::ClockSkew;
 pub use connect::{Db, Writable, connect, connect_another, too_many_connections};
 pub use expiration::{
     BatchWrite, Claim, ClaimKey, CycleStatements, DbRejection, Poison, WriteOutcome, booking_row,
@@ -31,14 +36,16 @@ pub use outbox::{
     FETCH_BYTES, Fetch, MARK_PUBLISHED_SQL, MAX_FAILURES, OUTBOX_CHANNEL, OutboxRow, PENDING_SQL,
     Receipt, WAITING_FOR_TOPIC, listen, mark_attempted, mark_failed, mark_published, mark_retry,
     mark_waiting, pending, prepare_mark_published, prepare_pending, purge_published,
-    try_relay_lock,
+    release_advisory_locks, try_relay_lock,
 };
 pub use phase_failure::{PhaseFailure, clear_phase_failure, phase_failures, record_phase_failure};
+pub use preflight::{Facts, backend_pid, check_schema, read_facts};
 pub use report::{
     Backlog, CHUNK_ROWS, Figures, NextClaim, OUTBOX_FAILED_SQL, OUTBOX_PENDING_SQL,
     OUTBOX_WAITING_FOR_TOPIC_SQL, OutboxLag, Overdue, Quarantined, begin_read_only,
     candidates_in_chunks, count_candidates, outbox_lag, overdue, overdue_sql, poison_count,
     poison_sql, quarantined_in_chunks, quarantined_sql, read_backlog, read_report,
 };
-pub use schema::{Need, check_schema, status_type};
+pub use schema::{Need, status_type};
+pub use transaction::{End, Switch, begin_chain, end_and_chain, end_chain};
 pub use waiting::{TopicWaiting, WAITING_SQL, waiting, waiting_total};

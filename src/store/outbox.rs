@@ -60,6 +60,12 @@ pub fn try_relay_lock(client: &mut impl GenericClient) -> Result<bool> {
         .get("locked"))
 }
 
+/// Lets go of every advisory lock this session holds (the relay lock among them).
+pub fn release_advisory_locks(client: &mut impl GenericClient) -> Result<()> {
+    client.batch_execute("SELECT pg_advisory_unlock_all()")?;
+    Ok(())
+}
+
 /// Subscribes this session to outbox notifications.
 pub fn listen(client: &mut impl GenericClient) -> Result<()> {
     client.batch_execute(&format!("LISTEN {OUTBOX_CHANNEL}"))?;

@@ -10,7 +10,9 @@
 
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
-use postgres::{Client, GenericClient, SimpleQueryMessage};
+use postgres::{Client, GenericClient, SimpleQueryMessage, SimpleQueryRow};
+
+use super::ops::PauseRow;
 
 /// The first key of the working lock of `command` (ASCII "bkx1", "bkx2").
 pub fn working_key(command: &str) -> i32 {
@@ -22,19 +24,17 @@ pub fn working_key(command: &str) -> i32 {
 
 /// Holds the working lock of `command` until this session ends; `ends` is the latest
 /// moment the run can end. Shared: runs of the same command never wait for each other.
-pub fn announce_working(
-    client: &mut impl GenericClient,
-    command: &str,
-    ends: DateTime<Utc>,
-) -> Result<()> {
+/// One round trip (the simple query protocol: the keys are numbers of ours).
+pub fn announce_working(client: &mut Client, command: &str, ends: DateTime<Utc>) -> Result<()> {
     // Rounded up to the second: the lock never says a run ends before it can.
     let up = i64::from(ends.timestamp_subsec_nanos() > 0);
     let ends = u32::try_from((ends.timestamp() + up).max(0)).unwrap_or(u32::MAX);
     client
-        .execute(
-            "SELECT pg_advisory_lock_shared($1, $2)",
-            &[&working_key(command), &(ends as i32)],
-        )
+        .simple_query(&format!(
+            "SELECT pg_advisory_lock_shared({}, {})",
+            working_key(command),
+            ends as i32
+        ))
         .context("cannot take the working lock")?;
     Ok(())
 }
@@ -68,20 +68,59 @@ pub fn working(client: &mut impl GenericClient, command: &str) -> Result<Vec<Wor
         .collect())
 }
 
-/// Whether the pause switch of `command` is on: one round trip (the simple query
-/// protocol, no statement to prepare), for a run to ask between its batches. Runs in
-/// whatever transaction the session has open and takes no lock. `command` is one of
-/// the fixed command names, never operator input.
-pub fn switch_on(client: &mut Client, command: &'static str) -> Result<bool> {
+/// The statement reading the pause switch of `command` as a run reads it: `paused_at`
+/// clamped to years 1–9999 (a moment set by hand to `±infinity` reads as the nearest),
+/// in microseconds; no row when the switch is off. For the simple query protocol, so
+/// that it joins a round trip the run makes anyway; takes no lock but the table's
+/// share. `command` is one of the fixed command names, never operator input.
+pub fn pause_statement(command: &'static str) -> String {
     debug_assert!(command.bytes().all(|b| b.is_ascii_lowercase() || b == b'-'));
-    let messages = client
+    format!(
+        "SELECT command, paused_by, reason,
+                (extract(epoch FROM least(greatest(paused_at, '0001-01-01 00:00:00Z'),
+                                          '9999-12-31 23:59:59Z')) * 1000000)::int8::text
+                AS paused_at_us
+           FROM crm.booking_expiration_pause WHERE command = '{command}'"
+    )
+}
+
+/// The pause switch in the rows [`pause_statement`] returned, if it is on.
+pub fn pause_row(rows: &[SimpleQueryRow]) -> Option<PauseRow> {
+    let row = rows.first()?;
+    let micros: i64 = row.get("paused_at_us")?.parse().ok()?;
+    Some(PauseRow {
+        command: row.get("command")?.to_owned(),
+        paused_at: DateTime::from_timestamp_micros(micros)?,
+        paused_by: row.get("paused_by").unwrap_or_default().to_owned(),
+        reason: row.get("reason").unwrap_or_default().to_owned(),
+    })
+}
+
+/// The pause switch of `command`, if it is on: one round trip while it is off (the
+/// cheapest read there is: `SELECT 1`), a second for the switch's row when it is on.
+/// Runs in whatever transaction the session has open.
+pub fn pause_switch(client: &mut Client, command: &'static str) -> Result<Option<PauseRow>> {
+    debug_assert!(command.bytes().all(|b| b.is_ascii_lowercase() || b == b'-'));
+    let on = client
         .simple_query(&format!(
             "SELECT 1 FROM crm.booking_expiration_pause WHERE command = '{command}'"
         ))
-        .context("cannot read the pause switch")?;
-    Ok(messages
+        .context("cannot read the pause switch")?
         .iter()
-        .any(|m| matches!(m, SimpleQueryMessage::Row(_))))
+        .any(|m| matches!(m, SimpleQueryMessage::Row(_)));
+    if !on {
+        return Ok(None);
+    }
+    let rows: Vec<SimpleQueryRow> = client
+        .simple_query(&pause_statement(command))
+        .context("cannot read the pause switch")?
+        .into_iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(row) => Some(row),
+            _ => None,
+        })
+        .collect();
+    Ok(pause_row(&rows))
 }
 
 /// Wakes a following relay waiting for outbox rows (it listens on the outbox channel),

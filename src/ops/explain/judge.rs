@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::domain::booking::{Rejection, Status};
 use crate::domain::{self, BookingRow, rfc3339};
-use crate::ops::pause::Paused;
+use crate::preflight::Paused;
 use crate::render;
 use crate::store::ops::{PoisonEntry, RowLock};
 

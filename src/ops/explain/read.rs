@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use crate::domain::BookingRow;
 use crate::exit::{ClassifyExt, Failure};
-use crate::ops::pause::Paused;
+use crate::preflight::Paused;
 use crate::store::ops::{AuditEntry, OutboxEntry, PoisonEntry, RowLock, TimelineEntry};
 use crate::store::{self, ops};
 

@@ -12,7 +12,7 @@ use super::judge::NextCycle;
 use super::read::Facts;
 use crate::domain::{BookingRow, rfc3339};
 use crate::kafka::readback::ReadBack;
-use crate::ops::pause::Paused;
+use crate::preflight::Paused;
 use crate::store::ops::{AuditEntry, OutboxEntry, PoisonEntry, RowLock, TimelineEntry};
 
 #[derive(Debug, Serialize)]

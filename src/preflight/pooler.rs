@@ -8,28 +8,19 @@
 use anyhow::Result;
 use postgres::Client;
 
-use crate::config::DbConfig;
-use crate::exit::{ClassifyExt, Failure, fail};
-use crate::store;
+use crate::exit::{Failure, fail};
+use crate::store::{self, Db};
 
-fn backend_pid(client: &mut Client) -> Result<i32> {
-    Ok(client
-        .query_one("SELECT pg_backend_pid()", &[])
-        .classify(
-            Failure::Temporary,
-            "pooler check: cannot read the backend PID",
-        )?
-        .get(0))
-}
-
-/// Fails with 78 unless `client` (opened from `cfg`) has a server session of its own.
-/// When the server refuses a second connection (too many connections: a role's
-/// `CONNECTION LIMIT`, a full `max_connections`) and `one_is_enough`, the check makes do
-/// with this session alone: its backend must stay the same across transactions (a
-/// weaker proof, logged); otherwise that refusal is the command's error.
-pub fn require_session(
-    cfg: &DbConfig,
+/// Fails with 78 unless `client`, whose backend was `first` in the preflight's read, has
+/// a server session of its own; `second` is the second session opened beside it. When
+/// the server refused that one (too many connections: a role's `CONNECTION LIMIT`, a
+/// full `max_connections`) and `one_is_enough`, the check makes do with this session
+/// alone: its backend must stay the same across transactions (a weaker proof, logged);
+/// otherwise that refusal is the command's error.
+pub(super) fn require_session(
     client: &mut Client,
+    first: i32,
+    second: Result<Db>,
     command: &str,
     one_is_enough: bool,
 ) -> Result<()> {
@@ -44,11 +35,10 @@ pub fn require_session(
             ),
         )
     };
-    let first = backend_pid(client)?;
-    let mut other = match store::connect_another(cfg) {
+    let mut other = match second {
         Ok(other) => other,
         Err(e) if one_is_enough && store::too_many_connections(&e) => {
-            let again = backend_pid(client)?;
+            let again = store::backend_pid(client, false)?;
             if again != first {
                 return Err(refuse(format!(
                     "the backend PID changed from {first} to {again} between two transactions"
@@ -61,24 +51,18 @@ pub fn require_session(
         }
         Err(e) => return Err(e),
     };
-    let mut tx = match other.client.transaction() {
-        Ok(tx) => tx,
-        Err(e) => return Err(refuse(format!("a transaction could not begin: {e}"))),
+    let other_pid = match store::backend_pid(&mut other.client, true) {
+        Ok(pid) => pid,
+        Err(e) if other.client.is_closed() => return Err(e),
+        Err(e) => return Err(refuse(format!("a transaction could not begin: {e:#}"))),
     };
-    let other_pid: i32 = tx
-        .query_one("SELECT pg_backend_pid()", &[])
-        .classify(
-            Failure::Temporary,
-            "pooler check: cannot read the backend PID",
-        )?
-        .get(0);
     if other_pid == first {
         return Err(refuse(format!(
             "two client connections were served by the same backend, PID {first}"
         )));
     }
-    let again = backend_pid(client)?;
-    drop(tx);
+    let again = store::backend_pid(client, false)?;
+    drop(other);
     if again != first {
         return Err(refuse(format!(
             "the backend PID changed from {first} to {again} between two transactions"

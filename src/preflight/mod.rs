@@ -1,0 +1,125 @@
+//! The checks every writing command (`run-once`, `relay-outbox`) makes before it works,
+//! in this order: its pause switch (paused: it does nothing and exits 0), a session
+//! that may write, a session of its own (no transaction pooler), then, for `run-once`,
+//! the clock guard, and the schema with the role's privileges. The database is asked
+//! once, in one round trip ([`store::read_facts`]), beside the pooler check's second
+//! session; what is found is judged here. The results are plain data of this room.
+
+mod clock;
+mod pause;
+mod pooler;
+
+use std::time::Duration;
+
+use anyhow::Result;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use crate::config::DbConfig;
+use crate::domain::rfc3339;
+use crate::store::ops::PauseRow;
+use crate::store::{self, Db, Need};
+
+pub use pause::{PauseWatch, announce_working, stopped_mid_run};
+
+/// A command that writes, and so honours a pause switch; its name is the switch's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writer {
+    RunOnce,
+    RelayOutbox,
+}
+
+impl Writer {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Writer::RunOnce => "run-once",
+            Writer::RelayOutbox => "relay-outbox",
+        }
+    }
+
+    fn need(self) -> Need {
+        match self {
+            Writer::RunOnce => Need::Cycle,
+            Writer::RelayOutbox => Need::Relay,
+        }
+    }
+}
+
+/// A pause in force, as runs, `backlog` and `explain` show it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Paused {
+    pub command: String,
+    pub since: String,
+    pub by: String,
+    pub reason: String,
+    pub paused_for_seconds: f64,
+}
+
+impl Paused {
+    pub fn of(row: &PauseRow, now: DateTime<Utc>) -> Self {
+        Paused {
+            command: row.command.clone(),
+            since: rfc3339(row.paused_at),
+            by: row.paused_by.clone(),
+            reason: row.reason.clone(),
+            paused_for_seconds: crate::clock::seconds(now - row.paused_at).max(0.0),
+        }
+    }
+}
+
+/// What the preflight asks of a command.
+#[derive(Debug, Clone, Copy)]
+pub struct Checks {
+    pub writer: Writer,
+    /// The clock guard's limit (`run-once`), or none.
+    pub max_clock_skew: Option<Duration>,
+    /// Whether the pooler check may make do with this session alone when the server
+    /// refuses a second connection (`run-once`; the relay needs two anyway).
+    pub one_session_is_enough: bool,
+}
+
+/// How the preflight ended, when no check failed.
+#[derive(Debug)]
+pub enum Preflight {
+    /// The command's switch is on: do nothing (logged).
+    Paused(Paused),
+    /// Every check passed: work. `pause` watches the switch while it works.
+    Ready { pause: PauseWatch },
+}
+
+/// Runs the preflight of `checks` on `db` (opened from `cfg`) at `now`. Fails with the
+/// first check that does not hold: writable (75), pooler (78), clock (78), schema and
+/// privileges (78).
+pub fn check(db: &mut Db, cfg: &DbConfig, checks: Checks, now: DateTime<Utc>) -> Result<Preflight> {
+    let writer = checks.writer;
+    // The pooler check's second session opens while the first asks its questions.
+    let (facts, second) = std::thread::scope(|scope| {
+        let second = scope.spawn(|| store::connect_another(cfg));
+        let facts = store::read_facts(&mut db.client, writer.need(), writer.as_str());
+        let second = match second.join() {
+            Ok(second) => second,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        (facts, second)
+    });
+    let facts = facts?;
+    if let Some(row) = &facts.pause {
+        return Ok(Preflight::Paused(pause::honour(writer, row, now)));
+    }
+    db.require_writable(cfg, writer.as_str())?;
+    pooler::require_session(
+        &mut db.client,
+        facts.backend_pid,
+        second,
+        writer.as_str(),
+        checks.one_session_is_enough,
+    )?;
+    if let Some(max) = checks.max_clock_skew {
+        clock::check(&facts.skew, max)?;
+    }
+    facts.judge_schema()?;
+    Ok(Preflight::Ready {
+        pause: PauseWatch::new(writer, facts.pause_readable),
+    })
+}

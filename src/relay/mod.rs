@@ -1,0 +1,276 @@
+//! `relay-outbox`: one relay at a time moves pending outbox rows to Kafka, at least
+//! once, through a pipeline two batches deep: while one batch waits for its delivery
+//! reports the next is fetched and enqueued (at most one message in flight per key and
+//! topic; a key with a row in flight is left out of the next fetch), and the
+//! acknowledged rows of each batch are marked published in one statement once all its
+//! reports are in. Rows that can never be delivered are marked failed; transient
+//! failures stay pending and end the run non-zero. Published rows older than the
+//! retention are purged.
+
+mod marker;
+mod outgoing;
+mod pipeline;
+mod reconnect;
+mod settle;
+mod upkeep;
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use chrono::{DateTime, TimeDelta, Utc};
+use log::{info, warn};
+use postgres::Client;
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::clock::Driver;
+use crate::config::RelayConfig;
+use crate::exit::Failure;
+use crate::kafka::KafkaProducer;
+use crate::obs::trace::{self, Attr};
+use crate::preflight::{self, Checks, PauseWatch, Paused, Preflight, Writer};
+use crate::store;
+
+use marker::Marker;
+use outgoing::message;
+
+/// The result of a relay run, printed as one JSON line on stdout.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct RelayResult {
+    pub run_id: Uuid,
+    /// Rows acknowledged by Kafka and marked published.
+    pub published: u64,
+    /// Rows marked failed: they can never be delivered, or failed too often.
+    pub failed: u64,
+    /// Rows whose own send failed this run: they back off and are retried.
+    pub retrying: u64,
+    /// Published rows deleted after the retention.
+    pub purged: u64,
+    /// True when another relay held the lock and this one did nothing.
+    pub skipped: bool,
+    pub duration_ms: u64,
+    /// Pending rows not due yet when the run ended: backing off after a refused send,
+    /// or waiting for their topic (`WaitingForTopic` of them).
+    pub waiting: u64,
+    pub waiting_for_topic: u64,
+    /// When the first of the waiting rows is due (RFC 3339); absent when none waits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_due: Option<String>,
+    /// Why the run stopped early (a signal, the cluster, a configuration fault): it
+    /// still reports what it did up to then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped_early: Option<String>,
+    /// True once this run holds the relay's lock: from then on it reports its result
+    /// also when it stops early.
+    #[serde(skip)]
+    pub relayed: bool,
+    /// Set when `relay-outbox` is paused (`booking-expire pause relay-outbox`), at the
+    /// start or while it worked (the counts are what it did before).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused: Option<Paused>,
+    /// Rows published, per (topic, Phase of the event; "none" when it has none): for
+    /// the metrics push, not printed.
+    #[serde(skip)]
+    pub publications: std::collections::BTreeMap<(String, String), u64>,
+    /// Seconds from each published row's write to Kafka's acknowledgement, in buckets.
+    #[serde(skip)]
+    pub ack_ages: crate::obs::ack_age::AckAges,
+}
+
+/// A relay run as its steps see it: the settings, what drives it (clocks, shutdown),
+/// when it began, and the pause switch it watches.
+#[derive(Clone, Copy)]
+struct Run<'a> {
+    cfg: &'a RelayConfig,
+    driver: Driver<'a>,
+    started: Instant,
+    pause: PauseWatch,
+}
+
+impl Run<'_> {
+    /// How long the run has worked, by its monotonic clock.
+    fn elapsed(&self) -> Duration {
+        self.driver.monotonic.since(self.started)
+    }
+
+    /// What is left of the run's window (`--follow`, or none): zero once it is spent.
+    fn left(&self) -> Duration {
+        self.cfg.run_for().saturating_sub(self.elapsed())
+    }
+}
+
+/// The latest moment, by the wall clock, a run at `now` with `left` to go can end; the
+/// latest moment there is rather than an overflow.
+fn working_until(now: DateTime<Utc>, left: Duration) -> DateTime<Utc> {
+    TimeDelta::from_std(left)
+        .ok()
+        .and_then(|left| now.checked_add_signed(left))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// Relays the outbox, counting into `result` as rows are marked, so what was published
+/// is known also when the run fails. A failure of some rows' own (an unusable topic, a
+/// message refused while others went through) does not stop the others: those rows
+/// back off, the run goes on, and then fails with that failure.
+pub fn relay_outbox(cfg: &RelayConfig, driver: Driver, result: &mut RelayResult) -> Result<()> {
+    let span = trace::span(
+        "relay-outbox",
+        vec![Attr::new("RunId", result.run_id.to_string())],
+    );
+    let outcome = relay(cfg, driver, result);
+    span.set([
+        Attr::new("Published", result.published as i64),
+        Attr::new("Failed", result.failed as i64),
+        Attr::new("Retrying", result.retrying as i64),
+        Attr::new("Purged", result.purged as i64),
+        Attr::new("Skipped", result.skipped),
+        Attr::new("DurationMs", result.duration_ms as i64),
+    ]);
+    span.outcome(&outcome);
+    outcome
+}
+
+fn relay(cfg: &RelayConfig, driver: Driver, result: &mut RelayResult) -> Result<()> {
+    let (clock, monotonic) = (driver.clock, driver.monotonic);
+    let started = monotonic.now();
+    let mut db = store::connect(&cfg.db)?;
+    let checks = Checks {
+        writer: Writer::RelayOutbox,
+        max_clock_skew: None,
+        one_session_is_enough: false,
+    };
+    let pause =
+        match preflight::check(&mut db, &cfg.db, checks, clock.now()).map_err(marker::needs_two)? {
+            Preflight::Paused(paused) => {
+                result.paused = Some(paused);
+                result.duration_ms = monotonic.since(started).as_millis() as u64;
+                return Ok(());
+            }
+            Preflight::Ready { pause } => pause,
+        };
+    if !store::try_relay_lock(&mut db.client)? {
+        info!("another relay holds the outbox lock; this one has nothing to do");
+        result.skipped = true;
+        result.duration_ms = monotonic.since(started).as_millis() as u64;
+        return Ok(());
+    }
+    result.relayed = true;
+    // For `pause --wait`: the last batch starts within the run, its reports within the
+    // message timeout after it.
+    let ends = working_until(
+        clock.now(),
+        cfg.run_for().saturating_add(cfg.kafka.message_timeout),
+    );
+    preflight::announce_working(&mut db.client, Writer::RelayOutbox, ends)?;
+    // On SIGTERM the batches in flight still get their delivery reports and marks
+    // (so nothing is sent twice needlessly); then no new batch starts.
+    driver.shutdown.on_signal(|| {});
+    if !cfg.follow.is_zero() {
+        store::listen(&mut db.client)?;
+    }
+    let mut producer = KafkaProducer::new(&cfg.kafka)?.watching(driver.shutdown);
+    info!(Brokers = cfg.kafka.brokers.as_str(), BatchSize = cfg.batch_size,
+          FollowMs = cfg.follow.as_millis() as u64; "relay started");
+    let run = Run {
+        cfg,
+        driver,
+        started,
+        pause,
+    };
+
+    // The purge runs also after a row's own failure: it concerns other rows; not once
+    // paused: a paused relay does nothing more.
+    // A --follow relay whose session drops reopens it and goes on within its window.
+    let drained = loop {
+        match drain(&mut db.client, &mut producer, &run, result) {
+            Err(e) if !cfg.follow.is_zero() && reconnect::session_lost(&e) => {
+                reconnect::release(&mut db);
+                match reconnect::reopen(cfg, driver, started, e) {
+                    Ok(reconnect::Reopened::Session(new)) => db = *new,
+                    Ok(reconnect::Reopened::TakenOver) => break Ok(None),
+                    Err(e) => break Err(e),
+                }
+            }
+            other => break other,
+        }
+    };
+    let outcome = drained.and_then(|row_failure| {
+        if result.paused.is_none() {
+            upkeep::purge(&mut db.client, &run, result)?;
+        }
+        row_failure.map_or(Ok(()), Err)
+    });
+    if result.paused.is_none() {
+        upkeep::count_waiting(&mut db.client, clock, result);
+    }
+    result.duration_ms = monotonic.since(started).as_millis() as u64;
+    match outcome {
+        Ok(()) => {
+            info!(Published = result.published, Failed = result.failed,
+                  Retrying = result.retrying, Purged = result.purged,
+                  Waiting = result.waiting, WaitingForTopic = result.waiting_for_topic,
+                  NextDue = result.next_due.as_deref().unwrap_or("-"),
+                  DurationMs = result.duration_ms; "relay completed");
+            Ok(())
+        }
+        Err(e) => {
+            warn!(Published = result.published, Failed = result.failed,
+                  Retrying = result.retrying, DurationMs = result.duration_ms;
+                  "relay stopped early; rows marked before this point stay marked");
+            Err(turned_read_only(e))
+        }
+    }
+}
+
+fn drain(
+    client: &mut Client,
+    producer: &mut KafkaProducer,
+    run: &Run,
+    result: &mut RelayResult,
+) -> Result<Option<anyhow::Error>> {
+    let mut marker = Marker::new(&run.cfg.db);
+    let outcome = pipeline::pipeline(client, &mut marker, producer, run, result);
+    // Every acknowledged row gets its mark, also when the run ends early.
+    let marked = marker.finish(result);
+    match (outcome, marked) {
+        (Err(e), Err(m)) => {
+            warn!(Error:% = m; "the marks of the last batches failed too");
+            Err(e)
+        }
+        (Err(e), Ok(())) | (Ok(_), Err(e)) => Err(e),
+        (Ok(row_failure), Ok(())) => Ok(row_failure),
+    }
+}
+
+/// A mark refused because the server turned read-only mid-run (SQLSTATE 25006, a
+/// failover under way): the run stopped at once; say so in one line, and where to point.
+fn turned_read_only(e: anyhow::Error) -> anyhow::Error {
+    if crate::sqlstate::code_in(&e) != Some(postgres::error::SqlState::READ_ONLY_SQL_TRANSACTION) {
+        return e;
+    }
+    e.context(crate::exit::Classified {
+        failure: Failure::Temporary,
+        message:
+            "relay-outbox: the server turned read-only while relaying (SQLSTATE 25006): the run \
+             stopped, nothing more was sent, and the rows acknowledged but not marked go again \
+             next run; point --database-url / DATABASE_URL at the primary, or list every server \
+             with target_session_attrs=read-write"
+                .to_owned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_huge_window_ends_at_the_latest_moment_instead_of_overflowing() {
+        let now = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        assert_eq!(working_until(now, Duration::MAX), DateTime::<Utc>::MAX_UTC);
+        assert_eq!(
+            working_until(now, Duration::from_secs(90)),
+            now + TimeDelta::seconds(90)
+        );
+    }
+}

@@ -1,0 +1,155 @@
+//! The relay's pipeline, two batches deep: while one batch waits for its delivery
+//! reports the next is fetched and enqueued (at most one message in flight per key and
+//! topic; a key with a row in flight is left out of the next fetch); each batch is
+//! settled (marked) once all its reports are in. A pause or a signal stops new batches
+//! at a boundary; the batches in flight still get their reports and marks.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use anyhow::Result;
+use postgres::Client;
+use postgres::fallible_iterator::FallibleIterator;
+
+use super::marker::Marker;
+use super::outgoing::one_per_key;
+use super::settle::{self, InFlight};
+use super::{RelayResult, Run};
+use crate::exit::{Failure, fail};
+use crate::kafka::KafkaProducer;
+use crate::preflight::{self, Writer};
+use crate::store;
+
+/// Batches enqueued at the broker at once. While the oldest waits for its delivery
+/// reports, the next is fetched and enqueued; the oldest is then marked on the mark
+/// session while the relay goes on.
+const ENQUEUED_BATCHES: usize = 2;
+/// Batches in flight in all: enqueued, or acknowledged and waiting for their mark. Their
+/// keys stay out of the next fetch; they bound what is in flight to 3 × --batch-size
+/// rows (and their payloads).
+const IN_FLIGHT_BATCHES: usize = 3;
+
+pub(super) fn pipeline(
+    client: &mut Client,
+    marker: &mut Marker,
+    producer: &mut KafkaProducer,
+    run: &Run,
+    result: &mut RelayResult,
+) -> Result<Option<anyhow::Error>> {
+    let (cfg, clock) = (run.cfg, run.driver.clock);
+    let fetch = store::prepare_pending(client)?;
+    // The first failure of a row's own (an unusable topic, a message the broker refused
+    // while taking others): the run goes on with the other rows, and ends with it.
+    let mut row_failure: Option<anyhow::Error> = None;
+    // Set when no new batch may start (a signal, the brokers gone): the batches in
+    // flight still get their reports and marks, then the run ends with it.
+    let mut stop: Option<anyhow::Error> = None;
+    let mut in_flight: VecDeque<InFlight> = VecDeque::new();
+    loop {
+        marker.collect_ready(result)?;
+        while stop.is_none()
+            && result.paused.is_none()
+            && in_flight.len() < ENQUEUED_BATCHES
+            && in_flight.len() + marker.len() < IN_FLIGHT_BATCHES
+        {
+            if let Err(e) = interrupted(run) {
+                stop = Some(e);
+                break;
+            }
+            if run.left().is_zero() {
+                break;
+            }
+            // A mark that failed meanwhile (the server turned read-only, the session
+            // dropped) ends the run before anything more is sent.
+            marker.collect_ready(result)?;
+            // A key with a row in flight has no newer row sent before that one is
+            // acknowledged and marked: its keys stay out of this fetch.
+            let keys: Vec<&str> = in_flight
+                .iter()
+                .flat_map(InFlight::keys)
+                .chain(marker.keys())
+                .collect();
+            let rows = store::pending(
+                client,
+                &fetch,
+                clock.now(),
+                cfg.batch_size,
+                &keys,
+                cfg.kafka.max_message_bytes,
+            )?;
+            // Asked after the fetch: a row sent was fetched before the pause committed.
+            if let Some(paused) = run.pause.check(client, clock.now())? {
+                let done = format!(
+                    "the fetched batch is not sent; {} batches sent before get their reports and marks",
+                    in_flight.len() + marker.len()
+                );
+                preflight::stopped_mid_run(Writer::RelayOutbox, &paused, &done);
+                result.paused = Some(paused);
+                break;
+            }
+            if rows.is_empty() {
+                break;
+            }
+            // The session that will mark these rows is open and can write before any
+            // of them is sent.
+            marker.ready()?;
+            match settle::enqueue(producer, cfg, one_per_key(rows), &mut row_failure) {
+                Ok(batch) => in_flight.push_back(batch),
+                Err(e) => stop = Some(e),
+            }
+        }
+        let Some(batch) = in_flight.pop_front() else {
+            if marker.len() > 0 {
+                // The keys of a batch being marked may have newer rows: fetch again
+                // once its mark is in.
+                marker.collect_one(result)?;
+                continue;
+            }
+            if let Some(e) = stop {
+                return Err(e);
+            }
+            if cfg.follow.is_zero() || run.left().is_zero() || result.paused.is_some() {
+                break;
+            }
+            wait_for_outbox(client, run)?;
+            continue;
+        };
+        let ctx = settle::Settle {
+            client: &mut *client,
+            marker: &mut *marker,
+            producer,
+            cfg,
+            clock,
+        };
+        if let Some(e) = ctx.settle(batch, result, &mut row_failure)? {
+            stop.get_or_insert(e);
+        }
+    }
+    Ok(row_failure)
+}
+
+/// Fails with `Interrupted` once a signal came: no new batch starts.
+pub(super) fn interrupted(run: &Run) -> Result<()> {
+    match run.driver.shutdown.requested() {
+        Some(signal) => Err(fail(
+            Failure::Interrupted(signal),
+            format!("interrupted by signal {signal}; no new batch started"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Waits until an outbox insert commits (NOTIFY), the run's window ends, or a signal
+/// comes.
+fn wait_for_outbox(client: &mut Client, run: &Run) -> Result<()> {
+    let mut notifications = client.notifications();
+    while !run.left().is_zero() && run.driver.shutdown.requested().is_none() {
+        let slice = run.left().min(Duration::from_millis(250));
+        if notifications.timeout_iter(slice).next()?.is_some() {
+            // Several commits may have notified: one drain serves them all.
+            while notifications.iter().next()?.is_some() {}
+            return Ok(());
+        }
+    }
+    Ok(())
+}

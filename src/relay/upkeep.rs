@@ -1,0 +1,64 @@
+//! The relay's upkeep after its batches: the purge of published rows past the
+//! retention, and the count of the rows that wait.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use log::{info, warn};
+use postgres::Client;
+
+use super::pipeline::interrupted;
+use super::{RelayResult, Run};
+use crate::clock::Clock;
+use crate::store;
+
+/// Counts the rows that wait into `result` (one read of the few rows with a back-off),
+/// and says so in one line when they are why nothing was published. A failed read
+/// leaves the counts at 0: it is a report, not the run's work.
+pub(super) fn count_waiting(client: &mut Client, clock: &dyn Clock, result: &mut RelayResult) {
+    let per_topic = match store::waiting(client, clock.now()) {
+        Ok(w) => w,
+        Err(e) => {
+            warn!(Error:% = format!("{e:#}"); "cannot count the outbox rows that wait");
+            return;
+        }
+    };
+    let (waiting, for_topic, next_due) = store::waiting_total(&per_topic);
+    result.waiting = waiting;
+    result.waiting_for_topic = for_topic;
+    result.next_due = next_due.map(crate::domain::rfc3339);
+    if let (0, Some(due)) = (result.published, &result.next_due) {
+        info!(Waiting = waiting, WaitingForTopic = for_topic, NextDue = due.as_str();
+              "nothing published: {waiting} rows are waiting ({for_topic} of them for their \
+               topic, the others out a back-off), the next is due at {due}");
+    }
+}
+
+/// How long the purge may start new batches: it is one step of the relay's time budget
+/// (cronjob.yaml), so a large backlog of old rows is deleted over several runs.
+const PURGE_FOR: Duration = Duration::from_secs(1);
+
+/// Deletes published rows older than the retention, in bounded batches, for at most
+/// [`PURGE_FOR`] plus the batch in flight then; the rest goes next run.
+pub(super) fn purge(client: &mut Client, run: &Run, result: &mut RelayResult) -> Result<()> {
+    let (cfg, monotonic) = (run.cfg, run.driver.monotonic);
+    let now = run.driver.clock.now();
+    let began = monotonic.now();
+    loop {
+        interrupted(run)?;
+        if monotonic.since(began) >= PURGE_FOR {
+            info!(Purged = result.purged, PurgeForMs = PURGE_FOR.as_millis() as u64;
+                  "purge time spent; older published rows are purged next run");
+            return Ok(());
+        }
+        let deleted = store::purge_published(client, now, cfg.retention, cfg.purge_batch_size)?;
+        result.purged += deleted;
+        if deleted < u64::from(cfg.purge_batch_size) {
+            if result.purged > 0 {
+                info!(Purged = result.purged, RetentionSeconds = cfg.retention.as_secs();
+                      "published rows past the retention purged");
+            }
+            return Ok(());
+        }
+    }
+}
