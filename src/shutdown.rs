@@ -6,7 +6,7 @@
 //! makes its own and [`Shutdown::request`]s a signal without sending one.
 
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 const SIGINT: i32 = 2;
 const SIGTERM: i32 = 15;
@@ -70,7 +70,6 @@ impl Shutdown {
     /// an open transaction when the connection drops). `app` passes `exit::signalled`:
     /// this module never decides an exit code.
     pub fn install(&self, exit_now: fn(i32) -> !) -> anyhow::Result<()> {
-        let _ = PROCESS.set(self.clone());
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_io()
             .build()?;
@@ -114,22 +113,6 @@ impl Shutdown {
                 }
             })?;
         Ok(())
-    }
-}
-
-/// The handle `app` installed, for the rooms not yet handed one (the reports, `explain`,
-/// the Kafka producer's waits): the cycle, the relay and the exit code never read it.
-static PROCESS: OnceLock<Shutdown> = OnceLock::new();
-
-/// The signal the installed handle received, if any; `None` before one is installed.
-pub fn requested() -> Option<i32> {
-    PROCESS.get().and_then(Shutdown::requested)
-}
-
-/// Sets the interrupt of the installed handle (see [`Shutdown::on_signal`]).
-pub fn on_signal(interrupt: impl Fn() + Send + 'static) {
-    if let Some(shutdown) = PROCESS.get() {
-        shutdown.on_signal(interrupt);
     }
 }
 

@@ -255,6 +255,23 @@ mod tests {
             .collect()
     }
 
+    /// The longest a file of `src/` may be: a room a reader can hold in mind.
+    const MOST_LINES: usize = 450;
+
+    #[test]
+    fn no_file_of_src_is_longer_than_a_room() {
+        let long: Vec<String> = crate::source::files()
+            .iter()
+            .map(|(path, text)| (path, text.lines().count()))
+            .filter(|(_, lines)| *lines > MOST_LINES)
+            .map(|(path, lines)| format!("src/{path}: {lines} lines"))
+            .collect();
+        assert!(
+            long.is_empty(),
+            "over {MOST_LINES} lines, split by concern: {long:?}"
+        );
+    }
+
     #[test]
     fn the_code_keeps_the_rules_of_the_architecture_page() {
         let (never, pending) = page_rules();

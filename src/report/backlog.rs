@@ -15,7 +15,7 @@ use crate::exit::{Failure, fail};
 use crate::obs::exposition::Exposition;
 use crate::obs::gauges;
 use crate::render::{self, Table};
-use crate::shutdown;
+use crate::shutdown::Shutdown;
 use crate::store::{self, Backlog, Figures, Need, NextClaim, OutboxLag, Overdue};
 
 /// The figures of the report: all of them were read.
@@ -51,16 +51,16 @@ fn age(b: &Backlog, oldest: Option<Timestamp>) -> Option<f64> {
 }
 
 /// `backlog`.
-pub fn backlog(cfg: &BacklogConfig, clock: &dyn Clock) -> Result<()> {
+pub fn backlog(cfg: &BacklogConfig, clock: &dyn Clock, shutdown: &Shutdown) -> Result<()> {
     let mut db = store::connect(&cfg.db)?;
-    shutdown::on_signal(db.interrupter());
+    shutdown.on_signal(db.interrupter());
     store::check_schema(&mut db.client, Need::Report)?;
     // The cycle's clock: "overdue" here means what the next run-once would see as such.
     let as_of = clock.now();
     let threshold = chrono::TimeDelta::from_std(cfg.xmin_horizon_age)
         .expect("--xmin-horizon-age is at most 7 days");
     let report = store::read_report(&mut db.client, as_of, Figures::All, Some(threshold))
-        .map_err(|e| super::read_failure::in_operator_words(e, "backlog", &cfg.db))?;
+        .map_err(|e| super::read_failure::in_operator_words(e, "backlog", &cfg.db, shutdown))?;
 
     render::print(&match cfg.format {
         ReportFormat::Table => table(&report),

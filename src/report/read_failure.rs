@@ -15,6 +15,7 @@ pub(super) fn in_operator_words(
     e: anyhow::Error,
     command: &str,
     db: &crate::config::DbConfig,
+    shutdown: &crate::shutdown::Shutdown,
 ) -> anyhow::Error {
     let message = match crate::sqlstate::code_in(&e) {
         Some(SqlState::LOCK_NOT_AVAILABLE) => format!(
@@ -23,7 +24,7 @@ pub(super) fn in_operator_words(
              --lock-timeout instead of waiting; nothing was changed, retry later",
             lock_holders(db)
         ),
-        Some(SqlState::QUERY_CANCELED) if crate::shutdown::requested().is_none() => format!(
+        Some(SqlState::QUERY_CANCELED) if shutdown.requested().is_none() => format!(
             "{command}: a query took longer than --statement-timeout and was cancelled; \
              nothing was changed"
         ),

@@ -20,18 +20,18 @@ use crate::domain::AsOf;
 use crate::exit::{Failure, fail};
 use crate::kafka::readback;
 use crate::render;
-use crate::shutdown;
+use crate::shutdown::Shutdown;
 use crate::store::{self, Need};
 
 /// `explain BOOKING_ID`.
-pub fn explain(args: &ExplainConfig) -> Result<()> {
+pub fn explain(args: &ExplainConfig, shutdown: &Shutdown) -> Result<()> {
     let (cfg, kafka) = (&args.db, &args.kafka);
     let as_of = match args.as_of {
         AsOf::Now => SystemClock.now(),
         AsOf::At(at) => at,
     };
     let mut db = store::connect(cfg)?;
-    shutdown::on_signal(db.interrupter());
+    shutdown.on_signal(db.interrupter());
     store::check_schema(&mut db.client, Need::Explain)?;
     let resolved = super::ids::resolve(
         &mut db.client,

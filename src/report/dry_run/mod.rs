@@ -23,7 +23,7 @@ use crate::config::{Batch, DryRunConfig, Topics};
 use crate::domain::{self, BookingRow, Phase, rfc3339};
 use crate::exit::{ClassifyExt, Failure};
 use crate::render::Stdout;
-use crate::shutdown;
+use crate::shutdown::Shutdown;
 use crate::store::{self, BatchWrite, CHUNK_ROWS, Need, Poison, Quarantined};
 
 /// What the report is about: one cycle, or every candidate, at AsOf.
@@ -48,7 +48,12 @@ struct Counts {
 }
 
 /// `dry-run --as-of T`.
-pub fn dry_run(cfg: &DryRunConfig, run_id: Uuid, clock: &dyn Clock) -> Result<()> {
+pub fn dry_run(
+    cfg: &DryRunConfig,
+    run_id: Uuid,
+    clock: &dyn Clock,
+    shutdown: &Shutdown,
+) -> Result<()> {
     let batch = cfg.batch;
     let limit = cfg.limit();
     let as_of = cfg.as_of.resolve(|| clock.now());
@@ -56,7 +61,7 @@ pub fn dry_run(cfg: &DryRunConfig, run_id: Uuid, clock: &dyn Clock) -> Result<()
     info!(AsOf:% = rfc3339(as_of), PerPhase:% = per_phase; "dry run started: nothing will be written");
 
     let mut db = store::connect(&cfg.db)?;
-    shutdown::on_signal(db.interrupter());
+    shutdown.on_signal(db.interrupter());
     store::check_schema(&mut db.client, Need::Report)?;
     let scope = Scope {
         run_id,
@@ -74,7 +79,7 @@ pub fn dry_run(cfg: &DryRunConfig, run_id: Uuid, clock: &dyn Clock) -> Result<()
         Box::new(table::TableReport::new(cfg.wide))
     };
     stream(&mut db.client, &scope, report.as_mut(), &mut out)
-        .map_err(|e| crate::report::read_failure::in_operator_words(e, "dry-run", &cfg.db))?;
+        .map_err(|e| crate::report::read_failure::in_operator_words(e, "dry-run", &cfg.db, shutdown))?;
     out.finish()
 }
 
