@@ -25,7 +25,7 @@ impl PgBouncer {
             std::path::Path::new(PGBOUNCER).exists(),
             "{PGBOUNCER} is missing: install Debian's pgbouncer package (scripts/test.sh does)"
         );
-        let admin: postgres::Config = std::env::var("DATABASE_URL").unwrap().parse().unwrap();
+        let admin: postgres::Config = admin_url().parse().unwrap();
         let pg_port = admin.get_ports().first().copied().unwrap_or(5432);
         let user = admin.get_user().unwrap().to_owned();
         let (listener, port) = silent_listener();

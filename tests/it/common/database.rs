@@ -1,22 +1,19 @@
-//! The database of each test: a fresh one per test with every migration of `sql/`
-//! applied (on the server `scripts/test.sh` started, or the one `DATABASE_URL` names),
-//! URLs, migrations for a server a test started itself, a read-only operator role.
+//! The database of each test: a fresh one per test, cloned from a template with every
+//! migration of `sql/` applied (made once per run on the suite's server, see
+//! [`admin_url`]), URLs, migrations for a server a test started itself, a read-only
+//! operator role.
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
+use postgres::error::SqlState;
 use postgres::{Client, NoTls};
 use uuid::Uuid;
 
 use super::*;
 
-pub fn admin_url() -> String {
-    std::env::var("DATABASE_URL").expect(
-        "DATABASE_URL is not set: run the suite with scripts/test.sh, which starts a \
-         throwaway PostgreSQL, or point DATABASE_URL at a server where this user may \
-         create databases",
-    )
-}
 /// A database of its own for one test, with every migration of `sql/` applied;
 /// dropped when the test ends.
 pub struct TestDb {
@@ -28,9 +25,15 @@ pub struct TestDb {
 
 impl TestDb {
     pub fn new() -> Self {
-        let db = Self::empty();
-        db.migrate();
-        db
+        let admin_url = admin_url();
+        let name = format!("be_test_{}", Uuid::new_v4().simple());
+        let mut admin = Client::connect(&admin_url, NoTls).expect("connect as admin");
+        clone_database(&mut admin, &name, template());
+        TestDb {
+            url: with_database(&admin_url, &name),
+            name,
+            admin: admin_url,
+        }
     }
 
     /// A migrated database on another server than the suite's, e.g. one of the test's
@@ -148,14 +151,52 @@ impl TestDb {
     pub fn copy(&self) -> TestDb {
         let name = format!("be_test_{}", Uuid::new_v4().simple());
         let mut admin = Client::connect(&self.admin, NoTls).expect("connect as admin");
-        admin
-            .batch_execute(&format!("CREATE DATABASE {name} TEMPLATE {}", self.name))
-            .expect("copy the test database");
+        clone_database(&mut admin, &name, &self.name);
         let url = with_database(&self.admin, &name);
         TestDb {
             name,
             url,
             admin: self.admin.clone(),
+        }
+    }
+}
+
+/// The database every [`TestDb::new`] of this run is cloned from, on the suite's server:
+/// made and migrated on first use. Nobody connects to it afterwards (PostgreSQL clones a
+/// database only while no session is connected to it); when the server is the one
+/// `DATABASE_URL` names, it is dropped when this process exits.
+fn template() -> &'static str {
+    static TEMPLATE: OnceLock<String> = OnceLock::new();
+    TEMPLATE.get_or_init(|| {
+        let admin_url = admin_url();
+        let name = format!("be_template_{}", Uuid::new_v4().simple());
+        let mut admin = Client::connect(&admin_url, NoTls).expect("connect as admin");
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .expect("create the template database");
+        migrate_url(&with_database(&admin_url, &name));
+        admin
+            .batch_execute(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false"))
+            .expect("close the template database to connections");
+        if std::env::var_os("DATABASE_URL").is_some() {
+            super::services::drop_database_at_exit(&admin_url, &name);
+        }
+        name
+    })
+}
+
+/// `CREATE DATABASE name TEMPLATE template`, again while another session is still
+/// connected to the template (one that just closed may linger for a moment: PostgreSQL
+/// then refuses with "source database … is being accessed by other users").
+fn clone_database(admin: &mut Client, name: &str, template: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match admin.batch_execute(&format!("CREATE DATABASE {name} TEMPLATE {template}")) {
+            Ok(()) => return,
+            Err(e) if e.code() == Some(&SqlState::OBJECT_IN_USE) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => panic!("clone database {template}: {e}"),
         }
     }
 }

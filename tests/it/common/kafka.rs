@@ -1,4 +1,4 @@
-//! Kafka for the tests: the shared broker `scripts/test.sh` started (`KAFKA_BROKERS`),
+//! Kafka for the tests: the suite's broker (`KAFKA_BROKERS`, or the harness's own),
 //! brokers of a test's own (to stop, kill and restart), topics, a real consumer, and
 //! Java's murmur2 partitioner to check where keys land.
 
@@ -14,12 +14,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
-pub fn shared_brokers() -> String {
-    std::env::var("KAFKA_BROKERS").expect(
-        "KAFKA_BROKERS is not set: run the suite with scripts/test.sh, which starts a \
-         throwaway Kafka broker, or point KAFKA_BROKERS at a broker of yours",
-    )
-}
+pub use super::services::shared_brokers;
 
 /// A unique topic name for one test.
 pub fn unique_topic() -> String {

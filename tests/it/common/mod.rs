@@ -1,4 +1,5 @@
-//! Shared test harness, one room per concern: the database of each test (`database`),
+//! Shared test harness, one room per concern: the suite's server and broker
+//! (`services`), the database of each test (`database`),
 //! seeding and reading back (`seed`), the real binary as a process (`process`), locks
 //! and gates (`locks`), servers of a test's own (`servers`), Kafka (`kafka`), TLS
 //! (`tls`), the Pushgateway (`pushgateway`) and the contract's schemas (`schemas`).
@@ -13,8 +14,9 @@ pub mod pushgateway;
 pub mod schemas;
 mod seed;
 mod servers;
+mod services;
 pub mod tls;
 
-pub use {database::*, locks::*, process::*, seed::*, servers::*};
+pub use {database::*, locks::*, process::*, seed::*, servers::*, services::admin_url};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_booking-expire");
