@@ -38,6 +38,7 @@ mod push_tls;
 mod reference;
 mod relay;
 mod relay_isolation;
+mod relay_own_broker;
 mod relay_pipeline;
 mod republish;
 mod roles;
