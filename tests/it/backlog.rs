@@ -123,7 +123,7 @@ fn backlog_json(db: &TestDb, extra: &[&str]) -> Value {
     lines.remove(0)
 }
 
-/// The report without its upkeep part (tests/hygiene.rs checks that).
+/// The report without its upkeep part (tests/it/hygiene.rs checks that).
 fn without_hygiene(mut report: Value) -> Value {
     let hygiene = report.as_object_mut().unwrap().remove("Hygiene");
     assert!(hygiene.is_some_and(|h| h.is_object()), "{report}");
@@ -274,7 +274,7 @@ fn the_table_shows_every_count() {
     assert_fits_120(&run.stdout);
 }
 
-/// The upkeep families of `backlog --format prometheus` (values: tests/hygiene.rs).
+/// The upkeep families of `backlog --format prometheus` (values: tests/it/hygiene.rs).
 const HYGIENE_FAMILIES: [&str; 11] = [
     "crm_booking_expiration_outbox_live_tuples",
     "crm_booking_expiration_outbox_dead_tuples",
