@@ -91,7 +91,7 @@ if [[ -z ${KAFKA_BROKERS:-} ]]; then export KAFKA_JVM_OPTS=${KAFKA_JVM_OPTS:--XX
 if wants relay || wants relay-stale || wants latency || wants follow-burst; then start_kafka; fi
 export PGOPTIONS="-c client_min_messages=warning"
 
-# URL of database $1 on the server of DATABASE_URL (as tests/common does).
+# URL of database $1 on the server of DATABASE_URL (as tests/it/common does).
 db_url() {
     local base=${DATABASE_URL%%\?*} query=""
     [[ $DATABASE_URL != *\?* ]] || query="?${DATABASE_URL#*\?}"

@@ -17,7 +17,7 @@
 #      local stand-in of its base and runs it as the CronJob does (see that script).
 #
 # Installs what it needs when run as root: Debian's prometheus (promtool),
-# prometheus-pushgateway (for tests/metrics.rs), time and python3-venv; Python venvs
+# prometheus-pushgateway (for tests/it/metrics.rs), time and python3-venv; Python venvs
 # with kubernetes-validate and Grafana's Foundation SDK under
 # ${XDG_CACHE_HOME:-~/.cache}/booking-expire (not in the repository; python_venv in
 # scripts/lib.sh). Prints PASS/FAIL lines and exits non-zero on any failure.
@@ -116,8 +116,8 @@ else
 fi
 
 echo "== Grafana dashboard (scripts/dashboard.sh --check)" >&2
-# The metrics its panels read are checked in tests/dashboard.rs, its queries against a
-# real Prometheus in tests/prometheus.rs.
+# The metrics its panels read are checked in tests/it/dashboard.rs, its queries against a
+# real Prometheus in tests/it/prometheus.rs.
 if out=$(scripts/dashboard.sh --check 2>&1); then
     pass "$out"
 else

@@ -44,7 +44,7 @@ ensure_apt_packages() {
 # (native-tls, librdkafka), a C toolchain and make (librdkafka is built from source),
 # pkg-config to find them, psql for the migration script, openssl for the
 # certificates the TLS tests make, faketime for the clock-guard test, and pgbouncer
-# for the pooler-guard test (tests/pooler.rs).
+# for the pooler-guard test (tests/it/pooler.rs).
 ensure_build_deps() {
     ensure_apt_packages pkg-config libssl-dev zlib1g-dev make gcc g++ postgresql-client openssl faketime pgbouncer
 }

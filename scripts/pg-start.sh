@@ -31,7 +31,7 @@
 #   PG_STANDBY_OF     STATE_DIR of a running server started by this script: instead of
 #                     initdb, the new server is a hot standby streaming from that
 #                     primary (pg_basebackup -R), on a port of its own; same binaries.
-#                     Promote it with pg_ctl promote, as tests/failover.rs does
+#                     Promote it with pg_ctl promote, as tests/it/failover.rs does
 #   PG_SSL_CERT_DIR   directory with server.crt (PEM, chain allowed) and server.key:
 #                     the server gets ssl = on with them, and TCP connections
 #                     without TLS are refused (pg_hba: hostssl only); the unix

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Months of minute cycles in minutes: the deterministic long-horizon simulation of
-# tests/simulation.rs against a real PostgreSQL (a server of its own, restarted now
+# tests/it/simulation.rs against a real PostgreSQL (a server of its own, restarted now
 # and then) and a real Kafka broker, with a clock the simulation moves itself.
 #
 # Usage: scripts/simulate.sh [--days N] [--seed S]

@@ -22,10 +22,10 @@ if [[ -n ${CI:-} && -z ${CARGO_TARGET_DIR:-} ]]; then
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
-# Jaeger for tests/trace.rs: built once from the Go module proxy and cached by version
+# Jaeger for tests/it/trace.rs: built once from the Go module proxy and cached by version
 # (about 5 minutes on a fresh machine), in the background while Cargo compiles; the
 # tests wait for it below, and its errors print as they come.
-echo "== Jaeger for tests/trace.rs: building in the background (cached by version)" >&2
+echo "== Jaeger for tests/it/trace.rs: building in the background (cached by version)" >&2
 scripts/go-tool.sh github.com/jaegertracing/jaeger/cmd/jaeger v1.76.0 >/dev/null &
 jaeger_build=$!
 
@@ -38,10 +38,6 @@ scripts/check-deploy.sh
 echo "== scripts/contract-check.sh: AsyncAPI, generated schemas, compatibility with the released v1" >&2
 scripts/contract-check.sh
 
-trap stop_services EXIT
-start_postgres
-start_kafka
-
 echo "== cargo test --no-run (while Jaeger builds)" >&2
 cargo test --locked --all-targets --no-run
 echo "== waiting for the Jaeger build" >&2
@@ -52,28 +48,24 @@ cargo test --locked --all-targets "$@"
 
 # Second pass: the versions users run besides the first pass's (PostgreSQL 15 from
 # Debian 12, Kafka 4.x): the tests of SQL, plans and the Kafka protocol again, on
-# PostgreSQL 18 (PG_FLAVOR=embedded) and Kafka 3.9 started here, whatever
+# PostgreSQL 18 (PG_FLAVOR=embedded) and Kafka 3.9 the harness starts for it, whatever
 # DATABASE_URL / KAFKA_BROKERS say; a server one of these tests starts itself is of
-# those versions too. Which tests and why: docs/guides/development.md, "Versions tested".
+# those versions too. Which modules and why: docs/guides/development.md, "Versions
+# tested". Tests that start servers of their own or need OpenSSL live in other modules
+# (relay_own_broker, faults, signals, acl, tls, ...), but for the statement count of
+# design, which starts a PostgreSQL 18 of its own.
+second_pass_modules=(
+    run_once relay design poison_and_races relay_isolation relay_pipeline golden
+    explain republish pause backlog dry_run roles exit_codes pooler delivery_faults
+    host_rows
+)
 if test_second_pass; then
     echo "== cargo test, second pass: PostgreSQL 18 and Kafka 3.9" >&2
-    stop_services
     (
         unset DATABASE_URL KAFKA_BROKERS
         export PG_FLAVOR=embedded KAFKA_VERSION=3.9.1
-        trap stop_services EXIT
-        start_postgres
-        start_kafka
-        # Tests that start servers of their own are left out (TLS: the embedded build has
-        # no OpenSSL; faults, signals, ACLs: they stop and kill servers), but for the
-        # statement count of tests/design.rs, which then starts a PostgreSQL 18 of its own.
-        cargo test --locked --test run_once --test relay --test design \
-            --test poison_and_races --test relay_isolation --test relay_pipeline --test golden \
-            --test explain --test republish --test pause --test backlog \
-            --test dry_run --test roles --test exit_codes --test pooler --test delivery_faults \
-            --test host_rows \
-            -- --skip contract_exactly_one_message --skip broker_down_marks_nothing \
-            --skip broker_killed_mid_relay
+        # A filter "module::" selects that module's tests.
+        cargo test --locked --test it -- "${second_pass_modules[@]/%/::}"
     )
 else
     echo "== second pass left out (TEST_SECOND_PASS=0)" >&2

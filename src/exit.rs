@@ -61,7 +61,7 @@ Exit codes:
 pub(crate) use exit_codes_text;
 
 /// The exit-code table, shown in `--help`; docs/reference/exit-codes.md says what to do
-/// about each (tests/reference.rs keeps the two and this module in step).
+/// about each (tests/it/reference.rs keeps the two and this module in step).
 pub const EXIT_CODES_HELP: &str = exit_codes_text!();
 
 /// An error message tagged with the failure it stands for; found again by

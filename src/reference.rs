@@ -1,7 +1,7 @@
 //! Reference material generated from the clap definitions in `cli`, so it cannot drift
 //! from `--help`: the Markdown CLI reference (`docs/reference/cli.md`), the man pages
 //! (`docs/reference/man/`) and the shell completion scripts (`completions`).
-//! `tests/reference.rs` compares the committed files with what this renders.
+//! `tests/it/reference.rs` compares the committed files with what this renders.
 
 use std::fmt::Write as _;
 use std::io::{self, Write};

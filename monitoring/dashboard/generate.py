@@ -7,8 +7,8 @@ scripts/dashboard.sh, which runs this file in a venv of its own):
     scripts/dashboard.sh --check  fail when the committed file differs (scripts/test.sh)
 
 Every query selects `job=~"$job"` and the step that pushes the metric (`sel`); the
-metrics it names must be ones the job pushes (tests/dashboard.rs) and every query must
-return data from a real Prometheus (tests/prometheus.rs).
+metrics it names must be ones the job pushes (tests/it/dashboard.rs) and every query must
+return data from a real Prometheus (tests/it/prometheus.rs).
 """
 
 import argparse

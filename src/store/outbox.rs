@@ -81,7 +81,7 @@ pub fn listen(client: &mut impl GenericClient) -> Result<()> {
 /// through an index whose use the planner cannot cost away: the pending index for the
 /// queue (it carries the ORDER BY), the key index per fetched row, the `seq` index for
 /// the rows of a mark (`seq = ANY($1)`, a cost proportional to the batch, whatever the
-/// statistics). `tests/design.rs` checks the plans on an outbox a burst filled after
+/// statistics). `tests/it/design.rs` checks the plans on an outbox a burst filled after
 /// its last ANALYZE.
 ///
 /// The oldest rows due for sending, in write order (served by `ix_outbox_pending`):
@@ -202,7 +202,7 @@ pub fn pending(
 }
 
 /// [`PENDING_SQL`] prepared on the session that fetches: its plan is the same custom or
-/// generic (`tests/design.rs` checks both).
+/// generic (`tests/it/design.rs` checks both).
 pub fn prepare_pending(client: &mut impl GenericClient) -> Result<postgres::Statement> {
     Ok(client.prepare(PENDING_SQL)?)
 }

@@ -1,0 +1,268 @@
+//! The database of each test: a fresh one per test, cloned from a template with every
+//! migration of `sql/` applied (made once per run on the suite's server, see
+//! [`admin_url`]), URLs, migrations for a server a test started itself, a read-only
+//! operator role.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use postgres::error::SqlState;
+use postgres::{Client, NoTls};
+use uuid::Uuid;
+
+use super::*;
+
+/// A database of its own for one test, with every migration of `sql/` applied;
+/// dropped when the test ends.
+pub struct TestDb {
+    pub name: String,
+    pub url: String,
+    /// The server's maintenance database, where this one is created and dropped.
+    admin: String,
+}
+
+impl TestDb {
+    pub fn new() -> Self {
+        let admin_url = admin_url();
+        let name = format!("be_test_{}", Uuid::new_v4().simple());
+        let mut admin = Client::connect(&admin_url, NoTls).expect("connect as admin");
+        clone_database(&mut admin, &name, template());
+        TestDb {
+            url: with_database(&admin_url, &name),
+            name,
+            admin: admin_url,
+        }
+    }
+
+    /// A migrated database on another server than the suite's, e.g. one of the test's
+    /// own ([`OwnPostgres`]) with server-level settings; `admin` is that server's
+    /// maintenance database URL.
+    pub fn new_on(admin: &str) -> Self {
+        let db = Self::empty_on(admin);
+        db.migrate();
+        db
+    }
+
+    /// A database without the schema.
+    pub fn empty() -> Self {
+        Self::empty_on(&admin_url())
+    }
+
+    fn empty_on(admin_url: &str) -> Self {
+        let name = format!("be_test_{}", Uuid::new_v4().simple());
+        let mut admin = Client::connect(admin_url, NoTls).expect("connect as admin");
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .expect("create test database");
+        let url = with_database(admin_url, &name);
+        TestDb {
+            name,
+            url,
+            admin: admin_url.to_owned(),
+        }
+    }
+
+    pub fn migrate(&self) {
+        let mut c = self.client();
+        for file in migrations() {
+            let sql = std::fs::read_to_string(&file).unwrap();
+            c.batch_execute(&sql)
+                .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        }
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(&self.url, NoTls).expect("connect to the test database")
+    }
+
+    /// The binary, pointed at this database, with a clean environment.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
+            .env_clear()
+            .env("DATABASE_URL", &self.url)
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default());
+        cmd
+    }
+
+    pub fn run(&self, args: &[&str]) -> Run {
+        Run::of(self.command(args).output().expect("run the binary"))
+    }
+
+    /// The database user the suite connects as (`DATABASE_URL`'s): `postgres` on the
+    /// throwaway server, whoever it is on a server of yours.
+    pub fn user(&self) -> String {
+        self.client()
+            .query_one("SELECT current_user::text", &[])
+            .expect("read current_user")
+            .get(0)
+    }
+
+    /// One `run-once` that must succeed; returns its result JSON.
+    pub fn run_once(&self, extra: &[&str]) -> CycleResult {
+        let mut args = vec!["run-once"];
+        args.extend_from_slice(extra);
+        let run = self.run(&args);
+        assert_eq!(run.code, 0, "run-once failed:\n{}", run.stderr);
+        run.result()
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Ok(mut admin) = Client::connect(&self.admin, NoTls) {
+            let _ = admin.batch_execute(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ));
+        }
+    }
+}
+pub fn migrations() -> Vec<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("sql");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sql"))
+        .collect();
+    files.sort();
+    files
+}
+/// Replaces the database name of a URL (`…/postgres` → `…/name`), keeping the query.
+pub fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, format!("?{q}")),
+        None => (url, String::new()),
+    };
+    let scheme_end = base.find("://").map(|i| i + 3).unwrap_or(0);
+    let path_start = base[scheme_end..]
+        .find('/')
+        .map(|i| i + scheme_end)
+        .unwrap_or(base.len());
+    format!("{}/{name}{query}", &base[..path_start])
+}
+
+impl TestDb {
+    /// A copy of this database with the same rows (`CREATE DATABASE … TEMPLATE`), so
+    /// two commands can be compared on the same state. No session may be connected to
+    /// this database meanwhile.
+    pub fn copy(&self) -> TestDb {
+        let name = format!("be_test_{}", Uuid::new_v4().simple());
+        let mut admin = Client::connect(&self.admin, NoTls).expect("connect as admin");
+        clone_database(&mut admin, &name, &self.name);
+        let url = with_database(&self.admin, &name);
+        TestDb {
+            name,
+            url,
+            admin: self.admin.clone(),
+        }
+    }
+}
+
+/// The database every [`TestDb::new`] of this run is cloned from, on the suite's server:
+/// made and migrated on first use. Nobody connects to it afterwards (PostgreSQL clones a
+/// database only while no session is connected to it); when the server is the one
+/// `DATABASE_URL` names, it is dropped when this process exits.
+fn template() -> &'static str {
+    static TEMPLATE: OnceLock<String> = OnceLock::new();
+    TEMPLATE.get_or_init(|| {
+        let admin_url = admin_url();
+        let name = format!("be_template_{}", Uuid::new_v4().simple());
+        let mut admin = Client::connect(&admin_url, NoTls).expect("connect as admin");
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .expect("create the template database");
+        migrate_url(&with_database(&admin_url, &name));
+        admin
+            .batch_execute(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false"))
+            .expect("close the template database to connections");
+        if std::env::var_os("DATABASE_URL").is_some() {
+            super::services::drop_database_at_exit(&admin_url, &name);
+        }
+        name
+    })
+}
+
+/// `CREATE DATABASE name TEMPLATE template`, again while another session is still
+/// connected to the template (one that just closed may linger for a moment: PostgreSQL
+/// then refuses with "source database … is being accessed by other users").
+fn clone_database(admin: &mut Client, name: &str, template: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match admin.batch_execute(&format!("CREATE DATABASE {name} TEMPLATE {template}")) {
+            Ok(()) => return,
+            Err(e) if e.code() == Some(&SqlState::OBJECT_IN_USE) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => panic!("clone database {template}: {e}"),
+        }
+    }
+}
+
+/// Replaces the user of a URL (`postgres://old@host/db` → `postgres://new@host/db`).
+pub fn with_user(url: &str, user: &str) -> String {
+    let scheme_end = url.find("://").map(|i| i + 3).expect("a URL");
+    let rest = &url[scheme_end..];
+    let host = rest.find('@').map_or(rest, |at| &rest[at + 1..]);
+    format!("{}{user}@{host}", &url[..scheme_end])
+}
+
+/// The migrations of `sql/`, applied to the database at `url` (one that no `TestDb`
+/// owns, e.g. the `postgres` database of a server a test started itself).
+pub fn migrate_url(url: &str) {
+    let mut c = Client::connect(url, NoTls).expect("connect to migrate");
+    for file in migrations() {
+        let sql = std::fs::read_to_string(&file).unwrap();
+        c.batch_execute(&sql)
+            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    }
+}
+/// A LOGIN role that may only read the three tables the reports need, with read-only
+/// transactions by default, as an operator's account would be (docs/guides/operating.md,
+/// "During an incident"). Roles are cluster-wide: it is dropped, with its grants, when
+/// this value goes out of scope (before the database).
+pub struct ReadOnlyRole {
+    pub name: String,
+    /// The test database's URL with this role as the user.
+    pub url: String,
+    db_url: String,
+}
+
+impl ReadOnlyRole {
+    pub fn new(db: &TestDb) -> Self {
+        let name = format!("ro_{}", Uuid::new_v4().simple());
+        let mut c = db.client();
+        c.batch_execute(&format!(
+            "CREATE ROLE {name} LOGIN;
+             ALTER ROLE {name} SET default_transaction_read_only = on;
+             GRANT USAGE ON SCHEMA crm TO {name};
+             GRANT SELECT ON crm.bookings, crm.booking_expiration_poison, crm.outbox TO {name};"
+        ))
+        .expect("create a read-only role");
+        ReadOnlyRole {
+            url: with_user(&db.url, &name),
+            name,
+            db_url: db.url.clone(),
+        }
+    }
+}
+
+impl Drop for ReadOnlyRole {
+    fn drop(&mut self) {
+        if let Ok(mut c) = Client::connect(&self.db_url, NoTls) {
+            let _ = c.batch_execute(&drop_owned_sql(&self.name));
+        }
+        if let Ok(mut admin) = Client::connect(&admin_url(), NoTls) {
+            let _ = admin.batch_execute(&format!("DROP ROLE IF EXISTS {}", self.name));
+        }
+    }
+}
+
+/// `DROP OWNED BY role` for a user that is not a superuser too: one with `CREATEROLE`
+/// may only drop what a role owns or was granted once it has the role's privileges, so
+/// it grants the role to itself first (dropping the role later removes that).
+pub fn drop_owned_sql(role: &str) -> String {
+    format!("GRANT {role} TO CURRENT_USER; DROP OWNED BY {role};")
+}

@@ -1,0 +1,368 @@
+//! Kafka for the tests: the suite's broker (`KAFKA_BROKERS`, or the harness's own),
+//! brokers of a test's own (to stop, kill and restart), topics, a real consumer, and
+//! Java's murmur2 partitioner to check where keys land.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{Offset, TopicPartitionList};
+
+pub use super::services::shared_brokers;
+
+/// A unique topic name for one test.
+pub fn unique_topic() -> String {
+    format!("be-test-{}", uuid::Uuid::new_v4().simple())
+}
+
+fn scripts() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts")
+}
+
+/// A single-node KRaft broker of the test's own, in a temporary directory.
+pub struct OwnBroker {
+    pub dir: PathBuf,
+    pub brokers: String,
+}
+
+impl OwnBroker {
+    pub fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!("be-kafka-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let brokers = start_script(&dir);
+        OwnBroker { dir, brokers }
+    }
+
+    /// Graceful stop (SIGTERM).
+    pub fn stop(&self) {
+        self.stop_script(&[]);
+    }
+
+    /// SIGKILL, no goodbye.
+    pub fn kill(&self) {
+        self.stop_script(&["--kill"]);
+    }
+
+    /// Starts it again on the same ports with its data.
+    pub fn restart(&self) {
+        let brokers = start_script(&self.dir);
+        assert_eq!(brokers, self.brokers, "restarted on the same address");
+    }
+
+    /// SIGSTOP: the broker keeps its connections open and answers nothing, as in a long
+    /// GC pause or a frozen VM, until [`OwnBroker::resume`].
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// SIGCONT after [`OwnBroker::pause`].
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = std::fs::read_to_string(self.dir.join("kafka.pid")).unwrap();
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), pid.trim()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal} {pid}");
+    }
+
+    fn stop_script(&self, extra: &[&str]) {
+        let status = Command::new(scripts().join("kafka-stop.sh"))
+            .arg(&self.dir)
+            .args(extra)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for OwnBroker {
+    fn drop(&mut self) {
+        self.stop_script(&["--kill"]);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn start_script(dir: &std::path::Path) -> String {
+    let out = Command::new(scripts().join("kafka-start.sh"))
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kafka-start.sh failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Creates a topic (replication 1) with the given configs.
+pub fn create_topic(brokers: &str, topic: &str, partitions: i32, configs: &[(&str, &str)]) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .unwrap();
+    let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    for (k, v) in configs {
+        new = new.set(k, v);
+    }
+    create_and_wait(&admin, new, topic, partitions);
+}
+
+/// One record as a consumer sees it.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub key: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub headers: BTreeMap<String, String>,
+    pub payload: serde_json::Value,
+    /// The value's bytes, exactly as sent.
+    pub raw_payload: Vec<u8>,
+}
+
+/// Reads the whole topic from the beginning: until `expected` records arrived (then
+/// a little longer, to catch any extra), or until `limit` passes.
+pub fn consume(
+    brokers: &str,
+    topic: &str,
+    partitions: i32,
+    expected: usize,
+    limit: Duration,
+) -> Vec<Received> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set(
+            "group.id",
+            format!("be-test-{}", uuid::Uuid::new_v4().simple()),
+        )
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&tpl).unwrap();
+    let started = Instant::now();
+    let mut got = Vec::new();
+    let mut settle_until: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        if now - started > limit || settle_until.is_some_and(|t| now > t) {
+            break;
+        }
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
+            let mut headers = BTreeMap::new();
+            if let Some(h) = m.headers() {
+                for header in h.iter() {
+                    let value = header.value.map(|v| String::from_utf8(v.to_vec()).unwrap());
+                    let previous = headers.insert(header.key.to_owned(), value.unwrap_or_default());
+                    assert!(previous.is_none(), "header {} repeated", header.key);
+                }
+            }
+            got.push(Received {
+                key: String::from_utf8(m.key().unwrap().to_vec()).unwrap(),
+                partition: m.partition(),
+                offset: m.offset(),
+                headers,
+                payload: serde_json::from_slice(m.payload().unwrap()).unwrap(),
+                raw_payload: m.payload().unwrap().to_vec(),
+            });
+        }
+        if got.len() >= expected && settle_until.is_none() {
+            settle_until = Some(Instant::now() + Duration::from_millis(1500));
+        }
+    }
+    got
+}
+
+/// Kafka's Java `murmur2`, as its default partitioner uses it for keyed records.
+pub fn java_murmur2(data: &[u8]) -> i32 {
+    const SEED: u32 = 0x9747_b28c;
+    const M: u32 = 0x5bd1_e995;
+    const R: u32 = 24;
+    let len = data.len();
+    let mut h: u32 = SEED ^ len as u32;
+    for chunk in data.chunks_exact(4) {
+        let mut k = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+        k = k.wrapping_mul(M);
+        k ^= k >> R;
+        k = k.wrapping_mul(M);
+        h = h.wrapping_mul(M);
+        h ^= k;
+    }
+    let tail = &data[len & !3..];
+    if tail.len() >= 3 {
+        h ^= u32::from(tail[2]) << 16;
+    }
+    if tail.len() >= 2 {
+        h ^= u32::from(tail[1]) << 8;
+    }
+    if !tail.is_empty() {
+        h ^= u32::from(tail[0]);
+        h = h.wrapping_mul(M);
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(M);
+    h ^= h >> 15;
+    h as i32
+}
+
+/// The partition Java's default partitioner picks for a key.
+pub fn java_partition(key: &str, partitions: i32) -> i32 {
+    (java_murmur2(key.as_bytes()) & 0x7fff_ffff) % partitions
+}
+
+/// A three-node KRaft cluster of the test's own (`KAFKA_NODES=3 kafka-start.sh`):
+/// replication factor 3, min.insync.replicas 2; each node can be killed, stopped,
+/// paused and started again on its own.
+pub struct OwnCluster {
+    pub dir: PathBuf,
+    /// The three brokers' addresses, comma-separated.
+    pub brokers: String,
+}
+
+impl OwnCluster {
+    pub fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!("be-kafka3-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = Command::new(scripts().join("kafka-start.sh"))
+            .arg(&dir)
+            .env("KAFKA_NODES", "3")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "kafka-start.sh (3 nodes) failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let brokers = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        OwnCluster { dir, brokers }
+    }
+
+    /// The directory of node `id` (1..=3, its node.id).
+    pub fn node(&self, id: i32) -> PathBuf {
+        self.dir.join(format!("node{id}"))
+    }
+
+    /// SIGKILL node `id`.
+    pub fn kill(&self, id: i32) {
+        self.stop_script(&self.node(id), &["--kill"]);
+    }
+
+    /// Graceful stop (SIGTERM) of node `id`.
+    pub fn stop(&self, id: i32) {
+        self.stop_script(&self.node(id), &[]);
+    }
+
+    /// Starts node `id` again with its data.
+    pub fn restart(&self, id: i32) {
+        start_script(&self.node(id));
+    }
+
+    /// The node.id of the leader of `partition` of `topic`, as the cluster's metadata
+    /// says now.
+    pub fn leader(&self, topic: &str, partition: i32) -> i32 {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.brokers)
+            .create()
+            .unwrap();
+        let metadata = consumer
+            .fetch_metadata(Some(topic), Duration::from_secs(10))
+            .unwrap();
+        metadata.topics()[0]
+            .partitions()
+            .iter()
+            .find(|p| p.id() == partition)
+            .unwrap()
+            .leader()
+    }
+
+    fn stop_script(&self, dir: &std::path::Path, extra: &[&str]) {
+        let status = Command::new(scripts().join("kafka-stop.sh"))
+            .arg(dir)
+            .args(extra)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for OwnCluster {
+    fn drop(&mut self) {
+        self.stop_script(&self.dir.clone(), &["--kill"]);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Creates a topic replicated on all three nodes of an [`OwnCluster`].
+pub fn create_replicated_topic(brokers: &str, topic: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .unwrap();
+    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(3))
+        .set("min.insync.replicas", "2");
+    create_and_wait(&admin, new, topic, partitions);
+}
+
+/// Creates `new` and waits until the brokers' metadata shows it with a leader for
+/// every one of its `partitions`.
+fn create_and_wait(
+    admin: &AdminClient<DefaultClientContext>,
+    new: NewTopic<'_>,
+    topic: &str,
+    partitions: i32,
+) {
+    let results = runtime()
+        .block_on(admin.create_topics(&[new], &AdminOptions::new()))
+        .unwrap();
+    for r in results {
+        r.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e}"));
+    }
+    // Created is not yet known to every broker: the relay takes a topic that its
+    // metadata does not show for a configuration fault (exit 78), so wait until it
+    // shows the topic with a leader for every partition.
+    let started = Instant::now();
+    loop {
+        let ready = admin
+            .inner()
+            .fetch_metadata(Some(topic), Duration::from_secs(5))
+            .ok()
+            .and_then(|m| {
+                m.topics().first().map(|t| {
+                    t.error().is_none()
+                        && t.partitions().len() == partitions as usize
+                        && t.partitions().iter().all(|p| p.leader() >= 0)
+                })
+            })
+            .unwrap_or(false);
+        if ready {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "topic {topic} not in the brokers' metadata 30 s after it was created"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -1,0 +1,22 @@
+//! Shared test harness, one room per concern: the suite's server and broker
+//! (`services`), the database of each test (`database`),
+//! seeding and reading back (`seed`), the real binary as a process (`process`), locks
+//! and gates (`locks`), servers of a test's own (`servers`), Kafka (`kafka`), TLS
+//! (`tls`), the Pushgateway (`pushgateway`) and the contract's schemas (`schemas`).
+//! Everything but `kafka`, `tls`, `pushgateway` and `schemas` is re-exported here, so a
+//! test says `use common::*;`.
+
+mod database;
+pub mod kafka;
+mod locks;
+mod process;
+pub mod pushgateway;
+pub mod schemas;
+mod seed;
+mod servers;
+mod services;
+pub mod tls;
+
+pub use {database::*, locks::*, process::*, seed::*, servers::*, services::admin_url};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_booking-expire");

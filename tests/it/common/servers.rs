@@ -1,0 +1,170 @@
+//! Servers of a test's own: a PostgreSQL to restart, stop or configure at the server
+//! level (pg_stat_statements preloaded), and a listener that never answers.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::str::FromStr;
+use std::time::Duration;
+
+use postgres::{Client, NoTls};
+use uuid::Uuid;
+
+use super::*;
+
+/// A TCP listener on 127.0.0.1 that never accepts: the kernel completes the
+/// handshake, then nothing ever answers (a hung server, a half-dead proxy).
+pub fn silent_listener() -> (std::net::TcpListener, u16) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    (listener, port)
+}
+
+/// A PostgreSQL server of the test's own (scripts/pg-start.sh in a temporary
+/// directory), to restart or stop; its `postgres` database is migrated.
+pub struct OwnPostgres {
+    pub dir: PathBuf,
+    pub url: String,
+}
+
+pub fn scripts_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts")
+}
+
+impl OwnPostgres {
+    pub fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!("be-pg-{}", Uuid::new_v4().simple()));
+        let out = Command::new(scripts_dir().join("pg-start.sh"))
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pg-start.sh failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let url = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        migrate_url(&url);
+        OwnPostgres { dir, url }
+    }
+
+    /// A hot standby of `primary`, streaming from it (scripts/pg-start.sh with
+    /// `PG_STANDBY_OF`): the primary's data, read-only until [`OwnPostgres::promote`].
+    pub fn standby_of(primary: &OwnPostgres) -> Self {
+        let dir = std::env::temp_dir().join(format!("be-pg-{}", Uuid::new_v4().simple()));
+        let out = Command::new(scripts_dir().join("pg-start.sh"))
+            .arg(&dir)
+            .env("PG_STANDBY_OF", &primary.dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pg-start.sh (standby) failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let url = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        OwnPostgres { dir, url }
+    }
+
+    /// `host:port` of this server, for a multi-host URL.
+    pub fn address(&self) -> String {
+        let port = std::fs::read_to_string(self.dir.join("port")).unwrap();
+        format!("127.0.0.1:{}", port.trim())
+    }
+
+    /// Waits until `standby` has replayed everything this primary has written so far.
+    pub fn wait_replayed_by(&self, standby: &OwnPostgres) {
+        let lsn: String = self
+            .client()
+            .query_one("SELECT pg_current_wal_lsn()::text", &[])
+            .unwrap()
+            .get(0);
+        let mut c = standby.client();
+        wait_until(Duration::from_secs(30), "the standby to replay", || {
+            c.query_one(
+                "SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn",
+                &[&lsn],
+            )
+            .unwrap()
+            .get(0)
+        });
+    }
+
+    /// `pg_ctl stop -m immediate`: the server dies as in a crash, nothing is flushed.
+    pub fn stop_immediately(&self) {
+        self.pg_ctl(&["-m", "immediate", "-w", "stop"]);
+    }
+
+    /// `pg_ctl promote`: a standby becomes a primary that takes writes.
+    pub fn promote(&self) {
+        self.pg_ctl(&["-w", "promote"]);
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(&self.url, NoTls).expect("connect to the own server")
+    }
+
+    /// `pg_ctl restart -m fast`: every session is terminated, the server comes back on
+    /// the same port.
+    pub fn restart(&self) {
+        self.pg_ctl(&["-m", "fast", "-w", "restart"]);
+    }
+
+    pub fn stop(&self) {
+        self.pg_ctl(&["-m", "fast", "-w", "stop"]);
+    }
+
+    /// The TCP port the server listens on.
+    pub fn port(&self) -> u16 {
+        postgres::Config::from_str(&self.url).unwrap().get_ports()[0]
+    }
+
+    /// As pg-stop.sh does: the cluster's tools run as its owner when we are root.
+    fn pg_ctl(&self, args: &[&str]) {
+        let bindir = std::fs::read_to_string(self.dir.join("pg_bindir")).unwrap();
+        let pg_ctl = PathBuf::from(bindir.trim()).join("pg_ctl");
+        let data = self.dir.join("pgdata");
+        let log = self.dir.join("postgres.log");
+        let mut cmd = if is_root() {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&pg_ctl);
+            c
+        } else {
+            Command::new(&pg_ctl)
+        };
+        // -l: the restarted server logs to the file, never to our pipes.
+        let out = cmd
+            .arg("-D")
+            .arg(&data)
+            .arg("-l")
+            .arg(&log)
+            .args(args)
+            .current_dir(&self.dir)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pg_ctl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+pub fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+impl Drop for OwnPostgres {
+    fn drop(&mut self) {
+        let _ = Command::new(scripts_dir().join("pg-stop.sh"))
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,102 @@
+//! The PostgreSQL and the Kafka broker of the whole run: those `DATABASE_URL` and
+//! `KAFKA_BROKERS` name when set; otherwise a throwaway server and broker started once,
+//! on first use, and shared by every test of the binary.
+//!
+//! Each is started by `scripts/test-service.sh`, a process that outlives nothing: it
+//! holds the read end of a pipe whose write end only this process holds, and stops the
+//! service when that pipe closes, which happens however this process ends (libtest
+//! exits without running destructors; a panic, a signal or SIGKILL close it too).
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::process::{ChildStdin, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+
+use super::scripts_dir;
+
+/// The URL of the suite's PostgreSQL (its maintenance database): `DATABASE_URL`, or a
+/// throwaway server started now or earlier in this run.
+pub fn admin_url() -> String {
+    if let Some(url) = std::env::var_os("DATABASE_URL") {
+        return url.into_string().expect("DATABASE_URL is UTF-8");
+    }
+    static POSTGRES: OnceLock<Result<String, String>> = OnceLock::new();
+    started(&POSTGRES, "postgres", "DATABASE_URL")
+}
+
+/// `host:port` of the suite's Kafka broker: `KAFKA_BROKERS`, or a throwaway broker
+/// started now or earlier in this run.
+pub fn shared_brokers() -> String {
+    if let Some(brokers) = std::env::var_os("KAFKA_BROKERS") {
+        return brokers.into_string().expect("KAFKA_BROKERS is UTF-8");
+    }
+    static KAFKA: OnceLock<Result<String, String>> = OnceLock::new();
+    started(&KAFKA, "kafka", "KAFKA_BROKERS")
+}
+
+/// The address of the service `kind`, started on the first call (the others wait for
+/// it); a failure is kept, so every test that needs the service says why at once.
+fn started(cell: &OnceLock<Result<String, String>>, kind: &str, variable: &str) -> String {
+    match cell.get_or_init(|| start(kind)) {
+        Ok(address) => address.clone(),
+        Err(e) => panic!(
+            "{variable} is not set and no throwaway {kind} could be started: {e}\n\
+             (scripts/test.sh installs what the tests need; or set {variable})"
+        ),
+    }
+}
+
+/// The write ends of the guards' stdin, held until the process exits.
+static GUARDS: Mutex<Vec<ChildStdin>> = Mutex::new(Vec::new());
+
+/// `DROP DATABASE name` on the server of `admin_url` once this process has exited (with
+/// `psql`, from a process of its own that waits as `scripts/test-service.sh` does).
+pub fn drop_database_at_exit(admin_url: &str, name: &str) {
+    let spawned = Command::new("sh")
+        .args([
+            "-c",
+            r#"cat >/dev/null; exec psql -X -q -d "$1" -c "DROP DATABASE IF EXISTS $2""#,
+            "sh",
+            admin_url,
+            name,
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn();
+    if let Ok(mut child) = spawned {
+        GUARDS
+            .lock()
+            .unwrap()
+            .push(child.stdin.take().expect("piped stdin"));
+    }
+}
+
+fn start(kind: &str) -> Result<String, String> {
+    let script = scripts_dir().join("test-service.sh");
+    let mut child = Command::new(&script)
+        .arg(kind)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        // Its own process group: an interrupt of this run leaves it to clean up.
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+    let stdin = child.stdin.take().expect("piped stdin");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("piped stdout"))
+        .read_line(&mut line)
+        .map_err(|e| format!("reading {}: {e}", script.display()))?;
+    let address = line.trim().to_owned();
+    if address.is_empty() {
+        let status = child.wait().map_err(|e| e.to_string())?;
+        return Err(format!(
+            "{} {kind} failed ({status}; its log is above)",
+            script.display()
+        ));
+    }
+    GUARDS.lock().unwrap().push(stdin);
+    Ok(address)
+}

@@ -1,0 +1,197 @@
+//! Failover for real: a primary and a hot standby streaming from it, the job pointed at
+//! both with a multi-host URL (`target_session_attrs=read-write`), the primary killed
+//! (`pg_ctl stop -m immediate`) and the standby promoted, between cycles and in the
+//! middle of a catch-up. Afterwards every overdue booking has expired once on the new
+//! primary, the relay has published every outbox row that survived, and no cycle
+//! needed a manual step.
+
+use crate::common;
+
+use std::collections::HashSet;
+use std::process::Command;
+use std::time::Duration;
+
+use common::kafka::*;
+use common::*;
+
+/// As the contract's topics have (the relay checks it before sending).
+const PARTITIONS: i32 = 6;
+
+/// The pair, and the URL that names the standby first, so that the job must choose the
+/// writable server by `target_session_attrs` and not by the order of the hosts.
+fn pair() -> (OwnPostgres, OwnPostgres, String) {
+    let primary = OwnPostgres::start();
+    let standby = OwnPostgres::standby_of(&primary);
+    let url = format!(
+        "postgres://postgres@{},{}/postgres?target_session_attrs=read-write",
+        standby.address(),
+        primary.address()
+    );
+    (primary, standby, url)
+}
+
+fn job(url: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
+        .env_clear()
+        .env("DATABASE_URL", url)
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default());
+    cmd
+}
+
+fn run(url: &str, args: &[&str]) -> Run {
+    Run::of(job(url, args).output().expect("run the binary"))
+}
+
+fn cycle(url: &str, extra: &[&str]) -> CycleResult {
+    let mut args = vec!["run-once"];
+    args.extend_from_slice(extra);
+    let run = run(url, &args);
+    assert_eq!(run.code, 0, "run-once failed:\n{}", run.stderr);
+    run.result()
+}
+
+/// Points the rows still to publish at this test's topic (the job writes the
+/// contract's), then relays them.
+fn relay(url: &str, c: &mut postgres::Client, brokers: &str, topic: &str) {
+    c.execute(
+        "UPDATE crm.outbox SET topic = $1 WHERE published_at IS NULL",
+        &[&topic],
+    )
+    .unwrap();
+    let run = run(
+        url,
+        &[
+            "relay-outbox",
+            "--brokers",
+            brokers,
+            "--message-timeout",
+            "10s",
+        ],
+    );
+    assert_eq!(run.code, 0, "relay-outbox failed:\n{}", run.stderr);
+}
+
+fn seed_overdue(c: &mut postgres::Client, n: usize) {
+    seed_many(c, n, |i| {
+        if i % 2 == 0 {
+            Seed::reserved(-100 - i as i64)
+        } else {
+            Seed::booked(-100 - i as i64)
+        }
+    });
+}
+
+/// On the new primary: every booking expired, each once, every outbox row published,
+/// and the topic holds every outbox row's `ce_id` (duplicates only by `ce_id`).
+fn assert_all_expired_and_published(c: &mut postgres::Client, n: i64, brokers: &str, topic: &str) {
+    assert_eq!(
+        count(
+            c,
+            "SELECT count(*) FROM crm.bookings WHERE status NOT IN ('ReserveExpired', 'BookingExpired')"
+        ),
+        0,
+        "bookings left unexpired on the new primary"
+    );
+    assert_eq!(assert_each_expiry_written_once(c), n);
+    assert_eq!(
+        count(
+            c,
+            "SELECT count(*) FROM crm.outbox WHERE published_at IS NULL"
+        ),
+        0,
+        "outbox rows left unpublished on the new primary"
+    );
+    let ids: HashSet<String> = c
+        .query("SELECT id::text FROM crm.outbox", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(ids.len() as i64, n);
+    let got = consume(
+        brokers,
+        topic,
+        PARTITIONS,
+        n as usize,
+        Duration::from_secs(60),
+    );
+    let on_topic: HashSet<String> = got.iter().map(|m| m.headers["ce_id"].clone()).collect();
+    let missing: Vec<&String> = ids.difference(&on_topic).take(5).collect();
+    assert!(
+        missing.is_empty(),
+        "outbox rows never published: {missing:?}"
+    );
+}
+
+#[test]
+fn a_failover_between_cycles_needs_no_manual_step() {
+    let (primary, standby, url) = pair();
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, PARTITIONS, &[]);
+    seed_overdue(&mut primary.client(), 600);
+
+    // Before the failover the standby, named first, is passed over: the cycle writes.
+    let first = cycle(&url, &["--batch-size", "100", "--max-batches", "2"]);
+    assert_eq!((first.reserve, first.booking), (200, 200));
+    relay(&url, &mut primary.client(), &brokers, &topic);
+
+    primary.wait_replayed_by(&standby);
+    primary.stop_immediately();
+    standby.promote();
+
+    // The same URL, unchanged, now reaches the promoted standby.
+    let second = cycle(&url, &["--batch-size", "100", "--max-batches", "2"]);
+    assert_eq!((second.reserve, second.booking), (100, 100));
+    let mut c = standby.client();
+    relay(&url, &mut c, &brokers, &topic);
+    assert_all_expired_and_published(&mut c, 600, &brokers, &topic);
+}
+
+#[test]
+fn a_failover_in_the_middle_of_a_catch_up_loses_no_booking() {
+    let (primary, standby, url) = pair();
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, PARTITIONS, &[]);
+    let n = 20_000;
+    seed_overdue(&mut primary.client(), n);
+    primary.wait_replayed_by(&standby);
+
+    let catch_up = Background::start(job(
+        &url,
+        &["run-once", "--batch-size", "200", "--max-batches", "1000"],
+    ));
+    let mut p = primary.client();
+    wait_until(Duration::from_secs(60), "the catch-up to commit", || {
+        count(
+            &mut p,
+            "SELECT count(*) FROM crm.bookings WHERE expired_at IS NOT NULL",
+        ) >= 2_000
+    });
+    drop(p);
+    primary.stop_immediately();
+    let interrupted = catch_up.wait();
+    // The database went away under the cycle: a temporary failure, retried next minute.
+    assert_eq!(interrupted.code, 75, "{}", interrupted.stderr);
+    standby.promote();
+
+    // What the standby had not replayed is lost with the primary: those bookings are
+    // overdue again on the new primary, and the next cycles expire them.
+    let mut cycles = 0;
+    loop {
+        cycles += 1;
+        assert!(
+            cycles <= 10,
+            "the new primary did not catch up in 10 cycles"
+        );
+        let r = cycle(&url, &["--batch-size", "500", "--max-batches", "100"]);
+        if r.reserve + r.booking == 0 {
+            break;
+        }
+    }
+    let mut c = standby.client();
+    relay(&url, &mut c, &brokers, &topic);
+    assert_all_expired_and_published(&mut c, n as i64, &brokers, &topic);
+}

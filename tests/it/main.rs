@@ -1,0 +1,52 @@
+//! The integration tests, one binary: the real `booking-expire` binary against a real
+//! PostgreSQL and a real Apache Kafka broker. `common` is the harness: it starts a
+//! throwaway server and broker for the whole run when `DATABASE_URL` / `KAFKA_BROKERS`
+//! are not set, and gives each test a database of its own cloned from a migrated
+//! template. Each module is one subject; docs/guides/development.md says which ones the
+//! second pass of scripts/test.sh runs again on other versions.
+
+mod common;
+
+mod acl;
+mod backlog;
+mod bad_input;
+mod budget;
+mod cluster;
+mod contract;
+mod dashboard;
+mod delivery_faults;
+mod design;
+mod dry_run;
+mod dual_publish;
+mod exit_codes;
+mod explain;
+mod failover;
+mod faults;
+mod golden;
+mod host_matrix;
+mod host_rows;
+mod host_sessions;
+mod hygiene;
+mod long_running;
+mod metrics;
+mod pause;
+mod poison_and_races;
+mod pooler;
+mod prometheus;
+mod properties;
+mod push_tls;
+mod reference;
+mod relay;
+mod relay_isolation;
+mod relay_own_broker;
+mod relay_pipeline;
+mod republish;
+mod roles;
+mod run_once;
+mod short_ids;
+mod signals;
+mod simulation;
+mod soak;
+mod tls;
+mod trace;
+mod waiting;

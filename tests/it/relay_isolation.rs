@@ -1,0 +1,269 @@
+//! One outbox row can never stop the relay, and only a row's own fault counts against
+//! it: rows of a topic that cannot take them wait uncounted (a configuration fault),
+//! rows the broker refuses back off on their own (with a capped number of failures),
+//! while every other row is delivered in the same run; per-key order (within a topic)
+//! holds across the wait. Against a real Apache Kafka broker.
+
+use crate::common;
+
+use std::collections::HashSet;
+
+use common::kafka::*;
+use common::*;
+use uuid::Uuid;
+
+fn relay(db: &TestDb, brokers: &str) -> Run {
+    db.run(&[
+        "relay-outbox",
+        "--brokers",
+        brokers,
+        "--message-timeout",
+        "3s",
+    ])
+}
+
+/// (published, failed, failures, backing off, last_error) of a row.
+fn state(c: &mut postgres::Client, id: Uuid) -> (bool, bool, i32, bool, Option<String>) {
+    let r = c
+        .query_one(
+            "SELECT published_at IS NOT NULL, failed_at IS NOT NULL, failures,
+                    next_attempt_at > now(), last_error
+               FROM crm.outbox WHERE id = $1",
+            &[&id],
+        )
+        .unwrap();
+    (
+        r.get(0),
+        r.get(1),
+        r.get(2),
+        r.get::<_, Option<bool>>(3).unwrap_or(false),
+        r.get(4),
+    )
+}
+
+#[test]
+fn a_missing_or_mis_partitioned_topic_holds_only_its_own_rows() {
+    let brokers = shared_brokers();
+    let good = unique_topic();
+    create_topic(&brokers, &good, 6, &[]);
+    let three = unique_topic();
+    create_topic(&brokers, &three, 3, &[]);
+    let missing = format!("{}-missing", unique_topic());
+    let db = TestDb::new();
+    let mut c = db.client();
+    // The bad rows come first, at the head of the queue.
+    let mut held = Vec::new();
+    for (topic, n) in [(&missing, 3), (&three, 2)] {
+        for i in 0..n {
+            held.push(insert_outbox_row(
+                &mut c,
+                topic,
+                &Uuid::new_v4().to_string(),
+                i,
+            ));
+        }
+    }
+    let delivered: Vec<Uuid> = (0..5)
+        .map(|n| insert_outbox_row(&mut c, &good, &Uuid::new_v4().to_string(), n))
+        .collect();
+
+    let run = relay(&db, &brokers);
+    assert_eq!(run.code, 78, "the failure is reported:\n{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains(&format!("Kafka topic {missing} does not exist")),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("the topic cannot take these rows"),
+        "a log line per unusable topic:\n{}",
+        run.stderr
+    );
+    for id in &delivered {
+        assert!(state(&mut c, *id).0, "healthy row {id} published");
+    }
+    let read = consume(&brokers, &good, 6, 5, std::time::Duration::from_secs(30));
+    let ids: HashSet<String> = read.iter().map(|m| m.headers["ce_id"].clone()).collect();
+    let want: HashSet<String> = delivered.iter().map(Uuid::to_string).collect();
+    assert_eq!(ids, want);
+    for id in &held {
+        let (published, failed, failures, waits, error) = state(&mut c, *id);
+        assert!(!published && !failed, "held, not given up");
+        assert_eq!(failures, 0, "a topic's fault is not the row's");
+        assert!(waits, "it waits before the topic is checked again");
+        let error = error.unwrap();
+        assert!(
+            error
+                == format!(
+                    "waiting for its topic: Kafka topic {missing} does not exist (topic auto-creation is off: create it, e.g. with 6 partitions)"
+                )
+                || error.starts_with(&format!(
+                    "waiting for its topic: Kafka topic {three} has 3 partitions, expected 6"
+                )),
+            "{error}"
+        );
+    }
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM crm.outbox WHERE attempts > 0 AND published_at IS NULL"
+        ),
+        0,
+        "no attempt counted"
+    );
+    // `backlog` shows the rows waiting for a missing topic.
+    let backlog = db.run(&["backlog", "--format", "json"]);
+    assert_eq!(backlog.code, 0, "{}", backlog.stderr);
+    let report: serde_json::Value = serde_json::from_str(backlog.stdout.trim()).unwrap();
+    assert_eq!(
+        report["Outbox"]["WaitingForTopic"],
+        serde_json::json!(5),
+        "{report}"
+    );
+    // Within the wait (made long here) the next run leaves them alone and succeeds.
+    c.execute(
+        "UPDATE crm.outbox SET next_attempt_at = now() + interval '1 hour'
+          WHERE next_attempt_at IS NOT NULL",
+        &[],
+    )
+    .unwrap();
+    let again = relay(&db, &brokers);
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM crm.outbox WHERE next_attempt_at > now() + interval '50 minutes'"
+        ),
+        5,
+        "not checked again inside the wait"
+    );
+}
+
+#[test]
+fn a_row_backing_off_keeps_later_rows_of_its_key_on_its_topic_back() {
+    // Order is per key within a topic (a partition belongs to one topic): a later row
+    // of the key on the same topic waits; the key's row on another topic (another
+    // contract version's event of the same expiry) goes.
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, 6, &[]);
+    let other_topic = unique_topic();
+    create_topic(&brokers, &other_topic, 6, &[]);
+    let db = TestDb::new();
+    let mut c = db.client();
+    let key = Uuid::new_v4().to_string();
+    let first = insert_outbox_row(&mut c, &topic, &key, 1);
+    c.execute(
+        "UPDATE crm.outbox SET failures = 1, last_error = 'refused',
+                next_attempt_at = now() + interval '1 hour'
+          WHERE id = $1",
+        &[&first],
+    )
+    .unwrap();
+    let second = insert_outbox_row(&mut c, &topic, &key, 2);
+    let same_key_elsewhere = insert_outbox_row(&mut c, &other_topic, &key, 3);
+    let other = insert_outbox_row(&mut c, &topic, &Uuid::new_v4().to_string(), 4);
+    let run = relay(&db, &brokers);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(state(&mut c, other).0);
+    assert!(
+        state(&mut c, same_key_elsewhere).0,
+        "another topic's row of the key"
+    );
+    assert_eq!(state(&mut c, first).2, 1, "not retried inside the back-off");
+    assert_eq!(
+        state(&mut c, second),
+        (false, false, 0, false, None),
+        "behind a row of its key on its topic that backs off"
+    );
+}
+
+#[test]
+fn a_row_waiting_for_a_missing_topic_is_never_given_up() {
+    let brokers = shared_brokers();
+    let missing = format!("{}-missing", unique_topic());
+    let db = TestDb::new();
+    let mut c = db.client();
+    let old = insert_outbox_row(&mut c, &missing, &Uuid::new_v4().to_string(), 1);
+    // One failure short of the cap (failed sends of its own earlier); due now.
+    c.execute(
+        "UPDATE crm.outbox SET failures = 19, attempts = 19,
+                next_attempt_at = now() - interval '1 second'
+          WHERE id = $1",
+        &[&old],
+    )
+    .unwrap();
+    for _ in 0..2 {
+        let run = relay(&db, &brokers);
+        assert_eq!(run.code, 78, "{}", run.stderr);
+        assert!(!run.stderr.contains("marked failed"), "{}", run.stderr);
+        let (published, failed, failures, waits, _) = state(&mut c, old);
+        assert!(!published && !failed && waits);
+        assert_eq!(failures, 19);
+        c.execute("UPDATE crm.outbox SET next_attempt_at = now()", &[])
+            .unwrap();
+    }
+}
+
+/// The cap on a row's own failures (refusals nothing else classifies), applied as the
+/// relay applies it to a refused row.
+#[test]
+fn a_row_that_keeps_failing_is_given_up_at_the_cap_and_counters_never_overflow() {
+    let db = TestDb::new();
+    let mut c = db.client();
+    let topic = unique_topic();
+    let doomed = insert_outbox_row(&mut c, &topic, &Uuid::new_v4().to_string(), 1);
+    let young = insert_outbox_row(&mut c, &topic, &Uuid::new_v4().to_string(), 2);
+    // One failure short of the cap, after two billion sends; due now.
+    c.execute(
+        "UPDATE crm.outbox SET failures = 19, attempts = 2147483647,
+                next_attempt_at = now() - interval '1 second'
+          WHERE id = $1",
+        &[&doomed],
+    )
+    .unwrap();
+    // A row at its 16th failure: the doubling would give 1,024 s; the cap is 10 min.
+    c.execute(
+        "UPDATE crm.outbox SET failures = 15 WHERE id = $1",
+        &[&young],
+    )
+    .unwrap();
+    let now: chrono::DateTime<chrono::Utc> = c.query_one("SELECT now()", &[]).unwrap().get(0);
+    let refused = "Broker: refused for a reason of its own".to_owned();
+    let gave_up = booking_expire::store::mark_retry(
+        &mut c,
+        now,
+        &[(doomed, refused.clone()), (young, refused)],
+    )
+    .unwrap();
+    assert_eq!(gave_up, [doomed]);
+    let r = c
+        .query_one(
+            "SELECT failed_at IS NOT NULL, failures, attempts, last_error, next_attempt_at
+               FROM crm.outbox WHERE id = $1",
+            &[&doomed],
+        )
+        .unwrap();
+    assert!(r.get::<_, bool>(0));
+    assert_eq!(r.get::<_, i32>(1), 20);
+    assert_eq!(r.get::<_, i32>(2), i32::MAX);
+    let error: String = r.get(3);
+    assert!(
+        error == "gave up after 20 failed attempts: Broker: refused for a reason of its own",
+        "{error}"
+    );
+    assert_eq!(r.get::<_, Option<chrono::DateTime<chrono::Utc>>>(4), None);
+    let backoff: f64 = c
+        .query_one(
+            "SELECT extract(epoch FROM next_attempt_at - now())::float8 FROM crm.outbox
+              WHERE id = $1",
+            &[&young],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        (590.0..=600.0).contains(&backoff),
+        "capped at 10 minutes: {backoff}"
+    );
+}
