@@ -78,8 +78,9 @@ pub fn dry_run(
     } else {
         Box::new(table::TableReport::new(cfg.wide))
     };
-    stream(&mut db.client, &scope, report.as_mut(), &mut out)
-        .map_err(|e| crate::report::read_failure::in_operator_words(e, "dry-run", &cfg.db, shutdown))?;
+    stream(&mut db.client, &scope, report.as_mut(), &mut out).map_err(|e| {
+        crate::report::read_failure::in_operator_words(e, "dry-run", &cfg.db, shutdown)
+    })?;
     out.finish()
 }
 
