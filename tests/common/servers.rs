@@ -77,6 +77,9 @@ impl OwnPostgres {
     }
 
     /// Waits until `standby` has replayed everything this primary has written so far.
+    /// A standby that does not within 30 s fails the test with what both servers
+    /// report: the primary's WAL position and replication state, the standby's
+    /// received and replayed positions and its WAL receiver, and both logs' last lines.
     pub fn wait_replayed_by(&self, standby: &OwnPostgres) {
         let lsn: String = self
             .client()
@@ -84,14 +87,61 @@ impl OwnPostgres {
             .unwrap()
             .get(0);
         let mut c = standby.client();
-        wait_until(Duration::from_secs(30), "the standby to replay", || {
-            c.query_one(
-                "SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn",
-                &[&lsn],
-            )
-            .unwrap()
-            .get(0)
-        });
+        let start = Instant::now();
+        loop {
+            let replayed: bool = c
+                .query_one(
+                    "SELECT coalesce(pg_last_wal_replay_lsn() >= $1::text::pg_lsn, false)",
+                    &[&lsn],
+                )
+                .unwrap()
+                .get(0);
+            if replayed {
+                return;
+            }
+            if start.elapsed() > Duration::from_secs(30) {
+                panic!(
+                    "timed out after 30 s waiting for the standby to replay the primary's WAL \
+                     up to {lsn}\n{}\n{}",
+                    self.replication_report(true),
+                    standby.replication_report(false)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// What this server says about replication, and its log's last lines, for a
+    /// failure message.
+    fn replication_report(&self, primary: bool) -> String {
+        let sql = if primary {
+            "SELECT 'primary: current WAL ' || pg_current_wal_lsn() || '; senders: ' || \
+             coalesce((SELECT string_agg(format('%s sent %s flushed %s replayed %s', state, \
+             sent_lsn, flush_lsn, replay_lsn), '; ') FROM pg_stat_replication), 'none') || \
+             '; slots: ' || coalesce((SELECT string_agg(format('%s active %s restart %s %s', \
+             slot_name, active, restart_lsn, wal_status), '; ') FROM pg_replication_slots), \
+             'none')"
+        } else {
+            "SELECT 'standby: received ' || coalesce(pg_last_wal_receive_lsn()::text, 'nothing') \
+             || ', replayed ' || coalesce(pg_last_wal_replay_lsn()::text, 'nothing') || \
+             ', replay paused ' || pg_is_wal_replay_paused() || '; receiver: ' || \
+             coalesce((SELECT format('%s from %s, last message %s', status, \
+             written_lsn, last_msg_receipt_time) FROM pg_stat_wal_receiver), 'none')"
+        };
+        let state = match Client::connect(&self.url, NoTls)
+            .and_then(|mut c| c.query_one(sql, &[]).map(|r| r.get::<_, String>(0)))
+        {
+            Ok(s) => s,
+            Err(e) => format!("{}: {e}", if primary { "primary" } else { "standby" }),
+        };
+        let log = self.dir.join("postgres.log");
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = lines[lines.len().saturating_sub(15)..].join("\n  ");
+        format!(
+            "{state}\n{} (kept on failure), last lines:\n  {tail}",
+            log.display()
+        )
     }
 
     /// `pg_ctl stop -m immediate`: the server dies as in a crash, nothing is flushed.
@@ -170,6 +220,15 @@ impl Drop for OwnPostgres {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // A failing test keeps the server's log (not its data) for inspection.
+        if std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(self.dir.join("pgdata"));
+            eprintln!(
+                "kept the log of a server of the failed test: {}",
+                self.dir.join("postgres.log").display()
+            );
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
