@@ -140,8 +140,8 @@ impl OwnPostgres {
             "SELECT 'standby: received ' || coalesce(pg_last_wal_receive_lsn()::text, 'nothing') \
              || ', replayed ' || coalesce(pg_last_wal_replay_lsn()::text, 'nothing') || \
              ', replay paused ' || pg_is_wal_replay_paused() || '; receiver: ' || \
-             coalesce((SELECT format('%s from %s, last message %s', status, \
-             written_lsn, last_msg_receipt_time) FROM pg_stat_wal_receiver), 'none')"
+             coalesce((SELECT format('%s, flushed up to %s, last message %s', status, \
+             flushed_lsn, last_msg_receipt_time) FROM pg_stat_wal_receiver), 'none')"
         };
         let state = match Client::connect(&self.url, NoTls)
             .and_then(|mut c| c.query_one(sql, &[]).map(|r| r.get::<_, String>(0)))
