@@ -261,3 +261,24 @@ fn a_multi_host_url_whose_every_server_is_read_only_exits_75_naming_them() {
     let result = cycle(&url, &[]);
     assert_eq!((result.reserve, result.booking), (5, 5));
 }
+
+/// Two restarts of the primary while the standby is still reconnecting after the first
+/// (its receiver waits `wal_retrieve_retry_interval`, 5 s), with more than a WAL segment
+/// written in between: the second shutdown checkpoint recycles the segment the standby
+/// asks for next. Without its replication slot the standby logged "requested WAL
+/// segment … has already been removed" forever and never caught up (the simulation's
+/// promotion then timed out); with it the primary keeps that WAL.
+#[test]
+fn a_standby_catches_up_after_two_quick_restarts_of_its_primary() {
+    let (primary, standby, _) = pair();
+    let mut c = primary.client();
+    c.batch_execute("CREATE TABLE wal_filler (x text)").unwrap();
+    primary.restart();
+    let mut c = primary.client();
+    c.batch_execute(
+        "INSERT INTO wal_filler SELECT repeat('x', 200) FROM generate_series(1, 150000)",
+    )
+    .unwrap();
+    primary.restart();
+    primary.wait_replayed_by(&standby);
+}
