@@ -13,6 +13,8 @@
 #   postgres.log   server log
 #   database_url   postgres://postgres@127.0.0.1:PORT/postgres
 #   port, pg_bindir, socket_dir   details used by pg-stop.sh and for debugging
+#   replication_slot, primary_dir  only for a standby: its slot on the primary, and the
+#                  primary's STATE_DIR, for pg-stop.sh to drop the slot
 #   tmp_socket_dir only if STATE_DIR was too long for a unix socket path
 #
 # Environment (optional):
@@ -31,7 +33,11 @@
 #   PG_STANDBY_OF     STATE_DIR of a running server started by this script: instead of
 #                     initdb, the new server is a hot standby streaming from that
 #                     primary (pg_basebackup -R), on a port of its own; same binaries.
-#                     Promote it with pg_ctl promote, as tests/it/failover.rs does
+#                     It streams through a physical replication slot of its own on the
+#                     primary (-C -S), so the primary keeps every WAL segment the standby
+#                     has not received, however far behind it falls; pg-stop.sh drops
+#                     the slot when the standby stops. Promote it with pg_ctl promote,
+#                     as tests/it/failover.rs does
 #   PG_SSL_CERT_DIR   directory with server.crt (PEM, chain allowed) and server.key:
 #                     the server gets ssl = on with them, and TCP connections
 #                     without TLS are refused (pg_hba: hostssl only); the unix
@@ -265,17 +271,26 @@ init_cluster() {
 }
 
 # PG_STANDBY_OF: the data directory is a base backup of that primary, with
-# standby.signal and its primary_conninfo (-R); throwaway.conf came with it and is
-# rewritten for this server's port and socket by start_server.
+# standby.signal and its primary_conninfo and primary_slot_name (-R); throwaway.conf
+# came with it and is rewritten for this server's port and socket by start_server.
+# Without a slot the primary recycles WAL at each checkpoint whether or not the standby
+# has received it, and a standby that falls a checkpoint behind can never catch up.
 clone_cluster() {
-    local primary=$PG_STANDBY_OF primary_port
+    local primary primary_port slot
+    primary=$(cd -- "$PG_STANDBY_OF" 2>/dev/null && pwd -P) \
+        || die "PG_STANDBY_OF=$PG_STANDBY_OF does not exist"
     [[ -r $primary/port ]] || die "PG_STANDBY_OF=$primary is not the STATE_DIR of a server started by pg-start.sh (no port file)"
     primary_port=$(<"$primary/port")
     [[ $(<"$primary/pg_bindir") == "$BINDIR" ]] \
         || die "PG_STANDBY_OF=$primary runs other binaries ($(<"$primary/pg_bindir")) than $BINDIR"
-    log "pg_basebackup from 127.0.0.1:$primary_port"
+    # Slot names take a-z, 0-9 and _, at most 63 characters; one per standby.
+    slot=$(basename "$STATE_DIR" | tr -c 'a-zA-Z0-9_\n' '_' | tr 'A-Z' 'a-z')
+    slot="standby_${slot:0:40}_$$"
+    printf '%s\n' "$slot" >"$STATE_DIR/replication_slot"
+    printf '%s\n' "$primary" >"$STATE_DIR/primary_dir"
+    log "pg_basebackup from 127.0.0.1:$primary_port (replication slot $slot)"
     if ! run_pg "$BINDIR/pg_basebackup" -h 127.0.0.1 -p "$primary_port" -U postgres \
-            -D "$PGDATA_DIR" -R -X stream --checkpoint=fast --no-sync \
+            -D "$PGDATA_DIR" -R -C -S "$slot" -X stream --checkpoint=fast --no-sync \
             >"$STATE_DIR/basebackup.log" 2>&1; then
         tail -n 30 "$STATE_DIR/basebackup.log" >&2 || true
         die "pg_basebackup failed (log: $STATE_DIR/basebackup.log)"

@@ -3,7 +3,9 @@
 #
 # Usage: scripts/pg-stop.sh STATE_DIR
 #
-# Succeeds if the server is already stopped (or was never started).
+# Succeeds if the server is already stopped (or was never started). A standby
+# (PG_STANDBY_OF) has its replication slot dropped on its primary, if that still runs,
+# so that the primary stops keeping WAL for it.
 # STATE_DIR itself is left in place: the caller deletes it.
 set -euo pipefail
 
@@ -93,6 +95,31 @@ stop_server() {
     die "could not stop the server in $PGDATA_DIR"
 }
 
+# A standby's slot on its primary: dropped once the standby's WAL sender has gone
+# (a slot in use cannot be dropped). A primary that is gone took the slot with it.
+drop_replication_slot() {
+    local slot primary port psql
+    [[ -r $STATE_DIR/replication_slot && -r $STATE_DIR/primary_dir ]] || return 0
+    slot=$(<"$STATE_DIR/replication_slot")
+    primary=$(<"$STATE_DIR/primary_dir")
+    [[ -r $primary/port && -f $primary/pgdata/postmaster.pid ]] || return 0
+    port=$(<"$primary/port")
+    psql=$BINDIR/psql
+    [[ -x $psql ]] || { log "warning: no psql in $BINDIR; slot $slot stays on $primary"; return 0; }
+    local attempt
+    for ((attempt = 0; attempt < 50; attempt++)); do
+        # Prints 'gone' once the slot no longer exists (dropped now or before).
+        case $("$psql" -X -q -A -t -h 127.0.0.1 -p "$port" -U postgres -d postgres -c \
+                "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = '$slot') THEN 'gone'
+                             WHEN EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = '$slot' AND NOT active)
+                             THEN (SELECT 'gone' FROM pg_drop_replication_slot('$slot')) END" 2>/dev/null) in
+            gone) return 0 ;;
+        esac
+        sleep 0.1
+    done
+    log "warning: could not drop replication slot $slot on 127.0.0.1:$port"
+}
+
 main() {
     [[ $# -eq 1 && -n $1 ]] || usage
     if [[ ! -d $1 ]]; then
@@ -105,12 +132,14 @@ main() {
     cd "$STATE_DIR"
     if [[ ! -f $PGDATA_DIR/postmaster.pid ]]; then
         log "no server running in $STATE_DIR"
+        if BINDIR=$(find_bindir); then drop_replication_slot; fi
         remove_tmp_socket_dir
         return 0
     fi
     BINDIR=$(find_bindir) || die "pg_ctl not found (set PG_BINDIR to the PostgreSQL bin directory)"
     pick_user
     stop_server
+    drop_replication_slot
     remove_tmp_socket_dir
 }
 

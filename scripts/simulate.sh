@@ -51,5 +51,5 @@ trap stop_services EXIT
 start_kafka
 
 echo "== simulation: $days days, seed $seed" >&2
-SIM_DAYS=$days SIM_SEED=$seed cargo test --release --locked --test simulation \
-    months_of_minute_cycles_keep_every_invariant -- --exact --nocapture
+SIM_DAYS=$days SIM_SEED=$seed cargo test --release --locked --test it \
+    simulation::months_of_minute_cycles_keep_every_invariant -- --exact --nocapture

@@ -15,7 +15,7 @@ use crate::exit::EXIT_CODES_HELP;
 pub const BIN: &str = "booking-expire";
 
 /// The one command that regenerates every generated reference file.
-pub const REGENERATE: &str = "UPDATE_REFERENCE=1 cargo test --test reference";
+pub const REGENERATE: &str = "UPDATE_REFERENCE=1 cargo test --test it reference::";
 
 /// Where the generated files live, relative to the repository's root.
 pub const CLI_MARKDOWN_PATH: &str = "docs/reference/cli.md";

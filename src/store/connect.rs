@@ -285,6 +285,9 @@ where
 /// of the message.
 fn connect_failure(cfg: &DbConfig, e: postgres::Error) -> anyhow::Error {
     let context = cannot_connect(cfg);
+    if refused_for_read_only(&e) {
+        return fail(Failure::Temporary, no_server_writable(cfg));
+    }
     if let Some(class) = crate::sqlstate::class(&e) {
         let failure = match class {
             crate::sqlstate::Class::Deployment => Failure::Config,
@@ -309,6 +312,28 @@ fn connect_failure(cfg: &DbConfig, e: postgres::Error) -> anyhow::Error {
         Failure::Config
     };
     Err::<(), _>(e).classify(failure, context).unwrap_err()
+}
+
+/// Whether the driver refused the last server it tried because, asked for
+/// `target_session_attrs=read-write`, the server said `transaction_read_only` is on.
+/// Only the last server's error is returned: the others were read-only or unreachable.
+fn refused_for_read_only(e: &postgres::Error) -> bool {
+    find_in_chain::<std::io::Error>(e).is_some_and(|io| {
+        io.kind() == std::io::ErrorKind::PermissionDenied
+            && io.to_string() == "database does not allow writes"
+    })
+}
+
+/// The one line for a URL whose every server is read-only: 75 like a single read-only
+/// server, since a failover in progress ends with one of them (or another) writable.
+fn no_server_writable(cfg: &DbConfig) -> String {
+    format!(
+        "{}: none of them accepts writes (target_session_attrs=read-write, and each is a \
+         standby or read-only, as servers are during a failover); nothing was done: point \
+         --database-url / DATABASE_URL at the primary, or add it to the URL's hosts \
+         (postgres://USER@primary:5432,standby:5432/DB?target_session_attrs=read-write)",
+        cannot_connect(cfg)
+    )
 }
 
 /// "cannot connect to PostgreSQL at db:5432" (each host tried, with its port; a unix

@@ -195,3 +195,90 @@ fn a_failover_in_the_middle_of_a_catch_up_loses_no_booking() {
     relay(&url, &mut c, &brokers, &topic);
     assert_all_expired_and_published(&mut c, n as i64, &brokers, &topic);
 }
+
+/// `default_transaction_read_only` for the whole server, as on a primary demoted during
+/// a failover (ALTER SYSTEM stays on this server: it is not replicated).
+fn set_read_only(server: &OwnPostgres, on: bool) {
+    let mut c = server.client();
+    let sql = if on {
+        "ALTER SYSTEM SET default_transaction_read_only = on"
+    } else {
+        "ALTER SYSTEM RESET default_transaction_read_only"
+    };
+    c.batch_execute(sql).unwrap();
+    c.batch_execute("SELECT pg_reload_conf()").unwrap();
+    let want = if on { "on" } else { "off" };
+    wait_until(Duration::from_secs(10), "the reloaded setting", || {
+        server
+            .client()
+            .query_one("SHOW default_transaction_read_only", &[])
+            .unwrap()
+            .get::<_, String>(0)
+            == want
+    });
+}
+
+/// Mid-failover, before the promotion: the standby still in recovery and the old
+/// primary demoted to read-only. No server of the URL accepts writes, so each writer
+/// exits 75 with one line naming both and how to reach the primary, and nothing is
+/// done; once a server takes writes again, the same URL works.
+#[test]
+fn a_multi_host_url_whose_every_server_is_read_only_exits_75_naming_them() {
+    let (primary, standby, url) = pair();
+    let brokers = shared_brokers();
+    let mut c = primary.client();
+    seed_overdue(&mut c, 10);
+    set_read_only(&primary, true);
+    let before = checksum(&mut c);
+    for args in [
+        vec!["run-once"],
+        vec!["relay-outbox", "--brokers", &brokers],
+    ] {
+        let run = run(&url, &args);
+        assert_eq!(run.code, 75, "{args:?}:\n{}", run.stderr);
+        let errors: Vec<&str> = run
+            .stderr
+            .lines()
+            .filter(|l| l.contains("booking-expire: error:"))
+            .collect();
+        assert_eq!(errors.len(), 1, "{args:?}:\n{}", run.stderr);
+        assert!(
+            errors[0].contains(&format!(
+                "cannot connect to PostgreSQL at {}, {}: none of them accepts writes",
+                standby.address(),
+                primary.address()
+            )) && errors[0]
+                .contains("nothing was done: point --database-url / DATABASE_URL at the primary")
+                && errors[0].contains("target_session_attrs=read-write")
+                && !errors[0].contains("does not allow writes"),
+            "{args:?}: {}",
+            errors[0]
+        );
+    }
+    assert_eq!(checksum(&mut c), before);
+
+    set_read_only(&primary, false);
+    let result = cycle(&url, &[]);
+    assert_eq!((result.reserve, result.booking), (5, 5));
+}
+
+/// Two restarts of the primary while the standby is still reconnecting after the first
+/// (its receiver waits `wal_retrieve_retry_interval`, 5 s), with more than a WAL segment
+/// written in between: the second shutdown checkpoint recycles the segment the standby
+/// asks for next. Without its replication slot the standby logged "requested WAL
+/// segment … has already been removed" forever and never caught up (the simulation's
+/// promotion then timed out); with it the primary keeps that WAL.
+#[test]
+fn a_standby_catches_up_after_two_quick_restarts_of_its_primary() {
+    let (primary, standby, _) = pair();
+    let mut c = primary.client();
+    c.batch_execute("CREATE TABLE wal_filler (x text)").unwrap();
+    primary.restart();
+    let mut c = primary.client();
+    c.batch_execute(
+        "INSERT INTO wal_filler SELECT repeat('x', 200) FROM generate_series(1, 150000)",
+    )
+    .unwrap();
+    primary.restart();
+    primary.wait_replayed_by(&standby);
+}

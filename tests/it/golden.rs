@@ -4,7 +4,7 @@
 //! valid for its version's consumer schema, and the ones the producer sends for its
 //! producer schema.
 //!
-//! `GOLDEN_BLESS=1 cargo test --test golden` rewrites the produced examples from what
+//! `GOLDEN_BLESS=1 cargo test --test it golden::` rewrites the produced examples from what
 //! the relay sent (review the diff before committing it).
 
 use crate::common;

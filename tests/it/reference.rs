@@ -1,7 +1,7 @@
 //! The reference documentation stays true by itself: the generated CLI reference and
 //! man pages match what the code renders now, the exit codes page matches `exit.rs`,
 //! the completion scripts work, and every relative link in the Markdown resolves.
-//! Regenerate the generated files with `UPDATE_REFERENCE=1 cargo test --test reference`.
+//! Regenerate the generated files with `UPDATE_REFERENCE=1 cargo test --test it reference::`.
 
 use crate::common;
 

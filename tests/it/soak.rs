@@ -4,7 +4,7 @@
 //! Afterwards every change must be accounted for: versions rise by exactly one per
 //! change, an expiry is always the last change of its booking, and every expiry has
 //! exactly one outbox row and one audit row. `SOAK_SECONDS` (default 40) sets the
-//! length; the counts are printed (`cargo test --test soak -- --nocapture`).
+//! length; the counts are printed (`cargo test --test it soak:: -- --nocapture`).
 
 use crate::common;
 

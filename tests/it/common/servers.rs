@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::str::FromStr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use postgres::{Client, NoTls};
 use uuid::Uuid;
@@ -71,22 +71,90 @@ impl OwnPostgres {
         format!("127.0.0.1:{}", port.trim())
     }
 
-    /// Waits until `standby` has replayed everything this primary has written so far.
+    /// Waits until `standby` has replayed everything this primary has committed so far,
+    /// as long as its replay moves on: a standby that replays nothing for 30 s fails the
+    /// test with what both servers report (the primary's WAL position, senders and
+    /// slots; the standby's received and replayed positions and WAL receiver; both
+    /// logs' last lines).
     pub fn wait_replayed_by(&self, standby: &OwnPostgres) {
+        const STALLED: Duration = Duration::from_secs(30);
+        // The insert position, not the write position: the suite's servers commit
+        // asynchronously (synchronous_commit = off), so a commit may have returned while
+        // its record is not yet written out, and a crash loses it unless it was streamed.
         let lsn: String = self
             .client()
-            .query_one("SELECT pg_current_wal_lsn()::text", &[])
+            .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
             .unwrap()
             .get(0);
         let mut c = standby.client();
-        wait_until(Duration::from_secs(30), "the standby to replay", || {
-            c.query_one(
-                "SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn",
-                &[&lsn],
-            )
-            .unwrap()
-            .get(0)
-        });
+        let started = Instant::now();
+        let mut last = (String::new(), started);
+        loop {
+            let row = c
+                .query_one(
+                    "SELECT coalesce(pg_last_wal_replay_lsn() >= $1::text::pg_lsn, false), \
+                            coalesce(pg_last_wal_replay_lsn()::text, '')",
+                    &[&lsn],
+                )
+                .unwrap();
+            if row.get::<_, bool>(0) {
+                // A slow replay is no failure, but worth a line in the test's output.
+                if started.elapsed() > STALLED {
+                    eprintln!(
+                        "the standby took {:.1} s to replay the primary's WAL up to {lsn}\n{}",
+                        started.elapsed().as_secs_f64(),
+                        self.replication_report(true)
+                    );
+                }
+                return;
+            }
+            let replayed: String = row.get(1);
+            if replayed != last.0 {
+                last = (replayed, Instant::now());
+            } else if last.1.elapsed() > STALLED {
+                panic!(
+                    "timed out waiting for the standby to replay the primary's WAL up to \
+                     {lsn}: it replayed nothing for {} s\n{}\n{}",
+                    STALLED.as_secs(),
+                    self.replication_report(true),
+                    standby.replication_report(false)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// What this server says about replication, and its log's last lines, for a
+    /// failure message.
+    fn replication_report(&self, primary: bool) -> String {
+        let sql = if primary {
+            "SELECT 'primary: current WAL ' || pg_current_wal_lsn() || '; senders: ' || \
+             coalesce((SELECT string_agg(format('%s sent %s flushed %s replayed %s', state, \
+             sent_lsn, flush_lsn, replay_lsn), '; ') FROM pg_stat_replication), 'none') || \
+             '; slots: ' || coalesce((SELECT string_agg(format('%s active %s restart %s %s', \
+             slot_name, active, restart_lsn, wal_status), '; ') FROM pg_replication_slots), \
+             'none')"
+        } else {
+            "SELECT 'standby: received ' || coalesce(pg_last_wal_receive_lsn()::text, 'nothing') \
+             || ', replayed ' || coalesce(pg_last_wal_replay_lsn()::text, 'nothing') || \
+             ', replay paused ' || pg_is_wal_replay_paused() || '; receiver: ' || \
+             coalesce((SELECT format('%s, flushed up to %s, last message %s', status, \
+             flushed_lsn, last_msg_receipt_time) FROM pg_stat_wal_receiver), 'none')"
+        };
+        let state = match Client::connect(&self.url, NoTls)
+            .and_then(|mut c| c.query_one(sql, &[]).map(|r| r.get::<_, String>(0)))
+        {
+            Ok(s) => s,
+            Err(e) => format!("{}: {e}", if primary { "primary" } else { "standby" }),
+        };
+        let log = self.dir.join("postgres.log");
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = lines[lines.len().saturating_sub(15)..].join("\n  ");
+        format!(
+            "{state}\n{} (kept on failure), last lines:\n  {tail}",
+            log.display()
+        )
     }
 
     /// `pg_ctl stop -m immediate`: the server dies as in a crash, nothing is flushed.
@@ -165,6 +233,15 @@ impl Drop for OwnPostgres {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // A failing test keeps the server's log (not its data) for inspection.
+        if std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(self.dir.join("pgdata"));
+            eprintln!(
+                "kept the log of a server of the failed test: {}",
+                self.dir.join("postgres.log").display()
+            );
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
