@@ -214,7 +214,7 @@ fn cycle_on(
         Ok(()) => {
             info!(ReserveExpiredCount = result.reserve_expired_count,
                   BookingExpiredCount = result.booking_expired_count,
-                  SkippedLocked = result.skipped_locked_count,
+                  SkippedLockedCount = result.skipped_locked_count,
                   PoisonCount = result.poison_count,
                   DurationMs = result.duration_ms;
                   "cycle completed");

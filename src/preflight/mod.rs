@@ -2,7 +2,7 @@
 //! in this order: its pause switch (paused: it does nothing and exits 0), a session
 //! that may write, a session of its own (no transaction pooler), then, for `run-once`,
 //! the clock guard, and the schema with the role's privileges. The database is asked
-//! once, in one round trip ([`store::read_facts`]), beside the pooler check's second
+//! once, in one round trip ([`store::read_facts`]), then the pooler check opens its second
 //! session; what is found is judged here. The results are plain data of this room.
 
 mod clock;
@@ -93,21 +93,16 @@ pub enum Preflight {
 /// privileges (78).
 pub fn check(db: &mut Db, cfg: &DbConfig, checks: Checks, now: DateTime<Utc>) -> Result<Preflight> {
     let writer = checks.writer;
-    // The pooler check's second session opens while the first asks its questions.
-    let (facts, second) = std::thread::scope(|scope| {
-        let second = scope.spawn(|| store::connect_another(cfg));
-        let facts = store::read_facts(&mut db.client, writer.need(), writer.as_str());
-        let second = match second.join() {
-            Ok(second) => second,
-            Err(panic) => std::panic::resume_unwind(panic),
-        };
-        (facts, second)
-    });
-    let facts = facts?;
+    let facts = store::read_facts(&mut db.client, writer.need(), writer.as_str())?;
     if let Some(row) = &facts.pause {
         return Ok(Preflight::Paused(pause::honour(writer, row, now)));
     }
     db.require_writable(cfg, writer.as_str())?;
+    // The second session opens only now, after the first's transaction ended: behind a
+    // transaction pooler its first transaction then lands on the server session the first
+    // just gave back (opened beside the first's read, its setup took another, and the
+    // check could pass).
+    let second = store::connect_another(cfg);
     pooler::require_session(
         &mut db.client,
         facts.backend_pid,

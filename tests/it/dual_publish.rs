@@ -205,7 +205,7 @@ fn both_versions_configured_each_expiry_reaches_v1_and_v2_once_in_its_own_contra
         .filter(|l| l.contains("batch relayed"))
         .collect();
     assert_eq!(batches.len(), 1, "{}", run.stderr);
-    assert!(batches[0].contains("sent=12"), "{}", batches[0]);
+    assert!(batches[0].contains("Sent=12"), "{}", batches[0]);
     let relayed: Value = serde_json::from_str(run.stdout.trim()).unwrap();
     assert_eq!(relayed["Published"], json!(12));
     assert_eq!(relayed["Failed"], json!(0));

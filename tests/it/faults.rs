@@ -505,7 +505,7 @@ fn a_node_whose_clock_is_wrong_refuses_to_expire_with_78_and_writes_nothing() {
     assert_eq!(run.result().counts(), (0, 2, 0, 0));
     let measured: i64 = run
         .stderr
-        .split("clock skew measured system_ahead_ms=")
+        .split("clock skew measured SystemAheadMs=")
         .nth(1)
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|ms| ms.parse().ok())
