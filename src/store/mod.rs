@@ -19,6 +19,7 @@ mod report;
 pub mod running;
 mod schema;
 mod timestamp;
+mod tls;
 mod transaction;
 mod waiting;
 
