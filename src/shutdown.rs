@@ -21,6 +21,9 @@ pub struct Shutdown(Arc<State>);
 #[derive(Default)]
 struct State {
     received: AtomicI32,
+    /// Set inside the signal handler itself, at delivery: the exit code knows of a
+    /// signal that came while the work was ending, before the watcher thread ran.
+    delivered: AtomicI32,
     interrupt: Mutex<Option<Interrupt>>,
 }
 
@@ -40,7 +43,10 @@ impl Shutdown {
     /// The signal received, if any (2 = SIGINT, 15 = SIGTERM).
     pub fn requested(&self) -> Option<i32> {
         match self.0.received.load(Ordering::SeqCst) {
-            0 => None,
+            0 => match self.0.delivered.load(Ordering::SeqCst) {
+                0 => None,
+                signal => Some(signal),
+            },
             signal => Some(signal),
         }
     }
@@ -82,6 +88,20 @@ impl Shutdown {
                 signal(SignalKind::interrupt())?,
             ))
         })?;
+        for signal in [SIGTERM, SIGINT] {
+            let state = Arc::clone(&self.0);
+            // SAFETY: the action only stores into an atomic, which is async-signal-safe.
+            unsafe {
+                signal_hook_registry::register(signal, move || {
+                    let _ = state.delivered.compare_exchange(
+                        0,
+                        signal,
+                        Ordering::SeqCst,
+                        Ordering::SeqCst,
+                    );
+                })
+            }?;
+        }
         let shutdown = self.clone();
         std::thread::Builder::new()
             .name("signals".into())
