@@ -6,8 +6,8 @@ use std::time::Duration;
 use clap::Args;
 
 use super::connect::{DatabaseArgs, KafkaArgs};
-use super::work::OutboxTypesArgs;
 use super::values::{IdArg, duration_in, non_empty, parse_as_of, parse_id};
+use super::work::OutboxTypesArgs;
 use crate::domain::AsOf;
 
 #[derive(Debug, Args)]

@@ -43,15 +43,9 @@ impl OutboxTypes {
                 return Err(refuse("an entry is empty".to_owned()));
             }
             if entry.len() > MAX_OUTBOX_TYPE_LEN {
-                return Err(refuse(format!(
-                    "an entry is {} bytes long",
-                    entry.len()
-                )));
+                return Err(refuse(format!("an entry is {} bytes long", entry.len())));
             }
-            if let Some(c) = entry
-                .chars()
-                .find(|c| c.is_whitespace() || c.is_control())
-            {
+            if let Some(c) = entry.chars().find(|c| c.is_whitespace() || c.is_control()) {
                 return Err(refuse(format!("{entry:?} contains {c:?}")));
             }
             if types.iter().any(|t| t == entry) {
@@ -90,7 +84,10 @@ mod tests {
         let own = OutboxTypes::default();
         assert_eq!(own.as_slice(), ["pin.crm.booking-expired"]);
         assert!(own.is_own_only());
-        assert_eq!(OutboxTypes::parse(" pin.crm.booking-expired ").unwrap(), own);
+        assert_eq!(
+            OutboxTypes::parse(" pin.crm.booking-expired ").unwrap(),
+            own
+        );
     }
 
     #[test]
@@ -121,7 +118,10 @@ mod tests {
             (many.join(","), "101 types are listed".to_owned()),
         ] {
             let e = OutboxTypes::parse(&input).unwrap_err();
-            assert!(e.starts_with(&format!("{why}; allowed: a comma-separated list")), "{e}");
+            assert!(
+                e.starts_with(&format!("{why}; allowed: a comma-separated list")),
+                "{e}"
+            );
             assert!(e.contains("e.g. pin.crm.booking-expired"), "{e}");
         }
     }

@@ -179,7 +179,9 @@ pub fn republish(cfg: &RequeueConfig) -> Result<()> {
     }
     let not_found: Vec<String> = match &selection {
         Selection::Ids(ids) => {
-            let seen: HashSet<Uuid> = ops::existing_ids(&mut tx, ids, types)?.into_iter().collect();
+            let seen: HashSet<Uuid> = ops::existing_ids(&mut tx, ids, types)?
+                .into_iter()
+                .collect();
             let mut missing: Vec<Uuid> = ids
                 .iter()
                 .filter(|id| !seen.contains(id))

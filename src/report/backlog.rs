@@ -76,7 +76,7 @@ pub fn backlog(cfg: &BacklogConfig, clock: &dyn Clock, shutdown: &Shutdown) -> R
         &cfg.outbox_types,
         Some(threshold),
     )
-        .map_err(|e| super::read_failure::in_operator_words(e, "backlog", &cfg.db, shutdown))?;
+    .map_err(|e| super::read_failure::in_operator_words(e, "backlog", &cfg.db, shutdown))?;
 
     render::print(&match cfg.format {
         ReportFormat::Table => table(&report),
@@ -150,9 +150,12 @@ fn table(b: &Backlog) -> String {
         ]);
         t.note(render::note(&format!(
             "other producers' rows in the outbox: {} pending and {} failed by this job's \
-             columns, not this job's (--outbox-types): never sent, marked, purged or counted above",
+             columns, not this job's",
             o.pending, o.failed
         )));
+        t.note(render::note(
+            "of types not in --outbox-types: never sent, marked, purged, nor counted above",
+        ));
     }
     if outbox.waiting_for_topic > 0 {
         t.row(vec![

@@ -66,21 +66,25 @@ pub fn with_prefix(
         IdTable::Bookings => &[],
         IdTable::Outbox(types) => types.as_slice(),
     };
-    let (rows_sql, count_sql, rows, counted): (_, _, Vec<&(dyn ToSql + Sync)>, Vec<&(dyn ToSql + Sync)>) =
-        match table {
-            IdTable::Bookings => (
-                BOOKINGS_IN_RANGE_SQL,
-                BOOKINGS_IN_RANGE_COUNT_SQL,
-                vec![&low, &high, &most],
-                vec![&low, &high],
-            ),
-            IdTable::Outbox(_) => (
-                OUTBOX_IN_RANGE_SQL,
-                OUTBOX_IN_RANGE_COUNT_SQL,
-                vec![&low, &high, &most, &types],
-                vec![&low, &high, &types],
-            ),
-        };
+    let (rows_sql, count_sql, rows, counted): (
+        _,
+        _,
+        Vec<&(dyn ToSql + Sync)>,
+        Vec<&(dyn ToSql + Sync)>,
+    ) = match table {
+        IdTable::Bookings => (
+            BOOKINGS_IN_RANGE_SQL,
+            BOOKINGS_IN_RANGE_COUNT_SQL,
+            vec![&low, &high, &most],
+            vec![&low, &high],
+        ),
+        IdTable::Outbox(_) => (
+            OUTBOX_IN_RANGE_SQL,
+            OUTBOX_IN_RANGE_COUNT_SQL,
+            vec![&low, &high, &most, &types],
+            vec![&low, &high, &types],
+        ),
+    };
     let mut first: Vec<Uuid> = client
         .query(rows_sql, &rows)
         .context("cannot look the id up by its start")?

@@ -40,12 +40,12 @@ pub use outbox::{
     mark_waiting, pending, prepare_mark_published, prepare_pending, purge_published,
     release_advisory_locks, try_relay_lock,
 };
-pub use phase_failure::{PhaseFailure, clear_phase_failure, phase_failures, record_phase_failure};
-pub use preflight::{Facts, backend_pid, check_schema, read_facts};
 pub use outbox_lag::{
     OUTBOX_FAILED_SQL, OUTBOX_OTHERS_SQL, OUTBOX_PENDING_SQL, OUTBOX_WAITING_FOR_TOPIC_SQL,
     OtherRows, OutboxLag, other_rows, outbox_lag,
 };
+pub use phase_failure::{PhaseFailure, clear_phase_failure, phase_failures, record_phase_failure};
+pub use preflight::{Facts, backend_pid, check_schema, read_facts};
 pub use report::{
     Backlog, CHUNK_ROWS, Figures, NextClaim, Overdue, Quarantined, begin_read_only,
     candidates_in_chunks, count_candidates, overdue, overdue_sql, poison_count, poison_sql,
