@@ -13,6 +13,7 @@ use uuid::Uuid;
 use crate::clock::{Clock, Driver, SystemClock};
 use crate::config::{Config, DbConfig, MetricsConfig, Refused};
 use crate::cycle::{self, CycleResult};
+use crate::domain::OutboxTypes;
 use crate::obs::figures::{CycleFigures, Publications, RelayFigures, RunEnd};
 use crate::obs::gauges;
 use crate::obs::pushgateway::Step;
@@ -68,10 +69,12 @@ pub fn run(config: Config, run_id: Uuid, shutdown: &Shutdown) -> Result<()> {
     shutdown.install(exit::signalled)?;
     let clock = SystemClock;
     let driver = Driver::system(shutdown);
+    // run-once reads no outbox figure (its role may not read the outbox).
+    let own = OutboxTypes::default();
     match config {
         Config::RunOnce(cfg, metrics) => pushed(
             &metrics,
-            Some((&cfg.db, shutdown)),
+            Some((&cfg.db, &own, shutdown)),
             Step::RunOnce,
             CycleResult {
                 run_id,
@@ -82,7 +85,7 @@ pub fn run(config: Config, run_id: Uuid, shutdown: &Shutdown) -> Result<()> {
         ),
         Config::RelayOutbox(cfg, metrics) => pushed(
             &metrics,
-            Some((&cfg.db, shutdown)),
+            Some((&cfg.db, &cfg.outbox_types, shutdown)),
             Step::RelayOutbox,
             RelayResult {
                 run_id,
@@ -168,10 +171,11 @@ impl Reported for RelayResult {
 }
 
 /// Runs `work`, pushes the run's gauges (with the backlog read from `db`, when the
-/// database configuration was valid), then prints the result as one JSON line.
+/// database configuration was valid; the outbox's figures of the run's outbox types),
+/// then prints the result as one JSON line.
 fn pushed<R: Reported>(
     metrics: &MetricsConfig,
-    db: Option<(&DbConfig, &Shutdown)>,
+    db: Option<(&DbConfig, &OutboxTypes, &Shutdown)>,
     step: Step,
     mut result: R,
     work: impl FnOnce(&mut R) -> Result<()>,
@@ -182,8 +186,8 @@ fn pushed<R: Reported>(
     if let Some(gateway) = &metrics.pushgateway {
         let duration = started.elapsed();
         let backlog = db
-            .filter(|(_, shutdown)| shutdown.requested().is_none())
-            .and_then(|(db, _)| read_after_run(db, step));
+            .filter(|(_, _, shutdown)| shutdown.requested().is_none())
+            .and_then(|(db, types, _)| read_after_run(db, types, step));
         let run = RunEnd {
             failed: outcome.is_err(),
             duration,
@@ -207,7 +211,7 @@ fn pushed<R: Reported>(
 
 /// Reads the step's backlog figures in one short read-only transaction. Skipped after
 /// a signal: the pod is going away, and its grace period is for the push.
-fn read_after_run(db: &DbConfig, step: Step) -> Option<Backlog> {
+fn read_after_run(db: &DbConfig, types: &OutboxTypes, step: Step) -> Option<Backlog> {
     let read = || -> Result<Backlog> {
         let mut quick = db.clone();
         let connect = quick
@@ -223,7 +227,7 @@ fn read_after_run(db: &DbConfig, step: Step) -> Option<Backlog> {
             Step::RelayOutbox => Figures::Outbox,
         };
         // The cycle's clock, as `backlog` reads it.
-        store::read_backlog(&mut session.client, SystemClock.now(), figures)
+        store::read_backlog(&mut session.client, SystemClock.now(), figures, types)
     };
     match read() {
         Ok(backlog) => Some(backlog),

@@ -7,6 +7,7 @@ use clap::Args;
 
 use super::connect::{DatabaseArgs, KafkaArgs};
 use super::values::{IdArg, duration_in, non_empty, parse_as_of, parse_id};
+use super::work::OutboxTypesArgs;
 use crate::domain::AsOf;
 
 #[derive(Debug, Args)]
@@ -29,6 +30,9 @@ pub struct ExplainArgs {
 
     #[command(flatten)]
     pub kafka: KafkaArgs,
+
+    #[command(flatten)]
+    pub outbox: OutboxTypesArgs,
 }
 
 /// Which command a pause switch stops.
@@ -108,6 +112,9 @@ pub struct PauseOnArgs {
 pub struct RequeueArgs {
     #[command(flatten)]
     pub database: DatabaseArgs,
+
+    #[command(flatten)]
+    pub outbox: OutboxTypesArgs,
 
     /// Outbox row ids (the events' ce_id), comma-separated; each a UUID or a unique
     /// prefix of at least 8 hex characters of one

@@ -1,9 +1,9 @@
 //! Value parsers of the command line: moments (`--as-of`), ids and their starts,
-//! bounded durations, non-empty text.
+//! bounded durations, non-empty text, the outbox's types.
 
 use std::time::Duration;
 
-use crate::domain::AsOf;
+use crate::domain::{AsOf, OutboxTypes};
 use crate::duration::{parse_duration, show_duration};
 
 const AS_OF_EXPECTED: &str = "expected RFC 3339 with an offset, e.g. 2026-11-29T18:00:00Z \
@@ -85,6 +85,12 @@ pub(super) fn parse_id(s: &str) -> Result<IdArg, String> {
          0190a6f0-58c1-7b5e-9a51-3c1f4e2d8b70, or 0190a6f0 when no other id starts so)",
         IdArg::MIN_PREFIX
     ))
+}
+
+/// Parses `--outbox-types`: the outbox event types the job owns (see
+/// [`OutboxTypes::parse`]).
+pub(super) fn parse_outbox_types(s: &str) -> Result<OutboxTypes, String> {
+    OutboxTypes::parse(s)
 }
 
 pub(super) fn non_empty(s: &str) -> Result<String, String> {

@@ -6,8 +6,8 @@ use std::time::Duration;
 use clap::Args;
 
 use super::connect::{DatabaseArgs, KafkaArgs, MetricsArgs, TraceArgs};
-use super::values::{duration_in, parse_as_of};
-use crate::domain::AsOf;
+use super::values::{duration_in, parse_as_of, parse_outbox_types};
+use crate::domain::{AsOf, OutboxTypes};
 
 /// The size of a cycle.
 #[derive(Debug, Args)]
@@ -24,6 +24,21 @@ pub struct BatchArgs {
     #[arg(long, env = "BOOKING_EXPIRATION_MAX_BATCHES", value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_batches: u32,
+}
+
+/// Which rows of the outbox are the job's: shared by the relay and every command that
+/// reads or re-queues outbox rows.
+#[derive(Debug, Args)]
+pub struct OutboxTypesArgs {
+    /// The outbox event types (the outbox's type column) this job owns, comma-separated:
+    /// relay-outbox sends, marks and purges only their rows, and backlog, explain,
+    /// republish and retry-failed count, show and re-queue only theirs. The default is
+    /// the job's own type, for an outbox shared with other producers: their rows are never
+    /// read, written or deleted (backlog shows their number apart). A relay meant to
+    /// publish the whole outbox names every type it publishes
+    #[arg(long, env = "BOOKING_EXPIRATION_OUTBOX_TYPES", value_name = "TYPE,...",
+          default_value = "pin.crm.booking-expired", value_parser = parse_outbox_types)]
+    pub outbox_types: OutboxTypes,
 }
 
 #[derive(Debug, Args)]
@@ -81,6 +96,9 @@ pub struct RelayArgs {
 
     #[command(flatten)]
     pub trace: TraceArgs,
+
+    #[command(flatten)]
+    pub outbox: OutboxTypesArgs,
 
     /// Outbox rows fetched and sent per batch (1..=10000)
     #[arg(long, env = "OUTBOX_RELAY_BATCH_SIZE", value_name = "N", default_value_t = 500,
@@ -188,6 +206,9 @@ pub enum ReportFormat {
 pub struct BacklogArgs {
     #[command(flatten)]
     pub database: DatabaseArgs,
+
+    #[command(flatten)]
+    pub outbox: OutboxTypesArgs,
 
     /// Output format
     #[arg(long, value_enum, default_value_t = ReportFormat::Table)]

@@ -27,7 +27,7 @@ pub use self::secret::Secret;
 pub use self::topics::{TOPICS_INPUT, Topics};
 pub use self::trace::{Protocol, TraceConfig};
 use crate::cli::{self, BacklogArgs, BatchArgs, Command, DryRunArgs, RelayArgs, RunOnceArgs};
-use crate::domain::AsOf;
+use crate::domain::{AsOf, OutboxTypes};
 
 /// A subcommand's resolved configuration: what `main` hands to `app::run`.
 #[derive(Debug)]
@@ -188,6 +188,8 @@ pub struct BacklogConfig {
     pub fail_above: Option<u64>,
     /// What holds the xmin horizon back longer than this is named.
     pub xmin_horizon_age: std::time::Duration,
+    /// The outbox rows counted as the job's; the others are shown apart.
+    pub outbox_types: OutboxTypes,
 }
 
 impl BacklogConfig {
@@ -201,6 +203,7 @@ impl BacklogConfig {
             },
             fail_above: args.fail_above,
             xmin_horizon_age: args.xmin_horizon_age,
+            outbox_types: args.outbox.outbox_types.clone(),
         })
     }
 }
@@ -258,6 +261,8 @@ pub struct RelayConfig {
     pub retention: Duration,
     pub purge_batch_size: u32,
     pub expected_partitions: usize,
+    /// The outbox rows this relay sends, marks and purges: no other row is touched.
+    pub outbox_types: OutboxTypes,
 }
 
 impl RelayConfig {
@@ -274,6 +279,7 @@ impl RelayConfig {
             retention: args.retention,
             purge_batch_size: args.purge_batch_size,
             expected_partitions: args.expected_partitions as usize,
+            outbox_types: args.outbox.outbox_types.clone(),
         })
     }
 

@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::{DbConfig, KafkaConfig};
 use crate::cli::{self, ActorArgs, ExplainArgs, IdArg, PauseArgs, PauseOnArgs, RequeueArgs};
-use crate::domain::AsOf;
+use crate::domain::{AsOf, OutboxTypes};
 use crate::exit::{Failure, fail};
 
 /// How long `explain` waits for each message it reads back from Kafka.
@@ -99,6 +99,8 @@ pub struct ExplainConfig {
     pub json: bool,
     /// Where to read each delivery receipt back from; `None` without brokers.
     pub kafka: Option<KafkaConfig>,
+    /// The booking's outbox rows shown: those of these types.
+    pub outbox_types: OutboxTypes,
 }
 
 impl ExplainConfig {
@@ -116,6 +118,7 @@ impl ExplainConfig {
             as_of: args.as_of,
             json: args.json,
             kafka,
+            outbox_types: args.outbox.outbox_types.clone(),
         })
     }
 }
@@ -169,6 +172,8 @@ pub struct RequeueConfig {
     pub dry_run: bool,
     pub json: bool,
     pub wide: bool,
+    /// Only rows of these types are selected, counted and re-queued.
+    pub outbox_types: OutboxTypes,
 }
 
 impl RequeueConfig {
@@ -195,6 +200,7 @@ impl RequeueConfig {
             dry_run: args.dry_run,
             json: args.json,
             wide: args.wide,
+            outbox_types: args.outbox.outbox_types.clone(),
         })
     }
 

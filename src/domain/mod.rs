@@ -9,6 +9,7 @@
 pub(crate) mod booking;
 mod event;
 pub mod json;
+mod outbox_types;
 mod payload_order;
 pub mod plan;
 mod status;
@@ -19,6 +20,7 @@ pub use event::{
     AGGREGATE_TYPE, ContractVersion, EVENT_TYPE, ExpiredEvent, ExpiredEventV2, TOPIC,
     event_headers, rfc3339, with_header,
 };
+pub use outbox_types::{MAX_OUTBOX_TYPES, OUTBOX_TYPES_INPUT, OutboxTypes};
 pub use payload_order::{PAYLOAD_FIELDS, payload_in_contract_order};
 pub use plan::{AsOf, BatchWrite, OutboxEvent, Poison, decide};
 pub use status::{Phase, Status};

@@ -1,5 +1,6 @@
 //! The metric families only `backlog --format prometheus` prints, never pushed after a
-//! run: the lateness of each phase's next claim and the database's upkeep (read by
+//! run: the lateness of each phase's next claim, the other producers' rows of a shared
+//! outbox, and the database's upkeep (read by
 //! `store::read_report`, written by `report/backlog.rs` and `report/hygiene.rs`). The
 //! families both print and push are in `metrics.rs`.
 
@@ -9,6 +10,11 @@ pub const BACKLOG_LATENESS: Family = Family {
     name: "crm_booking_expiration_backlog_lateness_seconds",
     help: "Seconds past its deadline of the overdue booking the next run-once claims first \
      (quarantined ones left out), per phase (0 when none).",
+};
+pub const OUTBOX_OTHER_PRODUCERS: Family = Family {
+    name: "crm_booking_expiration_outbox_other_producers_rows",
+    help: "Other producers' rows of a shared crm.outbox (types not in --outbox-types), by the \
+     job's columns, per state (pending, failed): not the job's, never in its outbox figures.",
 };
 pub const OUTBOX_LIVE_TUPLES: Family = Family {
     name: "crm_booking_expiration_outbox_live_tuples",
@@ -61,6 +67,7 @@ pub const XMIN_OLDEST_XID_AGE: Family = Family {
 /// the same help text.
 pub const FAMILIES: &[Family] = &[
     BACKLOG_LATENESS,
+    OUTBOX_OTHER_PRODUCERS,
     OUTBOX_LIVE_TUPLES,
     OUTBOX_DEAD_TUPLES,
     OUTBOX_AUTOVACUUM_ENABLED,

@@ -124,6 +124,10 @@ pub const FIELDS: &[(&str, &str)] = &[
     ),
     ("Offset", "the event's offset in its partition"),
     ("Outcome", "a span's end: `success` or `failure`"),
+    (
+        "OutboxTypes",
+        "`--outbox-types`: the outbox event types the relay sends, marks and purges (no other row is touched)",
+    ),
     ("Partition", "the event's partition"),
     ("PausedBy", "who paused the step"),
     ("PausedForSeconds", "seconds the step has been paused"),

@@ -36,7 +36,7 @@ pub fn resolve(
         total => {
             let what = match table {
                 IdTable::Bookings => "bookings",
-                IdTable::Outbox => "outbox rows",
+                IdTable::Outbox(_) => "outbox rows",
             };
             let listed: Vec<String> = found.first.iter().map(Uuid::to_string).collect();
             let rest = total - found.first.len() as u64;

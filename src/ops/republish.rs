@@ -37,7 +37,8 @@ struct Outcome {
     left_alone: Vec<RowJson>,
     /// Rows left alone beyond those listed.
     left_alone_not_shown: u64,
-    /// `--ids` that name no outbox row (never written, or purged after the retention):
+    /// `--ids` that name no outbox row of the job's types (never written, purged after the
+    /// retention, or another producer's row):
     /// whole ids, or starts of ids that no row's id has.
     not_found: Vec<String>,
     actor: String,
@@ -137,12 +138,13 @@ pub fn republish(cfg: &RequeueConfig) -> Result<()> {
         .transaction()
         .classify(Failure::Temporary, "cannot begin a transaction")?;
     let actor = super::actor(&mut tx, &cfg.actor)?;
+    let types = &cfg.outbox_types;
     // Starts of ids that no row's id has: as unknown ids.
     let mut unmatched: Vec<String> = Vec::new();
     let (selection, described) = if !cfg.ids.is_empty() {
         let mut ids = Vec::with_capacity(cfg.ids.len());
         for arg in &cfg.ids {
-            match super::ids::resolve(&mut tx, IdTable::Outbox, arg, "--ids")? {
+            match super::ids::resolve(&mut tx, IdTable::Outbox(types), arg, "--ids")? {
                 Some(id) => ids.push(id),
                 None => unmatched.push(arg.to_string()),
             }
@@ -171,13 +173,15 @@ pub fn republish(cfg: &RequeueConfig) -> Result<()> {
     };
     // Counted first: a selection over --max-rows is refused before any row is loaded
     // or locked, however wide the window.
-    let (to_take, to_leave) = ops::count_selection(&mut tx, &selection, which)?;
+    let (to_take, to_leave) = ops::count_selection(&mut tx, &selection, which, types)?;
     if to_take > u64::from(cfg.max_rows) {
         return Err(over_max_rows(command, to_take, cfg.max_rows));
     }
     let not_found: Vec<String> = match &selection {
         Selection::Ids(ids) => {
-            let seen: HashSet<Uuid> = ops::existing_ids(&mut tx, ids)?.into_iter().collect();
+            let seen: HashSet<Uuid> = ops::existing_ids(&mut tx, ids, types)?
+                .into_iter()
+                .collect();
             let mut missing: Vec<Uuid> = ids
                 .iter()
                 .filter(|id| !seen.contains(id))
@@ -193,7 +197,7 @@ pub fn republish(cfg: &RequeueConfig) -> Result<()> {
         _ => Vec::new(),
     };
     // Read before the re-queue makes the taken rows pending too.
-    let left: Vec<RowJson> = ops::left_alone(&mut tx, &selection, which, SHOWN_ROWS as i64)?
+    let left: Vec<RowJson> = ops::left_alone(&mut tx, &selection, which, SHOWN_ROWS as i64, types)?
         .iter()
         .map(row_json)
         .collect();
@@ -204,7 +208,15 @@ pub fn republish(cfg: &RequeueConfig) -> Result<()> {
     let mut requeued = 0;
     let mut after = i64::MIN;
     loop {
-        let batch = ops::requeue_batch(&mut tx, &selection, which, after, BATCH, !cfg.dry_run)?;
+        let batch = ops::requeue_batch(
+            &mut tx,
+            &selection,
+            which,
+            after,
+            BATCH,
+            !cfg.dry_run,
+            types,
+        )?;
         let Some((last, _)) = batch.last() else {
             break;
         };
@@ -221,7 +233,7 @@ pub fn republish(cfg: &RequeueConfig) -> Result<()> {
         let room = SHOWN_ROWS.saturating_sub(shown.len());
         shown.extend(batch.iter().take(room).map(|(_, o)| row_json(o)));
         if !cfg.dry_run {
-            requeued += ops::requeue(&mut tx, &batch_ids)?;
+            requeued += ops::requeue(&mut tx, &batch_ids, types)?;
         }
         ids.extend(batch_ids);
     }
@@ -327,7 +339,8 @@ fn text(o: &Outcome, wide: bool) -> String {
     }
     for id in &o.not_found {
         out.push_str(&format!(
-            "not found: {id} (never written, or purged after the outbox retention)\n"
+            "not found: {id} (never written, purged after the outbox retention, or not a row \
+             of --outbox-types)\n"
         ));
     }
     match (o.dry_run, o.operation_id) {

@@ -13,6 +13,7 @@ use chrono::{DateTime, Utc};
 
 use super::RelayResult;
 use crate::config::DbConfig;
+use crate::domain::OutboxTypes;
 use crate::store::{self, Receipt};
 
 struct Job {
@@ -30,15 +31,18 @@ struct Worker {
 /// Marks submitted and not yet confirmed, with the keys they keep in flight.
 pub(super) struct Marker<'a> {
     db: &'a DbConfig,
+    /// The relay's outbox types: a mark touches no other row.
+    types: &'a OutboxTypes,
     /// Started on the first mark: a run with nothing to publish opens no second session.
     worker: Option<Worker>,
     waiting: VecDeque<Vec<String>>,
 }
 
 impl<'a> Marker<'a> {
-    pub(super) fn new(db: &'a DbConfig) -> Self {
+    pub(super) fn new(db: &'a DbConfig, types: &'a OutboxTypes) -> Self {
         Marker {
             db,
+            types,
             worker: None,
             waiting: VecDeque::new(),
         }
@@ -57,7 +61,7 @@ impl<'a> Marker<'a> {
     /// that no row goes out that could not then be marked (a read-only server fails here).
     pub(super) fn ready(&mut self) -> Result<()> {
         if self.worker.is_none() {
-            self.worker = Some(start(self.db)?);
+            self.worker = Some(start(self.db, self.types)?);
         }
         Ok(())
     }
@@ -154,7 +158,8 @@ pub(super) fn needs_two(e: anyhow::Error) -> anyhow::Error {
     })
 }
 
-fn start(db: &DbConfig) -> Result<Worker> {
+fn start(db: &DbConfig, types: &OutboxTypes) -> Result<Worker> {
+    let types = types.clone();
     let mut session = store::connect_another(db).map_err(needs_two)?;
     session.require_writable(db, "relay-outbox")?;
     let mark = store::prepare_mark_published(&mut session.client)?;
@@ -170,6 +175,7 @@ fn start(db: &DbConfig) -> Result<Worker> {
                     job.now,
                     &job.acked,
                     job.seqs,
+                    &types,
                 );
                 let failed = marked.is_err();
                 if outbox.send(marked).is_err() || failed {

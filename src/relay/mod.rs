@@ -171,7 +171,8 @@ fn relay(cfg: &RelayConfig, driver: Driver, result: &mut RelayResult) -> Result<
     }
     let mut producer = KafkaProducer::new(&cfg.kafka)?.watching(driver.shutdown);
     info!(Brokers = cfg.kafka.brokers.as_str(), BatchSize = cfg.batch_size,
-          FollowMs = cfg.follow.as_millis() as u64; "relay started");
+          FollowMs = cfg.follow.as_millis() as u64,
+          OutboxTypes = cfg.outbox_types.to_flag().as_str(); "relay started");
     let run = Run {
         cfg,
         driver,
@@ -202,7 +203,7 @@ fn relay(cfg: &RelayConfig, driver: Driver, result: &mut RelayResult) -> Result<
         row_failure.map_or(Ok(()), Err)
     });
     if result.paused.is_none() {
-        upkeep::count_waiting(&mut db.client, clock, result);
+        upkeep::count_waiting(&mut db.client, clock, &cfg.outbox_types, result);
     }
     result.duration_ms = monotonic.since(started).as_millis() as u64;
     match outcome {
@@ -229,7 +230,7 @@ fn drain(
     run: &Run,
     result: &mut RelayResult,
 ) -> Result<Option<anyhow::Error>> {
-    let mut marker = Marker::new(&run.cfg.db);
+    let mut marker = Marker::new(&run.cfg.db, &run.cfg.outbox_types);
     let outcome = pipeline::pipeline(client, &mut marker, producer, run, result);
     // Every acknowledged row gets its mark, also when the run ends early.
     let marked = marker.finish(result);

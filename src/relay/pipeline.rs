@@ -76,6 +76,7 @@ pub(super) fn pipeline(
                 cfg.batch_size,
                 &keys,
                 cfg.kafka.max_message_bytes,
+                &cfg.outbox_types,
             )?;
             // Asked after the fetch: a row sent was fetched before the pause committed.
             if let Some(paused) = run.pause.check(client, clock.now())? {

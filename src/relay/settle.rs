@@ -221,13 +221,13 @@ impl Settle<'_, '_> {
         let acked_count = acked.len();
         let keys = sendable.iter().map(|r| r.key.clone()).collect();
         marker.submit(keys, now, acked, seq_span)?;
-        store::mark_failed(client, now, &permanent)?;
+        store::mark_failed(client, now, &permanent, &cfg.outbox_types)?;
         for (id, error) in &permanent {
             log::error!(MessageId:% = id, Error = error.as_str();
                         "item failed: the message can never be delivered, marked failed");
         }
         result.failed += permanent.len() as u64;
-        store::mark_waiting(client, now, &waiting)?;
+        store::mark_waiting(client, now, &waiting, &cfg.outbox_types)?;
         span.set([
             Attr::new("Published", acked_count as i64),
             Attr::new("Failed", permanent.len() as i64),
@@ -251,7 +251,7 @@ impl Settle<'_, '_> {
                 )
             });
         }
-        let gave_up = store::mark_retry(client, now, &refused)?;
+        let gave_up = store::mark_retry(client, now, &refused, &cfg.outbox_types)?;
         for id in &gave_up {
             log::error!(MessageId:% = id, MaxFailures = store::MAX_FAILURES;
                         "item failed: too many failed attempts, marked failed");

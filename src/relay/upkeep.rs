@@ -1,5 +1,6 @@
 //! The relay's upkeep after its batches: the purge of published rows past the
-//! retention, and the count of the rows that wait.
+//! retention, and the count of the rows that wait; both of the relay's outbox types
+//! only.
 
 use std::time::Duration;
 
@@ -10,13 +11,19 @@ use postgres::Client;
 use super::pipeline::interrupted;
 use super::{RelayResult, Run};
 use crate::clock::Clock;
+use crate::domain::OutboxTypes;
 use crate::store;
 
 /// Counts the rows that wait into `result` (one read of the few rows with a back-off),
 /// and says so in one line when they are why nothing was published. A failed read
 /// leaves the counts at 0: it is a report, not the run's work.
-pub(super) fn count_waiting(client: &mut Client, clock: &dyn Clock, result: &mut RelayResult) {
-    let per_topic = match store::waiting(client, clock.now()) {
+pub(super) fn count_waiting(
+    client: &mut Client,
+    clock: &dyn Clock,
+    types: &OutboxTypes,
+    result: &mut RelayResult,
+) {
+    let per_topic = match store::waiting(client, clock.now(), types) {
         Ok(w) => w,
         Err(e) => {
             warn!(Error:% = format!("{e:#}"); "cannot count the outbox rows that wait");
@@ -51,7 +58,13 @@ pub(super) fn purge(client: &mut Client, run: &Run, result: &mut RelayResult) ->
                   "purge time spent; older published rows are purged next run");
             return Ok(());
         }
-        let deleted = store::purge_published(client, now, cfg.retention, cfg.purge_batch_size)?;
+        let deleted = store::purge_published(
+            client,
+            now,
+            cfg.retention,
+            cfg.purge_batch_size,
+            &cfg.outbox_types,
+        )?;
         result.purged += deleted;
         if deleted < u64::from(cfg.purge_batch_size) {
             if result.purged > 0 {

@@ -3,6 +3,8 @@
 //! already is; the poison rows still waiting; the outbox's pending rows, the oldest of
 //! them, and the rows the relay gave up on; the database's upkeep (`hygiene.rs`). A
 //! table, one JSON object, or Prometheus gauges; `--fail-above N` turns it into a probe.
+//! The outbox's figures are the job's own rows (`--outbox-types`); other producers' rows
+//! of a shared outbox are shown apart, never in the job's figures nor its verdict.
 
 use anyhow::Result;
 use serde::Serialize;
@@ -16,7 +18,7 @@ use crate::obs::exposition::Exposition;
 use crate::obs::gauges;
 use crate::render::{self, Table};
 use crate::shutdown::Shutdown;
-use crate::store::{self, Backlog, Figures, Need, NextClaim, OutboxLag, Overdue};
+use crate::store::{self, Backlog, Figures, Need, NextClaim, OtherRows, OutboxLag, Overdue};
 
 /// The figures of the report: all of them were read.
 fn overdue(b: &Backlog) -> &[(Phase, Overdue)] {
@@ -33,6 +35,14 @@ fn outbox(b: &Backlog) -> OutboxLag {
         oldest_pending_at: None,
         failed: 0,
         waiting_for_topic: 0,
+    })
+}
+
+/// The other producers' rows of the outbox (read for the report).
+fn others(b: &Backlog) -> OtherRows {
+    b.others.unwrap_or(OtherRows {
+        pending: 0,
+        failed: 0,
     })
 }
 
@@ -59,8 +69,14 @@ pub fn backlog(cfg: &BacklogConfig, clock: &dyn Clock, shutdown: &Shutdown) -> R
     let as_of = clock.now();
     let threshold = chrono::TimeDelta::from_std(cfg.xmin_horizon_age)
         .expect("--xmin-horizon-age is at most 7 days");
-    let report = store::read_report(&mut db.client, as_of, Figures::All, Some(threshold))
-        .map_err(|e| super::read_failure::in_operator_words(e, "backlog", &cfg.db, shutdown))?;
+    let report = store::read_report(
+        &mut db.client,
+        as_of,
+        Figures::All,
+        &cfg.outbox_types,
+        Some(threshold),
+    )
+    .map_err(|e| super::read_failure::in_operator_words(e, "backlog", &cfg.db, shutdown))?;
 
     render::print(&match cfg.format {
         ReportFormat::Table => table(&report),
@@ -125,6 +141,22 @@ fn table(b: &Backlog) -> String {
         dash(),
         dash(),
     ]);
+    if let Some(o) = b.others.filter(|o| o.pending + o.failed > 0) {
+        t.row(vec![
+            "other producers' outbox rows pending".into(),
+            o.pending.to_string(),
+            dash(),
+            dash(),
+        ]);
+        t.note(render::note(&format!(
+            "other producers' rows in the outbox: {} pending and {} failed by this job's \
+             columns, not this job's",
+            o.pending, o.failed
+        )));
+        t.note(render::note(
+            "of types not in --outbox-types: never sent, marked, purged, nor counted above",
+        ));
+    }
     if outbox.waiting_for_topic > 0 {
         t.row(vec![
             "outbox waiting for a missing topic".into(),
@@ -215,6 +247,9 @@ struct Json {
     booking: PhaseJson,
     poison: u64,
     outbox: OutboxJson,
+    /// Other producers' rows of a shared outbox, by the job's columns: not the job's,
+    /// never in `Outbox`.
+    outbox_other_producers: OtherProducersJson,
     /// The pause switches that are on; empty when both commands run.
     paused: Vec<crate::preflight::Paused>,
     hygiene: Option<super::hygiene::Json>,
@@ -250,6 +285,13 @@ struct OutboxJson {
     /// Per topic, the pending rows not due yet and when the first is due; empty when
     /// none waits.
     waiting: Vec<WaitingJson>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct OtherProducersJson {
+    pending: u64,
+    failed: u64,
 }
 
 #[derive(Serialize)]
@@ -305,6 +347,10 @@ fn json(b: &Backlog) -> Result<String> {
                 })
                 .collect(),
         },
+        outbox_other_producers: OtherProducersJson {
+            pending: others(b).pending,
+            failed: others(b).failed,
+        },
         paused: b
             .pauses
             .iter()
@@ -324,6 +370,14 @@ fn prometheus(b: &Backlog) -> String {
     out.per_phase(crate::obs::backlog_only::BACKLOG_LATENESS, |phase| {
         next_claim(b, phase).map_or(0.0, |c| render::seconds_since(b.as_of, c.deadline).max(0.0))
     });
+    let others = others(b);
+    out.labelled(
+        crate::obs::backlog_only::OUTBOX_OTHER_PRODUCERS,
+        &[
+            (vec![("state", "pending")], others.pending as f64),
+            (vec![("state", "failed")], others.failed as f64),
+        ],
+    );
     if let Some(h) = &b.hygiene {
         super::hygiene::prometheus(h, b.as_of, &mut out);
     }

@@ -5,13 +5,17 @@
 
 use anyhow::{Context, Result};
 use postgres::GenericClient;
+use postgres::types::ToSql;
 use uuid::Uuid;
+
+use crate::domain::OutboxTypes;
 
 /// Which ids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IdTable {
+pub enum IdTable<'a> {
     Bookings,
-    Outbox,
+    /// The outbox rows of the job's outbox types: another producer's row is no match.
+    Outbox(&'a OutboxTypes),
 }
 
 /// The ids of `crm.bookings` in a key range, in order, at most `$3`.
@@ -20,12 +24,13 @@ pub const BOOKINGS_IN_RANGE_SQL: &str =
 /// How many ids of `crm.bookings` lie in a key range.
 pub const BOOKINGS_IN_RANGE_COUNT_SQL: &str =
     "SELECT count(*) FROM crm.bookings WHERE id >= $1 AND id <= $2";
-/// The ids of `crm.outbox` in a key range, in order, at most `$3`.
-pub const OUTBOX_IN_RANGE_SQL: &str =
-    "SELECT id FROM crm.outbox WHERE id >= $1 AND id <= $2 ORDER BY id LIMIT $3";
-/// How many ids of `crm.outbox` lie in a key range.
+/// The ids of `crm.outbox` of the job's outbox types (`$4`, a filter) in a key range, in
+/// order, at most `$3`.
+pub const OUTBOX_IN_RANGE_SQL: &str = "SELECT id FROM crm.outbox \
+     WHERE id >= $1 AND id <= $2 AND type = ANY($4::text[]) ORDER BY id LIMIT $3";
+/// How many ids of `crm.outbox` of the job's outbox types (`$3`) lie in a key range.
 pub const OUTBOX_IN_RANGE_COUNT_SQL: &str =
-    "SELECT count(*) FROM crm.outbox WHERE id >= $1 AND id <= $2";
+    "SELECT count(*) FROM crm.outbox WHERE id >= $1 AND id <= $2 AND type = ANY($3::text[])";
 
 /// The smallest and the largest uuid that start with the hex digits `prefix`
 /// (lowercase, at most 32).
@@ -56,12 +61,32 @@ pub fn with_prefix(
     limit: u32,
 ) -> Result<Matches> {
     let (low, high) = prefix_range(prefix)?;
-    let (rows_sql, count_sql) = match table {
-        IdTable::Bookings => (BOOKINGS_IN_RANGE_SQL, BOOKINGS_IN_RANGE_COUNT_SQL),
-        IdTable::Outbox => (OUTBOX_IN_RANGE_SQL, OUTBOX_IN_RANGE_COUNT_SQL),
+    let most = i64::from(limit) + 1;
+    let types: &[String] = match table {
+        IdTable::Bookings => &[],
+        IdTable::Outbox(types) => types.as_slice(),
+    };
+    let (rows_sql, count_sql, rows, counted): (
+        _,
+        _,
+        Vec<&(dyn ToSql + Sync)>,
+        Vec<&(dyn ToSql + Sync)>,
+    ) = match table {
+        IdTable::Bookings => (
+            BOOKINGS_IN_RANGE_SQL,
+            BOOKINGS_IN_RANGE_COUNT_SQL,
+            vec![&low, &high, &most],
+            vec![&low, &high],
+        ),
+        IdTable::Outbox(_) => (
+            OUTBOX_IN_RANGE_SQL,
+            OUTBOX_IN_RANGE_COUNT_SQL,
+            vec![&low, &high, &most, &types],
+            vec![&low, &high, &types],
+        ),
     };
     let mut first: Vec<Uuid> = client
-        .query(rows_sql, &[&low, &high, &(i64::from(limit) + 1)])
+        .query(rows_sql, &rows)
         .context("cannot look the id up by its start")?
         .iter()
         .map(|r| r.get(0))
@@ -69,7 +94,7 @@ pub fn with_prefix(
     let total = if first.len() > limit as usize {
         first.truncate(limit as usize);
         let n: i64 = client
-            .query_one(count_sql, &[&low, &high])
+            .query_one(count_sql, &counted)
             .context("cannot count the ids with this start")?
             .get(0);
         n as u64

@@ -12,6 +12,7 @@ pub mod ids;
 pub mod locks;
 pub mod ops;
 mod outbox;
+mod outbox_lag;
 mod phase_failure;
 mod preflight;
 mod privileges;
@@ -39,13 +40,16 @@ pub use outbox::{
     mark_waiting, pending, prepare_mark_published, prepare_pending, purge_published,
     release_advisory_locks, try_relay_lock,
 };
+pub use outbox_lag::{
+    OUTBOX_FAILED_SQL, OUTBOX_OTHERS_SQL, OUTBOX_PENDING_SQL, OUTBOX_WAITING_FOR_TOPIC_SQL,
+    OtherRows, OutboxLag, other_rows, outbox_lag,
+};
 pub use phase_failure::{PhaseFailure, clear_phase_failure, phase_failures, record_phase_failure};
 pub use preflight::{Facts, backend_pid, check_schema, read_facts};
 pub use report::{
-    Backlog, CHUNK_ROWS, Figures, NextClaim, OUTBOX_FAILED_SQL, OUTBOX_PENDING_SQL,
-    OUTBOX_WAITING_FOR_TOPIC_SQL, OutboxLag, Overdue, Quarantined, begin_read_only,
-    candidates_in_chunks, count_candidates, outbox_lag, overdue, overdue_sql, poison_count,
-    poison_sql, quarantined_in_chunks, quarantined_sql, read_backlog, read_report,
+    Backlog, CHUNK_ROWS, Figures, NextClaim, Overdue, Quarantined, begin_read_only,
+    candidates_in_chunks, count_candidates, overdue, overdue_sql, poison_count, poison_sql,
+    quarantined_in_chunks, quarantined_sql, read_backlog, read_report,
 };
 pub use schema::{Need, status_type};
 pub use transaction::{End, Switch, begin_chain, end_and_chain, end_chain};

@@ -1,5 +1,8 @@
 //! The relay's SQL: the single-relay lock, pending rows in write order, marking rows
-//! published or failed in one statement per batch, and the retention purge.
+//! published or failed in one statement per batch, and the retention purge. Every
+//! statement reads and writes only the rows of the job's outbox types (`type =
+//! ANY($n)`, bound, never formatted in): an outbox shared with other producers keeps
+//! their rows exactly as they are. The type is a filter on the same indexes.
 
 use std::time::Duration;
 
@@ -8,6 +11,8 @@ use chrono::{DateTime, Utc};
 use postgres::GenericClient;
 use postgres::ToStatement;
 use uuid::Uuid;
+
+use crate::domain::OutboxTypes;
 
 /// The advisory lock key that makes the relay a singleton per database
 /// (ASCII "bkexrlay").
@@ -106,7 +111,9 @@ pub fn listen(client: &mut impl GenericClient) -> Result<()> {
 /// message), or one past `$5` bytes loaded by the rows before it in this fetch, comes
 /// without them (NULL): it is failed unread, or left for the next fetch. The sizes are
 /// summed over the fetched rows only (outside the limit), so the queue's plan is the
-/// same; the payload's text is made once per row, inside.
+/// same; the payload's text is made once per row, inside. `$6` = the job's outbox types:
+/// a filter on the pending index (and on the key's look-up), so another producer's row
+/// is never read, sent nor held as an older row of a key.
 pub const PENDING_SQL: &str = "\
 SELECT id, seq, aggregateid, topic, occurred_at, size,
        CASE WHEN size <= $4::int8 AND loaded - fits < $5::int8 THEN payload END AS payload,
@@ -118,12 +125,12 @@ SELECT id, seq, aggregateid, topic, occurred_at, size,
 SELECT o.id, o.seq, o.aggregateid, o.topic, o.payload::text AS payload, o.headers::text AS headers,
        CASE WHEN isfinite(o.occurred_at) AND o.occurred_at <= $2 THEN o.occurred_at ELSE $2 END AS occurred_at
   FROM crm.outbox o
- WHERE o.published_at IS NULL AND o.failed_at IS NULL
+ WHERE o.published_at IS NULL AND o.failed_at IS NULL AND o.type = ANY($6::text[])
    AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= $2)
    AND o.aggregateid NOT IN (SELECT unnest($3::text[]))
    AND NOT EXISTS (SELECT 1 FROM crm.outbox w
                     WHERE w.aggregateid = o.aggregateid AND w.topic = o.topic
-                      AND w.seq < o.seq
+                      AND w.seq < o.seq AND w.type = ANY($6::text[])
                       AND coalesce(w.published_at, w.failed_at) IS NULL
                       AND w.next_attempt_at > $2
                    OFFSET 0)
@@ -141,14 +148,15 @@ SELECT o.id, o.seq, o.aggregateid, o.topic, o.payload::text AS payload, o.header
 /// a scan of the table, and there is no join whose order stale statistics could turn
 /// into a loop over the batch for each row: each row finds its receipt by its `seq` in
 /// `$2`, a look-up in a sorted object (a search in an array would cost the batch's
-/// length per row).
+/// length per row). `$6` = the job's outbox types.
 pub const MARK_PUBLISHED_SQL: &str = "\
 UPDATE crm.outbox o
    SET published_at = $3, attempts = least(o.attempts, 2147483646) + 1,
        last_error = NULL, next_attempt_at = NULL,
        delivered_partition = (($2::jsonb -> o.seq::text) ->> 0)::int4,
        delivered_offset = (($2::jsonb -> o.seq::text) ->> 1)::int8
- WHERE o.seq BETWEEN $4 AND $5 AND o.seq = ANY($1::int8[]) AND o.published_at IS NULL";
+ WHERE o.seq BETWEEN $4 AND $5 AND o.seq = ANY($1::int8[]) AND o.published_at IS NULL
+   AND o.type = ANY($6::text[])";
 
 /// The oldest rows due for sending, none of a key in `in_flight`, loaded up to
 /// [`FETCH_BYTES`]; a row over `max_bytes` is never loaded. See [`PENDING_SQL`].
@@ -163,6 +171,7 @@ pub fn pending(
     limit: u32,
     in_flight: &[&str],
     max_bytes: usize,
+    types: &OutboxTypes,
 ) -> Result<Vec<OutboxRow>> {
     let max_bytes = i64::try_from(max_bytes).unwrap_or(i64::MAX);
     let rows = client.query(
@@ -173,6 +182,7 @@ pub fn pending(
             &in_flight,
             &max_bytes,
             &FETCH_BYTES,
+            &types.as_slice(),
         ],
     )?;
     Ok(rows
@@ -225,13 +235,15 @@ pub fn mark_published(
     now: DateTime<Utc>,
     acked: &[Receipt],
     span: (i64, i64),
+    types: &OutboxTypes,
 ) -> Result<u64> {
     if acked.is_empty() {
         return Ok(0);
     }
     let seqs: Vec<i64> = acked.iter().map(|a| a.seq).collect();
     let receipts = receipts(acked);
-    Ok(client.execute(sql, &[&seqs, &receipts, &now, &span.0, &span.1])?)
+    let types = types.as_slice();
+    Ok(client.execute(sql, &[&seqs, &receipts, &now, &span.0, &span.1, &types])?)
 }
 
 /// Where the broker put an acknowledged row.
@@ -263,6 +275,7 @@ pub fn mark_failed(
     client: &mut impl GenericClient,
     now: DateTime<Utc>,
     failures: &[(Uuid, String)],
+    types: &OutboxTypes,
 ) -> Result<u64> {
     if failures.is_empty() {
         return Ok(0);
@@ -273,14 +286,19 @@ pub fn mark_failed(
             SET attempts = least(o.attempts, 2147483646) + 1, last_error = f.error,
                 failed_at = $3, next_attempt_at = NULL
            FROM unnest($1::uuid[], $2::text[]) AS f(id, error)
-          WHERE o.id = ANY($1::uuid[]) AND o.id = f.id AND o.published_at IS NULL",
-        &[&ids, &errors, &now],
+          WHERE o.id = ANY($1::uuid[]) AND o.id = f.id AND o.published_at IS NULL
+            AND o.type = ANY($4::text[])",
+        &[&ids, &errors, &now, &types.as_slice()],
     )?)
 }
 
 /// A failed attempt that says nothing about the rows (the brokers were unreachable):
 /// counted and explained, the rows stay due and go first next run.
-pub fn mark_attempted(client: &mut impl GenericClient, failures: &[(Uuid, String)]) -> Result<u64> {
+pub fn mark_attempted(
+    client: &mut impl GenericClient,
+    failures: &[(Uuid, String)],
+    types: &OutboxTypes,
+) -> Result<u64> {
     if failures.is_empty() {
         return Ok(0);
     }
@@ -289,8 +307,9 @@ pub fn mark_attempted(client: &mut impl GenericClient, failures: &[(Uuid, String
         "UPDATE crm.outbox o
             SET attempts = least(o.attempts, 2147483646) + 1, last_error = f.error
            FROM unnest($1::uuid[], $2::text[]) AS f(id, error)
-          WHERE o.id = ANY($1::uuid[]) AND o.id = f.id AND o.published_at IS NULL",
-        &[&ids, &errors],
+          WHERE o.id = ANY($1::uuid[]) AND o.id = f.id AND o.published_at IS NULL
+            AND o.type = ANY($3::text[])",
+        &[&ids, &errors, &types.as_slice()],
     )?)
 }
 
@@ -308,6 +327,7 @@ pub fn mark_waiting(
     client: &mut impl GenericClient,
     now: DateTime<Utc>,
     waiting: &[(Uuid, String)],
+    types: &OutboxTypes,
 ) -> Result<u64> {
     if waiting.is_empty() {
         return Ok(0);
@@ -320,9 +340,10 @@ pub fn mark_waiting(
                     next_attempt_at = $3::timestamptz + interval '{TOPIC_WAIT}'
                FROM unnest($1::uuid[], $2::text[]) AS f(id, error)
               WHERE o.id = ANY($1::uuid[]) AND o.id = f.id
-                AND o.published_at IS NULL AND o.failed_at IS NULL"
+                AND o.published_at IS NULL AND o.failed_at IS NULL
+                AND o.type = ANY($5::text[])"
         ),
-        &[&ids, &errors, &now, &WAITING_FOR_TOPIC],
+        &[&ids, &errors, &now, &WAITING_FOR_TOPIC, &types.as_slice()],
     )?)
 }
 
@@ -338,6 +359,7 @@ pub fn mark_retry(
     client: &mut impl GenericClient,
     now: DateTime<Utc>,
     failures: &[(Uuid, String)],
+    types: &OutboxTypes,
 ) -> Result<Vec<Uuid>> {
     if failures.is_empty() {
         return Ok(Vec::new());
@@ -356,8 +378,9 @@ pub fn mark_retry(
                                                        interval '10 minutes') END
            FROM unnest($1::uuid[], $2::text[]) AS f(id, error)
           WHERE o.id = ANY($1::uuid[]) AND o.id = f.id AND o.published_at IS NULL
+            AND o.type = ANY($5::text[])
       RETURNING o.id, o.failed_at IS NOT NULL AS gave_up",
-        &[&ids, &errors, &now, &MAX_FAILURES],
+        &[&ids, &errors, &now, &MAX_FAILURES, &types.as_slice()],
     )?;
     Ok(rows
         .iter()
@@ -370,21 +393,25 @@ fn split(failures: &[(Uuid, String)]) -> (Vec<Uuid>, Vec<&str>) {
     failures.iter().map(|(id, e)| (*id, e.as_str())).unzip()
 }
 
-/// Deletes up to `limit` rows published more than `older_than` before `now` (served by
-/// `ix_outbox_published_at`); returns how many.
+/// Deletes up to `limit` rows of the job's types published more than `older_than`
+/// before `now` (served by `ix_outbox_published_at`, the type a filter on it); returns
+/// how many. Another producer's published row is never deleted, however old.
 pub fn purge_published(
     client: &mut impl GenericClient,
     now: DateTime<Utc>,
     older_than: Duration,
     limit: u32,
+    types: &OutboxTypes,
 ) -> Result<u64> {
     let seconds = older_than.as_secs_f64();
     Ok(client.execute(
         "DELETE FROM crm.outbox
-          WHERE id IN (SELECT id FROM crm.outbox
+          WHERE type = ANY($4::text[])
+            AND id IN (SELECT id FROM crm.outbox
                         WHERE published_at < $3::timestamptz - $1 * interval '1 second'
+                          AND type = ANY($4::text[])
                         ORDER BY published_at
                         LIMIT $2)",
-        &[&seconds, &i64::from(limit), &now],
+        &[&seconds, &i64::from(limit), &now, &types.as_slice()],
     )?)
 }

@@ -14,7 +14,7 @@ use postgres::{Client, GenericClient, IsolationLevel, Row, Transaction};
 use super::expiration::{
     BOOKING_COLUMNS, booking_row, candidates_sql, deadline_column, overdue_predicate,
 };
-use crate::domain::{BookingRow, Phase, Timestamp};
+use crate::domain::{BookingRow, OutboxTypes, Phase, Timestamp};
 
 /// A READ ONLY, REPEATABLE READ transaction: every query of a report sees one snapshot,
 /// and the server refuses any write in it.
@@ -197,22 +197,6 @@ pub fn poison_sql() -> String {
     )
 }
 
-/// The relay's queue (partial index `ix_outbox_pending`) and its oldest row.
-pub const OUTBOX_PENDING_SQL: &str = "\
-SELECT count(*) AS pending, min(occurred_at) AS oldest_pending_at FROM crm.outbox
- WHERE published_at IS NULL AND failed_at IS NULL";
-
-/// Pending rows waiting for a missing or unusable topic (a configuration fault; their
-/// `last_error` says which), among the rows with a back-off (`ix_outbox_backing_off`).
-pub const OUTBOX_WAITING_FOR_TOPIC_SQL: &str = "\
-SELECT count(*) AS waiting FROM crm.outbox
- WHERE coalesce(published_at, failed_at) IS NULL AND next_attempt_at IS NOT NULL
-   AND starts_with(last_error, $1)";
-
-/// Rows the relay gave up on (partial index `ix_outbox_failed`).
-pub const OUTBOX_FAILED_SQL: &str = "\
-SELECT count(*) AS failed FROM crm.outbox WHERE failed_at IS NOT NULL";
-
 /// The overdue active bookings of one phase.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Overdue {
@@ -241,16 +225,6 @@ pub fn poison_count(client: &mut impl GenericClient) -> Result<u64> {
     Ok(row.get::<_, i64>("poison").max(0) as u64)
 }
 
-/// How far the outbox relay is behind.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct OutboxLag {
-    pub pending: u64,
-    pub oldest_pending_at: Option<Timestamp>,
-    pub failed: u64,
-    /// Pending rows waiting for a missing or unusable topic.
-    pub waiting_for_topic: u64,
-}
-
 /// Which backlog figures to read: all of them (the `backlog` report), the bookings'
 /// (after `run-once`: the worker's role may not read the outbox), the outbox's (after
 /// `relay-outbox`).
@@ -268,9 +242,11 @@ pub struct Backlog {
     /// Per phase, in [`Phase::ALL`] order.
     pub overdue: Option<Vec<(Phase, Overdue)>>,
     pub poison: Option<u64>,
-    pub outbox: Option<OutboxLag>,
+    pub outbox: Option<super::OutboxLag>,
     /// The outbox rows not due yet, per topic (read with `outbox`).
     pub waiting: Option<Vec<super::TopicWaiting>>,
+    /// Other producers' rows of the outbox (read for the `backlog` report only).
+    pub others: Option<super::OtherRows>,
     /// The pause switches that are on (read for the `backlog` report only).
     pub pauses: Vec<super::ops::PauseRow>,
     /// Per phase, in [`Phase::ALL`] order, the booking the next cycle would claim first
@@ -315,21 +291,25 @@ pub fn next_claim(
 
 /// The one read of the backlog figures, in one READ ONLY snapshot: for the `backlog`
 /// report and for the metrics pushed after a run.
+/// The outbox's figures count the rows of `types` only.
 pub fn read_backlog(
     client: &mut Client,
     as_of: DateTime<Utc>,
     figures: Figures,
+    types: &OutboxTypes,
 ) -> Result<Backlog> {
-    read_report(client, as_of, figures, None)
+    read_report(client, as_of, figures, types, None)
 }
 
 /// [`read_backlog`], and with `hygiene = Some(threshold)` (the `backlog` report) also
 /// the next claims and the database's upkeep, naming what holds the xmin horizon back
-/// longer than `threshold`; all in the one snapshot.
+/// longer than `threshold`, and the other producers' rows of the outbox apart; all in
+/// the one snapshot.
 pub fn read_report(
     client: &mut Client,
     as_of: DateTime<Utc>,
     figures: Figures,
+    types: &OutboxTypes,
     hygiene: Option<chrono::TimeDelta>,
 ) -> Result<Backlog> {
     use crate::exit::{ClassifyExt, Failure};
@@ -341,6 +321,7 @@ pub fn read_report(
         poison: None,
         outbox: None,
         waiting: None,
+        others: None,
         pauses: Vec::new(),
         next_claims: None,
         hygiene: None,
@@ -364,8 +345,11 @@ pub fn read_report(
         }
     }
     if figures != Figures::Bookings {
-        backlog.outbox = Some(outbox_lag(&mut tx)?);
-        backlog.waiting = Some(super::waiting(&mut tx, as_of)?);
+        backlog.outbox = Some(super::outbox_lag(&mut tx, types)?);
+        backlog.waiting = Some(super::waiting(&mut tx, as_of, types)?);
+    }
+    if hygiene.is_some() && figures == Figures::All {
+        backlog.others = Some(super::other_rows(&mut tx, types)?);
     }
     if let Some(threshold) = hygiene {
         backlog.hygiene = Some(super::hygiene::hygiene(&mut tx, as_of, threshold)?);
@@ -373,27 +357,6 @@ pub fn read_report(
     tx.commit()
         .classify(Failure::Temporary, "cannot end the read-only transaction")?;
     Ok(backlog)
-}
-
-pub fn outbox_lag(client: &mut impl GenericClient) -> Result<OutboxLag> {
-    let pending = client
-        .query_one(OUTBOX_PENDING_SQL, &[])
-        .context("cannot count the pending outbox rows")?;
-    let failed = client
-        .query_one(OUTBOX_FAILED_SQL, &[])
-        .context("cannot count the failed outbox rows")?;
-    let waiting = client
-        .query_one(
-            OUTBOX_WAITING_FOR_TOPIC_SQL,
-            &[&super::outbox::WAITING_FOR_TOPIC],
-        )
-        .context("cannot count the outbox rows waiting for their topic")?;
-    Ok(OutboxLag {
-        pending: pending.get::<_, i64>("pending").max(0) as u64,
-        oldest_pending_at: pending.get("oldest_pending_at"),
-        failed: failed.get::<_, i64>("failed").max(0) as u64,
-        waiting_for_topic: waiting.get::<_, i64>("waiting").max(0) as u64,
-    })
 }
 
 #[cfg(test)]
@@ -411,9 +374,7 @@ mod tests {
                 assert!(!sql.contains(" FOR "), "{sql}");
             }
         }
-        for sql in [&poison_sql(), OUTBOX_PENDING_SQL, OUTBOX_FAILED_SQL] {
-            assert!(!sql.contains(" FOR "), "{sql}");
-        }
+        assert!(!poison_sql().contains(" FOR "));
     }
 
     #[test]

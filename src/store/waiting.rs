@@ -7,18 +7,20 @@ use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use postgres::GenericClient;
 
-use crate::domain::Timestamp;
+use crate::domain::{OutboxTypes, Timestamp};
 
 /// The rows waiting at `$1`, per topic; `$2` = the `last_error` prefix of a row waiting
 /// for its topic. Only rows with a back-off can wait, so the scan is of the partial index
 /// `ix_outbox_backing_off` (its predicate, written out here): rows that failed, few.
+/// `$3` = the job's outbox types (a filter on that index): another producer's rows never
+/// count.
 pub const WAITING_SQL: &str = "\
 SELECT topic, count(*) AS waiting,
        count(*) FILTER (WHERE starts_with(last_error, $2)) AS waiting_for_topic,
        min(next_attempt_at) AS next_due
   FROM crm.outbox
  WHERE coalesce(published_at, failed_at) IS NULL AND next_attempt_at IS NOT NULL
-   AND next_attempt_at > $1
+   AND next_attempt_at > $1 AND type = ANY($3::text[])
  GROUP BY topic ORDER BY topic";
 
 /// The rows of one topic that wait.
@@ -34,9 +36,16 @@ pub struct TopicWaiting {
 }
 
 /// The rows waiting at `now`, per topic, in topic order (empty when none waits).
-pub fn waiting(client: &mut impl GenericClient, now: DateTime<Utc>) -> Result<Vec<TopicWaiting>> {
+pub fn waiting(
+    client: &mut impl GenericClient,
+    now: DateTime<Utc>,
+    types: &OutboxTypes,
+) -> Result<Vec<TopicWaiting>> {
     let rows = client
-        .query(WAITING_SQL, &[&now, &super::outbox::WAITING_FOR_TOPIC])
+        .query(
+            WAITING_SQL,
+            &[&now, &super::outbox::WAITING_FOR_TOPIC, &types.as_slice()],
+        )
         .context("cannot count the outbox rows that wait")?;
     Ok(rows
         .iter()

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 
 use booking_expire::domain::Phase;
 use booking_expire::store::{
-    OUTBOX_FAILED_SQL, OUTBOX_PENDING_SQL, candidates_sql, overdue_sql, poison_sql, quarantined_sql,
+    OUTBOX_FAILED_SQL, OUTBOX_OTHERS_SQL, OUTBOX_PENDING_SQL, OUTBOX_WAITING_FOR_TOPIC_SQL,
+    candidates_sql, overdue_sql, poison_sql, quarantined_sql,
 };
 use chrono::{DateTime, Utc};
 use common::*;
@@ -173,6 +174,7 @@ fn counts_are_exact_on_a_seeded_mix() {
                 "WaitingForTopic": 0,
                 "Waiting": [],
             },
+            "OutboxOtherProducers": {"Pending": 0, "Failed": 0},
             "Paused": [],
         })
     );
@@ -290,8 +292,8 @@ const HYGIENE_FAMILIES: [&str; 11] = [
 ];
 
 /// Samples of the backlog's own families: 2 per phase for overdue, age and lateness,
-/// poison, four of the outbox, two pause switches.
-const BACKLOG_SAMPLES: usize = 2 * 3 + 1 + 4 + 2;
+/// poison, four of the outbox, two of the other producers' rows, two pause switches.
+const BACKLOG_SAMPLES: usize = 2 * 3 + 1 + 4 + 2 + 2;
 /// Samples of the upkeep: seven of the outbox, six partial indexes, four kinds of
 /// holders, two oldest ages, four oldest xid ages.
 const HYGIENE_SAMPLES: usize = 7 + 6 + 4 + 2 + 4;
@@ -336,6 +338,7 @@ fn prometheus_format_has_every_gauge_with_help_and_type() {
         "crm_booking_expiration_outbox_waiting_for_topic",
         "crm_booking_expiration_paused_seconds",
         "crm_booking_expiration_backlog_lateness_seconds",
+        "crm_booking_expiration_outbox_other_producers_rows",
     ]
     .into_iter()
     .chain(HYGIENE_FAMILIES);
@@ -407,6 +410,7 @@ fn an_empty_database_reports_zeros() {
             "Poison": 0,
             "Outbox": {"Pending": 0, "OldestPendingAt": null, "OldestPendingAgeSeconds": null,
                        "Failed": 0, "WaitingForTopic": 0, "Waiting": []},
+            "OutboxOtherProducers": {"Pending": 0, "Failed": 0},
             "Paused": [],
         })
     );
@@ -549,8 +553,9 @@ fn backlog_queries_use_the_partial_indexes_with_much_history() {
            FROM crm.bookings WHERE status = 'Reserved' ORDER BY reserve_expires_at LIMIT 20;
          INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload,
                                  occurred_at, published_at, failed_at)
-         SELECT gen_random_uuid(), 'Booking', gen_random_uuid()::text, 't', 't', '{}',
-                now() - interval '1 day',
+         SELECT gen_random_uuid(), 'Booking', gen_random_uuid()::text,
+                CASE WHEN i % 10 = 0 THEN 'pin.crm.deal-closed' ELSE 'pin.crm.booking-expired' END,
+                't', '{}', now() - interval '1 day',
                 CASE WHEN i > 60 THEN now() END, CASE WHEN i <= 10 THEN now() END
            FROM generate_series(1, 30000) i;
          ANALYZE crm.bookings;
@@ -561,6 +566,9 @@ fn backlog_queries_use_the_partial_indexes_with_much_history() {
     let now = chrono::Utc::now();
     let limit: Option<i64> = Some(200);
     let one: Option<i64> = Some(1);
+    // The job's outbox types, bound as backlog binds them: a filter on the same indexes.
+    let own = booking_expire::domain::OutboxTypes::default();
+    let types = own.as_slice();
     let cases: Vec<(String, &str, Vec<&(dyn postgres::types::ToSql + Sync)>)> = vec![
         (
             overdue_sql(Phase::Reserve),
@@ -573,8 +581,32 @@ fn backlog_queries_use_the_partial_indexes_with_much_history() {
             vec![&now],
         ),
         (poison_sql(), "bookings_pkey", vec![]),
-        (OUTBOX_PENDING_SQL.to_owned(), "ix_outbox_pending", vec![]),
-        (OUTBOX_FAILED_SQL.to_owned(), "ix_outbox_failed", vec![]),
+        (
+            OUTBOX_PENDING_SQL.to_owned(),
+            "ix_outbox_pending",
+            vec![&types],
+        ),
+        (
+            OUTBOX_FAILED_SQL.to_owned(),
+            "ix_outbox_failed",
+            vec![&types],
+        ),
+        (
+            OUTBOX_WAITING_FOR_TOPIC_SQL.to_owned(),
+            "ix_outbox_backing_off",
+            vec![&booking_expire::store::WAITING_FOR_TOPIC, &types],
+        ),
+        // The other producers' rows, apart: both partial indexes, one count each.
+        (
+            OUTBOX_OTHERS_SQL.to_owned(),
+            "ix_outbox_pending",
+            vec![&types],
+        ),
+        (
+            OUTBOX_OTHERS_SQL.to_owned(),
+            "ix_outbox_failed",
+            vec![&types],
+        ),
         // dry-run's list of quarantined rows.
         (
             quarantined_sql(Phase::Reserve),

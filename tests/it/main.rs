@@ -43,6 +43,7 @@ mod relay_pipeline;
 mod republish;
 mod roles;
 mod run_once;
+mod shared_outbox;
 mod short_ids;
 mod signals;
 mod simulation;

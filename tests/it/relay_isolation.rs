@@ -235,6 +235,7 @@ fn a_row_that_keeps_failing_is_given_up_at_the_cap_and_counters_never_overflow()
         &mut c,
         now,
         &[(doomed, refused.clone()), (young, refused)],
+        &booking_expire::domain::OutboxTypes::default(),
     )
     .unwrap();
     assert_eq!(gave_up, [doomed]);

@@ -41,7 +41,7 @@ pub fn explain(args: &ExplainConfig, shutdown: &Shutdown) -> Result<()> {
     )?;
     let mut explanation = match resolved {
         Some(id) => {
-            let facts = read::read(&mut db.client, id, as_of)?;
+            let facts = read::read(&mut db.client, id, as_of, &args.outbox_types)?;
             let next_cycle = judge::judge(
                 facts.booking.as_ref(),
                 facts.poison.as_ref(),

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use postgres::Client;
 use uuid::Uuid;
 
-use crate::domain::BookingRow;
+use crate::domain::{BookingRow, OutboxTypes};
 use crate::exit::{ClassifyExt, Failure};
 use crate::preflight::Paused;
 use crate::store::ops::{AuditEntry, OutboxEntry, PoisonEntry, RowLock, TimelineEntry};
@@ -24,7 +24,13 @@ pub(super) struct Facts {
     pub(super) outbox: Vec<OutboxEntry>,
 }
 
-pub(super) fn read(client: &mut Client, id: Uuid, as_of: DateTime<Utc>) -> Result<Facts> {
+/// The booking's outbox rows read are those of `types` (the job's).
+pub(super) fn read(
+    client: &mut Client,
+    id: Uuid,
+    as_of: DateTime<Utc>,
+    types: &OutboxTypes,
+) -> Result<Facts> {
     let mut tx = store::begin_read_only(client)
         .classify(Failure::Temporary, "cannot begin a read-only transaction")?;
     let booking = ops::booking(&mut tx, id)?;
@@ -39,7 +45,7 @@ pub(super) fn read(client: &mut Client, id: Uuid, as_of: DateTime<Utc>) -> Resul
         Some(b) => ops::timeline_of(&mut tx, b.deal_id, id)?,
         None => Vec::new(),
     };
-    let outbox = ops::outbox_of_booking(&mut tx, id)?;
+    let outbox = ops::outbox_of_booking(&mut tx, id, types)?;
     tx.commit()
         .classify(Failure::Temporary, "cannot end the read-only transaction")?;
     Ok(Facts {

@@ -7,12 +7,17 @@ use postgres::GenericClient;
 use uuid::Uuid;
 
 use super::requeue::{OutboxEntry, Selection, select_outbox};
-use crate::domain::{BookingRow, Timestamp};
+use crate::domain::{BookingRow, OutboxTypes, Timestamp};
 use crate::store::expiration::{BOOKING_COLUMNS, booking_row};
 
-/// The outbox rows of one booking (its aggregate id), in write order.
-pub fn outbox_of_booking(client: &mut impl GenericClient, id: Uuid) -> Result<Vec<OutboxEntry>> {
-    select_outbox(client, &Selection::Booking(id))
+/// The outbox rows of one booking (its aggregate id) of the job's outbox types, in write
+/// order: another contract's rows of the same aggregate are not the job's.
+pub fn outbox_of_booking(
+    client: &mut impl GenericClient,
+    id: Uuid,
+    types: &OutboxTypes,
+) -> Result<Vec<OutboxEntry>> {
+    select_outbox(client, &Selection::Booking(id), types)
 }
 
 /// One booking as the cycle reads it, and whether it exists.

@@ -1,13 +1,15 @@
 //! Outbox rows as an operator selects them (by id, by booking, by time, every failed
 //! one), counted, read in batches, and put back into the relay's queue (`republish`,
-//! `retry-failed`).
+//! `retry-failed`). Every statement takes only the rows of the job's outbox types (`$1`,
+//! bound): another producer's row, even one of the same booking (the CRM's other
+//! contracts of the aggregate share its id), is never selected, counted nor changed.
 
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use postgres::GenericClient;
 use uuid::Uuid;
 
-use crate::domain::Timestamp;
+use crate::domain::{OutboxTypes, Timestamp};
 
 /// Which outbox rows a republish or retry selects.
 #[derive(Debug, Clone)]
@@ -82,13 +84,16 @@ fn entry(r: &postgres::Row) -> OutboxEntry {
     }
 }
 
-/// The `WHERE` of a selection, with its parameter(s) from `$1`.
+/// The `WHERE` of a selection: the job's outbox types (`$1`), then the selection's
+/// parameter(s) from `$2`.
 fn selection_sql(sel: &Selection) -> &'static str {
     match sel {
-        Selection::Ids(_) => "o.id = ANY($1)",
-        Selection::Booking(_) => "o.aggregateid = $1::uuid::text",
-        Selection::Window { .. } => "o.occurred_at >= $1 AND o.occurred_at < $2",
-        Selection::AllFailed => "o.failed_at IS NOT NULL",
+        Selection::Ids(_) => "o.type = ANY($1::text[]) AND o.id = ANY($2)",
+        Selection::Booking(_) => "o.type = ANY($1::text[]) AND o.aggregateid = $2::uuid::text",
+        Selection::Window { .. } => {
+            "o.type = ANY($1::text[]) AND o.occurred_at >= $2 AND o.occurred_at < $3"
+        }
+        Selection::AllFailed => "o.type = ANY($1::text[]) AND o.failed_at IS NOT NULL",
     }
 }
 
@@ -102,29 +107,35 @@ impl Requeue {
     }
 }
 
-/// Runs a statement over a selection: its parameters first, then `extra`.
+/// Runs a statement over a selection: the types, its parameters, then `extra`.
 fn query_selection(
     client: &mut impl GenericClient,
     sql: &str,
     sel: &Selection,
+    types: &OutboxTypes,
     extra: &[&(dyn postgres::types::ToSql + Sync)],
 ) -> Result<Vec<postgres::Row>, postgres::Error> {
-    let mut params: Vec<&(dyn postgres::types::ToSql + Sync)> = match sel {
-        Selection::Ids(ids) => vec![ids],
-        Selection::Booking(id) => vec![id],
-        Selection::Window { since, until } => vec![since, until],
-        Selection::AllFailed => vec![],
-    };
+    let types = types.as_slice();
+    let mut params: Vec<&(dyn postgres::types::ToSql + Sync)> = vec![&types];
+    match sel {
+        Selection::Ids(ids) => params.push(ids),
+        Selection::Booking(id) => params.push(id),
+        Selection::Window { since, until } => {
+            params.push(since);
+            params.push(until);
+        }
+        Selection::AllFailed => {}
+    }
     params.extend_from_slice(extra);
     client.query(sql, &params)
 }
 
-/// The number of the first parameter after a selection's own.
+/// The number of the first parameter after the types and a selection's own.
 fn next_param(sel: &Selection) -> usize {
     match sel {
-        Selection::Ids(_) | Selection::Booking(_) => 2,
-        Selection::Window { .. } => 3,
-        Selection::AllFailed => 1,
+        Selection::Ids(_) | Selection::Booking(_) => 3,
+        Selection::Window { .. } => 4,
+        Selection::AllFailed => 2,
     }
 }
 
@@ -134,6 +145,7 @@ pub fn count_selection(
     client: &mut impl GenericClient,
     sel: &Selection,
     which: Requeue,
+    types: &OutboxTypes,
 ) -> Result<(u64, u64)> {
     let sql = format!(
         "SELECT count(*) FILTER (WHERE {p}) AS take, count(*) FILTER (WHERE NOT {p}) AS leave
@@ -141,8 +153,8 @@ pub fn count_selection(
         selection_sql(sel),
         p = which.predicate()
     );
-    let rows =
-        query_selection(client, &sql, sel, &[]).context("cannot count the selected outbox rows")?;
+    let rows = query_selection(client, &sql, sel, types, &[])
+        .context("cannot count the selected outbox rows")?;
     let (take, leave): (i64, i64) = (rows[0].get("take"), rows[0].get("leave"));
     Ok((take.max(0) as u64, leave.max(0) as u64))
 }
@@ -157,6 +169,7 @@ pub fn requeue_batch(
     after: i64,
     limit: i64,
     lock: bool,
+    types: &OutboxTypes,
 ) -> Result<Vec<(i64, OutboxEntry)>> {
     let n = next_param(sel);
     let sql = format!(
@@ -167,7 +180,7 @@ pub fn requeue_batch(
         n + 1,
         if lock { " FOR UPDATE OF o" } else { "" }
     );
-    let rows = query_selection(client, &sql, sel, &[&after, &limit])
+    let rows = query_selection(client, &sql, sel, types, &[&after, &limit])
         .context("cannot read the selected outbox rows")?;
     Ok(rows.iter().map(|r| (r.get("seq"), entry(r))).collect())
 }
@@ -179,6 +192,7 @@ pub fn left_alone(
     sel: &Selection,
     which: Requeue,
     limit: i64,
+    types: &OutboxTypes,
 ) -> Result<Vec<OutboxEntry>> {
     let sql = format!(
         "SELECT {ENTRY_COLUMNS} FROM crm.outbox o
@@ -187,15 +201,22 @@ pub fn left_alone(
         which.predicate(),
         next_param(sel)
     );
-    let rows = query_selection(client, &sql, sel, &[&limit])
+    let rows = query_selection(client, &sql, sel, types, &[&limit])
         .context("cannot read the selected outbox rows")?;
     Ok(rows.iter().map(entry).collect())
 }
 
-/// Which of `ids` name an outbox row.
-pub fn existing_ids(client: &mut impl GenericClient, ids: &[Uuid]) -> Result<Vec<Uuid>> {
+/// Which of `ids` name an outbox row of the job's types.
+pub fn existing_ids(
+    client: &mut impl GenericClient,
+    ids: &[Uuid],
+    types: &OutboxTypes,
+) -> Result<Vec<Uuid>> {
     Ok(client
-        .query("SELECT id FROM crm.outbox WHERE id = ANY($1)", &[&ids])
+        .query(
+            "SELECT id FROM crm.outbox WHERE id = ANY($1) AND type = ANY($2::text[])",
+            &[&ids, &types.as_slice()],
+        )
         .context("cannot read the selected outbox rows")?
         .iter()
         .map(|r| r.get("id"))
@@ -206,18 +227,14 @@ pub fn existing_ids(client: &mut impl GenericClient, ids: &[Uuid]) -> Result<Vec
 pub(super) fn select_outbox(
     client: &mut impl GenericClient,
     sel: &Selection,
+    types: &OutboxTypes,
 ) -> Result<Vec<OutboxEntry>> {
     let sql = format!(
         "SELECT {ENTRY_COLUMNS} FROM crm.outbox o WHERE {} ORDER BY o.seq",
         selection_sql(sel),
     );
-    let rows = match sel {
-        Selection::Ids(ids) => client.query(&sql, &[ids]),
-        Selection::Booking(id) => client.query(&sql, &[id]),
-        Selection::Window { since, until } => client.query(&sql, &[since, until]),
-        Selection::AllFailed => client.query(&sql, &[]),
-    }
-    .context("cannot read the selected outbox rows")?;
+    let rows = query_selection(client, &sql, sel, types, &[])
+        .context("cannot read the selected outbox rows")?;
     Ok(rows.iter().map(entry).collect())
 }
 
@@ -225,15 +242,16 @@ pub(super) fn select_outbox(
 /// goes out again and consumers dedupe): the delivery marks and the receipt are cleared,
 /// nothing is inserted. Returns how many rows changed. A relay following the outbox
 /// is notified on the insert trigger's channel, delivered when the caller commits.
-pub fn requeue(client: &mut impl GenericClient, ids: &[Uuid]) -> Result<u64> {
+pub fn requeue(client: &mut impl GenericClient, ids: &[Uuid], types: &OutboxTypes) -> Result<u64> {
     let changed = client
         .execute(
             "UPDATE crm.outbox
                 SET published_at = NULL, failed_at = NULL, next_attempt_at = NULL,
                     failures = 0, last_error = NULL,
                     delivered_partition = NULL, delivered_offset = NULL
-              WHERE id = ANY($1) AND (published_at IS NOT NULL OR failed_at IS NOT NULL)",
-            &[&ids],
+              WHERE id = ANY($1) AND (published_at IS NOT NULL OR failed_at IS NOT NULL)
+                AND type = ANY($2::text[])",
+            &[&ids, &types.as_slice()],
         )
         .context("cannot re-queue the outbox rows")?;
     if changed > 0 {
