@@ -37,6 +37,8 @@ echo "== scripts/check-deploy.sh: manifests, Dockerfile, runtime libraries, aler
 scripts/check-deploy.sh
 echo "== scripts/contract-check.sh: AsyncAPI, generated schemas, compatibility with the released v1" >&2
 scripts/contract-check.sh
+echo "== squawk over sql/*.sql: every migration online-safe, no findings" >&2
+squawk_migrations sql/*.sql
 
 echo "== cargo test --no-run (while Jaeger builds)" >&2
 cargo test --locked --all-targets --no-run
