@@ -135,3 +135,20 @@ python_venv() {
     ) 9>"$dir/.lock" || { echo "python_venv: could not install $requirement into $venv" >&2; return 1; }
     echo "$venv"
 }
+
+# squawk_migrations FILE... — lints migrations with squawk (the PostgreSQL migration
+# linter, SQUAWK_VERSION from PyPI, in a venv of python_venv) at its default level, and
+# fails on any finding, one gcc-style line each (file:line:column, 0-based lines). A
+# rule is silenced only inline, with the reason on the line: `-- squawk-ignore RULE --
+# why` before the statement or column; the timeout rules once per file
+# (docs/guides/development.md, "Migrations").
+SQUAWK_VERSION=2.70.0
+squawk_migrations() {
+    local venv
+    ensure_apt_packages python3-venv || return 1
+    venv=$(python_venv "squawk-cli==$SQUAWK_VERSION") || return 1
+    if ! "$venv/bin/squawk" --reporter gcc "$@"; then
+        echo "squawk $SQUAWK_VERSION found problems in the migrations (above): make the statement online-safe, or silence the rule inline with the reason (-- squawk-ignore RULE -- why)" >&2
+        return 1
+    fi
+}

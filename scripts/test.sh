@@ -37,6 +37,27 @@ echo "== scripts/check-deploy.sh: manifests, Dockerfile, runtime libraries, aler
 scripts/check-deploy.sh
 echo "== scripts/contract-check.sh: AsyncAPI, generated schemas, compatibility with the released v1" >&2
 scripts/contract-check.sh
+echo "== squawk over sql/*.sql: every migration online-safe, no findings" >&2
+squawk_migrations sql/*.sql
+echo "== scripts/changelog-check.sh: what was added since the previous release is in CHANGELOG.md" >&2
+# Its self-test first: a reference with a flag and a variable that CHANGELOG.md does not
+# name must fail naming both; with a changelog that names them, neither is reported.
+selftest=$(mktemp -d)
+sed 's/^| `-v, --verbose` |/| `--changelog-selftest-flag <X>` | `CHANGELOG_SELFTEST_VARIABLE` |  | listed nowhere |\n&/' \
+    docs/reference/cli.md >"$selftest/cli.md"
+grep -q -- '--changelog-selftest-flag' "$selftest/cli.md" || { echo "changelog self-test: cannot add a flag to docs/reference/cli.md's global options" >&2; exit 1; }
+if scripts/changelog-check.sh --cli-md "$selftest/cli.md" 2>"$selftest/unlisted"; then
+    echo "changelog self-test: an unlisted flag passed scripts/changelog-check.sh" >&2; exit 1
+fi
+grep -q -- '`--changelog-selftest-flag`' "$selftest/unlisted" && grep -q '`CHANGELOG_SELFTEST_VARIABLE`' "$selftest/unlisted" \
+    || { cat "$selftest/unlisted" >&2; echo "changelog self-test: the failure does not name the unlisted flag and variable" >&2; exit 1; }
+sed 's/^## \[Unreleased\].*/&\n\n- `--changelog-selftest-flag`, `CHANGELOG_SELFTEST_VARIABLE`/' CHANGELOG.md >"$selftest/CHANGELOG.md"
+scripts/changelog-check.sh --cli-md "$selftest/cli.md" --changelog "$selftest/CHANGELOG.md" 2>"$selftest/listed" || true
+if grep -q 'CHANGELOG_SELFTEST\|changelog-selftest' "$selftest/listed"; then
+    cat "$selftest/listed" >&2; echo "changelog self-test: a listed flag was reported missing" >&2; exit 1
+fi
+rm -rf "$selftest"
+scripts/changelog-check.sh
 
 echo "== cargo test --no-run (while Jaeger builds)" >&2
 cargo test --locked --all-targets --no-run

@@ -1,5 +1,9 @@
 -- The xmin horizon's holders for the read-only role, without pg_read_all_stats
--- (migration 11).
+-- (migration 11), and the revoke of the membership migration 10 once granted.
+-- squawk-ignore-file require-lock-timeout,require-statement-timeout -- booking-expire migrate sets both before each statement
+--
+-- Every statement may run again (OR REPLACE; REVOKE and GRANT are idempotent; the DO
+-- block changes a role membership, no table).
 --
 -- `backlog` names the sessions whose transaction holds the xmin horizon back by PID,
 -- user, application, state and age. Migration 10 made the read-only role a member of

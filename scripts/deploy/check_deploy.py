@@ -19,6 +19,8 @@ import yaml
 IMAGE_USER = 65532
 SECRET = "booking-expire"
 OPERATOR_SECRET = "booking-expire-operator"
+MIGRATE_SECRET = "booking-expire-migrate"  # the migrating login's, never the operators'
+
 
 # The timing the CronJob is built on (cronjob.yaml's header explains each number).
 CONTROLLER_LAG = 2  # the CronJob controller creates the Job at most this late
@@ -220,11 +222,12 @@ def check_cronjob(path):
 def check_operator_jobs(path):
     docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
     jobs = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "Job"}
-    equal("operator Jobs", sorted(jobs), ["booking-expire-backlog", "booking-expire-dry-run"])
+    equal("operator Jobs", sorted(jobs), ["booking-expire-backlog", "booking-expire-dry-run", "booking-expire-migrate"])
     images = set()
-    for name, component, command in (
-        ("booking-expire-backlog", "backlog", "backlog"),
-        ("booking-expire-dry-run", "dry-run", "dry-run"),
+    for name, component, command, secret in (
+        ("booking-expire-backlog", "backlog", "backlog", OPERATOR_SECRET),
+        ("booking-expire-dry-run", "dry-run", "dry-run", OPERATOR_SECRET),
+        ("booking-expire-migrate", "migrate", "migrate", MIGRATE_SECRET),
     ):
         job = jobs.get(name) or {}
         spec = job.get("spec") or {}
@@ -234,11 +237,13 @@ def check_operator_jobs(path):
         check(f"{name}: activeDeadlineSeconds set", (spec.get("activeDeadlineSeconds") or 0) > 0)
         check(f"{name}: ttlSecondsAfterFinished set", (spec.get("ttlSecondsAfterFinished") or 0) > 0)
         pod = dig(spec, "template", "spec") or {}
-        images |= check_pod(name, pod, OPERATOR_SECRET)
+        images |= check_pod(name, pod, secret)
         equal(f"{name}: subcommand", dig(pod, "containers", 0, "args", 0), command)
     dry = dig(jobs.get("booking-expire-dry-run") or {}, "spec", "template", "spec", "containers", 0) or {}
     equal("dry-run: --as-of from AS_OF", dry.get("args"), ["dry-run", "--as-of=$(AS_OF)", "--all"])
     equal("dry-run: AS_OF defaults to now", dry.get("env"), [{"name": "AS_OF", "value": "now"}])
+    migrate = dig(jobs.get("booking-expire-migrate") or {}, "spec", "template", "spec", "containers", 0) or {}
+    equal("migrate: the runner's own defaults, no flags", migrate.get("args"), ["migrate"])
     return images
 
 
