@@ -21,7 +21,8 @@
 #                               1M historical rows besides
 #   BENCH_SCALEOUT_PROCS="1 2 4"   how many run-once processes drain it at once, per run
 #   BENCH_FOLLOW_RUNS=3         runs of the follow-burst bench (i)
-#   BENCH_ONLY="cycle drain relay relay-stale latency rss catchup scaleout follow-burst"   which parts to run
+#   BENCH_ONLY="cycle drain relay relay-stale latency rss catchup scaleout follow-burst migrate"   which parts to run
+#   BENCH_MIGRATE_ROWS, BENCH_MIGRATE_RUNS   the migration bench (j): scripts/bench/migrate.sh
 #   BENCH_BIN                   the binary to measure (default: cargo build --release)
 #   DATABASE_URL, KAFKA_BROKERS use these servers instead of throwaway ones; the bench
 #                               creates and drops databases named bench_* there, and
@@ -36,7 +37,7 @@ source scripts/lib.sh
 RUNS=${BENCH_RUNS:-7}
 DRAIN_RUNS=${BENCH_DRAIN_RUNS:-5}
 HISTORY=${BENCH_HISTORY:-10000 100000 1000000}
-ONLY=${BENCH_ONLY:-cycle drain relay relay-stale latency rss catchup scaleout follow-burst}
+ONLY=${BENCH_ONLY:-cycle drain relay relay-stale latency rss catchup scaleout follow-burst migrate}
 CATCHUP_OVERDUE=${BENCH_CATCHUP_OVERDUE:-500000}
 CATCHUP_HISTORY=1000000
 SCALEOUT_OVERDUE=${BENCH_SCALEOUT_OVERDUE:-500000}
@@ -778,6 +779,8 @@ wants rss && bench_rss
 wants catchup && bench_catchup
 wants scaleout && bench_scaleout
 wants follow-burst && bench_follow_burst
+# shellcheck source=scripts/bench/migrate.sh
+wants migrate && source scripts/bench/migrate.sh && bench_migrate
 
 {
     echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'))," \
