@@ -13,11 +13,11 @@
 #   ${XDG_CACHE_HOME:-~/.cache}/booking-expire/releases/COMMIT/sql/
 #
 # keyed by commit and reused afterwards: a warm call prints the path at once. The
-# build's Cargo target directory is releases/target (not the suite's), shared by the
-# releases so that a later one reuses the compiled dependencies. Concurrent calls wait
-# for one build at a time (flock); the directory appears whole or not at all (built beside it,
-# then renamed). Build output goes to releases/COMMIT.build.log; on failure its tail
-# is shown on stderr. tests/it/upgrade.rs uses the binary (scripts/test.sh runs this in
+# build's Cargo target directory is releases/target (not the suite's; 1.3 GB for
+# 0.1.0), removed once the binary is installed (kept after a failed build, for the
+# retry). Concurrent calls wait for one build at a time (flock); the directory appears
+# whole or not at all (built beside it, then renamed). Build output goes to
+# releases/COMMIT.build.log; on failure its tail is shown on stderr. tests/it/upgrade.rs uses the binary (scripts/test.sh runs this in
 # the background and hands the path on in BOOKING_EXPIRE_PREVIOUS_BIN).
 set -euo pipefail
 
@@ -78,5 +78,6 @@ cp "$cache/target/debug/booking-expire" "$work/out/booking-expire"
 cp -R "$work/src/sql" "$work/out/sql"
 rm -rf "$dest" # a directory without the binary: not one this script made whole
 mv -T "$work/out" "$dest"
+rm -rf "$cache/target"
 echo "release-before: release $version built in $((SECONDS - start)) s" >&2
 echo "$bin"

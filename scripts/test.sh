@@ -30,7 +30,8 @@ scripts/go-tool.sh github.com/jaegertracing/jaeger/cmd/jaeger v1.76.0 >/dev/null
 jaeger_build=$!
 # The previous release's binary for tests/it/upgrade.rs (the newest line of
 # scripts/releases.tsv): built once from its commit and cached by it (a debug build of
-# its own, 91 s on 2 cores with the crates fetched), in the background as well.
+# its own, with the crates fetched: 91 s on 2 quiet cores, 4½ min on 2 cores at load 5),
+# in the background as well.
 echo "== the previous release for tests/it/upgrade.rs: building in the background (cached by commit)" >&2
 previous_release=$(mktemp)
 scripts/release-before.sh >"$previous_release" &
