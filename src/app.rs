@@ -96,6 +96,7 @@ pub fn run(config: Config, run_id: Uuid, shutdown: &Shutdown) -> Result<()> {
         Config::Explain(cfg) => crate::ops::explain::explain(&cfg, shutdown),
         Config::Switch(cfg) => crate::ops::pause::switch(&cfg),
         Config::Requeue(cfg) => crate::ops::republish::republish(&cfg),
+        Config::Migrate(cfg) => crate::ops::migrate::migrate(&cfg, shutdown),
         Config::Completions(shell) => crate::reference::print_completions(shell),
     }
 }

@@ -53,7 +53,9 @@ Exit codes:
   69   unavailable: PostgreSQL or Kafka cannot be reached
   70   internal error (a bug; please report it)
   75   temporary failure: the batch was rolled back, the next run retries
+       (migrate: another migrator or a lock outlasted --lock-wait / --retry-for)
   78   configuration: bad URL, credentials, TLS, schema or privileges, clock skew
+       (migrate: a shipped migration edited, a transaction pooler in front)
   130  interrupted by SIGINT after the in-flight batch committed or rolled back
   143  terminated by SIGTERM after the in-flight batch committed or rolled back"
     };

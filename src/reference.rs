@@ -72,7 +72,10 @@ pub fn man_pages() -> Vec<(String, Vec<u8>)> {
     let root = command();
     let mut pages = Vec::new();
     for cmd in std::iter::once(&root).chain(visible_subcommands(&root)) {
-        let man = clap_mangen::Man::new(cmd.clone()).manual("booking-expire manual");
+        // The version alone: the commit in `--version` changes with every commit, and the
+        // committed pages must not.
+        let page = cmd.clone().version(env!("CARGO_PKG_VERSION"));
+        let man = clap_mangen::Man::new(page).manual("booking-expire manual");
         let mut text = Vec::new();
         man.render(&mut text)
             .expect("rendering into memory does not fail");
@@ -189,6 +192,10 @@ pub const OTHER_ENVIRONMENT: &[(&str, &str)] = &[
     (
         "LOG_STYLE",
         "colours in text logs: `never` (default), `auto`, `always`",
+    ),
+    (
+        "BOOKING_EXPIRE_COMMIT",
+        "read when the binary is built, not when it runs: the commit `--version` names (the image's build argument; else `git rev-parse HEAD`, else `unknown`)",
     ),
 ];
 

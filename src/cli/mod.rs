@@ -3,9 +3,11 @@
 //! environment variable the program reads is an argument here, so `--help` and the
 //! generated reference show it. The rooms: the subcommands and their help (here),
 //! the shared connection flags (`connect`), the jobs' and reports' flags (`work`), the
-//! operator commands' (`operate`), value parsers (`values`), usage errors (`usage`).
+//! operator commands' (`operate`), the migration runner's (`migrate`), value parsers
+//! (`values`), usage errors (`usage`).
 
 mod connect;
+mod migrate;
 mod operate;
 mod usage;
 mod values;
@@ -14,6 +16,7 @@ mod work;
 use clap::{Parser, Subcommand};
 
 pub use self::connect::*;
+pub use self::migrate::*;
 pub use self::operate::*;
 pub use self::usage::usage_error;
 pub use self::values::{IdArg, parse_as_of};
@@ -21,6 +24,17 @@ pub use self::work::*;
 pub use crate::domain::AsOf;
 pub use crate::duration::{parse_duration, show_duration};
 use crate::exit::EXIT_CODES_HELP;
+
+/// What `--version` prints after the program's name: the version, the commit it was
+/// built from and the schema version it expects (the highest migration built in).
+pub const VERSION_LINE: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("BOOKING_EXPIRE_COMMIT"),
+    ", schema ",
+    env!("SCHEMA_VERSION_BUILT_IN"),
+    ")"
+);
 
 /// Log line format on stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -32,7 +46,7 @@ pub enum LogFormat {
 #[derive(Debug, Parser)]
 #[command(
     name = "booking-expire",
-    version,
+    version = VERSION_LINE,
     about = "Expires overdue CRM bookings and publishes one booking-expired event per expiry \
              through a transactional outbox",
     long_about = "Expires overdue CRM bookings and publishes one booking-expired event per \
@@ -282,6 +296,44 @@ pub enum Command {
         )
     )]
     RetryFailed(RequeueArgs),
+
+    /// Apply the migrations built into this binary, recording each in a history;
+    /// `migrate status` lists them
+    #[command(
+        long_about = "Apply the migrations built into this binary (the files of sql/), in \
+                      version order, each recorded in crm.booking_expiration_migrations (version, \
+                      checksum, applied at, by whom, release, how long). Every statement runs in \
+                      its own transaction under the runner's --lock-timeout and \
+                      --statement-timeout: a statement that cannot get its lock in time gives \
+                      up, so that the CRM's statements never queue behind it, and is tried again \
+                      after a jittered back-off (1s, 2s, 4s … at most 30s) for --retry-for. \
+                      Index builds CONCURRENTLY wait for older transactions under \
+                      --index-timeout; an INVALID index an earlier build left is dropped and \
+                      built again. A file that failed half-way runs again whole next time.\n\n\
+                      One migrator at a time: a session advisory lock, polled every 500ms for up \
+                      to --lock-wait; a second migrator waits, then finds nothing to do and \
+                      exits 0. A database migrated by the old script (no history) is adopted: \
+                      the files whose objects are there are recorded without running. A file \
+                      whose checksum differs from the one applied (a shipped migration edited) \
+                      is refused before any work (78). Behind a transaction pooler it refuses \
+                      to run (78).\n\n\
+                      Run it as a role that owns crm.bookings and crm.outbox (index builds need \
+                      ownership) and may create roles, or as a superuser.\n\n\
+                      stdout: {\"SchemaVersion\",\"Applied\",\"Adopted\",\"DurationMs\"}; \
+                      progress on stderr.",
+        after_help = EXIT_CODES_HELP,
+        after_long_help = concat!(
+            crate::exit::exit_codes_text!(),
+            "\n\nExamples:\n",
+                "  # The deploy's migration Job: wait up to 15 minutes for another migrator\n",
+                "  booking-expire migrate\n",
+                "  # See first what would run, changing nothing\n",
+                "  booking-expire migrate --dry-run\n",
+                "  # On a busy database: give locks up after 500ms and keep trying for 30 minutes\n",
+                "  booking-expire migrate --lock-timeout 500ms --retry-for 30m\n",
+        )
+    )]
+    Migrate(MigrateArgs),
 
     /// Print a shell completion script (bash, zsh or fish) on stdout
     #[command(

@@ -8,6 +8,7 @@ mod db;
 pub mod env;
 mod kafka;
 mod metrics;
+mod migrate;
 mod operate;
 mod secret;
 mod topics;
@@ -20,6 +21,7 @@ use anyhow::Result;
 pub use self::db::{DbConfig, SslMode};
 pub use self::kafka::{DEFAULT_MAX_MESSAGE_BYTES, KafkaConfig, KafkaSecurity};
 pub use self::metrics::{MetricsConfig, PushAuth, Pushgateway, Step};
+pub use self::migrate::{MigrateAction, MigrateConfig, MigrateLimits};
 pub use self::operate::{
     Actor, ExplainConfig, Pausable, READ_BACK_TIMEOUT, RequeueConfig, SwitchConfig, TypedId,
 };
@@ -41,6 +43,8 @@ pub enum Config {
     Switch(SwitchConfig),
     /// `republish` and `retry-failed` (`failed_only`).
     Requeue(RequeueConfig),
+    /// `migrate`, `migrate --dry-run`, `migrate status`.
+    Migrate(MigrateConfig),
     /// `completions`: a shell script on stdout.
     Completions(crate::reference::CompletionShell),
 }
@@ -134,6 +138,9 @@ impl Config {
             }
             Command::RetryFailed(ref args) => {
                 Config::Requeue(RequeueConfig::from_args(args, true).map_err(refused(None))?)
+            }
+            Command::Migrate(ref args) => {
+                Config::Migrate(MigrateConfig::from_args(args).map_err(refused(None))?)
             }
             Command::Completions(ref args) => Config::Completions(match args.shell {
                 cli::Shell::Bash => crate::reference::CompletionShell::Bash,

@@ -4,6 +4,7 @@
 
 pub mod explain;
 pub mod ids;
+pub mod migrate;
 pub mod pause;
 pub mod republish;
 

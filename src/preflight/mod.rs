@@ -88,6 +88,15 @@ pub enum Preflight {
     Ready { pause: PauseWatch },
 }
 
+/// Fails with 78 unless `db` has a server session of its own (no transaction pooler
+/// in between), as the writing commands' preflight proves it: `command` needs one for
+/// a session advisory lock and its session settings.
+pub fn require_own_session(db: &mut Db, cfg: &DbConfig, command: &str) -> Result<()> {
+    let first = store::backend_pid(&mut db.client, false)?;
+    let second = store::connect_another(cfg);
+    pooler::require_session(&mut db.client, first, second, command, true)
+}
+
 /// Runs the preflight of `checks` on `db` (opened from `cfg`) at `now`. Fails with the
 /// first check that does not hold: writable (75), pooler (78), clock (78), schema and
 /// privileges (78).

@@ -10,6 +10,7 @@ mod expiration;
 mod hygiene;
 pub mod ids;
 pub mod locks;
+pub mod migrate;
 pub mod ops;
 mod outbox;
 mod phase_failure;
