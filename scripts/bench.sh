@@ -22,7 +22,7 @@
 #   BENCH_SCALEOUT_PROCS="1 2 4"   how many run-once processes drain it at once, per run
 #   BENCH_FOLLOW_RUNS=3         runs of the follow-burst bench (i)
 #   BENCH_ONLY="cycle drain relay relay-stale latency rss catchup scaleout follow-burst migrate"   which parts to run
-#   BENCH_MIGRATE_ROWS, BENCH_MIGRATE_RUNS   the migration bench (j): scripts/bench/migrate.sh
+#   BENCH_MIGRATE_ROWS, BENCH_MIGRATE_RUNS   the migration bench (k): scripts/bench/migrate.sh
 #   BENCH_BIN                   the binary to measure (default: cargo build --release)
 #   DATABASE_URL, KAFKA_BROKERS use these servers instead of throwaway ones; the bench
 #                               creates and drops databases named bench_* there, and

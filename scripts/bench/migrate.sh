@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# (j) Migration at scale, a part of scripts/bench.sh (BENCH_ONLY=migrate), sourced by it:
+# (k) Migration at scale, a part of scripts/bench.sh (BENCH_ONLY=migrate), sourced by it:
 # it uses bench.sh's helpers (admin, sql, db_url, copy, progress, die, table, $WORK,
 # $BIN).
 #
@@ -159,7 +159,7 @@ EOF
     done
     local fmt='%-44s %-22s %-10s %-24s %-24s %s\n' key label worst
     {
-        echo "(j) Migration at scale: crm.bookings of $MIGRATE_ROWS CRM bookings (only the CRM's table, as before"
+        echo "(k) Migration at scale: crm.bookings of $MIGRATE_ROWS CRM bookings (only the CRM's table, as before"
         echo "    the job is installed: 90 % finished, 10 % active), a CRM writer updating one random booking"
         echo "    every 10 ms ($MIGRATE_WRITERS pgbench sessions, -R 100) through the whole migration; each"
         echo "    update's latency from its scheduled start to its commit, over the updates that overlapped"
