@@ -76,6 +76,13 @@ if ! (
 fi
 cp "$cache/target/debug/booking-expire" "$work/out/booking-expire"
 cp -R "$work/src/sql" "$work/out/sql"
+# The line of releases.tsv must describe that commit: its version and schema.
+built=$("$work/out/booking-expire" --version)
+[[ $built == "booking-expire $version" || $built == "booking-expire $version "* ]] \
+    || die "$releases says $commit is release $version, but its binary says '$built'"
+highest=$(find "$work/out/sql" -maxdepth 1 -name '[0-9]*.sql' -printf '%f\n' | LC_ALL=C sort | tail -n 1)
+[[ $((10#${highest%%_*})) == "$schema" ]] \
+    || die "$releases says release $version has schema $schema, but its newest migration is sql/$highest"
 rm -rf "$dest" # a directory without the binary: not one this script made whole
 mv -T "$work/out" "$dest"
 rm -rf "$cache/target"
