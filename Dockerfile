@@ -3,7 +3,8 @@
 # booking-expire's image: built on Debian 12 (bookworm), run on distroless cc-debian12,
 # the same Debian's glibc and OpenSSL 3 with nothing else: no shell, no package manager.
 #
-#   docker build -t registry.example.com/pin/booking-expire:0.1.0 .
+#   docker build --build-arg BOOKING_EXPIRE_COMMIT="$(git rev-parse HEAD)" \
+#       -t registry.example.com/pin/booking-expire:0.1.0 .
 #
 # Or the runtime stage alone, fed a binary built on a Debian 12 host (the Rust image is
 # then neither pulled nor run): a directory holding the tree the build stage makes in
@@ -25,6 +26,10 @@ ARG RUST_VERSION=1.95
 ARG BINARY=build
 
 FROM docker.io/library/rust:${RUST_VERSION}-bookworm AS build
+# The commit `--version` names (build.rs reads it; .dockerignore leaves .git out):
+#   docker build --build-arg BOOKING_EXPIRE_COMMIT="$(git rev-parse HEAD)" …
+# Unset, the version line says `commit unknown`.
+ARG BOOKING_EXPIRE_COMMIT=
 # What `cargo build` needs besides Rust (as scripts/lib.sh ensure_build_deps):
 # OpenSSL and zlib headers, a C/C++ toolchain and make for librdkafka, pkg-config.
 RUN apt-get update \

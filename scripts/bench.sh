@@ -110,7 +110,7 @@ template() {
     for v in "$@"; do vars+=(-v "$v"); done
     local t0=$SECONDS
     admin -c "DROP DATABASE IF EXISTS $name" -c "CREATE DATABASE $name"
-    scripts/migrate.sh "$(db_url "$name")" 2>/dev/null
+    RUST_LOG=warn "$BIN" migrate --database-url "$(db_url "$name")" >/dev/null
     sql "$name" "${vars[@]}" -f "$seed" >/dev/null
     progress "template $name ($*) in $((SECONDS - t0))s"
 }

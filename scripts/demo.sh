@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The main job end to end on throwaway services: start PostgreSQL and Kafka, apply
-# sql/, seed bookings (scripts/demo-seed.sql: fixed ids, deadlines relative to now),
+# The main job end to end on throwaway services: start PostgreSQL and Kafka, migrate
+# (booking-expire migrate), seed bookings (scripts/demo-seed.sql: fixed ids, deadlines relative to now),
 # run one expiration cycle, relay the outbox to Kafka, read the topic back with a real
 # consumer, and sum up what happened.
 #
@@ -31,7 +31,7 @@ start_postgres
 start_kafka
 TOPIC=pin.crm.booking-expired.v1
 scripts/kafka-topic.sh "$KAFKA_BROKERS" "$TOPIC" 6 >/dev/null 2>&1
-scripts/migrate.sh "$DATABASE_URL"
+RUST_LOG=warn "$BIN" migrate --database-url "$DATABASE_URL" >/dev/null
 psql "$DATABASE_URL" -X -q -v ON_ERROR_STOP=1 -f scripts/demo-seed.sql
 
 show() { psql "$DATABASE_URL" -X -q -P pager=off -c "$1"; }

@@ -10,8 +10,9 @@
 #   3. checks the image (user, entrypoint, no shell, the time zone database) and runs it
 #      with the CronJob's security context (--read-only, --user 65532, --cap-drop ALL,
 #      no-new-privileges) on the host network against a throwaway PostgreSQL and Kafka:
-#      --version, dry-run, backlog, run-once, relay-outbox (read back from the topic),
-#      and verify-full TLS to PostgreSQL with the CA mounted read-only.
+#      --version (the commit passed as the build argument), migrate (the image migrates
+#      the database itself), dry-run, backlog, run-once, relay-outbox (read back from the
+#      topic), and verify-full TLS to PostgreSQL with the CA mounted read-only.
 #
 # Installs what it needs when run as root (podman, runc); needs root (rootful podman).
 # Running containers needs runc (crun refuses some kernels' cgroups) and explicit
@@ -78,10 +79,13 @@ EOF
 export CONTAINERS_CONF=$work/containers.conf
 
 echo "== the image: stand-in base, podman build of the Dockerfile" >&2
+# The commit --version names: the image's build argument, as a release build passes it
+# (the build context has no .git); the binary built here gets it the same way.
+commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 if [[ -n ${BOOKING_EXPIRE_BIN:-} ]]; then
     bin=$BOOKING_EXPIRE_BIN
 else
-    cargo build --locked --quiet
+    BOOKING_EXPIRE_COMMIT=$commit cargo build --locked --quiet
     bin=${CARGO_TARGET_DIR:-target}/debug/booking-expire
 fi
 
@@ -103,7 +107,7 @@ start=$SECONDS
 # --network none: no step of the runtime stage needs the network.
 rc=0
 out=$(podman build --pull=never --network none --build-arg BINARY=prebuilt \
-    -f "$PWD/Dockerfile" -t "$IMAGE" "$work/context" 2>&1) || rc=$?
+    --build-arg BOOKING_EXPIRE_COMMIT="$commit" -f "$PWD/Dockerfile" -t "$IMAGE" "$work/context" 2>&1) || rc=$?
 # The prebuilt stage's image, a failed build's layers and the previous test image are
 # left untagged: remove what this build left so.
 comm -13 <(echo "$dangling_before") <(podman images --quiet --filter dangling=true | sort) |
@@ -169,8 +173,19 @@ else
 fi
 
 echo "== the image run as the CronJob runs it" >&2
-want_version="booking-expire $(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)"
-if out=$(podman run --rm "${CRONJOB[@]}" "$IMAGE" --version 2>&1) && [[ $out == "$want_version" ]]; then
+# booking-expire VERSION (commit 12 HEX, schema N): N the highest migration of sql/.
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+schema=$(find sql -maxdepth 1 -name '[0-9]*_*.sql' -printf '%f\n' | sed 's/_.*//' | sort -n | tail -n 1)
+schema=$((10#$schema))
+want_version="booking-expire $version (commit ${commit:0:12}, schema $schema)"
+if [[ -n ${BOOKING_EXPIRE_BIN:-} ]]; then
+    # A binary built elsewhere names its own commit.
+    want_version="booking-expire $version (commit <its own>, schema $schema)"
+fi
+out=$(podman run --rm "${CRONJOB[@]}" "$IMAGE" --version 2>&1) || true
+if [[ $out == "$want_version" ]] ||
+    { [[ -n ${BOOKING_EXPIRE_BIN:-} ]] &&
+        [[ $out =~ ^booking-expire\ $version\ \(commit\ ([0-9a-f]{12}|unknown),\ schema\ $schema\)$ ]]; }; then
     pass "--version: $out"
 else
     fail "--version: '$out', want '$want_version'"
@@ -183,15 +198,21 @@ start_postgres
 start_kafka
 echo "services up in $(elapsed "$start")" >&2
 scripts/kafka-topic.sh "$KAFKA_BROKERS" "$TOPIC" 6 >/dev/null 2>&1
-scripts/migrate.sh "$DATABASE_URL" >/dev/null 2>&1
+# The configuration reaches the container as the CronJob's Secret does: environment.
+be() { podman run --rm "${CRONJOB[@]}" -e DATABASE_URL -e KAFKA_BROKERS "$IMAGE" "$@"; }
+# The image migrates the database itself, as a deploy's migration Job does.
+if out=$(be migrate 2>"$work/err") && [[ $out == *"\"SchemaVersion\":$schema,"* ]]; then
+    pass "migrate: the image applies its migrations: $out"
+else
+    fail "migrate: exit $?: $out $(tail -n 3 "$work/err")"
+    finish
+fi
 psql "$DATABASE_URL" -X -q -v ON_ERROR_STOP=1 -f scripts/demo-seed.sql
 sql() { psql "$DATABASE_URL" -X -A -t -v ON_ERROR_STOP=1 -c "$1"; }
 overdue_sql="SELECT count(*) FROM crm.bookings WHERE status IN ('Reserved', 'AwaitingPayment', 'Booked')
    AND coalesce(CASE WHEN status = 'Booked' THEN booking_expires_at ELSE reserve_expires_at END,
                 'infinity') < now()"
 overdue=$(sql "$overdue_sql")
-# The configuration reaches the container as the CronJob's Secret does: environment.
-be() { podman run --rm "${CRONJOB[@]}" -e DATABASE_URL -e KAFKA_BROKERS "$IMAGE" "$@"; }
 
 if out=$(be dry-run --as-of now --json 2>"$work/err"); then
     candidates=$(grep -c '"BookingId"' <<<"$out" || true)
@@ -296,8 +317,10 @@ tls_state=$(mktemp -d)
 tls_url=$(PG_SSL_CERT_DIR=$certs scripts/pg-start.sh "$tls_state" 2>/dev/null)
 port=${tls_url##*:}
 port=${port%%/*}
-scripts/migrate.sh "postgres://postgres@localhost:$port/postgres?sslmode=require" >/dev/null 2>&1
 verify_full="postgres://postgres@localhost:$port/postgres?sslmode=verify-full&sslrootcert=/etc/booking-expire/ca.crt"
+podman run --rm "${CRONJOB[@]}" -v "$certs/ca.crt:/etc/booking-expire/ca.crt:ro" \
+    -e DATABASE_URL="$verify_full" "$IMAGE" migrate >/dev/null 2>&1 ||
+    fail "migrate over verify-full TLS with the image"
 tls_backlog() {
     podman run --rm "${CRONJOB[@]}" -v "$1:/etc/booking-expire/ca.crt:ro" \
         -e DATABASE_URL="$verify_full" "$IMAGE" backlog --format prometheus

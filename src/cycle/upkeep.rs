@@ -25,8 +25,8 @@ pub(super) fn read_failures(
         Ok(Some(failures)) => failures,
         Ok(None) => {
             warn!(
-                "crm.booking_expiration_phase_failure is missing or not granted (apply \
-                   sql/012_phase_failures.sql): a batch that fails every cycle is not \
+                "crm.booking_expiration_phase_failure is missing or not granted (migration \
+                   012_phase_failures.sql: run `booking-expire migrate`): a batch that fails every cycle is not \
                    isolated booking by booking"
             );
             return None;

@@ -287,7 +287,7 @@ fn judge_tables(rows: &[SimpleQueryRow]) -> Result<()> {
         Err(fail(
             Failure::Config,
             format!(
-                "schema not migrated: missing {} (apply the files of sql/ in order)",
+                "schema not migrated: missing {} (run `booking-expire migrate`)",
                 missing.join(", ")
             ),
         ))

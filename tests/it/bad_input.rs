@@ -51,6 +51,8 @@ fn base_args(subcommand: &str) -> Vec<&'static str> {
         ],
         "retry-failed" => vec!["retry-failed", "--all", "--reason", "test"],
         "completions" => vec!["completions", "bash"],
+        // A dry run: a value that got through would change nothing.
+        "migrate" => vec!["migrate", "--dry-run"],
         other => panic!("{other}"),
     }
 }
@@ -193,6 +195,36 @@ const PARSED: &[Input] = &[
         "backlog",
         "--statement-timeout",
         Some("BOOKING_EXPIRATION_STATEMENT_TIMEOUT"),
+    ),
+    input(
+        "migrate",
+        "--lock-timeout",
+        Some("BOOKING_EXPIRATION_MIGRATE_LOCK_TIMEOUT"),
+    ),
+    input(
+        "migrate",
+        "--statement-timeout",
+        Some("BOOKING_EXPIRATION_MIGRATE_STATEMENT_TIMEOUT"),
+    ),
+    input(
+        "migrate",
+        "--index-timeout",
+        Some("BOOKING_EXPIRATION_MIGRATE_INDEX_TIMEOUT"),
+    ),
+    input(
+        "migrate",
+        "--lock-wait",
+        Some("BOOKING_EXPIRATION_MIGRATE_LOCK_WAIT"),
+    ),
+    input(
+        "migrate",
+        "--retry-for",
+        Some("BOOKING_EXPIRATION_MIGRATE_RETRY_FOR"),
+    ),
+    input(
+        "migrate",
+        "--target",
+        Some("BOOKING_EXPIRATION_MIGRATE_TARGET"),
     ),
 ];
 

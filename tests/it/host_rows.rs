@@ -434,7 +434,8 @@ fn without_migration_12_the_cycle_says_so_and_runs_as_before() {
     let run = db.run(&["run-once"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(
-        run.stderr.contains("apply sql/012_phase_failures.sql"),
+        run.stderr
+            .contains("migration 012_phase_failures.sql: run `booking-expire migrate`"),
         "{}",
         run.stderr
     );

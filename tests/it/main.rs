@@ -29,6 +29,7 @@ mod host_sessions;
 mod hygiene;
 mod long_running;
 mod metrics;
+mod migrate;
 mod pause;
 mod poison_and_races;
 mod pooler;

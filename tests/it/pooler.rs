@@ -161,3 +161,32 @@ fn session_pooling_is_accepted() {
     assert_eq!(relay.code, 0, "{}", relay.stderr);
     assert!(relay.stdout.contains("\"Published\":0"), "{}", relay.stdout);
 }
+
+#[test]
+fn migrate_behind_transaction_pooling_is_refused_with_78_and_makes_nothing() {
+    let bouncer = PgBouncer::start("transaction");
+    let db = TestDb::empty();
+    let url = bouncer.url(&db);
+    let run = through(&db, &url, &["migrate"]);
+    assert_eq!(run.code, 78, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains(&format!("booking-expire: error: migrate {REFUSAL}"))
+            && run.stderr.contains(REMEDY),
+        "{}",
+        run.stderr
+    );
+    let mut c = db.client();
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM pg_namespace WHERE nspname = 'crm'"
+        ),
+        0,
+        "nothing was made"
+    );
+    // Through session pooling it migrates.
+    let session = PgBouncer::start("session");
+    let run = through(&db, &session.url(&db), &["migrate"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+}

@@ -37,12 +37,29 @@ pub struct Applied {
 }
 
 /// Makes the history table (and the schema) when missing. Run under the migrators'
-/// lock: two sessions creating the same table at once collide in the catalog.
+/// lock: two sessions creating the same table at once collide in the catalog. Each is
+/// made only when it is not there: `CREATE … IF NOT EXISTS` asks for the privilege to
+/// create first, which a role that owns what is there may lack.
 pub fn ensure(client: &mut Client) -> Result<()> {
+    let row = client
+        .query_one(
+            "SELECT to_regnamespace('crm') IS NOT NULL,
+                    to_regclass('crm.booking_expiration_migrations') IS NOT NULL",
+            &[],
+        )
+        .classify(Failure::Temporary, "cannot read the catalog")?;
+    let (schema, table): (bool, bool) = (row.get(0), row.get(1));
+    if table {
+        return Ok(());
+    }
+    if !schema {
+        client
+            .batch_execute("CREATE SCHEMA IF NOT EXISTS crm")
+            .classify(Failure::Config, "cannot create the schema crm")?;
+    }
     client
         .batch_execute(
-            "CREATE SCHEMA IF NOT EXISTS crm;
-             CREATE TABLE IF NOT EXISTS crm.booking_expiration_migrations (
+            "CREATE TABLE IF NOT EXISTS crm.booking_expiration_migrations (
                  version     integer     PRIMARY KEY,
                  name        text        NOT NULL,
                  checksum    text        NOT NULL,

@@ -72,7 +72,7 @@ fn holder(client: &mut Client) -> Result<Option<i32>> {
         .query_opt(
             "SELECT pid FROM pg_catalog.pg_locks
               WHERE locktype = 'advisory' AND granted AND objsubid = 1
-                AND classid = ($1 >> 32)::oid AND objid = ($1 & 4294967295)::oid
+                AND classid = ($1::int8 >> 32)::oid AND objid = ($1::int8 & 4294967295)::oid
                 AND database = (SELECT oid FROM pg_catalog.pg_database
                                  WHERE datname = current_database())
               LIMIT 1",

@@ -255,3 +255,16 @@ fn apply_locked(
         .unwrap_or(0);
     Ok(outcome)
 }
+
+/// Runs one statement as the statements of a migration run (its policy, the check for
+/// an INVALID index before a concurrent build), as the only statement of `file`.
+pub fn run_one(
+    client: &mut Client,
+    watcher: Option<&mut Client>,
+    statement: &str,
+    file: &'static str,
+    policy: &Policy,
+) -> Result<()> {
+    let at = run::At { file, k: 1, n: 1 };
+    run::statement(client, watcher, statement, &at, policy, &|| false)
+}

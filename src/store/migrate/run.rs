@@ -46,14 +46,16 @@ pub fn statement(
     let kind = policy::kind(statement);
     info!(Migration = at.file, Statement = at.statement().as_str();
           "migrate: statement {}/{}: {}", at.k, at.n, first_line(statement));
-    if let Kind::IndexBuild { schema, index } = &kind {
-        drop_invalid(client, schema.as_deref(), index, at, policy)?;
-    }
     let (lock_timeout, statement_timeout) = kind.timeouts(policy);
     let mut attempt = 0u32;
     let mut first_failure: Option<Instant> = None;
     loop {
         attempt += 1;
+        // Before every try: a build that failed (also this statement's last try, given
+        // up or deadlocked) leaves an INVALID index that IF NOT EXISTS would skip.
+        if let Kind::IndexBuild { schema, index } = &kind {
+            drop_invalid(client, schema.as_deref(), index, at, policy)?;
+        }
         set_timeouts(client, lock_timeout, statement_timeout)?;
         let pid = backend_pid(client)?;
         let (result, waited_for) =

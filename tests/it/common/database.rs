@@ -1,9 +1,8 @@
 //! The database of each test: a fresh one per test, cloned from a template with every
-//! migration of `sql/` applied (made once per run on the suite's server, see
-//! [`admin_url`]), URLs, migrations for a server a test started itself, a read-only
-//! operator role.
+//! migration of `sql/` applied by the binary's `migrate` (made once per run on the
+//! suite's server, see [`admin_url`]), URLs, migrations for a server a test started
+//! itself, a read-only operator role.
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -64,13 +63,9 @@ impl TestDb {
         }
     }
 
+    /// Applies the migrations through the built binary's `migrate`.
     pub fn migrate(&self) {
-        let mut c = self.client();
-        for file in migrations() {
-            let sql = std::fs::read_to_string(&file).unwrap();
-            c.batch_execute(&sql)
-                .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        }
+        migrate_url(&self.url);
     }
 
     pub fn client(&self) -> Client {
@@ -119,16 +114,6 @@ impl Drop for TestDb {
             ));
         }
     }
-}
-pub fn migrations() -> Vec<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("sql");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "sql"))
-        .collect();
-    files.sort();
-    files
 }
 /// Replaces the database name of a URL (`…/postgres` → `…/name`), keeping the query.
 pub fn with_database(url: &str, name: &str) -> String {
@@ -210,14 +195,22 @@ pub fn with_user(url: &str, user: &str) -> String {
 }
 
 /// The migrations of `sql/`, applied to the database at `url` (one that no `TestDb`
-/// owns, e.g. the `postgres` database of a server a test started itself).
+/// owns, e.g. the `postgres` database of a server a test started itself) by the built
+/// binary's `migrate`, as a deployment applies them; panics with its stderr unless it
+/// exits 0.
 pub fn migrate_url(url: &str) {
-    let mut c = Client::connect(url, NoTls).expect("connect to migrate");
-    for file in migrations() {
-        let sql = std::fs::read_to_string(&file).unwrap();
-        c.batch_execute(&sql)
-            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-    }
+    let out = Command::new(BIN)
+        .args(["migrate", "--database-url", url])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .output()
+        .expect("run the binary's migrate");
+    assert!(
+        out.status.success(),
+        "booking-expire migrate failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 /// A LOGIN role that may only read the three tables the reports need, with read-only
 /// transactions by default, as an operator's account would be (docs/guides/operating.md,

@@ -150,6 +150,31 @@ impl Background {
         }
     }
 
+    /// What the process wrote on stderr so far.
+    pub fn stderr_so_far(&self) -> String {
+        String::from_utf8_lossy(&std::fs::read(&self.stderr).unwrap_or_default()).into_owned()
+    }
+
+    /// Waits until stderr holds at least `n` lines containing `needle`, or panics after
+    /// `limit` (or when the process ended first) with what it wrote.
+    pub fn wait_for_lines(&mut self, needle: &str, n: usize, limit: Duration) {
+        let start = Instant::now();
+        loop {
+            let err = self.stderr_so_far();
+            if err.lines().filter(|l| l.contains(needle)).count() >= n {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("the process ended ({status}) before {n} lines with {needle:?}:\n{err}");
+            }
+            assert!(
+                start.elapsed() < limit,
+                "timed out waiting for {n} lines with {needle:?}:\n{err}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn wait(mut self) -> Run {
         use std::os::unix::process::ExitStatusExt;
         let status = self.child.wait().unwrap();

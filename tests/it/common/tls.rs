@@ -154,14 +154,13 @@ impl TlsPostgres {
         .expect("connect to the TLS server as admin")
     }
 
-    /// Applies every migration of `sql/` to its `postgres` database.
+    /// Applies every migration of `sql/` to its `postgres` database, by the binary's
+    /// `migrate` over verified TLS.
     pub fn migrate(&self) {
-        let mut c = self.admin();
-        for file in super::migrations() {
-            let sql = std::fs::read_to_string(&file).unwrap();
-            c.batch_execute(&sql)
-                .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        }
+        super::migrate_url(&self.url_with(&format!(
+            "sslmode=verify-ca&sslrootcert={}",
+            self.ca.display()
+        )));
     }
 }
 
