@@ -12,11 +12,13 @@
 #   ${XDG_CACHE_HOME:-~/.cache}/booking-expire/releases/COMMIT/booking-expire
 #   ${XDG_CACHE_HOME:-~/.cache}/booking-expire/releases/COMMIT/sql/
 #
-# keyed by commit and reused afterwards: a warm call prints the path at once. The
-# build's Cargo target directory is releases/target (not the suite's; 1.3 GB for
-# 0.1.0), removed once the binary is installed (kept after a failed build, for the
-# retry). Concurrent calls wait for one build at a time (flock); the directory appears
-# whole or not at all (built beside it, then renamed). Build output goes to
+# keyed by commit and reused afterwards: a warm call prints the path at once. Each
+# build gets a Cargo target directory of its own in a temporary directory beside the
+# cache's (not the suite's; 1.3 GB for 0.1.0), removed when it ends, failed or not:
+# never reused, since cargo would take another tree's artefacts for fresh (git archive
+# dates the files by their commit, and the package's paths are the same). Concurrent
+# calls wait for one build at a time (flock); the directory appears whole or not at all
+# (built beside it, then renamed). Build output goes to
 # releases/COMMIT.build.log; on failure its tail is shown on stderr. tests/it/upgrade.rs uses the binary (scripts/test.sh runs this in
 # the background and hands the path on in BOOKING_EXPIRE_PREVIOUS_BIN).
 set -euo pipefail
@@ -43,7 +45,7 @@ if [[ -x $bin && -d $dest/sql ]]; then
 fi
 
 mkdir -p "$cache"
-# One lock for every release: their builds share one target directory.
+# One lock for every release: one build at a time on a machine.
 exec 9>"$cache/.lock"
 flock 9
 if [[ -x $bin && -d $dest/sql ]]; then
@@ -58,6 +60,7 @@ if ! git -C "$root" cat-file -e "$commit^{commit}" 2>/dev/null; then
     die "release $version's commit $commit is not in this clone (run 'git fetch origin' and check $releases)"
 fi
 
+rm -rf "$cache"/.build-* # what a killed build left: nobody else builds while we hold the lock
 work=$(mktemp -d "$cache/.build-$commit.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 log=$cache/$commit.build.log
@@ -68,13 +71,13 @@ git -C "$root" archive --format=tar "$commit" | tar -x -C "$work/src"
 if ! (
     cd "$work/src"
     # The tree has no .git: a release that reads its commit at build time gets it here.
-    BOOKING_EXPIRE_COMMIT=$commit CARGO_TARGET_DIR=$cache/target \
+    BOOKING_EXPIRE_COMMIT=$commit CARGO_TARGET_DIR=$work/target \
         "${CARGO:-cargo}" build --locked --bin booking-expire
 ) >"$log" 2>&1; then
     tail -n 30 "$log" >&2
     die "building release $version ($commit) failed (log: $log)"
 fi
-cp "$cache/target/debug/booking-expire" "$work/out/booking-expire"
+cp "$work/target/debug/booking-expire" "$work/out/booking-expire"
 cp -R "$work/src/sql" "$work/out/sql"
 # The line of releases.tsv must describe that commit: its version and schema.
 built=$("$work/out/booking-expire" --version)
@@ -85,6 +88,5 @@ highest=$(find "$work/out/sql" -maxdepth 1 -name '[0-9]*.sql' -printf '%f\n' | L
     || die "$releases says release $version has schema $schema, but its newest migration is sql/$highest"
 rm -rf "$dest" # a directory without the binary: not one this script made whole
 mv -T "$work/out" "$dest"
-rm -rf "$cache/target"
 echo "release-before: release $version built in $((SECONDS - start)) s" >&2
 echo "$bin"
