@@ -70,7 +70,7 @@ cargo test --locked --all-targets "$@"
 second_pass_modules=(
     run_once relay design poison_and_races relay_isolation relay_pipeline golden
     explain republish pause backlog dry_run roles exit_codes pooler delivery_faults
-    host_rows
+    host_rows migrate
 )
 if test_second_pass; then
     echo "== cargo test, second pass: PostgreSQL 18 and Kafka 3.9" >&2

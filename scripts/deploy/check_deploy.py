@@ -272,6 +272,11 @@ def check_dockerfile(path):
         re.fullmatch(r"(docker\.io/library/)?rust:\$\{RUST_VERSION\}-bookworm", builder) is not None,
         builder,
     )
+    build_stage = lines[lines.index(froms[0]) : lines.index(froms[1])] if len(froms) > 1 else []
+    check(
+        "Dockerfile: the build stage takes the commit --version names (ARG BOOKING_EXPIRE_COMMIT)",
+        any(re.fullmatch(r"ARG BOOKING_EXPIRE_COMMIT(=\S*)?", l) for l in build_stage),
+    )
     version = re.search(r"^ARG RUST_VERSION=(\d+)\.(\d+)$", text, re.M)
     check(
         "Dockerfile: RUST_VERSION pinned, >= 1.85 (edition 2024)",

@@ -62,8 +62,20 @@ fn migrate_the_old_way(c: &mut Client, last: i32) {
     files.sort();
     assert_eq!(files.len(), 12);
     for file in files.iter().take(last as usize) {
-        c.batch_execute(&std::fs::read_to_string(file).unwrap())
-            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let sql = std::fs::read_to_string(file).unwrap();
+        // The roles and their grants are cluster-wide: another database migrating at the
+        // same moment may collide with this one (a deadlock, a catalog tuple updated
+        // concurrently); the files are idempotent, so the file is applied again, as the
+        // old script's operator did.
+        let mut tries = 0;
+        while let Err(e) = c.batch_execute(&sql) {
+            tries += 1;
+            let transient = e
+                .code()
+                .is_some_and(|code| ["40P01", "40001", "XX000"].contains(&code.code()));
+            assert!(transient && tries < 5, "{}: {e:?}", file.display());
+            eprintln!("{}: applied again after {e:?}", file.display());
+        }
     }
 }
 
