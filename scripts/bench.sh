@@ -23,7 +23,8 @@
 #   BENCH_FOLLOW_RUNS=3         runs of the follow-burst bench (i)
 #   BENCH_NOTIFY_RUNS=3, BENCH_NOTIFY_SECONDS=10  rounds and pgbench seconds of the notify
 #                               bench (j): scripts/bench/notify.sh
-#   BENCH_ONLY="cycle drain relay relay-stale latency rss catchup scaleout follow-burst notify"   which parts to run
+#   BENCH_MIGRATE_ROWS, BENCH_MIGRATE_RUNS   the migration bench (k): scripts/bench/migrate.sh
+#   BENCH_ONLY="cycle drain relay relay-stale latency rss catchup scaleout follow-burst notify migrate"   which parts to run
 #   BENCH_BIN                   the binary to measure (default: cargo build --release)
 #   DATABASE_URL, KAFKA_BROKERS use these servers instead of throwaway ones; the bench
 #                               creates and drops databases named bench_* there, and
@@ -38,7 +39,7 @@ source scripts/lib.sh
 RUNS=${BENCH_RUNS:-7}
 DRAIN_RUNS=${BENCH_DRAIN_RUNS:-5}
 HISTORY=${BENCH_HISTORY:-10000 100000 1000000}
-ONLY=${BENCH_ONLY:-cycle drain relay relay-stale latency rss catchup scaleout follow-burst notify}
+ONLY=${BENCH_ONLY:-cycle drain relay relay-stale latency rss catchup scaleout follow-burst notify migrate}
 CATCHUP_OVERDUE=${BENCH_CATCHUP_OVERDUE:-500000}
 CATCHUP_HISTORY=1000000
 SCALEOUT_OVERDUE=${BENCH_SCALEOUT_OVERDUE:-500000}
@@ -782,6 +783,8 @@ wants scaleout && bench_scaleout
 wants follow-burst && bench_follow_burst
 # shellcheck source=scripts/bench/notify.sh
 wants notify && source scripts/bench/notify.sh && bench_notify
+# shellcheck source=scripts/bench/migrate.sh
+wants migrate && source scripts/bench/migrate.sh && bench_migrate
 
 {
     echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'))," \

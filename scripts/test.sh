@@ -28,6 +28,14 @@ rustup component add rustfmt clippy >/dev/null 2>&1 || true
 echo "== Jaeger for tests/it/trace.rs: building in the background (cached by version)" >&2
 scripts/go-tool.sh github.com/jaegertracing/jaeger/cmd/jaeger v1.76.0 >/dev/null &
 jaeger_build=$!
+# The previous release's binary for tests/it/upgrade.rs (the newest line of
+# scripts/releases.tsv): built once from its commit and cached by it (a debug build of
+# its own, with the crates fetched: 91 s on 2 quiet cores, 4½ min on 2 cores at load 5),
+# in the background as well.
+echo "== the previous release for tests/it/upgrade.rs: building in the background (cached by commit)" >&2
+previous_release=$(mktemp)
+scripts/release-before.sh >"$previous_release" &
+previous_build=$!
 
 echo "== cargo fmt --check" >&2
 cargo fmt --all -- --check
@@ -63,6 +71,11 @@ echo "== cargo test --no-run (while Jaeger builds)" >&2
 cargo test --locked --all-targets --no-run
 echo "== waiting for the Jaeger build" >&2
 wait "$jaeger_build" || { echo "building Jaeger failed (its log is above)" >&2; exit 1; }
+echo "== waiting for the previous release's build" >&2
+wait "$previous_build" || { echo "building the previous release failed (its log is above)" >&2; exit 1; }
+BOOKING_EXPIRE_PREVIOUS_BIN=$(cat "$previous_release")
+rm -f "$previous_release"
+export BOOKING_EXPIRE_PREVIOUS_BIN
 
 echo "== cargo test" >&2
 cargo test --locked --all-targets "$@"

@@ -51,4 +51,5 @@ mod simulation;
 mod soak;
 mod tls;
 mod trace;
+mod upgrade;
 mod waiting;
