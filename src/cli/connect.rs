@@ -8,9 +8,10 @@ use clap::Args;
 
 use super::values::duration_in;
 
-/// How to reach PostgreSQL.
+/// How to reach PostgreSQL: the connection alone, which `migrate` takes as it is (its
+/// timeouts are the runner's own flags).
 #[derive(Debug, Args)]
-pub struct DatabaseArgs {
+pub struct ConnectionArgs {
     /// PostgreSQL connection URL or key=value string, e.g.
     /// postgres://user:secret@db:5432/crm?sslmode=verify-full. sslmode: disable, prefer
     /// (default), require, verify-ca, verify-full; sslrootcert=FILE adds a CA
@@ -28,6 +29,13 @@ pub struct DatabaseArgs {
     #[arg(long, env = "BOOKING_EXPIRATION_CONNECT_TIMEOUT", value_name = "DURATION",
           default_value = "5s", value_parser = duration_in(Duration::from_secs(1), Duration::from_secs(60)))]
     pub connect_timeout: Duration,
+}
+
+/// How to reach PostgreSQL, and the session's timeouts.
+#[derive(Debug, Args)]
+pub struct DatabaseArgs {
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
 
     /// Cancel any single statement running longer than this; the server also ends a
     /// transaction left idle for three times this long (100ms..=60s)

@@ -2,33 +2,12 @@
 //! session timeouts: the runner sets its own before each statement) and the runner's
 //! limits.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
+use super::connect::ConnectionArgs;
 use super::values::duration_in;
-
-/// How `migrate` reaches PostgreSQL: as every command does, but its timeouts are the
-/// runner's own flags.
-#[derive(Debug, Args)]
-pub struct MigrateDatabaseArgs {
-    /// PostgreSQL connection URL or key=value string of a role that owns crm.bookings
-    /// and crm.outbox and may create roles, e.g.
-    /// postgres://migrator:secret@db:5432/crm?sslmode=verify-full
-    #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_name = "URL")]
-    pub database_url: Option<String>,
-
-    /// PEM file with the CA that signs the database server's certificate (overrides
-    /// sslrootcert in the URL)
-    #[arg(long, env = "PGSSLROOTCERT", value_name = "FILE")]
-    pub database_ca_file: Option<PathBuf>,
-
-    /// Give up connecting to a host after this long (1s..=60s)
-    #[arg(long, env = "BOOKING_EXPIRATION_CONNECT_TIMEOUT", value_name = "DURATION",
-          default_value = "5s", value_parser = duration_in(Duration::from_secs(1), Duration::from_secs(60)))]
-    pub connect_timeout: Duration,
-}
 
 #[derive(Debug, Args)]
 pub struct MigrateArgs {
@@ -36,7 +15,7 @@ pub struct MigrateArgs {
     pub command: Option<MigrateCommand>,
 
     #[command(flatten)]
-    pub database: MigrateDatabaseArgs,
+    pub database: ConnectionArgs,
 
     /// Show what would run (files, statements) and what would be adopted; change
     /// nothing, not even the history table
@@ -107,7 +86,7 @@ pub enum MigrateCommand {
 #[derive(Debug, Args)]
 pub struct MigrateStatusArgs {
     #[command(flatten)]
-    pub database: MigrateDatabaseArgs,
+    pub database: ConnectionArgs,
 
     /// One JSON object instead of the table
     #[arg(long)]

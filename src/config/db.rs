@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::Result;
 
 use super::conninfo::split_ssl_params;
-use crate::cli::DatabaseArgs;
+use crate::cli::{ConnectionArgs, DatabaseArgs};
 use crate::exit::{Failure, fail};
 
 /// libpq's `sslmode` values. tokio-postgres only knows the first three, so the verify
@@ -68,6 +68,16 @@ impl fmt::Debug for DbConfig {
 
 impl DbConfig {
     pub fn from_args(args: &DatabaseArgs) -> Result<Self> {
+        Self::from_connection(&args.connection, args.statement_timeout, args.lock_timeout)
+    }
+
+    /// The connection, with the session's statement and lock timeouts given apart
+    /// (`migrate`'s are its own flags).
+    pub fn from_connection(
+        args: &ConnectionArgs,
+        statement_timeout: Duration,
+        lock_timeout: Duration,
+    ) -> Result<Self> {
         let Some(url) = args
             .database_url
             .as_deref()
@@ -169,8 +179,8 @@ impl DbConfig {
             pg,
             ssl_mode,
             root_cert,
-            statement_timeout: args.statement_timeout,
-            lock_timeout: args.lock_timeout,
+            statement_timeout,
+            lock_timeout,
         })
     }
 }
@@ -194,12 +204,14 @@ mod tests {
     #[test]
     fn target_session_attrs_and_several_hosts_reach_the_driver() {
         let args = DatabaseArgs {
-            database_url: Some(
-                "postgres://app@primary:5432,standby:5433/crm?target_session_attrs=read-write"
-                    .into(),
-            ),
-            database_ca_file: None,
-            connect_timeout: Duration::from_secs(5),
+            connection: ConnectionArgs {
+                database_url: Some(
+                    "postgres://app@primary:5432,standby:5433/crm?target_session_attrs=read-write"
+                        .into(),
+                ),
+                database_ca_file: None,
+                connect_timeout: Duration::from_secs(5),
+            },
             statement_timeout: Duration::from_secs(5),
             lock_timeout: Duration::from_secs(1),
         };
@@ -215,9 +227,11 @@ mod tests {
     #[test]
     fn debug_output_hides_the_password() {
         let args = DatabaseArgs {
-            database_url: Some("postgres://app:hunter2-secret@db:5432/crm".into()),
-            database_ca_file: None,
-            connect_timeout: Duration::from_secs(5),
+            connection: ConnectionArgs {
+                database_url: Some("postgres://app:hunter2-secret@db:5432/crm".into()),
+                database_ca_file: None,
+                connect_timeout: Duration::from_secs(5),
+            },
             statement_timeout: Duration::from_secs(5),
             lock_timeout: Duration::from_secs(1),
         };

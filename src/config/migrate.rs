@@ -5,7 +5,7 @@ use std::time::Duration;
 use anyhow::Result;
 
 use super::DbConfig;
-use crate::cli::{DatabaseArgs, MigrateArgs, MigrateCommand, MigrateDatabaseArgs};
+use crate::cli::{ConnectionArgs, MigrateArgs, MigrateCommand};
 
 /// What `migrate` is asked to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,14 +66,8 @@ impl MigrateConfig {
 
 /// The connection as every command resolves it, with the runner's limits as the
 /// session's.
-fn db_config(args: &MigrateDatabaseArgs, limits: &MigrateLimits) -> Result<DbConfig> {
-    DbConfig::from_args(&DatabaseArgs {
-        database_url: args.database_url.clone(),
-        database_ca_file: args.database_ca_file.clone(),
-        connect_timeout: args.connect_timeout,
-        statement_timeout: limits.statement_timeout,
-        lock_timeout: limits.lock_timeout,
-    })
+fn db_config(args: &ConnectionArgs, limits: &MigrateLimits) -> Result<DbConfig> {
+    DbConfig::from_connection(args, limits.statement_timeout, limits.lock_timeout)
 }
 
 #[cfg(test)]
