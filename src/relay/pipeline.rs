@@ -64,9 +64,10 @@ pub(super) fn pipeline(
             // A mark that failed meanwhile (the server turned read-only, the session
             // dropped) ends the run before anything more is sent.
             marker.collect_ready(result)?;
-            // Following, the waiting topics are asked about again about once a second.
-            if !cfg.follow.is_zero() && topics.recheck_due(run.driver.monotonic.now()) {
-                let now = run.driver.monotonic.now();
+            // Following, the waiting topics are asked about again about once a second,
+            // also while rows keep coming.
+            let now = run.driver.monotonic.now();
+            if !cfg.follow.is_zero() && topics.recheck_due(now) {
                 topics.recheck(producer, cfg.expected_partitions, now, false)?;
             }
             topics.sync(client, clock.now())?;
