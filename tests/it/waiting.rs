@@ -431,6 +431,7 @@ fn a_following_relay_sends_the_rows_of_a_topic_within_a_second_or_so_of_its_crea
         "{}",
         run.stderr
     );
+    eprintln!("the waiting rows went {took:?} after their topic was created");
     // About a second between the checks, then the batch: never the 30 s of old.
     assert!(
         took < std::time::Duration::from_secs(5),
