@@ -220,7 +220,11 @@ impl Settle<'_, '_> {
                     }
                     Fault::Cluster => unsent.push((row, error.as_str())),
                     Fault::Fatal => {
-                        fatal.get_or_insert_with(|| error.clone());
+                        // librdkafka's own words (a refused producer id names the ACL)
+                        // over the report's "Fatal error", whichever came first.
+                        fatal.get_or_insert_with(|| {
+                            producer.fatal_error().unwrap_or_else(|| error.clone())
+                        });
                         unsent.push((row, error.as_str()));
                     }
                 },
