@@ -697,7 +697,7 @@ bench_scaleout() {
 # Between runs a row's wait of 30 s (the per-row mark of releases before) is taken as
 # passed, so such a relay works every run as it does a minute apart.
 bench_topic_wait() {
-    local i code t0 t1 before after
+    local i code t0 t1 before after w0 d0 l0 w1 d1 l1
     template bench_outbox_wait scripts/bench/outbox-seed.sql rows=$RELAY_ROWS
     sql bench_outbox_wait -c "UPDATE crm.outbox SET topic = 'pin.crm.booking-expired.v99'" \
         -c "VACUUM ANALYZE crm.outbox"
