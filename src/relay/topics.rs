@@ -207,3 +207,80 @@ impl TopicWaits {
         failure
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waits(stored: &[&str]) -> TopicWaits {
+        TopicWaits {
+            waits: stored
+                .iter()
+                .map(|t| {
+                    let wait = Wait {
+                        reason: format!("Kafka topic {t} does not exist"),
+                        said: false,
+                    };
+                    (t.to_string(), wait)
+                })
+                .collect(),
+            stored: true,
+            to_record: BTreeSet::new(),
+            to_end: BTreeSet::new(),
+            checked_at: None,
+        }
+    }
+
+    fn counted(topic: &str, rows: u64) -> TopicWaiting {
+        TopicWaiting {
+            topic: topic.to_owned(),
+            waiting: rows,
+            waiting_for_topic: rows,
+            next_due: None,
+        }
+    }
+
+    #[test]
+    fn a_topic_found_waiting_is_one_fact_written_once() {
+        let mut w = waits(&[]);
+        w.wait("a", "missing");
+        w.wait("a", "missing");
+        assert_eq!(w.excluded(), ["a"]);
+        assert_eq!(w.to_record.iter().collect::<Vec<_>>(), ["a"]);
+        w.to_record.clear();
+        // The same reason again writes nothing; another one is written.
+        w.wait("a", "missing");
+        assert!(w.to_record.is_empty());
+        w.wait("a", "3 partitions");
+        assert_eq!(w.to_record.len(), 1);
+    }
+
+    #[test]
+    fn after_the_count_a_topic_no_row_waits_for_is_forgotten_and_the_others_fail_the_run() {
+        let mut w = waits(&["a", "b"]);
+        let failure = w.after_count(Some(&[counted("b", 7)]));
+        assert_eq!(w.excluded(), ["b"]);
+        assert_eq!(w.to_end.iter().collect::<Vec<_>>(), ["a"]);
+        let failure = failure.expect("rows wait for b");
+        assert!(format!("{failure:#}").contains("Kafka topic b does not exist"));
+        // A count that could not be read forgets nothing, and still reports the waits.
+        let mut w = waits(&["a"]);
+        assert!(w.after_count(None).is_some());
+        assert_eq!(w.excluded(), ["a"]);
+        assert!(w.to_end.is_empty());
+        // No wait, no failure.
+        assert!(waits(&[]).after_count(Some(&[])).is_none());
+    }
+
+    #[test]
+    fn following_asks_again_about_once_a_second_and_never_without_a_wait() {
+        let now = Instant::now();
+        let mut w = waits(&[]);
+        assert!(!w.recheck_due(now));
+        w.wait("a", "missing");
+        assert!(w.recheck_due(now));
+        w.checked_at = Some(now);
+        assert!(!w.recheck_due(now + Duration::from_millis(900)));
+        assert!(w.recheck_due(now + RECHECK_EVERY));
+    }
+}
