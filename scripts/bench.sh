@@ -24,7 +24,7 @@
 #   BENCH_NOTIFY_RUNS=3, BENCH_NOTIFY_SECONDS=10  rounds and pgbench seconds of the notify
 #                               bench (j): scripts/bench/notify.sh
 #   BENCH_MIGRATE_ROWS, BENCH_MIGRATE_RUNS   the migration bench (k): scripts/bench/migrate.sh
-#   BENCH_ONLY="cycle drain relay relay-stale latency rss catchup scaleout follow-burst notify migrate"   which parts to run
+#   BENCH_ONLY="cycle drain relay relay-stale latency rss catchup scaleout follow-burst notify migrate topic-wait"   which parts to run
 #   BENCH_BIN                   the binary to measure (default: cargo build --release)
 #   DATABASE_URL, KAFKA_BROKERS use these servers instead of throwaway ones; the bench
 #                               creates and drops databases named bench_* there, and
@@ -39,7 +39,7 @@ source scripts/lib.sh
 RUNS=${BENCH_RUNS:-7}
 DRAIN_RUNS=${BENCH_DRAIN_RUNS:-5}
 HISTORY=${BENCH_HISTORY:-10000 100000 1000000}
-ONLY=${BENCH_ONLY:-cycle drain relay relay-stale latency rss catchup scaleout follow-burst notify migrate}
+ONLY=${BENCH_ONLY:-cycle drain relay relay-stale latency rss catchup scaleout follow-burst notify migrate topic-wait}
 CATCHUP_OVERDUE=${BENCH_CATCHUP_OVERDUE:-500000}
 CATCHUP_HISTORY=1000000
 SCALEOUT_OVERDUE=${BENCH_SCALEOUT_OVERDUE:-500000}
@@ -91,7 +91,7 @@ fi
 start_postgres
 # The broker with a full JIT (kafka-start.sh's default stops at C1 to start faster).
 if [[ -z ${KAFKA_BROKERS:-} ]]; then export KAFKA_JVM_OPTS=${KAFKA_JVM_OPTS:--XX:+UseSerialGC}; fi
-if wants relay || wants relay-stale || wants latency || wants follow-burst; then start_kafka; fi
+if wants relay || wants relay-stale || wants latency || wants follow-burst || wants topic-wait; then start_kafka; fi
 export PGOPTIONS="-c client_min_messages=warning"
 
 # URL of database $1 on the server of DATABASE_URL (as tests/it/common does).
@@ -692,6 +692,53 @@ bench_scaleout() {
     } | table
 }
 
+# ---------------------------------------------------------------- (l) a topic that does not exist
+
+# relay-outbox over $RELAY_ROWS pending rows of a topic that does not exist (a contract
+# migration's v2 rows before the v2 topic exists), three runs on one database: what
+# each run writes into crm.outbox (row updates, dead tuples, WAL) and how long it takes.
+# Between runs a row's wait of 30 s (the per-row mark of releases before) is taken as
+# passed, so such a relay works every run as it does a minute apart.
+bench_topic_wait() {
+    local i code t0 t1 before after w0 d0 l0 w1 d1 l1
+    template bench_outbox_wait scripts/bench/outbox-seed.sql rows=$RELAY_ROWS
+    sql bench_outbox_wait -c "UPDATE crm.outbox SET topic = 'pin.crm.booking-expired.v99'" \
+        -c "VACUUM ANALYZE crm.outbox"
+    copy bench_outbox_wait
+    # Row updates and deletes of crm.outbox, its dead tuples, the WAL position.
+    figures() {
+        sql bench_run -F ' ' -c "SELECT coalesce(sum(n_tup_upd + n_tup_del), 0), coalesce(sum(n_dead_tup), 0),
+                                        pg_current_wal_lsn()
+                                   FROM pg_stat_user_tables WHERE relid = 'crm.outbox'::regclass"
+    }
+    progress "relay over $RELAY_ROWS rows waiting for a missing topic: 3 runs"
+    {
+        echo "(l) A topic that does not exist: $RELAY_ROWS pending rows of pin.crm.booking-expired.v99,"
+        echo "    three relay-outbox runs on one database; what each run wrote into crm.outbox"
+        echo
+        printf '%-8s %-6s %-10s %-16s %-16s %s\n' run exit "wall s" "rows written" "dead tuples +" "WAL bytes"
+    } | table
+    for ((i = 1; i <= 3; i++)); do
+        sql bench_run -c "UPDATE crm.outbox SET next_attempt_at = now() WHERE next_attempt_at > now()"
+        before=$(figures)
+        t0=$EPOCHREALTIME
+        code=0
+        env DATABASE_URL="$(db_url bench_run)" "$BIN" relay-outbox --brokers "$KAFKA_BROKERS" \
+            >"$WORK/out" 2>"$WORK/err" || code=$?
+        t1=$EPOCHREALTIME
+        [[ $code -eq 78 ]] || die "relay-outbox over a missing topic: exit $code, expected 78: $(tail -n 3 "$WORK/err")"
+        expect_result WaitingForTopic $RELAY_ROWS
+        sleep 0.5 # the relay's sessions report their counts as they end
+        after=$(figures)
+        read -r w0 d0 l0 <<<"$before"
+        read -r w1 d1 l1 <<<"$after"
+        printf '%-8s %-6s %-10s %-16s %-16s %s\n' "$i" "$code" \
+            "$(awk -v a="${t0/,/.}" -v b="${t1/,/.}" 'BEGIN { printf "%.2f", b - a }')" \
+            $((w1 - w0)) $((d1 - d0)) "$(sql bench_run -c "SELECT pg_wal_lsn_diff('$l1', '$l0')::bigint")" | table
+    done
+    echo | table
+}
+
 # ---------------------------------------------------------------- (i) follow-burst
 
 # relay-outbox --follow through the burst after an outage: run-once expires
@@ -785,6 +832,7 @@ wants follow-burst && bench_follow_burst
 wants notify && source scripts/bench/notify.sh && bench_notify
 # shellcheck source=scripts/bench/migrate.sh
 wants migrate && source scripts/bench/migrate.sh && bench_migrate
+wants topic-wait && bench_topic_wait
 
 {
     echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'))," \

@@ -71,6 +71,12 @@ impl KafkaProducer {
         Ok(TopicCheck::Usable)
     }
 
+    /// Forgets that `topic` was found usable this run (a delivery report said it cannot
+    /// take messages any more): the next check asks the brokers again.
+    pub fn forget_topic(&mut self, topic: &str) {
+        self.checked.remove(topic);
+    }
+
     /// The topic's metadata, asked for in short slices up to `timeout`: a failed TLS
     /// handshake or refused credentials end the wait at once (retrying the same
     /// settings cannot help), anything else is retried until `timeout`.

@@ -107,8 +107,9 @@ pub struct OutboxFigures {
 pub struct TopicWaitingFigures {
     pub topic: String,
     pub waiting: u64,
-    /// Unix time when the first of them is due (`+Inf` for `infinity`).
-    pub next_due_unix_seconds: f64,
+    /// Unix time when the first of them is due (`+Inf` for `infinity`); `None` when they
+    /// wait for their topic alone (no series).
+    pub next_due_unix_seconds: Option<f64>,
 }
 
 /// How long each step has been paused, in seconds (0 when it runs), for `backlog`.

@@ -48,7 +48,14 @@ pub fn backlog_gauges(out: &mut Exposition, b: &BacklogFigures) {
                 .collect::<Vec<_>>()
         };
         out.labelled(OUTBOX_WAITING, &per_topic(&|w| w.waiting as f64));
-        out.labelled(OUTBOX_NEXT_DUE, &per_topic(&|w| w.next_due_unix_seconds));
+        let due: Vec<_> = waiting
+            .iter()
+            .filter_map(|w| {
+                let due = w.next_due_unix_seconds?;
+                Some((vec![("topic", w.topic.as_str())], due))
+            })
+            .collect();
+        out.labelled(OUTBOX_NEXT_DUE, &due);
     }
 }
 
@@ -258,7 +265,7 @@ mod tests {
             waiting: Some(vec![TopicWaitingFigures {
                 topic: "t".to_owned(),
                 waiting: 3,
-                next_due_unix_seconds: 1_800_000_000.0,
+                next_due_unix_seconds: Some(1_800_000_000.0),
             }]),
         };
         let mut out = Exposition::default();

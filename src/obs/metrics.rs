@@ -131,7 +131,7 @@ pub const OUTBOX_FAILED: Family = family(
 );
 pub const OUTBOX_WAITING_FOR_TOPIC: Family = family(
     "crm_booking_expiration_outbox_waiting_for_topic",
-    "Pending outbox rows waiting for a missing or unusable Kafka topic (a configuration fault; their last_error names it).",
+    "Pending outbox rows waiting for a missing or unusable Kafka topic (a configuration fault; backlog names the topic and why).",
 );
 pub const OUTBOX_WAITING: Family = family(
     "crm_booking_expiration_outbox_waiting",

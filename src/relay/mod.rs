@@ -12,6 +12,7 @@ mod outgoing;
 mod pipeline;
 mod reconnect;
 mod settle;
+mod topics;
 mod upkeep;
 
 use std::time::{Duration, Instant};
@@ -33,6 +34,7 @@ use crate::store;
 
 use marker::Marker;
 use outgoing::message;
+use topics::TopicWaits;
 
 /// The result of a relay run, printed as one JSON line on stdout.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -179,12 +181,22 @@ fn relay(cfg: &RelayConfig, driver: Driver, result: &mut RelayResult) -> Result<
         started,
         pause,
     };
+    // The topics a run before found unable to take their rows: asked about once now;
+    // the rows of those that still cannot are left out of every fetch, unwritten.
+    let mut topics = TopicWaits::load(&mut db.client)?;
+    topics.recheck(
+        &mut producer,
+        cfg.expected_partitions,
+        monotonic.now(),
+        true,
+    )?;
+    topics.sync(&mut db.client, clock.now())?;
 
     // The purge runs also after a row's own failure: it concerns other rows; not once
     // paused: a paused relay does nothing more.
     // A --follow relay whose session drops reopens it and goes on within its window.
     let drained = loop {
-        match drain(&mut db.client, &mut producer, &run, result) {
+        match drain(&mut db.client, &mut producer, &mut topics, &run, result) {
             Err(e) if !cfg.follow.is_zero() && reconnect::session_lost(&e) => {
                 reconnect::release(&mut db);
                 match reconnect::reopen(cfg, driver, started, e) {
@@ -196,14 +208,24 @@ fn relay(cfg: &RelayConfig, driver: Driver, result: &mut RelayResult) -> Result<
             other => break other,
         }
     };
-    let outcome = drained.and_then(|row_failure| {
+    let mut outcome = drained.and_then(|row_failure| {
         if result.paused.is_none() {
             upkeep::purge(&mut db.client, &run, result)?;
         }
         row_failure.map_or(Ok(()), Err)
     });
     if result.paused.is_none() {
-        upkeep::count_waiting(&mut db.client, clock, &cfg.outbox_types, result);
+        let counted = upkeep::count_waiting(&mut db.client, clock, cfg, &topics, result);
+        // Rows still waiting for a topic end the run as their topic's check first did
+        // (78, naming it); a topic no row waits for any more is forgotten.
+        let waiting = topics.after_count(counted.as_deref());
+        if let Err(e) = topics.sync(&mut db.client, clock.now()) {
+            warn!(Error:% = format!("{e:#}"); "cannot record the topics rows wait for");
+        }
+        outcome = match (outcome, waiting) {
+            (Ok(()), Some(e)) => Err(e),
+            (outcome, _) => outcome,
+        };
     }
     result.duration_ms = monotonic.since(started).as_millis() as u64;
     match outcome {
@@ -227,11 +249,12 @@ fn relay(cfg: &RelayConfig, driver: Driver, result: &mut RelayResult) -> Result<
 fn drain(
     client: &mut Client,
     producer: &mut KafkaProducer,
+    topics: &mut TopicWaits,
     run: &Run,
     result: &mut RelayResult,
 ) -> Result<Option<anyhow::Error>> {
     let mut marker = Marker::new(&run.cfg.db, &run.cfg.outbox_types);
-    let outcome = pipeline::pipeline(client, &mut marker, producer, run, result);
+    let outcome = pipeline::pipeline(client, &mut marker, producer, topics, run, result);
     // Every acknowledged row gets its mark, also when the run ends early.
     let marked = marker.finish(result);
     match (outcome, marked) {

@@ -14,6 +14,7 @@ use postgres::fallible_iterator::FallibleIterator;
 use super::marker::Marker;
 use super::outgoing::one_per_key;
 use super::settle::{self, InFlight};
+use super::topics::TopicWaits;
 use super::{RelayResult, Run};
 use crate::exit::{Failure, fail};
 use crate::kafka::KafkaProducer;
@@ -33,6 +34,7 @@ pub(super) fn pipeline(
     client: &mut Client,
     marker: &mut Marker,
     producer: &mut KafkaProducer,
+    topics: &mut TopicWaits,
     run: &Run,
     result: &mut RelayResult,
 ) -> Result<Option<anyhow::Error>> {
@@ -62,6 +64,13 @@ pub(super) fn pipeline(
             // A mark that failed meanwhile (the server turned read-only, the session
             // dropped) ends the run before anything more is sent.
             marker.collect_ready(result)?;
+            // Following, the waiting topics are asked about again about once a second,
+            // also while rows keep coming.
+            let now = run.driver.monotonic.now();
+            if !cfg.follow.is_zero() && topics.recheck_due(now) {
+                topics.recheck(producer, cfg.expected_partitions, now, false)?;
+            }
+            topics.sync(client, clock.now())?;
             // A key with a row in flight has no newer row sent before that one is
             // acknowledged and marked: its keys stay out of this fetch.
             let keys: Vec<&str> = in_flight
@@ -74,7 +83,10 @@ pub(super) fn pipeline(
                 &fetch,
                 clock.now(),
                 cfg.batch_size,
-                &keys,
+                store::LeftOut {
+                    keys: &keys,
+                    topics: &topics.excluded(),
+                },
                 cfg.kafka.max_message_bytes,
                 &cfg.outbox_types,
             )?;
@@ -94,7 +106,7 @@ pub(super) fn pipeline(
             // The session that will mark these rows is open and can write before any
             // of them is sent.
             marker.ready()?;
-            match settle::enqueue(producer, cfg, one_per_key(rows), &mut row_failure) {
+            match settle::enqueue(producer, cfg, one_per_key(rows), topics, &mut row_failure) {
                 Ok(batch) => in_flight.push_back(batch),
                 Err(e) => stop = Some(e),
             }
@@ -112,13 +124,22 @@ pub(super) fn pipeline(
             if cfg.follow.is_zero() || run.left().is_zero() || result.paused.is_some() {
                 break;
             }
-            wait_for_outbox(client, run)?;
+            wait_for_outbox(client, run, &mut || {
+                // The waiting topics, about once a second: one that came free ends the
+                // wait, its rows go at once.
+                let now = run.driver.monotonic.now();
+                if !topics.recheck_due(now) {
+                    return Ok(false);
+                }
+                topics.recheck(producer, cfg.expected_partitions, now, false)
+            })?;
             continue;
         };
         let ctx = settle::Settle {
             client: &mut *client,
             marker: &mut *marker,
-            producer,
+            producer: &mut *producer,
+            topics: &mut *topics,
             cfg,
             clock,
         };
@@ -140,11 +161,19 @@ pub(super) fn interrupted(run: &Run) -> Result<()> {
     }
 }
 
-/// Waits until an outbox insert commits (NOTIFY), the run's window ends, or a signal
+/// Waits until an outbox insert commits (NOTIFY), `came_free` says a topic rows waited
+/// for can take them now (asked between slices), the run's window ends, or a signal
 /// comes.
-fn wait_for_outbox(client: &mut Client, run: &Run) -> Result<()> {
+fn wait_for_outbox(
+    client: &mut Client,
+    run: &Run,
+    came_free: &mut dyn FnMut() -> Result<bool>,
+) -> Result<()> {
     let mut notifications = client.notifications();
     while !run.left().is_zero() && run.driver.shutdown.requested().is_none() {
+        if came_free()? {
+            return Ok(());
+        }
         let slice = run.left().min(Duration::from_millis(250));
         if notifications.timeout_iter(slice).next()?.is_some() {
             // Several commits may have notified: one drain serves them all.

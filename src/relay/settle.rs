@@ -13,6 +13,7 @@ use postgres::Client;
 use uuid::Uuid;
 
 use super::marker::Marker;
+use super::topics::TopicWaits;
 use super::{RelayResult, message};
 use crate::clock::Clock;
 use crate::config::RelayConfig;
@@ -25,9 +26,10 @@ use crate::store::{self, Fetch, OutboxRow, Receipt};
 pub(super) struct InFlight {
     /// The rows sent, in the order of their messages.
     sendable: Vec<OutboxRow>,
-    /// Rows of topics that are missing or not writable (a configuration fault): they
-    /// wait, uncounted, when the batch settles.
-    waiting: Vec<(Uuid, String)>,
+    /// How many rows of topics that are missing or not writable (a configuration
+    /// fault) were held back: they wait, uncounted and unwritten (the topic's wait is
+    /// one fact, [`TopicWaits`]).
+    waiting: usize,
     /// Rows larger than the largest message, never loaded: failed when the batch
     /// settles.
     too_large: Vec<(Uuid, String)>,
@@ -51,14 +53,15 @@ impl InFlight {
 }
 
 /// Checks the batch's topics and enqueues the loaded rows of the usable ones. Rows of a
-/// topic that cannot take them wait (marked when the batch settles); the other topics'
-/// rows go on. A row too large to send is failed unread; a row past the fetch's byte
+/// topic that cannot take them wait, unwritten: the topic joins `topics`, whose rows no
+/// later fetch of the run takes; the other topics' rows go on. A row too large to send is failed unread; a row past the fetch's byte
 /// budget is left for the next fetch. `Err` only when the brokers cannot be reached at
 /// all.
 pub(super) fn enqueue(
     producer: &mut KafkaProducer,
     cfg: &RelayConfig,
     batch: Vec<OutboxRow>,
+    topics: &mut TopicWaits,
     row_failure: &mut Option<anyhow::Error>,
 ) -> Result<InFlight> {
     let limit = cfg.kafka.max_message_bytes;
@@ -98,14 +101,15 @@ pub(super) fn enqueue(
     let (held, sendable): (Vec<OutboxRow>, Vec<OutboxRow>) = loaded
         .into_iter()
         .partition(|r| unusable.contains_key(r.topic.as_str()));
-    let mut waiting: Vec<(Uuid, String)> = Vec::new();
+    let mut waiting = 0;
     let mut cluster = None;
     for (topic, (failure, reason)) in &unusable {
         let rows: Vec<&OutboxRow> = held.iter().filter(|r| r.topic == *topic).collect();
         if *failure == Failure::Config {
             log::error!(Topic = topic.as_str(), Rows = rows.len(), Error = reason.as_str();
                         "item failed: the topic cannot take these rows; they wait uncounted, the other topics' rows go on");
-            waiting.extend(rows.iter().map(|r| (r.id, reason.clone())));
+            waiting += rows.len();
+            topics.wait(topic, reason);
             row_failure.get_or_insert_with(|| fail(*failure, reason.clone()));
         } else {
             log::error!(Topic = topic.as_str(), Rows = rows.len(), Error = reason.as_str();
@@ -132,7 +136,8 @@ pub(super) fn enqueue(
 pub(super) struct Settle<'a, 'm> {
     pub client: &'a mut Client,
     pub marker: &'a mut Marker<'m>,
-    pub producer: &'a KafkaProducer,
+    pub producer: &'a mut KafkaProducer,
+    pub topics: &'a mut TopicWaits,
     pub cfg: &'a RelayConfig,
     pub clock: &'a dyn Clock,
 }
@@ -153,6 +158,7 @@ impl Settle<'_, '_> {
             client,
             marker,
             producer,
+            topics,
             cfg,
             clock,
         } = self;
@@ -169,7 +175,7 @@ impl Settle<'_, '_> {
             "relay batch",
             vec![Attr::new(
                 "messaging.batch.message_count",
-                (sendable.len() + waiting.len() + too_large.len()) as i64,
+                (sendable.len() + waiting + too_large.len()) as i64,
             )],
         );
         let deliveries = producer.wait(enqueued);
@@ -200,17 +206,25 @@ impl Settle<'_, '_> {
                     Fault::Message => permanent.push((row.id, error.clone())),
                     Fault::Refused => refused.push((row.id, error.clone())),
                     Fault::Topic => {
-                        row_failure.get_or_insert_with(|| {
-                            fail(
-                                Failure::Config,
-                                format!("Kafka topic {} cannot take messages: {error}", row.topic),
-                            )
-                        });
-                        waiting.push((row.id, format!("Kafka topic {}: {error}", row.topic)));
+                        let reason =
+                            format!("Kafka topic {} cannot take messages: {error}", row.topic);
+                        row_failure.get_or_insert_with(|| fail(Failure::Config, reason.clone()));
+                        // Its rows wait from now on, unwritten; the topic is asked again.
+                        if !topics.waits_for(&row.topic) {
+                            log::error!(Topic = row.topic.as_str(), Error = reason.as_str();
+                                        "item failed: the topic cannot take these rows; they wait uncounted, the other topics' rows go on");
+                        }
+                        topics.wait(&row.topic, &reason);
+                        producer.forget_topic(&row.topic);
+                        waiting += 1;
                     }
                     Fault::Cluster => unsent.push((row, error.as_str())),
                     Fault::Fatal => {
-                        fatal.get_or_insert_with(|| error.clone());
+                        // librdkafka's own words (a refused producer id names the ACL)
+                        // over the report's "Fatal error", whichever came first.
+                        fatal.get_or_insert_with(|| {
+                            producer.fatal_error().unwrap_or_else(|| error.clone())
+                        });
                         unsent.push((row, error.as_str()));
                     }
                 },
@@ -227,7 +241,6 @@ impl Settle<'_, '_> {
                         "item failed: the message can never be delivered, marked failed");
         }
         result.failed += permanent.len() as u64;
-        store::mark_waiting(client, now, &waiting, &cfg.outbox_types)?;
         span.set([
             Attr::new("Published", acked_count as i64),
             Attr::new("Failed", permanent.len() as i64),
@@ -259,7 +272,7 @@ impl Settle<'_, '_> {
         result.failed += gave_up.len() as u64;
         result.retrying += (refused.len() - gave_up.len()) as u64;
         info!(Sent = sendable.len(), Published = acked_count, Failed = permanent.len() + gave_up.len(),
-              BackingOff = refused.len() - gave_up.len(), Waiting = waiting.len(),
+              BackingOff = refused.len() - gave_up.len(), Waiting = waiting,
               Unsent = unsent.len(); "batch relayed");
 
         // Not the rows' fault: they stay exactly as they were (no attempt, no failure

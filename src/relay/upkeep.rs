@@ -1,6 +1,6 @@
 //! The relay's upkeep after its batches: the purge of published rows past the
-//! retention, and the count of the rows that wait; both of the relay's outbox types
-//! only.
+//! retention, and the count of the rows that wait (backing off, or for their topic);
+//! both of the relay's outbox types only.
 
 use std::time::Duration;
 
@@ -9,36 +9,49 @@ use log::{info, warn};
 use postgres::Client;
 
 use super::pipeline::interrupted;
+use super::topics::TopicWaits;
 use super::{RelayResult, Run};
 use crate::clock::Clock;
-use crate::domain::OutboxTypes;
+use crate::config::RelayConfig;
 use crate::store;
 
-/// Counts the rows that wait into `result` (one read of the few rows with a back-off),
-/// and says so in one line when they are why nothing was published. A failed read
-/// leaves the counts at 0: it is a report, not the run's work.
+/// Counts the rows that wait into `result` (one read of the few rows with a back-off,
+/// and of the pending rows of the topics in `topics`), and says so in one line when they
+/// are why nothing was published. A failed read leaves the counts at 0 and returns
+/// `None`: it is a report, not the run's work.
 pub(super) fn count_waiting(
     client: &mut Client,
     clock: &dyn Clock,
-    types: &OutboxTypes,
+    cfg: &RelayConfig,
+    topics: &TopicWaits,
     result: &mut RelayResult,
-) {
-    let per_topic = match store::waiting(client, clock.now(), types) {
+) -> Option<Vec<store::TopicWaiting>> {
+    let per_topic = match store::waiting(client, clock.now(), &cfg.outbox_types, &topics.excluded())
+    {
         Ok(w) => w,
         Err(e) => {
             warn!(Error:% = format!("{e:#}"); "cannot count the outbox rows that wait");
-            return;
+            return None;
         }
     };
     let (waiting, for_topic, next_due) = store::waiting_total(&per_topic);
     result.waiting = waiting;
     result.waiting_for_topic = for_topic;
     result.next_due = next_due.map(crate::domain::rfc3339);
-    if let (0, Some(due)) = (result.published, &result.next_due) {
-        info!(Waiting = waiting, WaitingForTopic = for_topic, NextDue = due.as_str();
-              "nothing published: {waiting} rows are waiting ({for_topic} of them for their \
-               topic, the others out a back-off), the next is due at {due}");
+    match (result.published, &result.next_due) {
+        (0, Some(due)) => {
+            info!(Waiting = waiting, WaitingForTopic = for_topic, NextDue = due.as_str();
+                  "nothing published: {waiting} rows are waiting ({for_topic} of them for their \
+                   topic, the others out a back-off), the next is due at {due}");
+        }
+        (0, None) if waiting > 0 => {
+            info!(Waiting = waiting, WaitingForTopic = for_topic;
+                  "nothing published: {waiting} rows are waiting for their topic; they go once \
+                   it can take them");
+        }
+        _ => {}
     }
+    Some(per_topic)
 }
 
 /// How long the purge may start new batches: it is one step of the relay's time budget

@@ -18,7 +18,9 @@ use crate::obs::exposition::Exposition;
 use crate::obs::gauges;
 use crate::render::{self, Table};
 use crate::shutdown::Shutdown;
-use crate::store::{self, Backlog, Figures, Need, NextClaim, OtherRows, OutboxLag, Overdue};
+use crate::store::{
+    self, Backlog, Figures, Need, NextClaim, OtherRows, OutboxLag, Overdue, TopicWait,
+};
 
 /// The figures of the report: all of them were read.
 fn overdue(b: &Backlog) -> &[(Phase, Overdue)] {
@@ -36,6 +38,11 @@ fn outbox(b: &Backlog) -> OutboxLag {
         failed: 0,
         waiting_for_topic: 0,
     })
+}
+
+/// The relay's fact about `topic`, when it found the topic unable to take its rows.
+fn topic_wait<'b>(b: &'b Backlog, topic: &str) -> Option<&'b TopicWait> {
+    b.topic_waits.iter().flatten().find(|w| w.topic == topic)
 }
 
 /// The other producers' rows of the outbox (read for the report).
@@ -172,16 +179,32 @@ fn table(b: &Backlog) -> String {
             dash(),
             dash(),
         ]);
-        let due_in = w
-            .next_due
-            .until(b.as_of)
-            .map_or_else(|| "never".to_owned(), |d| render::duration(-d));
-        t.note(render::note(&format!(
-            "the next is due at {} (in {due_in}); {} of them wait for their topic, the others \
-             out a back-off",
-            render::time(w.next_due),
-            w.waiting_for_topic
-        )));
+        t.note(render::note(&match w.next_due {
+            Some(due) => {
+                let due_in = due
+                    .until(b.as_of)
+                    .map_or_else(|| "never".to_owned(), |d| render::duration(-d));
+                format!(
+                    "the next is due at {} (in {due_in}); {} of them wait for their topic, the \
+                     others out a back-off",
+                    render::time(due),
+                    w.waiting_for_topic
+                )
+            }
+            None => format!(
+                "{} of them wait for their topic; they go on the relay's first run after it \
+                 can take them",
+                w.waiting_for_topic
+            ),
+        }));
+        if let Some(wait) = topic_wait(b, &w.topic) {
+            t.note(render::note(&format!(
+                "the topic waits since {} (checked {}): {}",
+                render::time(wait.since),
+                render::time(wait.checked_at),
+                wait.reason
+            )));
+        }
     }
     for p in &b.pauses {
         t.row(vec![
@@ -300,7 +323,20 @@ struct WaitingJson {
     topic: String,
     waiting: u64,
     waiting_for_topic: u64,
-    next_due: String,
+    /// When the first back-off ends; null when the rows wait for the topic alone.
+    next_due: Option<String>,
+    /// Why the topic cannot take its rows, as the relay last found it; absent when it
+    /// can (the rows back off, or an older relay marked them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    topic_wait: Option<TopicWaitJson>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct TopicWaitJson {
+    reason: String,
+    since: String,
+    checked_at: String,
 }
 
 fn json(b: &Backlog) -> Result<String> {
@@ -343,7 +379,12 @@ fn json(b: &Backlog) -> Result<String> {
                     topic: w.topic.clone(),
                     waiting: w.waiting,
                     waiting_for_topic: w.waiting_for_topic,
-                    next_due: rfc3339(w.next_due),
+                    next_due: w.next_due.map(rfc3339),
+                    topic_wait: topic_wait(b, &w.topic).map(|t| TopicWaitJson {
+                        reason: t.reason.clone(),
+                        since: rfc3339(t.since),
+                        checked_at: rfc3339(t.checked_at),
+                    }),
                 })
                 .collect(),
         },

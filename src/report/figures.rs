@@ -42,8 +42,11 @@ pub fn backlog(b: &Backlog) -> BacklogFigures {
                 .map(|w| TopicWaitingFigures {
                     topic: w.topic.clone(),
                     waiting: w.waiting,
-                    // Seconds since the Unix epoch; `infinity` is `+Inf`.
-                    next_due_unix_seconds: -w.next_due.seconds_until(DateTime::UNIX_EPOCH),
+                    // Seconds since the Unix epoch; `infinity` is `+Inf`; none when the
+                    // rows wait for their topic alone.
+                    next_due_unix_seconds: w
+                        .next_due
+                        .map(|due| -due.seconds_until(DateTime::UNIX_EPOCH)),
                 })
                 .collect()
         }),

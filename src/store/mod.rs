@@ -22,6 +22,7 @@ pub mod running;
 mod schema;
 mod timestamp;
 mod tls;
+mod topic_wait;
 mod transaction;
 mod waiting;
 
@@ -36,9 +37,9 @@ pub use hygiene::{
     Hygiene, IndexSize, Listed, PreparedHolder, SessionHolder, SlotHolder, TableHealth, XminHorizon,
 };
 pub use outbox::{
-    FETCH_BYTES, Fetch, MARK_PUBLISHED_SQL, MAX_FAILURES, OUTBOX_CHANNEL, OutboxRow, PENDING_SQL,
-    Receipt, WAITING_FOR_TOPIC, listen, mark_attempted, mark_failed, mark_published, mark_retry,
-    mark_waiting, pending, prepare_mark_published, prepare_pending, purge_published,
+    FETCH_BYTES, Fetch, LeftOut, MARK_PUBLISHED_SQL, MAX_FAILURES, OUTBOX_CHANNEL, OutboxRow,
+    PENDING_SQL, Receipt, WAITING_FOR_TOPIC, listen, mark_attempted, mark_failed, mark_published,
+    mark_retry, pending, prepare_mark_published, prepare_pending, purge_published,
     release_advisory_locks, try_relay_lock,
 };
 pub use outbox_lag::{
@@ -53,5 +54,8 @@ pub use report::{
     quarantined_in_chunks, quarantined_sql, read_backlog, read_report,
 };
 pub use schema::{Need, status_type};
+pub use topic_wait::{
+    TOPIC_WAIT_MIGRATION, TopicWait, end_topic_waits, record_topic_waits, topic_waits,
+};
 pub use transaction::{End, Switch, begin_chain, end_and_chain, end_chain};
 pub use waiting::{TopicWaiting, WAITING_SQL, waiting, waiting_total};

@@ -114,6 +114,13 @@ pub fn listen(client: &mut impl GenericClient) -> Result<()> {
 /// same; the payload's text is made once per row, inside. `$6` = the job's outbox types:
 /// a filter on the pending index (and on the key's look-up), so another producer's row
 /// is never read, sent nor held as an older row of a key.
+///
+/// `$7` = the topics that cannot take their rows (missing, not writable, another
+/// partition count: the run's topic waits): their rows are left out, untouched, however
+/// many wait, and go as soon as the topic is off the list (a hashed subplan, as the
+/// keys). `$8` = [`WAITING_FOR_TOPIC`]: a row the relay of the release before marked
+/// waiting for its topic (`next_attempt_at` 30 s on) is due at once: its topic is
+/// checked once in this run, and it goes if the topic can take it.
 pub const PENDING_SQL: &str = "\
 SELECT id, seq, aggregateid, topic, occurred_at, size,
        CASE WHEN size <= $4::int8 AND loaded - fits < $5::int8 THEN payload END AS payload,
@@ -126,8 +133,9 @@ SELECT o.id, o.seq, o.aggregateid, o.topic, o.payload::text AS payload, o.header
        CASE WHEN isfinite(o.occurred_at) AND o.occurred_at <= $2 THEN o.occurred_at ELSE $2 END AS occurred_at
   FROM crm.outbox o
  WHERE o.published_at IS NULL AND o.failed_at IS NULL AND o.type = ANY($6::text[])
-   AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= $2)
+   AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= $2 OR starts_with(o.last_error, $8))
    AND o.aggregateid NOT IN (SELECT unnest($3::text[]))
+   AND o.topic NOT IN (SELECT unnest($7::text[]))
    AND NOT EXISTS (SELECT 1 FROM crm.outbox w
                     WHERE w.aggregateid = o.aggregateid AND w.topic = o.topic
                       AND w.seq < o.seq AND w.type = ANY($6::text[])
@@ -158,8 +166,17 @@ UPDATE crm.outbox o
  WHERE o.seq BETWEEN $4 AND $5 AND o.seq = ANY($1::int8[]) AND o.published_at IS NULL
    AND o.type = ANY($6::text[])";
 
-/// The oldest rows due for sending, none of a key in `in_flight`, loaded up to
-/// [`FETCH_BYTES`]; a row over `max_bytes` is never loaded. See [`PENDING_SQL`].
+/// What a fetch leaves out: the keys with a row in flight, and the topics that cannot
+/// take their rows (their rows wait, untouched).
+#[derive(Debug, Clone, Copy)]
+pub struct LeftOut<'a> {
+    pub keys: &'a [&'a str],
+    pub topics: &'a [&'a str],
+}
+
+/// The oldest rows due for sending, none of them left out (`left_out`: a key in flight,
+/// a topic that cannot take them), loaded up to [`FETCH_BYTES`]; a row over
+/// `max_bytes` is never loaded. See [`PENDING_SQL`].
 ///
 /// `sql` is [`PENDING_SQL`] or the statement prepared from it ([`prepare_pending`]): the
 /// relay prepares it once per session, so its 200 fetches of a 100k-row backlog are
@@ -169,7 +186,7 @@ pub fn pending(
     sql: &(impl ToStatement + ?Sized),
     now: DateTime<Utc>,
     limit: u32,
-    in_flight: &[&str],
+    left_out: LeftOut,
     max_bytes: usize,
     types: &OutboxTypes,
 ) -> Result<Vec<OutboxRow>> {
@@ -179,10 +196,12 @@ pub fn pending(
         &[
             &i64::from(limit),
             &now,
-            &in_flight,
+            &left_out.keys,
             &max_bytes,
             &FETCH_BYTES,
             &types.as_slice(),
+            &left_out.topics,
+            &WAITING_FOR_TOPIC,
         ],
     )?;
     Ok(rows
@@ -313,39 +332,11 @@ pub fn mark_attempted(
     )?)
 }
 
-/// What `last_error` of a row waiting for its topic starts with: `backlog` and the
-/// metrics count such rows.
+/// What `last_error` starts with in a row the relay of the release before marked
+/// waiting for its topic (with `next_attempt_at` 30 s on, each time it checked the
+/// topic). This relay writes no such mark: it keeps one fact per topic
+/// ([`super::topic_wait`]); `backlog` and the metrics still count such rows.
 pub const WAITING_FOR_TOPIC: &str = "waiting for its topic: ";
-
-/// How long a row of a missing or unusable topic waits before the relay checks the
-/// topic again: about the next run.
-const TOPIC_WAIT: &str = "30 seconds";
-
-/// Rows whose topic is missing or unusable (a configuration fault, not theirs): they
-/// wait, uncounted (no attempt, no failure), and say why in `last_error`.
-pub fn mark_waiting(
-    client: &mut impl GenericClient,
-    now: DateTime<Utc>,
-    waiting: &[(Uuid, String)],
-    types: &OutboxTypes,
-) -> Result<u64> {
-    if waiting.is_empty() {
-        return Ok(0);
-    }
-    let (ids, errors) = split(waiting);
-    Ok(client.execute(
-        &format!(
-            "UPDATE crm.outbox o
-                SET last_error = $4 || f.error,
-                    next_attempt_at = $3::timestamptz + interval '{TOPIC_WAIT}'
-               FROM unnest($1::uuid[], $2::text[]) AS f(id, error)
-              WHERE o.id = ANY($1::uuid[]) AND o.id = f.id
-                AND o.published_at IS NULL AND o.failed_at IS NULL
-                AND o.type = ANY($5::text[])"
-        ),
-        &[&ids, &errors, &now, &WAITING_FOR_TOPIC, &types.as_slice()],
-    )?)
-}
 
 /// The most failures a row may have before the relay gives up on it (marks it failed).
 /// With the back-off below, about two hours of retries.

@@ -15,13 +15,20 @@ pub const OUTBOX_PENDING_SQL: &str = "\
 SELECT count(*) AS pending, min(occurred_at) AS oldest_pending_at FROM crm.outbox
  WHERE published_at IS NULL AND failed_at IS NULL AND type = ANY($1::text[])";
 
-/// Pending rows waiting for a missing or unusable topic (a configuration fault; their
-/// `last_error` says which), among the rows with a back-off (`ix_outbox_backing_off`);
-/// `$2` = the job's outbox types.
+/// Pending rows waiting for a missing or unusable topic (a configuration fault): every
+/// pending row of a topic with a topic wait (`$3`, one fact per topic;
+/// `ix_outbox_pending`, never read when no topic waits: a one-time filter), and the
+/// rows of other topics that the release before marked so (their `last_error` starts
+/// with `$1`), among the rows with a back-off (`ix_outbox_backing_off`); `$2` = the
+/// job's outbox types.
 pub const OUTBOX_WAITING_FOR_TOPIC_SQL: &str = "\
-SELECT count(*) AS waiting FROM crm.outbox
- WHERE coalesce(published_at, failed_at) IS NULL AND next_attempt_at IS NOT NULL
-   AND starts_with(last_error, $1) AND type = ANY($2::text[])";
+SELECT (SELECT count(*) FROM crm.outbox
+         WHERE coalesce(published_at, failed_at) IS NULL AND next_attempt_at IS NOT NULL
+           AND starts_with(last_error, $1) AND type = ANY($2::text[])
+           AND topic <> ALL($3::text[]))
+     + (SELECT count(*) FROM crm.outbox
+         WHERE published_at IS NULL AND failed_at IS NULL AND type = ANY($2::text[])
+           AND topic = ANY($3::text[]) AND cardinality($3::text[]) > 0) AS waiting";
 
 /// Rows the relay gave up on (partial index `ix_outbox_failed`); `$1` = the job's
 /// outbox types.
@@ -57,8 +64,13 @@ pub struct OutboxLag {
     pub waiting_for_topic: u64,
 }
 
-/// The job's own rows of the outbox: those of `types`.
-pub fn outbox_lag(client: &mut impl GenericClient, types: &OutboxTypes) -> Result<OutboxLag> {
+/// The job's own rows of the outbox: those of `types`; `topic_waits` = the topics that
+/// cannot take their rows.
+pub fn outbox_lag(
+    client: &mut impl GenericClient,
+    types: &OutboxTypes,
+    topic_waits: &[&str],
+) -> Result<OutboxLag> {
     let types = types.as_slice();
     let pending = client
         .query_one(OUTBOX_PENDING_SQL, &[&types])
@@ -69,7 +81,7 @@ pub fn outbox_lag(client: &mut impl GenericClient, types: &OutboxTypes) -> Resul
     let waiting = client
         .query_one(
             OUTBOX_WAITING_FOR_TOPIC_SQL,
-            &[&super::outbox::WAITING_FOR_TOPIC, &types],
+            &[&super::outbox::WAITING_FOR_TOPIC, &types, &topic_waits],
         )
         .context("cannot count the outbox rows waiting for their topic")?;
     Ok(OutboxLag {

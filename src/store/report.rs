@@ -245,6 +245,11 @@ pub struct Backlog {
     pub outbox: Option<super::OutboxLag>,
     /// The outbox rows not due yet, per topic (read with `outbox`).
     pub waiting: Option<Vec<super::TopicWaiting>>,
+    /// The topics that cannot take their rows, as the relay last found them (read with
+    /// `outbox`); `None` also when they cannot be read (migration 14 not applied, or
+    /// not granted): then only the rows the release before marked count as waiting for
+    /// their topic.
+    pub topic_waits: Option<Vec<super::TopicWait>>,
     /// Other producers' rows of the outbox (read for the `backlog` report only).
     pub others: Option<super::OtherRows>,
     /// The pause switches that are on (read for the `backlog` report only).
@@ -321,6 +326,7 @@ pub fn read_report(
         poison: None,
         outbox: None,
         waiting: None,
+        topic_waits: None,
         others: None,
         pauses: Vec::new(),
         next_claims: None,
@@ -345,8 +351,15 @@ pub fn read_report(
         }
     }
     if figures != Figures::Bookings {
-        backlog.outbox = Some(super::outbox_lag(&mut tx, types)?);
-        backlog.waiting = Some(super::waiting(&mut tx, as_of, types)?);
+        backlog.topic_waits = super::topic_waits(&mut tx, false)?;
+        let topics: Vec<&str> = backlog
+            .topic_waits
+            .iter()
+            .flatten()
+            .map(|w| w.topic.as_str())
+            .collect();
+        backlog.outbox = Some(super::outbox_lag(&mut tx, types, &topics)?);
+        backlog.waiting = Some(super::waiting(&mut tx, as_of, types, &topics)?);
     }
     if hygiene.is_some() && figures == Figures::All {
         backlog.others = Some(super::other_rows(&mut tx, types)?);

@@ -11,7 +11,9 @@ use postgres::{GenericClient, SimpleQueryRow};
 use super::privileges::Privilege;
 use crate::exit::{ClassifyExt, Failure, fail};
 
-/// What a subcommand needs of the schema.
+/// What a subcommand needs of the schema. Later migrations' tables a database at the
+/// schema before may lack (`booking_expiration_phase_failure` of 12,
+/// `booking_expiration_topic_wait` of 14) are probed where used instead: a warning.
 #[derive(Debug, Clone, Copy)]
 pub enum Need {
     /// run-once: bookings, outbox, audit, timeline, poison.

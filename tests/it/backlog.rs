@@ -569,6 +569,8 @@ fn backlog_queries_use_the_partial_indexes_with_much_history() {
     // The job's outbox types, bound as backlog binds them: a filter on the same indexes.
     let own = booking_expire::domain::OutboxTypes::default();
     let types = own.as_slice();
+    let no_topic: Vec<String> = Vec::new();
+    let a_topic = vec!["pin.crm.booking-expired.v9".to_owned()];
     let cases: Vec<(String, &str, Vec<&(dyn postgres::types::ToSql + Sync)>)> = vec![
         (
             overdue_sql(Phase::Reserve),
@@ -594,7 +596,13 @@ fn backlog_queries_use_the_partial_indexes_with_much_history() {
         (
             OUTBOX_WAITING_FOR_TOPIC_SQL.to_owned(),
             "ix_outbox_backing_off",
-            vec![&booking_expire::store::WAITING_FOR_TOPIC, &types],
+            vec![&booking_expire::store::WAITING_FOR_TOPIC, &types, &no_topic],
+        ),
+        // The pending rows of a topic that waits for its topic: the pending index.
+        (
+            OUTBOX_WAITING_FOR_TOPIC_SQL.to_owned(),
+            "ix_outbox_pending",
+            vec![&booking_expire::store::WAITING_FOR_TOPIC, &types, &a_topic],
         ),
         // The other producers' rows, apart: both partial indexes, one count each.
         (

@@ -1,5 +1,6 @@
 //! One outbox row can never stop the relay, and only a row's own fault counts against
-//! it: rows of a topic that cannot take them wait uncounted (a configuration fault),
+//! it: rows of a topic that cannot take them wait uncounted and unwritten (a
+//! configuration fault, one fact per topic),
 //! rows the broker refuses back off on their own (with a capped number of failures),
 //! while every other row is delivered in the same run; per-key order (within a topic)
 //! holds across the wait. Against a real Apache Kafka broker.
@@ -67,6 +68,11 @@ fn a_missing_or_mis_partitioned_topic_holds_only_its_own_rows() {
         .map(|n| insert_outbox_row(&mut c, &good, &Uuid::new_v4().to_string(), n))
         .collect();
 
+    let held_versions = {
+        let all = versions(&mut c);
+        let n = held.len();
+        all.split(';').take(n).collect::<Vec<_>>().join(";")
+    };
     let run = relay(&db, &brokers);
     assert_eq!(run.code, 78, "the failure is reported:\n{}", run.stderr);
     assert!(
@@ -91,17 +97,34 @@ fn a_missing_or_mis_partitioned_topic_holds_only_its_own_rows() {
         let (published, failed, failures, waits, error) = state(&mut c, *id);
         assert!(!published && !failed, "held, not given up");
         assert_eq!(failures, 0, "a topic's fault is not the row's");
-        assert!(waits, "it waits before the topic is checked again");
-        let error = error.unwrap();
         assert!(
-            error
-                == format!(
-                    "waiting for its topic: Kafka topic {missing} does not exist (topic auto-creation is off: create it, e.g. with 6 partitions)"
-                )
-                || error.starts_with(&format!(
-                    "waiting for its topic: Kafka topic {three} has 3 partitions, expected 6"
-                )),
-            "{error}"
+            !waits && error.is_none(),
+            "the row is not written: the topic waits"
+        );
+    }
+    assert_eq!(versions(&mut c), held_versions, "no held row written");
+    // The topic's wait is one fact per topic.
+    let facts: Vec<(String, String)> = c
+        .query(
+            "SELECT topic, reason FROM crm.booking_expiration_topic_wait ORDER BY topic",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(facts.len(), 2, "{facts:?}");
+    for (topic, reason) in &facts {
+        assert!(
+            (*topic == missing
+                && *reason
+                    == format!(
+                        "Kafka topic {missing} does not exist (topic auto-creation is off: create it, e.g. with 6 partitions)"
+                    ))
+                || (*topic == three
+                    && reason
+                        .starts_with(&format!("Kafka topic {three} has 3 partitions, expected 6"))),
+            "{topic}: {reason}"
         );
     }
     assert_eq!(
@@ -121,23 +144,29 @@ fn a_missing_or_mis_partitioned_topic_holds_only_its_own_rows() {
         serde_json::json!(5),
         "{report}"
     );
-    // Within the wait (made long here) the next run leaves them alone and succeeds.
-    c.execute(
-        "UPDATE crm.outbox SET next_attempt_at = now() + interval '1 hour'
-          WHERE next_attempt_at IS NOT NULL",
-        &[],
-    )
-    .unwrap();
+    // The next run asks about each topic once, still writes none of the rows, and
+    // reports the topic again.
     let again = relay(&db, &brokers);
-    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert_eq!(again.code, 78, "{}", again.stderr);
+    assert_eq!(versions(&mut c), held_versions, "no held row written");
     assert_eq!(
         count(
             &mut c,
-            "SELECT count(*) FROM crm.outbox WHERE next_attempt_at > now() + interval '50 minutes'"
+            "SELECT count(*) FROM crm.booking_expiration_topic_wait"
         ),
-        5,
-        "not checked again inside the wait"
+        2
     );
+}
+
+/// The row versions (ctid, xmin) of the rows of the job's that are still pending.
+fn versions(c: &mut postgres::Client) -> String {
+    c.query_one(
+        "SELECT string_agg(ctid::text || '/' || xmin::text, ';' ORDER BY seq) FROM crm.outbox
+          WHERE published_at IS NULL",
+        &[],
+    )
+    .unwrap()
+    .get(0)
 }
 
 #[test]
@@ -195,12 +224,18 @@ fn a_row_waiting_for_a_missing_topic_is_never_given_up() {
     )
     .unwrap();
     for _ in 0..2 {
+        let before = versions(&mut c);
         let run = relay(&db, &brokers);
         assert_eq!(run.code, 78, "{}", run.stderr);
         assert!(!run.stderr.contains("marked failed"), "{}", run.stderr);
-        let (published, failed, failures, waits, _) = state(&mut c, old);
-        assert!(!published && !failed && waits);
+        let (published, failed, failures, _, _) = state(&mut c, old);
+        assert!(!published && !failed);
         assert_eq!(failures, 19);
+        assert_eq!(
+            versions(&mut c),
+            before,
+            "not written while its topic waits"
+        );
         c.execute("UPDATE crm.outbox SET next_attempt_at = now()", &[])
             .unwrap();
     }

@@ -37,6 +37,7 @@ pub const MIGRATIONS: &[Migration] = migrations![
     11 "011_xmin_holders_function.sql",
     12 "012_phase_failures.sql",
     13 "013_outbox_notify_own_rows.sql",
+    14 "014_outbox_topic_waits.sql",
 ];
 
 /// The last version of the baseline (release 0.1.0): the files a database migrated
