@@ -76,7 +76,8 @@ fn registry() -> &'static Registry {
             ))
             .expect("create the harness's table of objects");
         let run = loop {
-            let run = (uuid::Uuid::new_v4().as_u128() as i32).max(1);
+            // Positive, at random: 1 ..= 2^31 - 1.
+            let run = ((uuid::Uuid::new_v4().as_u128() as u32 >> 1) as i32).max(1);
             let free: bool = session
                 .query_one("SELECT pg_try_advisory_lock($1, $2)", &[&LOCK_SPACE, &run])
                 .unwrap()
