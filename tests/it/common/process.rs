@@ -99,7 +99,7 @@ impl CycleResult {
 /// Waits until `probe` is true, or panics after `limit` naming what it waited for.
 /// `limit` only stops a test that is really stuck: give it a minute or more.
 pub fn wait_until(limit: Duration, what: &str, mut probe: impl FnMut() -> bool) {
-    wait_for(limit, what, || probe().then_some(()), || String::new());
+    wait_for(limit, what, || probe().then_some(()), String::new);
 }
 
 /// Waits until `probe` returns `Some`, and returns it; after `limit`, panics with what
