@@ -221,6 +221,24 @@ fn high_watermarks(consumer: &BaseConsumer, topic: &str, partitions: i32) -> BTr
         .collect()
 }
 
+/// How many records `topic` holds now, from its partitions' watermarks (no control
+/// records, see [`consume`]): that nothing, or nothing more, was sent is known at once,
+/// with no time window to watch.
+pub fn records_on(brokers: &str, topic: &str, partitions: i32) -> i64 {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .unwrap();
+    (0..partitions)
+        .map(|p| {
+            let (low, high) = consumer
+                .fetch_watermarks(topic, p, Duration::from_secs(30))
+                .unwrap_or_else(|e| panic!("watermarks of {topic}/{p}: {e}"));
+            high - low
+        })
+        .sum()
+}
+
 /// Kafka's Java `murmur2`, as its default partitioner uses it for keyed records.
 pub fn java_murmur2(data: &[u8]) -> i32 {
     const SEED: u32 = 0x9747_b28c;
