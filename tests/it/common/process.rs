@@ -141,8 +141,7 @@ pub fn owned(cmd: &mut Command) -> &mut Command {
     const PR_SET_PDEATHSIG: i32 = 1;
     const SIGKILL: u64 = 9;
     let parent = std::process::id() as i32;
-    // SAFETY: between fork and exec only async-signal-safe calls (prctl, getppid) run,
-    // with no allocation; the closure captures a plain integer.
+    // SAFETY: between fork and exec only prctl and getppid run: async-signal-safe, no allocation.
     unsafe {
         cmd.pre_exec(move || {
             if prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 {
@@ -150,7 +149,8 @@ pub fn owned(cmd: &mut Command) -> &mut Command {
             }
             // The parent died before prctl took effect: no signal will come.
             if getppid() != parent {
-                return Err(std::io::Error::other("the test process is gone"));
+                const ESRCH: i32 = 3;
+                return Err(std::io::Error::from_raw_os_error(ESRCH));
             }
             Ok(())
         })
