@@ -14,6 +14,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::StopAtExit;
 pub use super::services::shared_brokers;
 
 /// A unique topic name for one test.
@@ -25,18 +26,33 @@ fn scripts() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts")
 }
 
-/// A single-node KRaft broker of the test's own, in a temporary directory.
+/// A single-node KRaft broker of the test's own, in a temporary directory; killed when
+/// dropped, and when the test process dies ([`StopAtExit`]).
 pub struct OwnBroker {
     pub dir: PathBuf,
     pub brokers: String,
+    _stop: StopAtExit,
+}
+
+/// The guard of the broker(s) in `dir`, made before they start.
+fn kafka_stop_at_exit(dir: &std::path::Path) -> StopAtExit {
+    StopAtExit::new(
+        &scripts().join("kafka-stop.sh"),
+        &[dir.as_os_str(), std::ffi::OsStr::new("--kill")],
+    )
 }
 
 impl OwnBroker {
     pub fn start() -> Self {
         let dir = std::env::temp_dir().join(format!("be-kafka-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir).unwrap();
+        let stop = kafka_stop_at_exit(&dir);
         let brokers = start_script(&dir);
-        OwnBroker { dir, brokers }
+        OwnBroker {
+            dir,
+            brokers,
+            _stop: stop,
+        }
     }
 
     /// Graceful stop (SIGTERM).
@@ -283,12 +299,14 @@ pub struct OwnCluster {
     pub dir: PathBuf,
     /// The three brokers' addresses, comma-separated.
     pub brokers: String,
+    _stop: StopAtExit,
 }
 
 impl OwnCluster {
     pub fn start() -> Self {
         let dir = std::env::temp_dir().join(format!("be-kafka3-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir).unwrap();
+        let stop = kafka_stop_at_exit(&dir);
         let out = Command::new(scripts().join("kafka-start.sh"))
             .arg(&dir)
             .env("KAFKA_NODES", "3")
@@ -300,7 +318,11 @@ impl OwnCluster {
             String::from_utf8_lossy(&out.stderr)
         );
         let brokers = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-        OwnCluster { dir, brokers }
+        OwnCluster {
+            dir,
+            brokers,
+            _stop: stop,
+        }
     }
 
     /// The directory of node `id` (1..=3, its node.id).
