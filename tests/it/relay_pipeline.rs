@@ -59,7 +59,7 @@ fn rows_of_one_key_in_successive_batches_are_sent_once_each_in_write_order() {
     assert_eq!(result["Published"], json!(40));
     assert_eq!(pending(&mut c), 0);
 
-    let got = consume(&brokers, &topic, 6, 40, Duration::from_secs(30));
+    let got = consume(&brokers, &topic, 6, 40, Duration::from_secs(90));
     assert_eq!(got.len(), 40, "each row sent once");
     let mut by_key: BTreeMap<String, Vec<(i32, i64, Uuid)>> = BTreeMap::new();
     for m in &got {
@@ -121,10 +121,10 @@ fn a_relay_killed_after_the_acknowledgements_and_before_the_mark_sends_again() {
         "60s",
     ]));
     // Every message acknowledged (on the topic), the mark waiting for the lock.
-    let got = consume(&brokers, &topic, 6, 20, Duration::from_secs(30));
+    let got = consume(&brokers, &topic, 6, 20, Duration::from_secs(90));
     assert_eq!(got.len(), 20);
     wait_until(
-        Duration::from_secs(30),
+        Duration::from_secs(90),
         "the mark waiting for the lock",
         || {
             c.query_one(
@@ -150,7 +150,7 @@ fn a_relay_killed_after_the_acknowledgements_and_before_the_mark_sends_again() {
     )
     .unwrap();
     wait_until(
-        Duration::from_secs(10),
+        Duration::from_secs(90),
         "the killed relay's sessions gone",
         || {
             count(
@@ -168,7 +168,7 @@ fn a_relay_killed_after_the_acknowledgements_and_before_the_mark_sends_again() {
     assert_eq!(json_lines(&run.stdout)[0]["Published"], json!(20));
     assert_eq!(pending(&mut c), 0);
     // At least once: every event twice on the topic, under the same ce_id.
-    let got = consume(&brokers, &topic, 6, 40, Duration::from_secs(30));
+    let got = consume(&brokers, &topic, 6, 40, Duration::from_secs(90));
     let mut copies: HashMap<String, usize> = HashMap::new();
     for m in &got {
         *copies.entry(m.headers["ce_id"].clone()).or_default() += 1;
@@ -212,14 +212,17 @@ fn a_batch_collected_after_its_deadline_keeps_the_reports_that_came_in_time() {
             headers: vec![("ce_id".into(), format!("id-{i}").into())],
         })
         .collect();
-    let enqueued_at = Instant::now();
     let batch = producer.enqueue(&messages);
+    // The batch's deadline is set inside enqueue: at most this much later.
+    let past_deadline = Instant::now() + message_timeout + Duration::from_secs(2);
     // Every message is on the topic, so its acknowledgement has been sent back.
-    let got = consume(&brokers, &topic, 6, 200, Duration::from_secs(60));
+    let got = consume(&brokers, &topic, 6, 200, Duration::from_secs(120));
     assert_eq!(got.len(), 200);
-    // Collected well after the deadline (the message timeout and 2 s).
-    let late = enqueued_at + message_timeout + Duration::from_secs(3);
-    std::thread::sleep(late.saturating_duration_since(Instant::now()) + Duration::from_secs(1));
+    // Behaviour: collected after the batch's deadline (the message timeout and 2 s),
+    // a point in time; sleeping past it (longer under load) only makes it surer.
+    std::thread::sleep(
+        past_deadline.saturating_duration_since(Instant::now()) + Duration::from_secs(1),
+    );
     let deliveries = producer.wait(batch);
 
     assert_eq!(deliveries.len(), 200);

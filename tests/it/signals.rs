@@ -25,10 +25,11 @@ fn code_of(signal: &str) -> i32 {
 }
 
 /// Sends `signal` and expects the child to exit with its code within `limit`.
-fn stop_with(child: std::process::Child, signal: &str, limit: Duration) -> Run {
+fn stop_with(child: OwnedChild, signal: &str, limit: Duration) -> Run {
     let sent = Instant::now();
     send_signal(&child, signal);
     let run = Run::of(child.wait_with_output().unwrap());
+    // Behaviour: a stop signal ends the run within the pod's grace period.
     assert!(
         sent.elapsed() < limit,
         "exited promptly: {:?}",
@@ -259,6 +260,7 @@ fn signals_at_random_moments_keep_whole_batches_and_lose_nothing() {
             _ => rng.below(1_500),
         });
         let child = spawn(db.command(&["run-once", "--batch-size", "5", "--max-batches", "200"]));
+        // Behaviour: the signal lands at a random point of the run, not after a condition.
         std::thread::sleep(delay);
         let _ = std::process::Command::new("kill")
             .args([&format!("-{signal}"), &child.id().to_string()])

@@ -1,7 +1,8 @@
 //! The database of each test: a fresh one per test, cloned from a template with every
 //! migration of `sql/` applied by the binary's `migrate` (made once per run on the
 //! suite's server, see [`admin_url`]), URLs, migrations for a server a test started
-//! itself, a read-only operator role.
+//! itself, a read-only operator role. What it makes on the suite's server is on the
+//! harness's record (`leftovers`), so a killed run's leftovers are swept by the next.
 
 use std::process::Command;
 use std::sync::OnceLock;
@@ -20,18 +21,23 @@ pub struct TestDb {
     pub url: String,
     /// The server's maintenance database, where this one is created and dropped.
     admin: String,
+    /// On the suite's server, so on the harness's record ([`record_made`]) until dropped.
+    recorded: bool,
 }
 
 impl TestDb {
     pub fn new() -> Self {
         let admin_url = admin_url();
         let name = format!("be_test_{}", Uuid::new_v4().simple());
+        let template = template();
         let mut admin = Client::connect(&admin_url, NoTls).expect("connect as admin");
-        clone_database(&mut admin, &name, template());
+        record_made(Made::Database, &name);
+        clone_database(&mut admin, &name, template);
         TestDb {
             url: with_database(&admin_url, &name),
             name,
             admin: admin_url,
+            recorded: true,
         }
     }
 
@@ -39,19 +45,23 @@ impl TestDb {
     /// own ([`OwnPostgres`]) with server-level settings; `admin` is that server's
     /// maintenance database URL.
     pub fn new_on(admin: &str) -> Self {
-        let db = Self::empty_on(admin);
+        let db = Self::empty_on(admin, false);
         db.migrate();
         db
     }
 
     /// A database without the schema.
     pub fn empty() -> Self {
-        Self::empty_on(&admin_url())
+        Self::empty_on(&admin_url(), true)
     }
 
-    fn empty_on(admin_url: &str) -> Self {
+    /// `suites`: the server is the suite's, where what the harness makes is recorded.
+    fn empty_on(admin_url: &str, suites: bool) -> Self {
         let name = format!("be_test_{}", Uuid::new_v4().simple());
         let mut admin = Client::connect(admin_url, NoTls).expect("connect as admin");
+        if suites {
+            record_made(Made::Database, &name);
+        }
         admin
             .batch_execute(&format!("CREATE DATABASE {name}"))
             .expect("create test database");
@@ -60,6 +70,7 @@ impl TestDb {
             name,
             url,
             admin: admin_url.to_owned(),
+            recorded: suites,
         }
     }
 
@@ -75,7 +86,8 @@ impl TestDb {
     /// The binary, pointed at this database, with a clean environment.
     pub fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(BIN);
-        cmd.args(args)
+        owned(&mut cmd)
+            .args(args)
             .env_clear()
             .env("DATABASE_URL", &self.url)
             .env("PATH", std::env::var_os("PATH").unwrap_or_default());
@@ -108,10 +120,13 @@ impl TestDb {
 impl Drop for TestDb {
     fn drop(&mut self) {
         if let Ok(mut admin) = Client::connect(&self.admin, NoTls) {
-            let _ = admin.batch_execute(&format!(
+            let dropped = admin.batch_execute(&format!(
                 "DROP DATABASE IF EXISTS {} WITH (FORCE)",
                 self.name
             ));
+            if dropped.is_ok() && self.recorded {
+                forget_made(&self.name);
+            }
         }
     }
 }
@@ -136,12 +151,16 @@ impl TestDb {
     pub fn copy(&self) -> TestDb {
         let name = format!("be_test_{}", Uuid::new_v4().simple());
         let mut admin = Client::connect(&self.admin, NoTls).expect("connect as admin");
+        if self.recorded {
+            record_made(Made::Database, &name);
+        }
         clone_database(&mut admin, &name, &self.name);
         let url = with_database(&self.admin, &name);
         TestDb {
             name,
             url,
             admin: self.admin.clone(),
+            recorded: self.recorded,
         }
     }
 }
@@ -156,6 +175,8 @@ fn template() -> &'static str {
         let admin_url = admin_url();
         let name = format!("be_template_{}", Uuid::new_v4().simple());
         let mut admin = Client::connect(&admin_url, NoTls).expect("connect as admin");
+        // Dropped at exit on a server of yours (below), swept by a later run otherwise.
+        record_made(Made::Database, &name);
         admin
             .batch_execute(&format!("CREATE DATABASE {name}"))
             .expect("create the template database");
@@ -221,12 +242,16 @@ pub struct ReadOnlyRole {
     /// The test database's URL with this role as the user.
     pub url: String,
     db_url: String,
+    recorded: bool,
 }
 
 impl ReadOnlyRole {
     pub fn new(db: &TestDb) -> Self {
         let name = format!("ro_{}", Uuid::new_v4().simple());
         let mut c = db.client();
+        if db.recorded {
+            record_made(Made::Role, &name);
+        }
         c.batch_execute(&format!(
             "CREATE ROLE {name} LOGIN;
              ALTER ROLE {name} SET default_transaction_read_only = on;
@@ -238,6 +263,7 @@ impl ReadOnlyRole {
             url: with_user(&db.url, &name),
             name,
             db_url: db.url.clone(),
+            recorded: db.recorded,
         }
     }
 }
@@ -248,7 +274,10 @@ impl Drop for ReadOnlyRole {
             let _ = c.batch_execute(&drop_owned_sql(&self.name));
         }
         if let Ok(mut admin) = Client::connect(&admin_url(), NoTls) {
-            let _ = admin.batch_execute(&format!("DROP ROLE IF EXISTS {}", self.name));
+            let dropped = admin.batch_execute(&format!("DROP ROLE IF EXISTS {}", self.name));
+            if dropped.is_ok() && self.recorded {
+                forget_made(&self.name);
+            }
         }
     }
 }

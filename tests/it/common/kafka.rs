@@ -14,6 +14,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::StopAtExit;
 pub use super::services::shared_brokers;
 
 /// A unique topic name for one test.
@@ -25,18 +26,33 @@ fn scripts() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts")
 }
 
-/// A single-node KRaft broker of the test's own, in a temporary directory.
+/// A single-node KRaft broker of the test's own, in a temporary directory; killed when
+/// dropped, and when the test process dies ([`StopAtExit`]).
 pub struct OwnBroker {
     pub dir: PathBuf,
     pub brokers: String,
+    _stop: StopAtExit,
+}
+
+/// The guard of the broker(s) in `dir`, made before they start.
+fn kafka_stop_at_exit(dir: &std::path::Path) -> StopAtExit {
+    StopAtExit::new(
+        &scripts().join("kafka-stop.sh"),
+        &[dir.as_os_str(), std::ffi::OsStr::new("--kill")],
+    )
 }
 
 impl OwnBroker {
     pub fn start() -> Self {
         let dir = std::env::temp_dir().join(format!("be-kafka-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir).unwrap();
+        let stop = kafka_stop_at_exit(&dir);
         let brokers = start_script(&dir);
-        OwnBroker { dir, brokers }
+        OwnBroker {
+            dir,
+            brokers,
+            _stop: stop,
+        }
     }
 
     /// Graceful stop (SIGTERM).
@@ -137,8 +153,10 @@ pub struct Received {
     pub raw_payload: Vec<u8>,
 }
 
-/// Reads the whole topic from the beginning: until `expected` records arrived (then
-/// a little longer, to catch any extra), or until `limit` passes.
+/// Reads the whole topic from the beginning: until `expected` records arrived and then
+/// every record the topic held at that moment (its partitions' high watermarks, so
+/// extra copies already written are caught without waiting a fixed time), or until
+/// `limit` passes.
 pub fn consume(
     brokers: &str,
     topic: &str,
@@ -164,10 +182,22 @@ pub fn consume(
     consumer.assign(&tpl).unwrap();
     let started = Instant::now();
     let mut got = Vec::new();
-    let mut settle_until: Option<Instant> = None;
+    // Per partition: the offset after the last record read.
+    let mut next: BTreeMap<i32, i64> = BTreeMap::new();
+    // Once `expected` arrived: the high watermarks to read up to.
+    let mut read_up_to: Option<BTreeMap<i32, i64>> = None;
     loop {
-        let now = Instant::now();
-        if now - started > limit || settle_until.is_some_and(|t| now > t) {
+        if started.elapsed() > limit {
+            break;
+        }
+        if got.len() >= expected && read_up_to.is_none() {
+            read_up_to = Some(high_watermarks(&consumer, topic, partitions));
+        }
+        if let Some(ends) = &read_up_to
+            && ends
+                .iter()
+                .all(|(p, end)| next.get(p).copied().unwrap_or(0) >= *end)
+        {
             break;
         }
         if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
@@ -179,6 +209,7 @@ pub fn consume(
                     assert!(previous.is_none(), "header {} repeated", header.key);
                 }
             }
+            next.insert(m.partition(), m.offset() + 1);
             got.push(Received {
                 key: String::from_utf8(m.key().unwrap().to_vec()).unwrap(),
                 partition: m.partition(),
@@ -188,11 +219,40 @@ pub fn consume(
                 raw_payload: m.payload().unwrap().to_vec(),
             });
         }
-        if got.len() >= expected && settle_until.is_none() {
-            settle_until = Some(Instant::now() + Duration::from_millis(1500));
-        }
     }
     got
+}
+
+/// Each partition's high watermark (the offset the next record will get). The relay's
+/// producer is idempotent, not transactional: no control records, so a partition
+/// holds exactly `high - low` records.
+fn high_watermarks(consumer: &BaseConsumer, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
+    (0..partitions)
+        .map(|p| {
+            let (_, high) = consumer
+                .fetch_watermarks(topic, p, Duration::from_secs(30))
+                .unwrap_or_else(|e| panic!("watermarks of {topic}/{p}: {e}"));
+            (p, high)
+        })
+        .collect()
+}
+
+/// How many records `topic` holds now, from its partitions' watermarks (no control
+/// records, see [`consume`]): that nothing, or nothing more, was sent is known at once,
+/// with no time window to watch.
+pub fn records_on(brokers: &str, topic: &str, partitions: i32) -> i64 {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .unwrap();
+    (0..partitions)
+        .map(|p| {
+            let (low, high) = consumer
+                .fetch_watermarks(topic, p, Duration::from_secs(30))
+                .unwrap_or_else(|e| panic!("watermarks of {topic}/{p}: {e}"));
+            high - low
+        })
+        .sum()
 }
 
 /// Kafka's Java `murmur2`, as its default partitioner uses it for keyed records.
@@ -239,12 +299,14 @@ pub struct OwnCluster {
     pub dir: PathBuf,
     /// The three brokers' addresses, comma-separated.
     pub brokers: String,
+    _stop: StopAtExit,
 }
 
 impl OwnCluster {
     pub fn start() -> Self {
         let dir = std::env::temp_dir().join(format!("be-kafka3-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir).unwrap();
+        let stop = kafka_stop_at_exit(&dir);
         let out = Command::new(scripts().join("kafka-start.sh"))
             .arg(&dir)
             .env("KAFKA_NODES", "3")
@@ -256,7 +318,11 @@ impl OwnCluster {
             String::from_utf8_lossy(&out.stderr)
         );
         let brokers = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-        OwnCluster { dir, brokers }
+        OwnCluster {
+            dir,
+            brokers,
+            _stop: stop,
+        }
     }
 
     /// The directory of node `id` (1..=3, its node.id).
@@ -360,8 +426,8 @@ fn create_and_wait(
             return;
         }
         assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "topic {topic} not in the brokers' metadata 30 s after it was created"
+            started.elapsed() < Duration::from_secs(90),
+            "topic {topic} not in the brokers' metadata 90 s after it was created"
         );
         std::thread::sleep(Duration::from_millis(50));
     }

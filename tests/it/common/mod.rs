@@ -1,6 +1,8 @@
 //! Shared test harness, one room per concern: the suite's server and broker
 //! (`services`), the database of each test (`database`),
-//! seeding and reading back (`seed`), the real binary as a process (`process`), locks
+//! seeding and reading back (`seed`), the record of what the harness made on the
+//! suite's server and the sweep of a killed run's leftovers (`leftovers`), the real
+//! binary as a process (`process`), locks
 //! and gates (`locks`), servers of a test's own (`servers`), Kafka (`kafka`), TLS
 //! (`tls`), the Pushgateway (`pushgateway`) and the contract's schemas (`schemas`).
 //! Everything but `kafka`, `tls`, `pushgateway` and `schemas` is re-exported here, so a
@@ -8,6 +10,7 @@
 
 mod database;
 pub mod kafka;
+mod leftovers;
 mod locks;
 mod process;
 pub mod pushgateway;
@@ -17,6 +20,8 @@ mod servers;
 mod services;
 pub mod tls;
 
-pub use {database::*, locks::*, process::*, seed::*, servers::*, services::admin_url};
+pub use {
+    database::*, leftovers::*, locks::*, process::*, seed::*, servers::*, services::admin_url,
+};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_booking-expire");

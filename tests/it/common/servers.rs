@@ -1,8 +1,10 @@
 //! Servers of a test's own: a PostgreSQL to restart, stop or configure at the server
 //! level (pg_stat_statements preloaded), and a listener that never answers.
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::ffi::OsStr;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
@@ -19,11 +21,54 @@ pub fn silent_listener() -> (std::net::TcpListener, u16) {
     (listener, port)
 }
 
+/// Stops a server of a test's own when the test process ends without stopping it (a
+/// kill, SIGKILL included): a shell that waits for its stdin, a pipe only this process
+/// holds, to close, then runs the stop script, as scripts/test-service.sh does for the
+/// suite's services (a server daemonizes, so `PR_SET_PDEATHSIG` cannot reach it). In a
+/// process group of its own, so that Ctrl-C leaves it to clean up. The server's owner
+/// stops the server itself and drops this, which kills the shell before it runs.
+pub struct StopAtExit {
+    shell: Child,
+    _pipe: ChildStdin,
+}
+
+impl StopAtExit {
+    pub fn new(script: &Path, args: &[&OsStr]) -> Self {
+        let mut shell = Command::new("sh")
+            .args(["-c", r#"cat >/dev/null; exec "$@" >/dev/null 2>&1"#, "sh"])
+            .arg(script)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("start the guard that stops a server at exit");
+        let pipe = shell.stdin.take().expect("piped stdin");
+        StopAtExit { shell, _pipe: pipe }
+    }
+}
+
+impl Drop for StopAtExit {
+    fn drop(&mut self) {
+        // Not reaped yet, so the PID is still the shell's.
+        let _ = self.shell.kill();
+        let _ = self.shell.wait();
+    }
+}
+
 /// A PostgreSQL server of the test's own (scripts/pg-start.sh in a temporary
-/// directory), to restart or stop; its `postgres` database is migrated.
+/// directory), to restart or stop; its `postgres` database is migrated. Stopped when
+/// dropped, and when the test process dies ([`StopAtExit`]).
 pub struct OwnPostgres {
     pub dir: PathBuf,
     pub url: String,
+    _stop: StopAtExit,
+}
+
+/// The guard of a server in `dir`, made before it starts (a kill mid-start included).
+fn pg_stop_at_exit(dir: &Path) -> StopAtExit {
+    StopAtExit::new(&scripts_dir().join("pg-stop.sh"), &[dir.as_os_str()])
 }
 
 pub fn scripts_dir() -> PathBuf {
@@ -33,6 +78,7 @@ pub fn scripts_dir() -> PathBuf {
 impl OwnPostgres {
     pub fn start() -> Self {
         let dir = std::env::temp_dir().join(format!("be-pg-{}", Uuid::new_v4().simple()));
+        let stop = pg_stop_at_exit(&dir);
         let out = Command::new(scripts_dir().join("pg-start.sh"))
             .arg(&dir)
             .output()
@@ -43,14 +89,20 @@ impl OwnPostgres {
             String::from_utf8_lossy(&out.stderr)
         );
         let url = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-        migrate_url(&url);
-        OwnPostgres { dir, url }
+        let pg = OwnPostgres {
+            dir,
+            url,
+            _stop: stop,
+        };
+        migrate_url(&pg.url);
+        pg
     }
 
     /// A hot standby of `primary`, streaming from it (scripts/pg-start.sh with
     /// `PG_STANDBY_OF`): the primary's data, read-only until [`OwnPostgres::promote`].
     pub fn standby_of(primary: &OwnPostgres) -> Self {
         let dir = std::env::temp_dir().join(format!("be-pg-{}", Uuid::new_v4().simple()));
+        let stop = pg_stop_at_exit(&dir);
         let out = Command::new(scripts_dir().join("pg-start.sh"))
             .arg(&dir)
             .env("PG_STANDBY_OF", &primary.dir)
@@ -62,7 +114,11 @@ impl OwnPostgres {
             String::from_utf8_lossy(&out.stderr)
         );
         let url = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-        OwnPostgres { dir, url }
+        OwnPostgres {
+            dir,
+            url,
+            _stop: stop,
+        }
     }
 
     /// `host:port` of this server, for a multi-host URL.
