@@ -416,15 +416,15 @@ fn a_following_relay_sends_the_rows_of_a_topic_within_a_second_or_so_of_its_crea
                 "SELECT count(*) FROM crm.booking_expiration_topic_wait",
             ) == 0
     };
-    let mut gone = went();
-    while !gone && created.elapsed() < std::time::Duration::from_secs(30) {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        gone = went();
-    }
+    wait_for(
+        std::time::Duration::from_secs(30),
+        "the 300 rows of the new topic published and its wait forgotten",
+        || went().then_some(()),
+        || follower.stderr_so_far(),
+    );
     let took = created.elapsed();
     send_signal(&follower.child, "TERM");
     let run = follower.wait();
-    assert!(gone, "the rows did not go:\n{}", run.stderr);
     assert!(
         run.stderr
             .contains("the topic can take its rows again: they go in this run"),
@@ -432,9 +432,10 @@ fn a_following_relay_sends_the_rows_of_a_topic_within_a_second_or_so_of_its_crea
         run.stderr
     );
     eprintln!("the waiting rows went {took:?} after their topic was created");
-    // About a second between the checks, then the batch: never the 30 s of old.
+    // Behaviour: about a second between the checks, then the batch, never the 30 s
+    // wait of old; the margin holds under load.
     assert!(
-        took < std::time::Duration::from_secs(5),
+        took < std::time::Duration::from_secs(20),
         "{took:?}\n{}",
         run.stderr
     );
