@@ -91,13 +91,12 @@ impl Drop for LoginRole {
         if let Ok(mut c) = Client::connect(&self.db_url, NoTls) {
             let _ = c.batch_execute(&drop_owned_sql(&self.name));
         }
-        if let Ok(mut admin) = Client::connect(&admin_url(), NoTls) {
-            if admin
+        if let Ok(mut admin) = Client::connect(&admin_url(), NoTls)
+            && admin
                 .batch_execute(&format!("DROP ROLE IF EXISTS {}", self.name))
                 .is_ok()
-            {
-                forget_made(&self.name);
-            }
+        {
+            forget_made(&self.name);
         }
     }
 }
@@ -507,9 +506,7 @@ fn a_relay_of_other_types_too_is_refused_until_the_owner_lists_them() {
     let off = reader.run(&["backlog", "--outbox-types", &both]);
     assert_eq!(off.code, 0, "{}", off.stderr);
     assert!(
-        off.stderr
-            .contains(&format!("would hide these outbox types"))
-            && off.stderr.contains(&listing),
+        off.stderr.contains("would hide these outbox types") && off.stderr.contains(&listing),
         "{}",
         off.stderr
     );
