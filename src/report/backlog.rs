@@ -167,17 +167,6 @@ fn table(b: &Backlog, defence: Defence) -> String {
             "of types not in --outbox-types: never sent, marked, purged, nor counted above",
         ));
     }
-    t.note(render::note(match defence {
-        Defence::On => {
-            "row security on crm.outbox: on (other producers' rows are hidden from this role)"
-        }
-        Defence::Off => {
-            "row security on crm.outbox: off (the job's roles may reach every producer's rows)"
-        }
-        Defence::NotBinding => {
-            "row security on crm.outbox: on, but not for this role (it reaches every row)"
-        }
-    }));
     if outbox.waiting_for_topic > 0 {
         t.row(vec![
             "outbox waiting for a missing topic".into(),
@@ -229,6 +218,18 @@ fn table(b: &Backlog, defence: Defence) -> String {
         ]);
     }
     t.render(&mut out);
+    out.push('\n');
+    out.push_str(match defence {
+        Defence::On => {
+            "row security on crm.outbox: on (other producers' rows are hidden from this role)\n"
+        }
+        Defence::Off => {
+            "row security on crm.outbox: off (the job's roles may reach every producer's rows)\n"
+        }
+        Defence::NotBinding => {
+            "row security on crm.outbox: on, but not for this role (it reaches every row)\n"
+        }
+    });
     for p in &b.pauses {
         // Wrapped to 120 columns (the reason is the operator's text, of any length);
         // the command that ends the pause is never split.
