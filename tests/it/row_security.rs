@@ -616,3 +616,70 @@ fn the_previous_release_under_row_security_relays_only_the_jobs_rows() {
         5
     );
 }
+
+#[test]
+fn where_the_host_has_row_security_of_its_own_its_policies_still_decide_for_its_roles() {
+    let db = TestDb::new();
+    let mut admin = db.client();
+    let writer = LoginRole::new(&db, "");
+    let relay = LoginRole::member_of(&db, RELAY);
+    admin
+        .batch_execute(&format!(
+            "GRANT USAGE ON SCHEMA crm TO {0}; GRANT SELECT, INSERT ON crm.outbox TO {0}",
+            writer.name
+        ))
+        .unwrap();
+    // The host's own policy, before migration 15: its roles never see 'secret' rows.
+    admin
+        .batch_execute(
+            "DROP POLICY booking_expiration_others_unchanged ON crm.outbox;
+             DROP POLICY booking_expiration_job ON crm.outbox;
+             DROP POLICY booking_expiration_own_types ON crm.outbox;
+             CREATE POLICY crm_no_secrets ON crm.outbox AS PERMISSIVE FOR ALL TO PUBLIC
+                 USING (topic <> 'secret') WITH CHECK (topic <> 'secret');
+             ALTER TABLE crm.outbox ENABLE ROW LEVEL SECURITY;",
+        )
+        .unwrap();
+    insert_outbox_rows(&mut admin, OutboxState::Pending, &[10]);
+    other_row(&mut admin, CREATED, "their.topic", "pending");
+    other_row(&mut admin, CREATED, "secret", "pending");
+    let sql = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/sql/015_outbox_row_security.sql"
+    ))
+    .unwrap();
+    admin.batch_execute(&sql).unwrap();
+    admin.batch_execute(&sql).unwrap();
+    let policies: Vec<String> = admin
+        .query(
+            "SELECT polname::text FROM pg_policy WHERE polrelid = 'crm.outbox'::regclass
+              ORDER BY polname",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        policies,
+        [
+            "booking_expiration_job",
+            "booking_expiration_own_types",
+            "crm_no_secrets"
+        ]
+    );
+    let topics = |c: &mut Client| -> Vec<String> {
+        c.query("SELECT topic FROM crm.outbox ORDER BY topic", &[])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    };
+    // The host's role: as its own policy says, not widened by the job's.
+    assert_eq!(
+        topics(&mut writer.client()),
+        ["pin.crm.booking-expired.v1", "their.topic"]
+    );
+    // The job's role: its own type's rows alone.
+    assert_eq!(topics(&mut relay.client()), ["pin.crm.booking-expired.v1"]);
+}
