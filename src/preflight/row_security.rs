@@ -66,17 +66,27 @@ pub fn check(
     let listed = facts.types.as_deref().unwrap_or_default();
     let missing = hidden(wanted, listed);
     let types = listed.join(",");
+    // run-once writes the job's own type, whatever the flag (it takes none).
+    let whose = if command == "run-once" {
+        "the cycle writes"
+    } else {
+        "of --outbox-types"
+    };
     match defence {
         Defence::On if !missing.is_empty() => {
             return Err(fail(
                 Failure::Config,
                 format!(
-                    "row security on crm.outbox hides the outbox types {} of --outbox-types \
-                     from role {}: its policies let the job's roles reach only {}; list them \
-                     as the table's owner ({}; see {})",
+                    "row security on crm.outbox hides the outbox types {} {whose} from role \
+                     {}: its policies let the job's roles reach {}; list them as the \
+                     table's owner ({}; see {})",
                     missing.join(", "),
                     facts.role,
-                    if types.is_empty() { "none" } else { &types },
+                    if types.is_empty() {
+                        "no outbox type".to_owned()
+                    } else {
+                        format!("only {types}")
+                    },
                     store::outbox_type_listing(&missing),
                     store::ROW_SECURITY_MIGRATION,
                 ),

@@ -683,3 +683,36 @@ fn where_the_host_has_row_security_of_its_own_its_policies_still_decide_for_its_
     // The job's role: its own type's rows alone.
     assert_eq!(topics(&mut relay.client()), ["pin.crm.booking-expired.v1"]);
 }
+
+#[test]
+fn a_cycle_whose_own_type_the_owner_left_out_is_refused_before_any_work() {
+    let db = TestDb::new();
+    let mut admin = db.client();
+    let worker = LoginRole::member_of(&db, WORKER);
+    seed_many(&mut admin, 2, |i| Seed::reserved(-60 - i as i64));
+    admin
+        .batch_execute("DELETE FROM crm.booking_expiration_outbox_type")
+        .unwrap();
+    enable(&mut admin);
+    let bookings = |c: &mut Client| {
+        count(
+            c,
+            "SELECT count(*) FROM crm.bookings WHERE expired_at IS NULL",
+        )
+    };
+    let cycle = worker.run(&["run-once"]);
+    assert_eq!(cycle.code, 78, "{}", cycle.stderr);
+    assert!(
+        cycle.stderr.contains(&format!(
+            "row security on crm.outbox hides the outbox types {OWN_TYPE} the cycle writes \
+             from role {}: its policies let the job's roles reach no outbox type; list them as \
+             the table's owner (INSERT INTO crm.booking_expiration_outbox_type (type) VALUES \
+             ('{OWN_TYPE}'); see sql/015_outbox_row_security.sql)",
+            worker.name
+        )),
+        "{}",
+        cycle.stderr
+    );
+    assert_eq!(bookings(&mut admin), 2);
+    assert_eq!(count(&mut admin, "SELECT count(*) FROM crm.outbox"), 0);
+}
