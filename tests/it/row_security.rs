@@ -716,3 +716,95 @@ fn a_cycle_whose_own_type_the_owner_left_out_is_refused_before_any_work() {
     assert_eq!(bookings(&mut admin), 2);
     assert_eq!(count(&mut admin, "SELECT count(*) FROM crm.outbox"), 0);
 }
+
+#[test]
+fn under_row_security_the_relays_queue_and_mark_keep_their_index_plans() {
+    let db = TestDb::new();
+    let mut admin = db.client();
+    let relay = LoginRole::member_of(&db, RELAY);
+    // The job's pending rows beside many more of another producer's, published.
+    admin
+        .batch_execute(&format!(
+            "INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload, published_at)
+             SELECT gen_random_uuid(), 'Booking', gen_random_uuid()::text, '{CREATED}', 't', '{{}}', now()
+               FROM generate_series(1, 50000);
+             INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload)
+             SELECT gen_random_uuid(), 'Booking', gen_random_uuid()::text, '{OWN_TYPE}',
+                    'pin.crm.booking-expired.v1', '{{}}'
+               FROM generate_series(1, 2000);
+             ANALYZE crm.outbox;"
+        ))
+        .unwrap();
+    enable(&mut admin);
+    let mut c = relay.client();
+    let seqs: Vec<i64> = c
+        .query(
+            "SELECT seq FROM crm.outbox WHERE published_at IS NULL ORDER BY seq LIMIT 500",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(seqs.len(), 500);
+    let receipts = serde_json::Value::Object(
+        seqs.iter()
+            .map(|seq| (seq.to_string(), json!([0, 0])))
+            .collect(),
+    );
+    let (first, last) = (seqs[0], seqs[seqs.len() - 1]);
+    let now = chrono::Utc::now();
+    let own = booking_expire::domain::OutboxTypes::default();
+    let types = own.as_slice();
+    let in_flight: Vec<String> = vec![Uuid::new_v4().to_string()];
+    let waiting: Vec<String> = vec![];
+    for mode in ["force_custom_plan", "force_generic_plan"] {
+        c.batch_execute(&format!("SET plan_cache_mode = {mode}"))
+            .unwrap();
+        let explain =
+            |c: &mut Client, sql: &str, params: &[&(dyn postgres::types::ToSql + Sync)]| {
+                c.query(&format!("EXPLAIN (COSTS OFF) {sql}"), params)
+                    .unwrap()
+                    .iter()
+                    .map(|r| r.get::<_, String>(0))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            };
+        let plan = explain(
+            &mut c,
+            booking_expire::store::PENDING_SQL,
+            &[
+                &500_i64,
+                &now,
+                &in_flight,
+                &1_000_000_i64,
+                &booking_expire::store::FETCH_BYTES,
+                &types,
+                &waiting,
+                &booking_expire::store::WAITING_FOR_TOPIC,
+            ],
+        );
+        // The queue in seq order from the pending index; the policy's list, read once
+        // into a hash, is the only other table read.
+        assert!(
+            plan.contains("Index Scan using ix_outbox_pending on outbox o"),
+            "{mode}:\n{plan}"
+        );
+        assert!(
+            plan.contains("Seq Scan on booking_expiration_outbox_type"),
+            "{mode}:\n{plan}"
+        );
+        assert!(!plan.contains("Seq Scan on outbox"), "{mode}:\n{plan}");
+        assert!(!plan.contains("Sort"), "{mode}:\n{plan}");
+        let plan = explain(
+            &mut c,
+            booking_expire::store::MARK_PUBLISHED_SQL,
+            &[&seqs, &receipts, &now, &first, &last, &types],
+        );
+        assert!(
+            plan.contains("Index Scan using ux_outbox_seq on outbox o"),
+            "{mode}:\n{plan}"
+        );
+        assert!(!plan.contains("Seq Scan on outbox"), "{mode}:\n{plan}");
+    }
+}
