@@ -137,6 +137,12 @@ fn cycle_at(
         }
         Preflight::Ready { pause } => pause,
     };
+    // The cycle writes the job's own type alone.
+    preflight::check_row_security(
+        &mut db.client,
+        Writer::RunOnce.as_str(),
+        &crate::domain::OutboxTypes::default(),
+    )?;
     // For `pause --wait`: this cycle works until its deadline at the latest.
     let left = cfg.deadline.saturating_sub(driver.monotonic.since(started));
     preflight::announce_working(

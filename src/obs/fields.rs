@@ -169,6 +169,10 @@ pub const FIELDS: &[(&str, &str)] = &[
         "quarantined bookings a dry run listed for a phase",
     ),
     (
+        "ReachableTypes",
+        "the outbox types crm.outbox's row security lets the job's roles reach (crm.booking_expiration_outbox_type), comma-separated",
+    ),
+    (
         "Reason",
         "why: the guard's or the database's refusal of a booking, or the operator's reason for a command",
     ),
@@ -207,10 +211,18 @@ pub const FIELDS: &[(&str, &str)] = &[
         "rows whose send failed this run: they back off and are retried",
     ),
     (
+        "Role",
+        "the database role a command's session runs as (`current_user`)",
+    ),
+    (
         "RoundTripMs",
         "the clock read's round trip to the database, in milliseconds",
     ),
     ("Rows", "rows concerned"),
+    (
+        "RowSecurity",
+        "whether crm.outbox's row security narrows the session's role to the job's outbox types: `on`, `off` or `not-binding` (on, but not for this role)",
+    ),
     (
         "Selection",
         "which outbox rows an operator command selected",

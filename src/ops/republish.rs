@@ -133,6 +133,7 @@ pub fn republish(cfg: &RequeueConfig) -> Result<()> {
         db.require_writable(&cfg.db, command)?;
     }
     store::check_schema(&mut db.client, Need::Requeue)?;
+    crate::preflight::check_row_security(&mut db.client, command, &cfg.outbox_types)?;
     let mut tx = db
         .client
         .transaction()

@@ -8,6 +8,7 @@
 mod clock;
 mod pause;
 mod pooler;
+mod row_security;
 
 use std::time::Duration;
 
@@ -21,6 +22,7 @@ use crate::store::ops::PauseRow;
 use crate::store::{self, Db, Need};
 
 pub use pause::{PauseWatch, announce_working, stopped_mid_run};
+pub use row_security::{Defence, check as check_row_security};
 
 /// A command that writes, and so honours a pause switch; its name is the switch's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

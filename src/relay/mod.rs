@@ -151,6 +151,11 @@ fn relay(cfg: &RelayConfig, driver: Driver, result: &mut RelayResult) -> Result<
             }
             Preflight::Ready { pause } => pause,
         };
+    preflight::check_row_security(
+        &mut db.client,
+        Writer::RelayOutbox.as_str(),
+        &cfg.outbox_types,
+    )?;
     if !store::try_relay_lock(&mut db.client)? {
         info!("another relay holds the outbox lock; this one has nothing to do");
         result.skipped = true;

@@ -16,6 +16,7 @@ use crate::domain::{Phase, Timestamp, rfc3339};
 use crate::exit::{Failure, fail};
 use crate::obs::exposition::Exposition;
 use crate::obs::gauges;
+use crate::preflight::Defence;
 use crate::render::{self, Table};
 use crate::shutdown::Shutdown;
 use crate::store::{
@@ -72,6 +73,8 @@ pub fn backlog(cfg: &BacklogConfig, clock: &dyn Clock, shutdown: &Shutdown) -> R
     let mut db = store::connect(&cfg.db)?;
     shutdown.on_signal(db.interrupter());
     store::check_schema(&mut db.client, Need::Report)?;
+    let defence =
+        crate::preflight::check_row_security(&mut db.client, "backlog", &cfg.outbox_types)?;
     // The cycle's clock: "overdue" here means what the next run-once would see as such.
     let as_of = clock.now();
     let threshold = chrono::TimeDelta::from_std(cfg.xmin_horizon_age)
@@ -86,8 +89,8 @@ pub fn backlog(cfg: &BacklogConfig, clock: &dyn Clock, shutdown: &Shutdown) -> R
     .map_err(|e| super::read_failure::in_operator_words(e, "backlog", &cfg.db, shutdown))?;
 
     render::print(&match cfg.format {
-        ReportFormat::Table => table(&report),
-        ReportFormat::Json => json(&report)?,
+        ReportFormat::Table => table(&report, defence),
+        ReportFormat::Json => json(&report, defence)?,
         ReportFormat::Prometheus => prometheus(&report),
     })?;
     let total = overdue_total(&report);
@@ -100,7 +103,7 @@ pub fn backlog(cfg: &BacklogConfig, clock: &dyn Clock, shutdown: &Shutdown) -> R
     }
 }
 
-fn table(b: &Backlog) -> String {
+fn table(b: &Backlog, defence: Defence) -> String {
     let mut out = format!("backlog at {}\n\n", rfc3339(b.as_of));
     let mut t = Table::new(&["Backlog", "Count", "Oldest", "Age"]);
     let dash = || "-".to_owned();
@@ -215,6 +218,18 @@ fn table(b: &Backlog) -> String {
         ]);
     }
     t.render(&mut out);
+    out.push('\n');
+    out.push_str(match defence {
+        Defence::On => {
+            "row security on crm.outbox: on (other producers' rows are hidden from this role)\n"
+        }
+        Defence::Off => {
+            "row security on crm.outbox: off (the job's roles may reach every producer's rows)\n"
+        }
+        Defence::NotBinding => {
+            "row security on crm.outbox: on, but not for this role (it reaches every row)\n"
+        }
+    });
     for p in &b.pauses {
         // Wrapped to 120 columns (the reason is the operator's text, of any length);
         // the command that ends the pause is never split.
@@ -273,6 +288,8 @@ struct Json {
     /// Other producers' rows of a shared outbox, by the job's columns: not the job's,
     /// never in `Outbox`.
     outbox_other_producers: OtherProducersJson,
+    /// Whether crm.outbox's row security narrows this role: `on`, `off`, `not-binding`.
+    outbox_row_security: &'static str,
     /// The pause switches that are on; empty when both commands run.
     paused: Vec<crate::preflight::Paused>,
     hygiene: Option<super::hygiene::Json>,
@@ -339,7 +356,7 @@ struct TopicWaitJson {
     checked_at: String,
 }
 
-fn json(b: &Backlog) -> Result<String> {
+fn json(b: &Backlog, defence: Defence) -> Result<String> {
     let phase = |phase: Phase| {
         let o = overdue(b)
             .iter()
@@ -392,6 +409,7 @@ fn json(b: &Backlog) -> Result<String> {
             pending: others(b).pending,
             failed: others(b).failed,
         },
+        outbox_row_security: defence.as_str(),
         paused: b
             .pauses
             .iter()

@@ -18,6 +18,7 @@ mod phase_failure;
 mod preflight;
 mod privileges;
 mod report;
+mod row_security;
 pub mod running;
 mod schema;
 mod timestamp;
@@ -52,6 +53,9 @@ pub use report::{
     Backlog, CHUNK_ROWS, Figures, NextClaim, Overdue, Quarantined, begin_read_only,
     candidates_in_chunks, count_candidates, overdue, overdue_sql, poison_count, poison_sql,
     quarantined_in_chunks, quarantined_sql, read_backlog, read_report,
+};
+pub use row_security::{
+    OWN_TYPES_POLICY, ROW_SECURITY_MIGRATION, RowSecurity, outbox_type_listing, row_security,
 };
 pub use schema::{Need, status_type};
 pub use topic_wait::{

@@ -175,6 +175,7 @@ fn counts_are_exact_on_a_seeded_mix() {
                 "Waiting": [],
             },
             "OutboxOtherProducers": {"Pending": 0, "Failed": 0},
+            "OutboxRowSecurity": "off",
             "Paused": [],
         })
     );
@@ -411,6 +412,7 @@ fn an_empty_database_reports_zeros() {
             "Outbox": {"Pending": 0, "OldestPendingAt": null, "OldestPendingAgeSeconds": null,
                        "Failed": 0, "WaitingForTopic": 0, "Waiting": []},
             "OutboxOtherProducers": {"Pending": 0, "Failed": 0},
+            "OutboxRowSecurity": "off",
             "Paused": [],
         })
     );

@@ -43,6 +43,7 @@ mod relay_own_broker;
 mod relay_pipeline;
 mod republish;
 mod roles;
+mod row_security;
 mod run_once;
 mod shared_outbox;
 mod short_ids;

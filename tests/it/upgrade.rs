@@ -56,6 +56,11 @@ fn previous() -> &'static Previous {
     })
 }
 
+/// The previous release's binary, for the modules that run it beside this one.
+pub(crate) fn previous_bin() -> PathBuf {
+    previous().bin.clone()
+}
+
 /// The previous release's migrations applied as its `scripts/migrate.sh` did: every
 /// file in byte order, each in one transaction.
 ///

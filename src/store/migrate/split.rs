@@ -195,7 +195,8 @@ mod tests {
                 let word = s.split_whitespace().next().unwrap_or_default();
                 assert!(
                     [
-                        "CREATE", "ALTER", "GRANT", "REVOKE", "DO", "DROP", "COMMENT", "SELECT"
+                        "CREATE", "ALTER", "GRANT", "REVOKE", "DO", "DROP", "COMMENT", "SELECT",
+                        "INSERT"
                     ]
                     .contains(&word.to_ascii_uppercase().as_str()),
                     "{}: {s}",
