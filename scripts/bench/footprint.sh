@@ -298,7 +298,8 @@ footprint_table() {
         echo "    relay-outbox run (the CronJob's flags, --follow → --deadline=10m), then purged by"
         echo "    relay-outbox runs a retention later (--retention $FOOTPRINT_RETENTION, their clock $FOOTPRINT_LATER); each step"
         echo "    from a CHECKPOINT, full_page_writes on, autovacuum off on the tables; all tables and"
-        echo "    indexes of the database (schema crm); median [min-max] of $FOOTPRINT_RUNS runs per build"
+        echo "    indexes of the database (schema crm); median [min-max] of $FOOTPRINT_RUNS runs per build;"
+        echo "    load average $FP_LOAD0 before the part, $(cut -d' ' -f1-3 /proc/loadavg) now"
         echo
         if [[ -n $BASELINE ]]; then
             printf '%-40s %-26s %-26s %-9s %s\n' "per event relayed" "baseline" "candidate" "new/base" "target"
@@ -330,7 +331,7 @@ footprint_table() {
 # The scale runs: per-event figures by size, and their growth from the smallest size to
 # the largest.
 footprint_scale_table() {
-    local sizes=() who n first last g expr
+    local sizes=() who n first last g expr r
     read -r -a sizes <<<"$FOOTPRINT_EVENTS"
     [[ ${#sizes[@]} -gt 1 ]] || return 0
     first=${sizes[0]} last=${sizes[-1]}
@@ -351,9 +352,10 @@ footprint_scale_table() {
             done
             g=""
             for expr in "(wal_m + wal_p) / n:WAL" "(pg_m + pg_p) / n:PG CPU" "(cpu_m + cpu_p) / n:relay CPU"; do
-                g+="${expr##*:} ×$(ratio "$(footprint_stat "$who" "$last" "${expr%:*}")" "$(footprint_stat "$who" "$first" "${expr%:*}")")  "
+                r=$(ratio "$(footprint_stat "$who" "$last" "${expr%:*}")" "$(footprint_stat "$who" "$first" "${expr%:*}")")
+                g+="${expr##*:} ×$r $(verdict "$r" '<=' 1.2), "
             done
-            echo "  $who, per event at $last vs $first: $g(flat: ≤ 1.2)"
+            echo "  $who, per event at $last vs $first: ${g%, } (flat: ≤ 1.2)"
         done
         echo
     } | table
@@ -396,6 +398,7 @@ footprint_backlog() {
 bench_footprint() {
     local n i who flags=()
     BASELINE=""
+    FP_LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
     if [[ -n ${BENCH_BASELINE_BIN:-} ]]; then
         BASELINE=$BENCH_BASELINE_BIN
     elif [[ -n ${BENCH_BASELINE_COMMIT:-} ]]; then
