@@ -325,7 +325,7 @@ footprint_table() {
             fi
         done
         echo
-    } | table
+    } | fp_table
 }
 
 # The scale runs: per-event figures by size, and their growth from the smallest size to
@@ -358,7 +358,7 @@ footprint_scale_table() {
             echo "  $who, per event at $last vs $first: ${g%, } (flat: ≤ 1.2)"
         done
         echo
-    } | table
+    } | fp_table
 }
 
 # footprint_backlog WHO BIN N — one backlog of N events drained by relay-outbox with the
@@ -456,12 +456,15 @@ bench_footprint() {
                 echo "  $who, published per run: $(awk '{ print $2 }' "$WORK/fp-backlog-$who" | paste -sd ' ')"
             done
             echo
-        } | table
+        } | fp_table
     fi
     [[ $fpw == on ]] || admin -c "ALTER SYSTEM RESET full_page_writes" -c "SELECT pg_reload_conf()" >/dev/null
     for n in $FOOTPRINT_EVENTS $FOOTPRINT_BACKLOG; do
         for who in "${whos[@]}"; do admin -c "DROP DATABASE IF EXISTS bench_fp_${who}_$n" >/dev/null; done
     done
 }
+
+# A table of this part goes to stderr as well, as soon as it is made.
+fp_table() { tee /dev/stderr | table; }
 
 fp_bin() { if [[ $1 == baseline ]]; then echo "$BASELINE"; else echo "$BIN"; fi; }
