@@ -465,6 +465,6 @@ bench_footprint() {
 }
 
 # A table of this part goes to stderr as well, as soon as it is made.
-fp_table() { tee /dev/stderr | table; }
+fp_table() { local t; t=$(cat); printf '%s\n\n' "$t" >&2; printf '%s\n\n' "$t" | table; }
 
 fp_bin() { if [[ $1 == baseline ]]; then echo "$BASELINE"; else echo "$BIN"; fi; }
