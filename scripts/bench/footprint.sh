@@ -143,6 +143,11 @@ footprint_figures() {
           FROM pg_stat_user_tables"
 }
 
+# idx_scan of each index, by name (for join).
+footprint_index_scans() {
+    sql bench_run -F ' ' -c "SELECT schemaname || '.' || indexrelname, idx_scan FROM pg_stat_user_indexes" | LC_ALL=C sort
+}
+
 # Waits until no session but this one is left on bench_run: the relay's have ended, and
 # with them flushed their statistics.
 footprint_quiet() {
@@ -161,12 +166,16 @@ FP_BEFORE="" FP_PG0=""
 footprint_begin() {
     admin -c "CHECKPOINT"
     FP_BEFORE=$(footprint_figures)
+    footprint_index_scans >"$WORK/fp-idx0"
     FP_PG0=$(cpu_s "$PG_PID")
 }
 footprint_end() {
     local pg1
     footprint_quiet
     pg1=$(cpu_s "$PG_PID")
+    footprint_index_scans >"$WORK/fp-idx1"
+    # Index searches per index: those of the step that added any (for the table's notes).
+    join "$WORK/fp-idx0" "$WORK/fp-idx1" | awk '$3 > $2 { print $1, $3 - $2 }' >"$WORK/fp-idx"
     awk -v a="$FP_BEFORE" -v b="$(footprint_figures)" -v p0="${FP_PG0:-0}" -v p1="${pg1:-0}" 'BEGIN {
         n = split(a, x, " "); split(b, y, " ")
         for (i = 1; i <= n; i++) printf "%d ", y[i] - x[i]
@@ -209,6 +218,7 @@ footprint_mark_purge() {
     footprint_relay "$WORK/fp-out" env DATABASE_URL="$url" "$bin" relay-outbox --brokers "$KAFKA_BROKERS" \
         "${flags[@]}" --retention "$FOOTPRINT_RETENTION"
     mark="$(footprint_end) $(footprint_proc)"
+    cp "$WORK/fp-idx" "$WORK/fp-idx-$who-$n-mark"
     got=$(json_field Published "$WORK/fp-out")
     [[ $got == "$n" ]] || die "footprint $who: relay-outbox published ${got:-?} of $n: $(cat "$WORK/fp-out")"
     [[ $(( $(topic_end) - before )) -eq $n ]] || die "footprint $who: the topic did not grow by $n"
@@ -228,6 +238,7 @@ footprint_mark_purge() {
     done
     [[ $got == "$n" ]] || die "footprint $who: purged $got of $n"
     purge="$(footprint_end) $(footprint_proc)"
+    cp "$WORK/fp-idx" "$WORK/fp-idx-$who-$n-purge"
     echo "$who $n $run $mark $purge" >>"$WORK/fp-results"
 }
 
@@ -292,13 +303,14 @@ fp_cell() {
 }
 
 footprint_table() {
-    local n=$1 row label expr fmt target c b r v
+    local n=$1 row label expr fmt target c b r v who step
     {
         echo "(m) Footprint on the CRM's database: $n pending events made by run-once, relayed by one"
         echo "    relay-outbox run (the CronJob's flags, --follow → --deadline=10m), then purged by"
         echo "    relay-outbox runs a retention later (--retention $FOOTPRINT_RETENTION, their clock $FOOTPRINT_LATER); each step"
         echo "    from a CHECKPOINT, full_page_writes on, autovacuum off on the tables; all tables and"
-        echo "    indexes of the database (schema crm); median [min-max] of $FOOTPRINT_RUNS runs per build;"
+        echo "    indexes of the database (schema crm); \"mark\" is the whole relay run (its fetches too);"
+        echo "    median [min-max] of $FOOTPRINT_RUNS runs per build;"
         echo "    load average $FP_LOAD0 before the part, $(cut -d' ' -f1-3 /proc/loadavg) now"
         echo
         if [[ -n $BASELINE ]]; then
@@ -323,6 +335,15 @@ footprint_table() {
                 [[ $target != r* ]] || v="≤ ${target#r<=} × a baseline (BENCH_BASELINE_BIN)"
                 printf '%-40s %-26s %s\n' "$label" "$c" "$v"
             fi
+        done
+        echo
+        echo "    index probes per event, by index (the last run; the others had none):"
+        for who in baseline candidate; do
+            [[ $who == candidate || -n $BASELINE ]] || continue
+            for step in mark purge; do
+                echo "      $who, $step: $(LC_ALL=C sort -k2,2nr "$WORK/fp-idx-$who-$n-$step" \
+                    | awk -v n="$n" '{ printf "%s%s %.3f", (NR > 1 ? ", " : ""), $1, $2 / n }')"
+            done
         done
         echo
     } | fp_table
