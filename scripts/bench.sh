@@ -3,7 +3,7 @@
 # set-based SQL run by psql (what a DBA would schedule with pg_cron), a `psql | kcat`
 # pipeline and Kafka's own producer perf tool for the relay. Not part of CI's pass/fail.
 #
-# Usage: scripts/bench.sh                     # everything, about 2½ minutes on 2 cores
+# Usage: scripts/bench.sh                     # the default parts (all but footprint)
 #        BENCH_ONLY="cycle rss" scripts/bench.sh
 #
 # Tables go to stdout, progress to stderr. Every contender runs on its own copy of the
