@@ -3,7 +3,7 @@
 # set-based SQL run by psql (what a DBA would schedule with pg_cron), a `psql | kcat`
 # pipeline and Kafka's own producer perf tool for the relay. Not part of CI's pass/fail.
 #
-# Usage: scripts/bench.sh                     # everything, about 2½ minutes on 2 cores
+# Usage: scripts/bench.sh                     # the default parts (all but footprint)
 #        BENCH_ONLY="cycle rss" scripts/bench.sh
 #
 # Tables go to stdout, progress to stderr. Every contender runs on its own copy of the
@@ -25,6 +25,10 @@
 #                               bench (j): scripts/bench/notify.sh
 #   BENCH_MIGRATE_ROWS, BENCH_MIGRATE_RUNS   the migration bench (k): scripts/bench/migrate.sh
 #   BENCH_ONLY="cycle drain relay relay-stale latency rss catchup scaleout follow-burst notify migrate topic-wait"   which parts to run
+#                               (the default); besides them: footprint (m), the relay's
+#                               footprint on the database: scripts/bench/footprint.sh
+#   BENCH_FOOTPRINT_EVENTS, BENCH_FOOTPRINT_RUNS, BENCH_FOOTPRINT_BACKLOG,
+#   BENCH_BASELINE_BIN, BENCH_BASELINE_COMMIT   the footprint part (m), see its file
 #   BENCH_BIN                   the binary to measure (default: cargo build --release)
 #   DATABASE_URL, KAFKA_BROKERS use these servers instead of throwaway ones; the bench
 #                               creates and drops databases named bench_* there, and
@@ -32,6 +36,8 @@
 set -euo pipefail
 
 [[ -z ${BENCH_BIN:-} ]] || BENCH_BIN=$(realpath "$BENCH_BIN")
+[[ -z ${BENCH_BASELINE_BIN:-} ]] || BENCH_BASELINE_BIN=$(realpath "$BENCH_BASELINE_BIN")
+[[ -z ${CARGO_TARGET_DIR:-} ]] || CARGO_TARGET_DIR=$(realpath -m "$CARGO_TARGET_DIR")
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh
 source scripts/lib.sh
@@ -84,14 +90,15 @@ if [[ -n ${BENCH_BIN:-} ]]; then
 else
     progress "cargo build --release"
     cargo build --release --locked --quiet
-    BIN=$PWD/target/release/booking-expire
+    BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/booking-expire
 fi
 [[ -x $BIN ]] || die "no binary at $BIN"
 
 start_postgres
 # The broker with a full JIT (kafka-start.sh's default stops at C1 to start faster).
 if [[ -z ${KAFKA_BROKERS:-} ]]; then export KAFKA_JVM_OPTS=${KAFKA_JVM_OPTS:--XX:+UseSerialGC}; fi
-if wants relay || wants relay-stale || wants latency || wants follow-burst || wants topic-wait; then start_kafka; fi
+if wants relay || wants relay-stale || wants latency || wants follow-burst || wants topic-wait \
+        || wants footprint; then start_kafka; fi
 export PGOPTIONS="-c client_min_messages=warning"
 
 # URL of database $1 on the server of DATABASE_URL (as tests/it/common does).
@@ -833,6 +840,8 @@ wants notify && source scripts/bench/notify.sh && bench_notify
 # shellcheck source=scripts/bench/migrate.sh
 wants migrate && source scripts/bench/migrate.sh && bench_migrate
 wants topic-wait && bench_topic_wait
+# shellcheck source=scripts/bench/footprint.sh
+wants footprint && source scripts/bench/footprint.sh && bench_footprint
 
 {
     echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'))," \
