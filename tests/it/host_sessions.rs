@@ -178,7 +178,11 @@ const LEFT_BEHIND: &str = "600s";
 fn stop_following(relay: Background) -> Run {
     send_signal(&relay.child, "TERM");
     let run = relay.wait_within(Duration::from_secs(60));
-    assert_eq!(run.code, 143, "SIGTERM ends a following relay:\n{}", run.stderr);
+    assert_eq!(
+        run.code, 143,
+        "SIGTERM ends a following relay:\n{}",
+        run.stderr
+    );
     run
 }
 
@@ -236,7 +240,9 @@ fn a_following_relay_whose_session_is_terminated_reconnects_and_goes_on() {
     let ids: Vec<String> = got.iter().map(|m| m.headers["ce_id"].clone()).collect();
     assert!(ids.contains(&second.to_string()), "{ids:?}");
     relay.wait_for_lines("database session dropped", 1, Duration::from_secs(60));
-    wait_until(Duration::from_secs(60), "both rows marked", || marked(&mut c) == 2);
+    wait_until(Duration::from_secs(60), "both rows marked", || {
+        marked(&mut c) == 2
+    });
     let run = stop_following(relay);
     let lines = reconnect_lines(&run.stderr);
     assert_eq!(lines.len(), 1, "{}", run.stderr);
@@ -271,7 +277,9 @@ fn a_following_relay_survives_a_server_restart() {
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].headers["ce_id"], row.to_string());
     relay.wait_for_lines("database session dropped", 1, Duration::from_secs(60));
-    wait_until(Duration::from_secs(60), "the row marked", || marked(&mut c) == 1);
+    wait_until(Duration::from_secs(60), "the row marked", || {
+        marked(&mut c) == 1
+    });
     let run = stop_following(relay);
     assert_eq!(reconnect_lines(&run.stderr).len(), 1, "{}", run.stderr);
     assert_eq!(
@@ -349,7 +357,11 @@ fn a_short_idle_session_timeout_does_not_end_a_quiet_following_relay() {
 
 /// A LOGIN role allowed one connection, a member of `group`; dropped at the end.
 fn one_connection_role(db: &TestDb, group: &str) -> LoginRole {
-    LoginRole::new(db, "one_conn", &format!("CONNECTION LIMIT 1 IN ROLE {group}"))
+    LoginRole::new(
+        db,
+        "one_conn",
+        &format!("CONNECTION LIMIT 1 IN ROLE {group}"),
+    )
 }
 
 #[test]
@@ -669,7 +681,9 @@ fn a_following_relay_whose_mark_session_is_terminated_goes_on_with_its_lock() {
     assert_eq!(ended, 1);
     insert_row(&mut c, &topic);
     relay.wait_for_lines("database session dropped", 1, Duration::from_secs(60));
-    wait_until(Duration::from_secs(60), "both rows marked", || marked(&mut c) == 2);
+    wait_until(Duration::from_secs(60), "both rows marked", || {
+        marked(&mut c) == 2
+    });
     let run = stop_following(relay);
     assert_eq!(json_lines(&run.stdout)[0]["Published"], 2, "{}", run.stderr);
     assert_eq!(reconnect_lines(&run.stderr).len(), 1, "{}", run.stderr);

@@ -534,7 +534,6 @@ fn the_pod_as_deployed_gets_each_commit_to_kafka_within_5_seconds() {
     );
 }
 
-
 #[test]
 fn each_step_reads_its_gauges_under_its_least_privilege_role() {
     let gateway = Pushgateway::start();

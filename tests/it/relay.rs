@@ -210,9 +210,11 @@ fn two_relays_at_once_one_works_the_other_exits_0() {
     );
     // The first sent and marked every row; stopped now, it reports what it did (SIGTERM:
     // exit 143).
-    wait_until(Duration::from_secs(90), "the first relay to mark the 4 rows", || {
-        pending(&mut c) == 0
-    });
+    wait_until(
+        Duration::from_secs(90),
+        "the first relay to mark the 4 rows",
+        || pending(&mut c) == 0,
+    );
     send_signal(&first, "TERM");
     let first = Run::of(first.wait_with_output().unwrap());
     assert_eq!(first.code, 143, "{}", first.stderr);

@@ -10,15 +10,14 @@ use std::time::Duration;
 
 use common::kafka::{consume, create_topic, shared_brokers, unique_topic};
 use common::*;
-use postgres::error::SqlState;
 use postgres::Client;
+use postgres::error::SqlState;
 use serde_json::json;
 use uuid::Uuid;
 
 const WORKER: &str = "crm_booking_expiration_worker";
 const RELAY: &str = "crm_outbox_relay";
 const READONLY: &str = "crm_booking_expiration_readonly";
-
 
 /// The statement fails with insufficient_privilege.
 fn refused(c: &mut Client, sql: &str) {

@@ -9,7 +9,6 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-
 pub const JOB: &str = "crm_booking_expiration";
 
 /// A Pushgateway of the test's own; killed when dropped.
