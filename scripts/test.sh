@@ -91,6 +91,9 @@ report() { # the time table and the verdict line; $1 the exit status
     rm -rf "$LOGS"
 }
 trap 'rc=$?; trap - EXIT; report "$rc"; exit "$rc"' EXIT
+# Interrupted: the table, the verdict and the background stages' end all the same.
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 dry_fails() { [[ ${TEST_DRY_RUN_FAIL:-} == "$1" ]]; }
 
@@ -133,9 +136,9 @@ stage_bg() {
         # the run ends before it is joined.
         set -m
         (
-            t0=$SECONDS
-            if [[ ${BG_LIVE:-0} == 1 ]]; then "$@"; else "$@" >"$log" 2>&1; fi
-            echo "$? $((SECONDS - t0))" >"$status"
+            t0=$SECONDS rc=0
+            if [[ ${BG_LIVE:-0} == 1 ]]; then "$@" || rc=$?; else "$@" >"$log" 2>&1 || rc=$?; fi
+            echo "$rc $((SECONDS - t0))" >"$status"
         ) &
         BG_PID[$name]=$!
         set +m
