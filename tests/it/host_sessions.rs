@@ -156,7 +156,7 @@ fn listening() -> Listening {
     let db = TestDb::new();
     let mut c = db.client();
     let relay = following_relay(&db, &brokers, LEFT_BEHIND);
-    wait_until(Duration::from_secs(20), "the relay listening", || {
+    wait_until(Duration::from_secs(60), "the relay listening", || {
         relay_listens(&mut c)
     });
     Listening {
@@ -225,7 +225,7 @@ fn a_following_relay_whose_session_is_terminated_reconnects_and_goes_on() {
     } = listening();
     let first = insert_row(&mut c, &topic);
     assert_eq!(
-        consume(&brokers, &topic, 6, 1, Duration::from_secs(20)).len(),
+        consume(&brokers, &topic, 6, 1, Duration::from_secs(60)).len(),
         1
     );
     c.execute(
@@ -236,7 +236,7 @@ fn a_following_relay_whose_session_is_terminated_reconnects_and_goes_on() {
     .unwrap();
     // Committed while the relay has no session: it still goes out in this run.
     let second = insert_row(&mut c, &topic);
-    let got = consume(&brokers, &topic, 6, 2, Duration::from_secs(20));
+    let got = consume(&brokers, &topic, 6, 2, Duration::from_secs(60));
     let ids: Vec<String> = got.iter().map(|m| m.headers["ce_id"].clone()).collect();
     assert!(ids.contains(&second.to_string()), "{ids:?}");
     relay.wait_for_lines("database session dropped", 1, Duration::from_secs(60));
@@ -267,7 +267,7 @@ fn a_following_relay_survives_a_server_restart() {
     let db = TestDb::new_on(&server.url);
     let mut c = db.client();
     let mut relay = following_relay(&db, &brokers, LEFT_BEHIND);
-    wait_until(Duration::from_secs(20), "the relay listening", || {
+    wait_until(Duration::from_secs(60), "the relay listening", || {
         relay_listens(&mut c)
     });
     server.restart();
@@ -302,10 +302,10 @@ fn a_republished_row_reaches_a_following_relay_in_the_same_run() {
     } = listening();
     let id = insert_row(&mut c, &topic);
     assert_eq!(
-        consume(&brokers, &topic, 6, 1, Duration::from_secs(20)).len(),
+        consume(&brokers, &topic, 6, 1, Duration::from_secs(60)).len(),
         1
     );
-    wait_until(Duration::from_secs(20), "the row marked", || {
+    wait_until(Duration::from_secs(60), "the row marked", || {
         count(
             &mut c,
             "SELECT count(*) FROM crm.outbox WHERE published_at IS NOT NULL",
@@ -541,7 +541,7 @@ fn on_a_hot_standby_writers_exit_75_naming_it_and_a_multi_host_url_finds_the_pri
     insert_row(&mut c, &topic);
     let standby = OwnPostgres::standby_of(&primary);
     let on_standby = with_database(&standby.url, &db.name);
-    wait_until(Duration::from_secs(30), "the standby has the rows", || {
+    wait_until(Duration::from_secs(60), "the standby has the rows", || {
         postgres::Client::connect(&on_standby, postgres::NoTls)
             .ok()
             .and_then(|mut s| s.query_one("SELECT count(*) FROM crm.bookings", &[]).ok())
@@ -589,7 +589,7 @@ fn on_a_hot_standby_writers_exit_75_naming_it_and_a_multi_host_url_finds_the_pri
     let run = run_on(&both, &["relay-outbox", "--brokers", &brokers]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(
-        consume(&brokers, &topic, 6, 3, Duration::from_secs(20)).len(),
+        consume(&brokers, &topic, 6, 3, Duration::from_secs(60)).len(),
         3
     );
 }
@@ -608,11 +608,11 @@ fn a_relay_whose_marks_are_refused_as_read_only_stops_at_once() {
     // It stops itself (exit 75) on the refused mark: the window only bounds a relay
     // left behind.
     let relay = following_relay(&db, &brokers, LEFT_BEHIND);
-    wait_until(Duration::from_secs(20), "the relay listening", || {
+    wait_until(Duration::from_secs(60), "the relay listening", || {
         relay_listens(&mut c)
     });
     insert_row(&mut c, &topic);
-    wait_until(Duration::from_secs(20), "the first row marked", || {
+    wait_until(Duration::from_secs(60), "the first row marked", || {
         count(
             &mut c,
             "SELECT count(*) FROM crm.outbox WHERE published_at IS NOT NULL",
@@ -622,7 +622,7 @@ fn a_relay_whose_marks_are_refused_as_read_only_stops_at_once() {
     c.batch_execute("ALTER SYSTEM SET default_transaction_read_only = on")
         .unwrap();
     c.batch_execute("SELECT pg_reload_conf()").unwrap();
-    wait_until(Duration::from_secs(10), "the reload", || {
+    wait_until(Duration::from_secs(60), "the reload", || {
         let mut other = db.client();
         other
             .query_one("SHOW default_transaction_read_only", &[])
@@ -643,7 +643,7 @@ fn a_relay_whose_marks_are_refused_as_read_only_stops_at_once() {
     );
     // The second row went out once and stays pending, to go again from the primary.
     assert_eq!(
-        consume(&brokers, &topic, 6, 2, Duration::from_secs(20)).len(),
+        consume(&brokers, &topic, 6, 2, Duration::from_secs(60)).len(),
         2
     );
     assert_eq!(
@@ -665,7 +665,7 @@ fn a_following_relay_whose_mark_session_is_terminated_goes_on_with_its_lock() {
         mut relay,
     } = listening();
     insert_row(&mut c, &topic);
-    wait_until(Duration::from_secs(20), "the first row marked", || {
+    wait_until(Duration::from_secs(60), "the first row marked", || {
         count(
             &mut c,
             "SELECT count(*) FROM crm.outbox WHERE published_at IS NOT NULL",
@@ -688,7 +688,7 @@ fn a_following_relay_whose_mark_session_is_terminated_goes_on_with_its_lock() {
     assert_eq!(json_lines(&run.stdout)[0]["Published"], 2, "{}", run.stderr);
     assert_eq!(reconnect_lines(&run.stderr).len(), 1, "{}", run.stderr);
     // The second row's mark met the dead session: it went out again (same ce_id).
-    let got = consume(&brokers, &topic, 6, 2, Duration::from_secs(20));
+    let got = consume(&brokers, &topic, 6, 2, Duration::from_secs(60));
     let ids: std::collections::BTreeSet<&str> =
         got.iter().map(|m| m.headers["ce_id"].as_str()).collect();
     assert_eq!(ids.len(), 2, "{} messages", got.len());
