@@ -123,7 +123,9 @@ fn insert_row(c: &mut postgres::Client, topic: &str) -> uuid::Uuid {
 
 /// Whether a `--follow` relay waits for inserts: its session idle after its first
 /// fetch (it listens before fetching), or after the read of its pause switch that
-/// follows the fetch. (pg_stat_activity keeps a prefix of a long statement.)
+/// follows the fetch. (pg_stat_activity keeps a prefix of a long statement.) Its start
+/// reads the pause switch too, before it listens: only after its `relay started` line
+/// (logged once it listens) does this say that it follows; see [`wait_listening`].
 fn relay_listens(c: &mut postgres::Client) -> bool {
     c.query_one(
         "SELECT count(*) FROM pg_stat_activity
@@ -136,6 +138,17 @@ fn relay_listens(c: &mut postgres::Client) -> bool {
     .unwrap()
     .get::<_, i64>(0)
         == 1
+}
+
+/// Waits until `relay` follows: its `relay started` line on stderr (it listens then,
+/// and reads nothing of its start's any more that [`relay_listens`] could take for a
+/// fetch), then its session idle after a fetch. Before that a dropped session ends its
+/// start, as the relay's start is not yet where it reconnects.
+fn wait_listening(relay: &mut Background, c: &mut postgres::Client) {
+    relay.wait_for_lines("relay started", 1, Duration::from_secs(60));
+    wait_until(Duration::from_secs(60), "the relay listening", || {
+        relay_listens(c)
+    });
 }
 
 /// A topic of its own, a test database and a `--follow` relay on them, waiting for
@@ -155,10 +168,8 @@ fn listening() -> Listening {
     create_topic(&brokers, &topic, 6, &[]);
     let db = TestDb::new();
     let mut c = db.client();
-    let relay = following_relay(&db, &brokers, LEFT_BEHIND);
-    wait_until(Duration::from_secs(60), "the relay listening", || {
-        relay_listens(&mut c)
-    });
+    let mut relay = following_relay(&db, &brokers, LEFT_BEHIND);
+    wait_listening(&mut relay, &mut c);
     Listening {
         brokers,
         topic,
@@ -267,9 +278,7 @@ fn a_following_relay_survives_a_server_restart() {
     let db = TestDb::new_on(&server.url);
     let mut c = db.client();
     let mut relay = following_relay(&db, &brokers, LEFT_BEHIND);
-    wait_until(Duration::from_secs(60), "the relay listening", || {
-        relay_listens(&mut c)
-    });
+    wait_listening(&mut relay, &mut c);
     server.restart();
     let mut c = db.client();
     let row = insert_row(&mut c, &topic);
@@ -607,10 +616,8 @@ fn a_relay_whose_marks_are_refused_as_read_only_stops_at_once() {
         .unwrap();
     // It stops itself (exit 75) on the refused mark: the window only bounds a relay
     // left behind.
-    let relay = following_relay(&db, &brokers, LEFT_BEHIND);
-    wait_until(Duration::from_secs(60), "the relay listening", || {
-        relay_listens(&mut c)
-    });
+    let mut relay = following_relay(&db, &brokers, LEFT_BEHIND);
+    wait_listening(&mut relay, &mut c);
     insert_row(&mut c, &topic);
     wait_until(Duration::from_secs(60), "the first row marked", || {
         count(
