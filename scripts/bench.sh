@@ -164,9 +164,11 @@ server_pids() {
 }
 cpu_s() { # cpu_s PID — user + system seconds of PID, its threads and its children
     [[ -n $1 && -r /proc/$1/stat ]] || { echo ""; return; }
-    local ticks c
+    local ticks c kids=()
     ticks=$(awk '{ print $14 + $15 + $16 + $17 }' "/proc/$1/stat")
-    for c in $(cat /proc/"$1"/task/*/children 2>/dev/null); do
+    # Each thread's children file holds PIDs separated by spaces.
+    read -r -a kids < <(cat /proc/"$1"/task/*/children 2>/dev/null | tr '\n' ' ')
+    for c in "${kids[@]}"; do
         ticks=$((ticks + $(awk '{ print $14 + $15 }' "/proc/$c/stat" 2>/dev/null || echo 0)))
     done
     awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", t / hz }'
@@ -604,7 +606,7 @@ bench_catchup() {
         echo "$total overdue drained in $n cycles of the shipped configuration," \
              "$(awk -v ms="$sum_ms" 'BEGIN { printf "%.1f", ms / 1000 }') s of cycle time" \
              "($n minutes of the CronJob); $(awk -v n="$total" -v ms="$sum_ms" 'BEGIN { printf "%.0f", n / (ms / 1000) }') expiries/s;" \
-             "target ≤ 3 cycles: $([[ $n == ">"* ]] && echo MISSED || verdict "$n" '<=' 3)"
+             "target ≤ 3 cycles: $(if [[ $n == ">"* ]]; then echo MISSED; else verdict "$n" '<=' 3; fi)"
         echo
     } | table
 }

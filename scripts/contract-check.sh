@@ -34,7 +34,9 @@ case "${1:-}" in
     *) echo "usage: $0 [--write]" >&2; exit 2 ;;
 esac
 
-command -v node >/dev/null && command -v npm >/dev/null || ensure_apt_packages nodejs npm
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    ensure_apt_packages nodejs npm
+fi
 
 TOOLING=contracts/tooling
 key=$(cat "$TOOLING/package.json" "$TOOLING/package-lock.json" | sha256sum | cut -c1-16)

@@ -164,7 +164,7 @@ else
     fail "time zone database: missing ${missing[*]}"
 fi
 # The man pages generated into docs/reference/man/, one per command.
-want_man=$(cd docs/reference/man && ls -- *.1 | sed 's|^|usr/share/man/man1/|' | sort)
+want_man=$(cd docs/reference/man && printf '%s\n' *.1 | sed 's|^|usr/share/man/man1/|' | sort)
 got_man=$(grep -E '^usr/share/man/man1/booking-expire.*\.1$' "$work/files" || true)
 if [[ -n $want_man && $got_man == "$want_man" ]]; then
     pass "man pages in /usr/share/man/man1 ($(wc -l <<<"$got_man"))"

@@ -35,10 +35,9 @@ bin=$("$scripts/go-tool.sh" github.com/jaegertracing/jaeger/cmd/jaeger "$version
 
 # shellcheck source=scripts/lib.sh
 source "$scripts/lib.sh"
-read -r http grpc query query_grpc health <<<"$(free_ports 5)"
-
 # The all-in-one configuration with OTLP only, every listener on a port of ours
 # and Jaeger's own metrics off (they would take a fixed port).
+write_config() {
 cat >"$dir/config.yaml" <<YAML
 service:
   extensions: [jaeger_storage, jaeger_query, healthcheckv2]
@@ -85,24 +84,43 @@ exporters:
   jaeger_storage_exporter:
     trace_storage: memstore
 YAML
+}
 
-"$bin" --config "$dir/config.yaml" >"$dir/jaeger.log" 2>&1 &
-pid=$!
-echo "$pid" >"$dir/jaeger.pid"
+# Starts Jaeger on the ports of write_config and waits until it answers. Returns 2 when
+# it exits during startup on a port taken meanwhile (the kernel picked the ports free a
+# moment before; another process, e.g. a test's server or an outgoing connection, may
+# bind one first), so the caller tries other ports.
+start_jaeger() {
+    "$bin" --config "$dir/config.yaml" >"$dir/jaeger.log" 2>&1 &
+    pid=$!
+    echo "$pid" >"$dir/jaeger.pid"
+    local deadline=$((SECONDS + timeout))
+    until curl -fsS -o /dev/null "http://127.0.0.1:$query/api/services" 2>/dev/null &&
+        (exec 3<>"/dev/tcp/127.0.0.1/$http") 2>/dev/null; do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            if grep -q 'address already in use' "$dir/jaeger.log"; then
+                return 2
+            fi
+            tail -n 30 "$dir/jaeger.log" >&2
+            die "jaeger exited during startup (log: $dir/jaeger.log)"
+        fi
+        if ((SECONDS >= deadline)); then
+            tail -n 30 "$dir/jaeger.log" >&2
+            die "jaeger did not answer within ${timeout}s (log: $dir/jaeger.log)"
+        fi
+        sleep 0.2
+    done
+}
 
-deadline=$((SECONDS + timeout))
-until curl -fsS -o /dev/null "http://127.0.0.1:$query/api/services" 2>/dev/null &&
-    (exec 3<>"/dev/tcp/127.0.0.1/$http") 2>/dev/null; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-        tail -n 30 "$dir/jaeger.log" >&2
-        die "jaeger exited during startup (log: $dir/jaeger.log)"
-    fi
-    if ((SECONDS >= deadline)); then
-        tail -n 30 "$dir/jaeger.log" >&2
-        die "jaeger did not answer within ${timeout}s (log: $dir/jaeger.log)"
-    fi
-    sleep 0.2
+for attempt in 1 2 3 4 5; do
+    read -r http grpc query query_grpc health <<<"$(free_ports 5)"
+    write_config
+    rc=0
+    start_jaeger || rc=$?
+    ((rc == 2)) || break
+    echo "jaeger-start: attempt $attempt: a port was taken before jaeger bound it, retrying with new ports" >&2
 done
+((rc == 0)) || die "jaeger could not bind its ports in 5 attempts (log: $dir/jaeger.log)"
 
 {
     echo "OTLP_HTTP=http://127.0.0.1:$http"

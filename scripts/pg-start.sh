@@ -284,6 +284,8 @@ clone_cluster() {
     [[ $(<"$primary/pg_bindir") == "$BINDIR" ]] \
         || die "PG_STANDBY_OF=$primary runs other binaries ($(<"$primary/pg_bindir")) than $BINDIR"
     # Slot names take a-z, 0-9 and _, at most 63 characters; one per standby.
+    # (ASCII ranges on purpose: a slot name takes no other letters.)
+    # shellcheck disable=SC2018,SC2019
     slot=$(basename "$STATE_DIR" | tr -c 'a-zA-Z0-9_\n' '_' | tr 'A-Z' 'a-z')
     slot="standby_${slot:0:40}_$$"
     printf '%s\n' "$slot" >"$STATE_DIR/replication_slot"

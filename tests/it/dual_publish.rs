@@ -5,116 +5,43 @@
 //! validates what it reads against its own contract version. With v1 alone (the
 //! default) nothing goes to v2. The setting is validated before anything runs.
 //!
-//! The two topics are created on the shared broker when missing (6 partitions each,
-//! as the relay expects); each test reads back only its own bookings' records.
+//! run-once writes the contract's topic names; each test then points its rows at two
+//! topics of its own on the shared broker (6 partitions each, as the relay expects),
+//! one for each name, so that every record on them is the test's and a topic's
+//! watermarks say at once what was, and was not, sent.
 
 use crate::common;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::time::{Duration, Instant};
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
 
-use common::kafka::{java_partition, shared_brokers};
+use common::kafka::{
+    Received, consume, create_topic, java_partition, records_on, shared_brokers, unique_topic_for,
+};
 use common::schemas::{contract_validator, schema_errors};
 use common::*;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
-use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::{Offset, TopicPartitionList};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
 const V1: &str = "pin.crm.booking-expired.v1";
 const V2: &str = "pin.crm.booking-expired.v2";
 
-/// Creates the topic with 6 partitions unless it exists (another test of this file may
-/// have created it a moment ago).
-fn ensure_topic(brokers: &str, topic: &str) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()
-        .unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let new = NewTopic::new(topic, 6, TopicReplication::Fixed(1));
-    let results = runtime
-        .block_on(admin.create_topics(&[new], &AdminOptions::new()))
-        .unwrap();
-    for r in results {
-        match r {
-            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((t, e)) => panic!("create topic {t}: {e}"),
-        }
-    }
+/// Two topics of the test's own, for v1 and v2, created with 6 partitions.
+fn own_topics(brokers: &str) -> (String, String) {
+    let (t1, t2) = (unique_topic_for("v1"), unique_topic_for("v2"));
+    create_topic(brokers, &t1, 6, &[]);
+    create_topic(brokers, &t2, 6, &[]);
+    (t1, t2)
 }
 
-/// One record as a consumer of the topic sees it.
-#[derive(Debug)]
-struct Record {
-    key: String,
-    partition: i32,
-    headers: BTreeMap<String, String>,
-    value: Value,
-}
-
-/// Reads `topic` from the beginning and keeps the records whose key is in `keys`:
-/// until `expected` of them arrived and 1.5 s more passed with nothing new for them,
-/// or until `limit`.
-fn read_keys(
-    brokers: &str,
-    topic: &str,
-    keys: &HashSet<String>,
-    expected: usize,
-    limit: Duration,
-) -> Vec<Record> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", format!("be-test-{}", Uuid::new_v4().simple()))
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
-        .create()
-        .unwrap();
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..6 {
-        tpl.add_partition_offset(topic, p, Offset::Beginning)
-            .unwrap();
-    }
-    consumer.assign(&tpl).unwrap();
-    let started = Instant::now();
-    let mut settle_until: Option<Instant> = None;
-    let mut got = Vec::new();
-    while started.elapsed() < limit && settle_until.is_none_or(|t| Instant::now() < t) {
-        let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) else {
-            continue;
-        };
-        let key = String::from_utf8(m.key().unwrap().to_vec()).unwrap();
-        if !keys.contains(&key) {
-            continue;
-        }
-        let mut headers = BTreeMap::new();
-        for h in m.headers().iter().flat_map(|h| h.iter()) {
-            let value = String::from_utf8(h.value.unwrap_or_default().to_vec()).unwrap();
-            assert!(
-                headers.insert(h.key.to_owned(), value).is_none(),
-                "header {} repeated",
-                h.key
-            );
-        }
-        got.push(Record {
-            key,
-            partition: m.partition(),
-            headers,
-            value: serde_json::from_slice(m.payload().unwrap()).unwrap(),
-        });
-        if got.len() >= expected && settle_until.is_none() {
-            settle_until = Some(Instant::now() + Duration::from_millis(1500));
-        }
-    }
-    got
+/// Points the outbox rows written for the contract's topics at the test's own: `t1`
+/// for v1, `t2` for v2 (what each row carries is left as run-once wrote it).
+fn point_at(c: &mut postgres::Client, t1: &str, t2: &str) {
+    c.execute(
+        "UPDATE crm.outbox SET topic = CASE topic WHEN $1 THEN $3 WHEN $2 THEN $4 END",
+        &[&V1, &V2, &t1, &t2],
+    )
+    .unwrap();
 }
 
 /// Three Reserve and three Booking expiries, all overdue.
@@ -153,8 +80,7 @@ fn relay(db: &TestDb, brokers: &str) -> Value {
 #[test]
 fn both_versions_configured_each_expiry_reaches_v1_and_v2_once_in_its_own_contract() {
     let brokers = shared_brokers();
-    ensure_topic(&brokers, V1);
-    ensure_topic(&brokers, V2);
+    let (t1, t2) = own_topics(&brokers);
     let db = TestDb::new();
     let mut c = db.client();
     let seeds = seed_six(&mut c);
@@ -195,6 +121,7 @@ fn both_versions_configured_each_expiry_reaches_v1_and_v2_once_in_its_own_contra
     let backlog: Value = serde_json::from_str(backlog.stdout.trim()).unwrap();
     assert_eq!(backlog["Outbox"]["Pending"], json!(12));
 
+    point_at(&mut c, &t1, &t2);
     // One relay run sends every row to its topic: both rows of a booking go in the
     // same batch (per-key order holds per topic), so one batch carries all twelve.
     let run = db.run(&["relay-outbox", "--brokers", &brokers]);
@@ -217,11 +144,15 @@ fn both_versions_configured_each_expiry_reaches_v1_and_v2_once_in_its_own_contra
         0
     );
 
-    let keys: HashSet<String> = seeds.iter().map(|s| s.id.to_string()).collect();
-    let v1 = read_keys(&brokers, V1, &keys, 6, Duration::from_secs(30));
-    let v2 = read_keys(&brokers, V2, &keys, 6, Duration::from_secs(30));
+    let v1 = consume(&brokers, &t1, 6, 6, Duration::from_secs(60));
+    let v2 = consume(&brokers, &t2, 6, 6, Duration::from_secs(60));
     assert_eq!(v1.len(), 6, "one v1 record per expiry");
     assert_eq!(v2.len(), 6, "one v2 record per expiry");
+    let keys: HashSet<String> = seeds.iter().map(|s| s.id.to_string()).collect();
+    for records in [&v1, &v2] {
+        let got: HashSet<String> = records.iter().map(|r| r.key.clone()).collect();
+        assert_eq!(got, keys, "each expiry's booking once");
+    }
 
     // Each consumer validates with its own contract version's consumer schema; what
     // is sent is also exactly its producer schema. The other version's consumer schema
@@ -230,22 +161,23 @@ fn both_versions_configured_each_expiry_reaches_v1_and_v2_once_in_its_own_contra
         (&v1, 1, V1, "pin.crm.booking-expired"),
         (&v2, 2, V2, "pin.crm.booking-expired.v2"),
     ] {
+        let records: &Vec<Received> = records;
         let consumer = contract_validator(major, true);
         let producer = contract_validator(major, false);
         let other = contract_validator(3 - major, true);
         for r in records {
             assert!(
-                consumer.is_valid(&r.value),
+                consumer.is_valid(&r.payload),
                 "v{major} consumer: {}",
-                schema_errors(&consumer, &r.value)
+                schema_errors(&consumer, &r.payload)
             );
             assert!(
-                producer.is_valid(&r.value),
+                producer.is_valid(&r.payload),
                 "v{major} producer: {}",
-                schema_errors(&producer, &r.value)
+                schema_errors(&producer, &r.payload)
             );
             assert!(
-                !other.is_valid(&r.value),
+                !other.is_valid(&r.payload),
                 "v{major} value valid for the other version"
             );
             assert_eq!(r.headers["ce_type"], ce_type);
@@ -255,7 +187,7 @@ fn both_versions_configured_each_expiry_reaches_v1_and_v2_once_in_its_own_contra
             assert_eq!(r.partition, java_partition(&r.key, 6));
             let (id, payload, _) = &rows[&(r.key.clone(), topic.to_owned())];
             assert_eq!(r.headers["ce_id"], id.to_string());
-            assert_eq!(&r.value, payload);
+            assert_eq!(&r.payload, payload);
         }
     }
     assert!(v1.iter().all(|r| !r.headers.contains_key("ce_dataschema")));
@@ -266,10 +198,10 @@ fn both_versions_configured_each_expiry_reaches_v1_and_v2_once_in_its_own_contra
     // The same event in both: every field but the renamed one is equal.
     for r1 in &v1 {
         let r2 = v2.iter().find(|r| r.key == r1.key).unwrap();
-        let mut renamed = r1.value.clone();
+        let mut renamed = r1.payload.clone();
         let tenant = renamed.as_object_mut().unwrap().remove("TenantId").unwrap();
         renamed["DeveloperId"] = tenant;
-        assert_eq!(renamed, r2.value);
+        assert_eq!(renamed, r2.payload);
         assert_eq!(r1.headers["ce_time"], r2.headers["ce_time"]);
         assert_eq!(
             r1.headers["ce_correlationid"],
@@ -277,7 +209,8 @@ fn both_versions_configured_each_expiry_reaches_v1_and_v2_once_in_its_own_contra
         );
     }
 
-    // explain shows both rows of a booking, each published to its topic.
+    // explain shows both rows of a booking, each published to its topic (the test's
+    // own, which the rows point at).
     let booking = seeds[0].id.to_string();
     let explained = db.run(&["explain", &booking, "--json"]);
     assert_eq!(explained.code, 0, "{}", explained.stderr);
@@ -289,7 +222,10 @@ fn both_versions_configured_each_expiry_reaches_v1_and_v2_once_in_its_own_contra
         .map(|o| (o["Topic"].as_str().unwrap(), o["State"].as_str().unwrap()))
         .collect();
     topics.sort();
-    assert_eq!(topics, [(V1, "published"), (V2, "published")]);
+    assert_eq!(
+        topics,
+        [(t1.as_str(), "published"), (t2.as_str(), "published")]
+    );
 
     // republish --booking re-queues both rows as they are (same ids), and one relay run
     // sends each again to its own topic.
@@ -307,24 +243,24 @@ fn both_versions_configured_each_expiry_reaches_v1_and_v2_once_in_its_own_contra
     let requeued: Value = serde_json::from_str(requeued.stdout.trim()).unwrap();
     assert_eq!(requeued["Requeued"], json!(2));
     assert_eq!(relay(&db, &brokers)["Published"], json!(2));
-    let one: HashSet<String> = [booking.clone()].into();
-    for topic in [V1, V2] {
-        let again = read_keys(&brokers, topic, &one, 2, Duration::from_secs(30));
+    for topic in [&t1, &t2] {
+        let all = consume(&brokers, topic, 6, 7, Duration::from_secs(60));
+        assert_eq!(all.len(), 7, "{topic}: six events and one republished copy");
+        let again: Vec<&Received> = all.iter().filter(|r| r.key == booking).collect();
         assert_eq!(
             again.len(),
             2,
             "{topic}: the event and its republished copy"
         );
         assert_eq!(again[0].headers["ce_id"], again[1].headers["ce_id"]);
-        assert_eq!(again[0].value, again[1].value);
+        assert_eq!(again[0].payload, again[1].payload);
     }
 }
 
 #[test]
 fn with_v1_alone_nothing_goes_to_v2() {
     let brokers = shared_brokers();
-    ensure_topic(&brokers, V1);
-    ensure_topic(&brokers, V2);
+    let (t1, t2) = own_topics(&brokers);
     let db = TestDb::new();
     let mut c = db.client();
     let seeds = seed_six(&mut c);
@@ -339,14 +275,17 @@ fn with_v1_alone_nothing_goes_to_v2() {
         ),
         6
     );
+    assert_eq!(count(&mut c, "SELECT count(*) FROM crm.outbox"), 6);
+    point_at(&mut c, &t1, &t2);
     assert_eq!(relay(&db, &brokers)["Published"], json!(6));
 
     let keys: HashSet<String> = seeds.iter().map(|s| s.id.to_string()).collect();
-    let v1 = read_keys(&brokers, V1, &keys, 6, Duration::from_secs(30));
+    let v1 = consume(&brokers, &t1, 6, 6, Duration::from_secs(60));
     assert_eq!(v1.len(), 6);
-    // Read v2 for as long as v1 took to show up and then some: none of these keys.
-    let v2 = read_keys(&brokers, V2, &keys, 1, Duration::from_secs(5));
-    assert!(v2.is_empty(), "v2 got {} records", v2.len());
+    let got: HashSet<String> = v1.iter().map(|r| r.key.clone()).collect();
+    assert_eq!(got, keys);
+    // The relay has ended: what v2's topic holds now is all it will ever get.
+    assert_eq!(records_on(&brokers, &t2, 6), 0, "nothing sent to v2");
 }
 
 #[test]

@@ -326,15 +326,9 @@ fn the_read_only_role_may_explain() {
     let mut c = db.client();
     let due = Seed::booked(-60);
     seed(&mut c, std::slice::from_ref(&due));
-    let role = format!("ro_{}", Uuid::new_v4().simple());
-    c.batch_execute(&format!(
-        "CREATE ROLE {role} LOGIN IN ROLE crm_booking_expiration_readonly"
-    ))
-    .unwrap();
-    let mut cmd = db.command(&["explain", &due.id.to_string()]);
-    cmd.env("DATABASE_URL", with_user(&db.url, &role));
-    let run = Run::of(cmd.output().unwrap());
-    c.batch_execute(&format!("DROP ROLE {role}")).unwrap();
+    let role = LoginRole::member_of(&db, "ro", "crm_booking_expiration_readonly");
+    let run = role.run(&db, &["explain", &due.id.to_string()]);
+    drop(role);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(
         run.stdout

@@ -13,38 +13,11 @@ use chrono::{DateTime, Utc};
 use common::*;
 use postgres::{Client, NoTls};
 use serde_json::{Value, json};
-use uuid::Uuid;
 
 /// A LOGIN member of `crm_booking_expiration_readonly`, as a deployment grants the
 /// group to the account `backlog` runs as; dropped when the test ends.
-struct ReportAccount {
-    name: String,
-    url: String,
-    admin: String,
-}
-
-impl ReportAccount {
-    fn new(db_url: &str, admin: &str) -> Self {
-        let name = format!("report_{}", Uuid::new_v4().simple());
-        let mut c = Client::connect(db_url, NoTls).unwrap();
-        c.batch_execute(&format!(
-            "CREATE ROLE {name} LOGIN IN ROLE crm_booking_expiration_readonly"
-        ))
-        .unwrap();
-        ReportAccount {
-            url: with_user(db_url, &name),
-            name,
-            admin: admin.to_owned(),
-        }
-    }
-}
-
-impl Drop for ReportAccount {
-    fn drop(&mut self) {
-        if let Ok(mut c) = Client::connect(&self.admin, NoTls) {
-            let _ = c.batch_execute(&format!("DROP ROLE IF EXISTS {}", self.name));
-        }
-    }
+fn report_account(db: &TestDb) -> LoginRole {
+    LoginRole::member_of(db, "report", "crm_booking_expiration_readonly")
 }
 
 /// `backlog` with `args` as the user of `url`; the one JSON object when `--json`.
@@ -144,7 +117,7 @@ fn samples(text: &str) -> std::collections::BTreeMap<String, f64> {
 fn dead_tuples_stay_while_an_idle_transaction_holds_the_horizon_and_go_after_it_ends() {
     let db = TestDb::new();
     let mut c = db.client();
-    let account = ReportAccount::new(&db.url, &db.url);
+    let account = report_account(&db);
     let plain = ReadOnlyRole::new(&db);
     c.batch_execute("ALTER TABLE crm.outbox SET (autovacuum_enabled = off)")
         .unwrap();
@@ -435,7 +408,7 @@ fn a_prepared_transaction_and_an_unconsumed_logical_slot_are_named() {
     drop(admin);
     pg.restart();
     let db = TestDb::new_on(&pg.url);
-    let account = ReportAccount::new(&db.url, &pg.url);
+    let account = report_account(&db);
     let mut c = db.client();
 
     c.batch_execute("SELECT pg_create_logical_replication_slot('hygiene_slot', 'pgoutput')")

@@ -186,7 +186,8 @@ fn a_failed_run_pushes_errors_and_keeps_the_last_success() {
 
     // PostgreSQL unreachable: exit 69, and the push still happens, through the
     // environment variable this time.
-    let down = format!("postgres://postgres@127.0.0.1:{}/postgres", free_port());
+    let refused = refused_port();
+    let down = format!("postgres://postgres@127.0.0.1:{}/postgres", refused.port);
     let failed = db
         .command(&["run-once"])
         .env("DATABASE_URL", &down)
@@ -533,36 +534,6 @@ fn the_pod_as_deployed_gets_each_commit_to_kafka_within_5_seconds() {
     );
 }
 
-/// A LOGIN role of the test's own in one of the group roles of `sql/`; roles are
-/// cluster-wide, so it is dropped at the end.
-struct Login {
-    name: String,
-    url: String,
-    db_url: String,
-}
-
-impl Login {
-    fn new(db: &TestDb, group: &str) -> Self {
-        let name = format!("metrics_{}", uuid::Uuid::new_v4().simple());
-        db.client()
-            .batch_execute(&format!("CREATE ROLE {name} LOGIN IN ROLE {group}"))
-            .expect("create a login role");
-        Login {
-            url: with_user(&db.url, &name),
-            db_url: db.url.clone(),
-            name,
-        }
-    }
-}
-
-impl Drop for Login {
-    fn drop(&mut self) {
-        if let Ok(mut c) = postgres::Client::connect(&self.db_url, postgres::NoTls) {
-            let _ = c.batch_execute(&format!("DROP ROLE IF EXISTS {}", self.name));
-        }
-    }
-}
-
 #[test]
 fn each_step_reads_its_gauges_under_its_least_privilege_role() {
     let gateway = Pushgateway::start();
@@ -572,8 +543,8 @@ fn each_step_reads_its_gauges_under_its_least_privilege_role() {
     let db = TestDb::new();
     let mut c = db.client();
     seed(&mut c, &[Seed::reserved(-60), Seed::booked(-60)]);
-    let worker = Login::new(&db, "crm_booking_expiration_worker");
-    let relay = Login::new(&db, "crm_outbox_relay");
+    let worker = LoginRole::member_of(&db, "metrics", "crm_booking_expiration_worker");
+    let relay = LoginRole::member_of(&db, "metrics", "crm_outbox_relay");
 
     let run = Run::of(
         db.command(&["run-once", "--pushgateway-url", &gateway.url()])
@@ -607,7 +578,8 @@ fn a_push_that_fails_never_fails_the_run() {
     seed(&mut db.client(), &[Seed::reserved(-60)]);
 
     // Nothing listens.
-    let closed = format!("http://127.0.0.1:{}", free_port());
+    let refused = refused_port();
+    let closed = format!("http://127.0.0.1:{}", refused.port);
     let run = db.run(&["run-once", "--pushgateway-url", &closed]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(run.result().counts(), (1, 0, 0, 0));

@@ -265,14 +265,9 @@ fn bad_pause_commands_are_usage_errors_naming_the_flag() {
 fn only_the_operator_role_may_switch_pauses() {
     let db = TestDb::new();
     let mut admin = db.client();
-    let operator = format!("op_{}", uuid::Uuid::new_v4().simple());
-    let worker = format!("wk_{}", uuid::Uuid::new_v4().simple());
-    admin
-        .batch_execute(&format!(
-            "CREATE ROLE {operator} LOGIN IN ROLE crm_booking_expiration_operator;
-             CREATE ROLE {worker} LOGIN IN ROLE crm_booking_expiration_worker;"
-        ))
-        .unwrap();
+    let operator_role = LoginRole::member_of(&db, "op", "crm_booking_expiration_operator");
+    let worker_role = LoginRole::member_of(&db, "wk", "crm_booking_expiration_worker");
+    let (operator, worker) = (operator_role.name.clone(), worker_role.name.clone());
     let as_role = |role: &str, args: &[&str]| {
         let mut cmd = db.command(args);
         cmd.env("DATABASE_URL", with_user(&db.url, role));
@@ -302,14 +297,16 @@ fn only_the_operator_role_may_switch_pauses() {
     );
     let run = as_role(&operator, &["resume", "run-once", "--reason", "x"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
-    drop(admin);
-    let mut admin = db.client();
-    admin
-        .batch_execute(&format!(
-            "{} DROP ROLE {operator}; DROP ROLE {worker};",
-            drop_owned_sql(&operator)
-        ))
-        .unwrap();
+    // Both roles can be dropped afterwards (the operator's with what it was granted).
+    drop((operator_role, worker_role));
+    let left = admin
+        .query_one(
+            "SELECT count(*) FROM pg_roles WHERE rolname IN ($1, $2)",
+            &[&operator, &worker],
+        )
+        .unwrap()
+        .get::<_, i64>(0);
+    assert_eq!(left, 0, "{operator} and {worker} dropped");
 }
 
 /// A gate on the cycle's batch write: once more than `after` audit rows (committed, plus

@@ -6,7 +6,7 @@ use crate::common;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 
@@ -28,54 +28,53 @@ impl PgBouncer {
         let admin: postgres::Config = admin_url().parse().unwrap();
         let pg_port = admin.get_ports().first().copied().unwrap_or(5432);
         let user = admin.get_user().unwrap().to_owned();
-        let (listener, port) = silent_listener();
-        drop(listener);
         let dir =
             std::env::temp_dir().join(format!("be-pgbouncer-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("userlist.txt"), format!("\"{user}\" \"\"\n")).unwrap();
-        std::fs::write(
-            dir.join("pgbouncer.ini"),
-            format!(
-                "[databases]\n* = host=127.0.0.1 port={pg_port}\n\n[pgbouncer]\n\
-                 listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n\
-                 auth_type = trust\nauth_file = {auth}\npool_mode = {pool_mode}\n\
-                 default_pool_size = 4\nignore_startup_parameters = extra_float_digits,options\n\
-                 logfile = {log}\n",
-                auth = dir.join("userlist.txt").display(),
-                log = dir.join("pgbouncer.log").display(),
-            ),
-        )
-        .unwrap();
         // PgBouncer refuses to run as root: then it runs as the server's OS user.
         let root = Command::new("id").arg("-u").output().unwrap().stdout == b"0\n";
-        let mut cmd = if root {
-            Command::new("chmod")
-                .args(["-R", "a+rwX"])
-                .arg(&dir)
-                .status()
+        // On a port picked free a moment before: started again on another one if it was
+        // taken meanwhile (PgBouncer then exits).
+        let (child, port, ()) = start_on_free_port(
+            "PgBouncer",
+            Duration::from_secs(60),
+            |port| {
+                std::fs::write(
+                    dir.join("pgbouncer.ini"),
+                    format!(
+                        "[databases]\n* = host=127.0.0.1 port={pg_port}\n\n[pgbouncer]\n\
+                         listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n\
+                         auth_type = trust\nauth_file = {auth}\npool_mode = {pool_mode}\n\
+                         default_pool_size = 4\nignore_startup_parameters = extra_float_digits,options\n\
+                         logfile = {log}\n",
+                        auth = dir.join("userlist.txt").display(),
+                        log = dir.join("pgbouncer.log").display(),
+                    ),
+                )
                 .unwrap();
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--", PGBOUNCER]);
-            c
-        } else {
-            Command::new(PGBOUNCER)
-        };
-        let child = cmd
-            .arg(dir.join("pgbouncer.ini"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start pgbouncer");
-        let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "pgbouncer did not listen: {}",
-                std::fs::read_to_string(dir.join("pgbouncer.log")).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+                let mut cmd = if root {
+                    Command::new("chmod")
+                        .args(["-R", "a+rwX"])
+                        .arg(&dir)
+                        .status()
+                        .unwrap();
+                    let mut c = Command::new("runuser");
+                    c.args(["-u", "postgres", "--", PGBOUNCER]);
+                    c
+                } else {
+                    Command::new(PGBOUNCER)
+                };
+                let child = cmd
+                    .arg(dir.join("pgbouncer.ini"))
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("start pgbouncer");
+                (child, ())
+            },
+            |port| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+        );
         PgBouncer { child, port, dir }
     }
 

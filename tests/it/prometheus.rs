@@ -8,7 +8,6 @@
 use crate::common;
 
 use std::collections::BTreeSet;
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -16,14 +15,6 @@ use std::time::Duration;
 use common::kafka::*;
 use common::*;
 use serde_json::Value;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
     common::pushgateway::http(addr, "GET", path, "")
@@ -65,33 +56,42 @@ fn temp_dir(prefix: &str) -> PathBuf {
     dir
 }
 
-fn start(bin: &str, args: &[String], dir: PathBuf, addr: String) -> Server {
-    let child = Command::new(bin)
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("log")).unwrap())
-        .spawn()
-        .unwrap_or_else(|e| {
-            panic!("start {bin}: {e} (install Debian's prometheus and prometheus-pushgateway)")
-        });
-    let server = Server { child, addr, dir };
-    wait_until(Duration::from_secs(30), &format!("{bin} is ready"), || {
-        get(&server.addr, "/-/ready").is_ok_and(|(status, _)| status == 200)
-    });
-    server
+/// `bin` with `args(addr)` on a free port, until it is ready.
+fn start(bin: &str, args: impl Fn(&str) -> Vec<String>, dir: PathBuf) -> Server {
+    let (child, _, addr) = start_on_free_port(
+        bin,
+        Duration::from_secs(30),
+        |port| {
+            let addr = format!("127.0.0.1:{port}");
+            let mut cmd = Command::new(bin);
+            let child = owned(&mut cmd)
+                .args(args(&addr))
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(dir.join("log")).unwrap())
+                .spawn()
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "start {bin}: {e} (install Debian's prometheus and prometheus-pushgateway)"
+                    )
+                });
+            (child, addr)
+        },
+        |port| get(&format!("127.0.0.1:{port}"), "/-/ready").is_ok_and(|(status, _)| status == 200),
+    );
+    Server { child, addr, dir }
 }
 
 fn pushgateway() -> Server {
-    let addr = format!("127.0.0.1:{}", free_port());
     start(
         "prometheus-pushgateway",
-        &[
-            format!("--web.listen-address={addr}"),
-            "--persistence.file=".into(),
-            "--log.level=error".into(),
-        ],
+        |addr| {
+            vec![
+                format!("--web.listen-address={addr}"),
+                "--persistence.file=".into(),
+                "--log.level=error".into(),
+            ]
+        },
         temp_dir("be-pgw"),
-        addr,
     )
 }
 
@@ -122,14 +122,16 @@ fn prometheus(scrape: &str) -> Server {
         ),
     )
     .unwrap();
-    let addr = format!("127.0.0.1:{}", free_port());
-    let args = vec![
-        format!("--config.file={}", dir.join("prometheus.yml").display()),
-        format!("--storage.tsdb.path={}", dir.join("data").display()),
-        format!("--web.listen-address={addr}"),
-        "--log.level=error".into(),
-    ];
-    start("prometheus", &args, dir, addr)
+    let (config, data) = (dir.join("prometheus.yml"), dir.join("data"));
+    let args = move |addr: &str| {
+        vec![
+            format!("--config.file={}", config.display()),
+            format!("--storage.tsdb.path={}", data.display()),
+            format!("--web.listen-address={addr}"),
+            "--log.level=error".into(),
+        ]
+    };
+    start("prometheus", args, dir)
 }
 
 /// The result vector of an instant query.

@@ -36,32 +36,28 @@ impl SecurePushgateway {
             ),
         )
         .unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
         let bin =
             std::env::var("PUSHGATEWAY_BIN").unwrap_or_else(|_| "prometheus-pushgateway".into());
-        let child = Command::new(&bin)
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .arg(format!(
-                "--web.config.file={}",
-                dir.join("web.yml").display()
-            ))
-            .arg("--persistence.file=")
-            .arg("--log.level=error")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {bin}: {e}"));
-        let gateway = SecurePushgateway { child, port, dir };
-        wait_until(Duration::from_secs(15), "the Pushgateway is ready", || {
-            gateway
-                .get(certs, "/-/ready")
-                .is_ok_and(|(status, _)| status == 200)
-        });
-        gateway
+        let config = dir.join("web.yml");
+        let (child, port, ()) = start_on_free_port(
+            "the TLS Pushgateway",
+            Duration::from_secs(30),
+            |port| {
+                let mut cmd = Command::new(&bin);
+                let child = owned(&mut cmd)
+                    .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+                    .arg(format!("--web.config.file={}", config.display()))
+                    .arg("--persistence.file=")
+                    .arg("--log.level=error")
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap_or_else(|e| panic!("start {bin}: {e}"));
+                (child, ())
+            },
+            |port| get_at(port, certs, "/-/ready").is_ok_and(|(status, _)| status == 200),
+        );
+        SecurePushgateway { child, port, dir }
     }
 
     fn url(&self) -> String {
@@ -69,17 +65,22 @@ impl SecurePushgateway {
     }
 
     fn get(&self, certs: &Certs, path: &str) -> reqwest::Result<(u16, String)> {
-        let ca = reqwest::Certificate::from_pem(&std::fs::read(&certs.ca).unwrap()).unwrap();
-        let client = reqwest::blocking::Client::builder()
-            .add_root_certificate(ca)
-            .timeout(Duration::from_secs(5))
-            .build()?;
-        let response = client
-            .get(format!("{}{path}", self.url()))
-            .basic_auth(USER, Some(PASSWORD))
-            .send()?;
-        Ok((response.status().as_u16(), response.text()?))
+        get_at(self.port, certs, path)
     }
+}
+
+/// GET `path` of the Pushgateway on `port` (https, the test's CA, basic auth).
+fn get_at(port: u16, certs: &Certs, path: &str) -> reqwest::Result<(u16, String)> {
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(&certs.ca).unwrap()).unwrap();
+    let client = reqwest::blocking::Client::builder()
+        .add_root_certificate(ca)
+        .timeout(Duration::from_secs(5))
+        .build()?;
+    let response = client
+        .get(format!("https://localhost:{port}{path}"))
+        .basic_auth(USER, Some(PASSWORD))
+        .send()?;
+    Ok((response.status().as_u16(), response.text()?))
 }
 
 impl Drop for SecurePushgateway {

@@ -179,9 +179,10 @@ fn two_relays_at_once_one_works_the_other_exits_0() {
     let db = TestDb::new();
     let mut c = db.client();
     expire_into(&db, 4, &topic);
-    // The first follows long enough that the second surely starts within its window,
-    // however slow a loaded machine makes either one's start.
-    let first = spawn(db.command(&["relay-outbox", "--brokers", &brokers, "--follow", "15s"]));
+    // The first follows until it is stopped below (the window only bounds a relay left
+    // behind), so the second starts while it holds the lock however slow a loaded
+    // machine makes either one's start.
+    let first = spawn(db.command(&["relay-outbox", "--brokers", &brokers, "--follow", "600s"]));
     wait_until(
         Duration::from_secs(20),
         "the first relay to take the lock",
@@ -207,10 +208,19 @@ fn two_relays_at_once_one_works_the_other_exits_0() {
         "{}",
         second.stderr
     );
+    // The first sent and marked every row; stopped now, it reports what it did (SIGTERM:
+    // exit 143).
+    wait_until(
+        Duration::from_secs(90),
+        "the first relay to mark the 4 rows",
+        || pending(&mut c) == 0,
+    );
+    send_signal(&first, "TERM");
     let first = Run::of(first.wait_with_output().unwrap());
-    assert_eq!(first.code, 0, "{}", first.stderr);
+    assert_eq!(first.code, 143, "{}", first.stderr);
     let worked: serde_json::Value = serde_json::from_str(first.stdout.trim()).unwrap();
     assert_eq!(worked["Published"], json!(4));
+    assert_eq!(worked["Skipped"], json!(false));
     assert_eq!(records_on(&brokers, &topic, 6), 4, "each row sent once");
 }
 

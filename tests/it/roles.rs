@@ -10,59 +10,14 @@ use std::time::Duration;
 
 use common::kafka::{consume, create_topic, shared_brokers, unique_topic};
 use common::*;
+use postgres::Client;
 use postgres::error::SqlState;
-use postgres::{Client, NoTls};
 use serde_json::json;
 use uuid::Uuid;
 
 const WORKER: &str = "crm_booking_expiration_worker";
 const RELAY: &str = "crm_outbox_relay";
 const READONLY: &str = "crm_booking_expiration_readonly";
-
-/// A LOGIN role of its own for one test, a member of one group role, as a deployment
-/// would create it. Roles are cluster-wide: dropped when this value goes out of scope.
-struct LoginRole {
-    name: String,
-    /// The test database's URL with this role as the user.
-    url: String,
-    admin_url: String,
-}
-
-impl LoginRole {
-    fn new(db: &TestDb, group: &str) -> Self {
-        let name = format!("login_{}", Uuid::new_v4().simple());
-        db.client()
-            .batch_execute(&format!("CREATE ROLE {name} LOGIN IN ROLE {group}"))
-            .expect("create a login role");
-        LoginRole {
-            url: with_user(&db.url, &name),
-            admin_url: db.url.clone(),
-            name,
-        }
-    }
-
-    fn client(&self) -> Client {
-        Client::connect(&self.url, NoTls).expect("connect as the login role")
-    }
-
-    /// The binary, connected as this role.
-    fn run(&self, db: &TestDb, args: &[&str]) -> Run {
-        Run::of(
-            db.command(args)
-                .env("DATABASE_URL", &self.url)
-                .output()
-                .expect("run the binary"),
-        )
-    }
-}
-
-impl Drop for LoginRole {
-    fn drop(&mut self) {
-        if let Ok(mut c) = Client::connect(&self.admin_url, NoTls) {
-            let _ = c.batch_execute(&format!("DROP ROLE IF EXISTS {}", self.name));
-        }
-    }
-}
 
 /// The statement fails with insufficient_privilege.
 fn refused(c: &mut Client, sql: &str) {
@@ -100,7 +55,7 @@ const RELAY_MISSING_FOR_WORKER: &str = "SELECT on crm.outbox, UPDATE on crm.outb
 fn the_worker_role_runs_a_cycle_and_is_refused_everything_else() {
     let db = TestDb::new();
     let mut admin = db.client();
-    let worker = LoginRole::new(&db, WORKER);
+    let worker = LoginRole::member_of(&db, "login", WORKER);
 
     // Healthy overdue bookings; one that was quarantined and may be retried now (its
     // expiry deletes its poison row); one the guard refuses again (its poison row is
@@ -189,7 +144,7 @@ fn the_relay_role_publishes_the_outbox_and_is_refused_everything_else() {
     create_topic(&brokers, &topic, 6, &[]);
     let db = TestDb::new();
     let mut admin = db.client();
-    let relay = LoginRole::new(&db, RELAY);
+    let relay = LoginRole::member_of(&db, "login", RELAY);
     seed_many(&mut admin, 4, |i| Seed::booked(-60 - i as i64));
     assert_eq!(db.run_once(&[]).booking, 4);
     admin
@@ -291,7 +246,7 @@ fn checksum_of_bookings(c: &mut Client) -> String {
 fn the_read_only_role_reports_and_is_refused_every_write() {
     let db = TestDb::new();
     let mut admin = db.client();
-    let reader = LoginRole::new(&db, READONLY);
+    let reader = LoginRole::member_of(&db, "login", READONLY);
     seed(
         &mut admin,
         &[

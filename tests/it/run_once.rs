@@ -616,11 +616,8 @@ fn a_second_session_that_cannot_be_opened_leaves_the_phases_taking_turns_on_one(
     // each), so the cycle tries, fails, and drains both on its one session.
     let mut session = store::connect(&run_once_config(&db.url, SMALL_BATCHES).db).unwrap();
     let stmts = CycleStatements::prepare(&mut session.client).unwrap();
-    let dead_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let refused = refused_port();
+    let dead_port = refused.port;
     let unreachable = run_once_config(
         &format!("postgres://postgres@127.0.0.1:{dead_port}/x"),
         SMALL_BATCHES,

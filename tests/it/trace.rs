@@ -447,9 +447,8 @@ fn an_unreachable_trace_backend_changes_nothing_but_a_warning() {
     assert!(took < Duration::from_secs(15), "{took:?}");
 
     // Nothing listens at all: the export fails at once, and is said once.
-    let refused = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = refused.local_addr().unwrap().port();
-    drop(refused);
+    let refused = refused_port();
+    let port = refused.port;
     seed(&mut db.client(), &[Seed::booked(-60)]);
     let run = traced(
         db.command(&["run-once"]),

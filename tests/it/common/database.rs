@@ -288,3 +288,71 @@ impl Drop for ReadOnlyRole {
 pub fn drop_owned_sql(role: &str) -> String {
     format!("GRANT {role} TO CURRENT_USER; DROP OWNED BY {role};")
 }
+
+/// A LOGIN role of a test's own on its database's server, e.g. a member of the job's
+/// group roles as a deployment grants them: `CREATE ROLE name LOGIN {clause}`
+/// (`IN ROLE crm_booking_expiration_worker`, `CONNECTION LIMIT 1 IN ROLE …`). Roles are
+/// cluster-wide, so the name is unique and on the harness's record while it exists (a
+/// killed run's role is swept by the next run); dropped, settings and grants with it,
+/// when this value goes out of scope (before the database).
+pub struct LoginRole {
+    pub name: String,
+    /// The test database's URL with this role as the user.
+    pub url: String,
+    db_url: String,
+    recorded: bool,
+}
+
+impl LoginRole {
+    /// `prefix` says what the role is for (`login`, `job`, `ro`).
+    pub fn new(db: &TestDb, prefix: &str, clause: &str) -> Self {
+        let name = format!("{prefix}_{}", Uuid::new_v4().simple());
+        if db.recorded {
+            record_made(Made::Role, &name);
+        }
+        db.client()
+            .batch_execute(&format!("CREATE ROLE {name} LOGIN {clause}"))
+            .unwrap_or_else(|e| panic!("create the login role {name} ({clause}): {e}"));
+        LoginRole {
+            url: with_user(&db.url, &name),
+            db_url: db.url.clone(),
+            name,
+            recorded: db.recorded,
+        }
+    }
+
+    /// A member of the group roles `groups` (comma-separated).
+    pub fn member_of(db: &TestDb, prefix: &str, groups: &str) -> Self {
+        Self::new(db, prefix, &format!("IN ROLE {groups}"))
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(&self.url, NoTls).expect("connect as the login role")
+    }
+
+    /// The binary on the test database, connected as this role.
+    pub fn run(&self, db: &TestDb, args: &[&str]) -> Run {
+        Run::of(
+            db.command(args)
+                .env("DATABASE_URL", &self.url)
+                .output()
+                .expect("run the binary"),
+        )
+    }
+}
+
+impl Drop for LoginRole {
+    fn drop(&mut self) {
+        let Ok(mut c) = Client::connect(&self.db_url, NoTls) else {
+            return;
+        };
+        let dropped = c.batch_execute(&format!(
+            "ALTER ROLE {0} RESET ALL; {1} DROP ROLE IF EXISTS {0}",
+            self.name,
+            drop_owned_sql(&self.name)
+        ));
+        if dropped.is_ok() && self.recorded {
+            forget_made(&self.name);
+        }
+    }
+}

@@ -17,9 +17,45 @@ use rdkafka::{Offset, TopicPartitionList};
 use super::StopAtExit;
 pub use super::services::shared_brokers;
 
-/// A unique topic name for one test.
+/// A unique topic name for one test: every test uses topics of its own, so tests can
+/// run side by side on one broker at any thread count. On a broker of yours
+/// (`KAFKA_BROKERS`) the name is on the harness's record first, so a later run deletes
+/// the topic (see `leftovers`).
 pub fn unique_topic() -> String {
-    format!("be-test-{}", uuid::Uuid::new_v4().simple())
+    recorded(format!("be-test-{}", uuid::Uuid::new_v4().simple()))
+}
+
+/// [`unique_topic`] with a word saying what it stands for (`v1`, `v2`), for a test
+/// that needs several.
+pub fn unique_topic_for(what: &str) -> String {
+    recorded(format!("be-test-{what}-{}", uuid::Uuid::new_v4().simple()))
+}
+
+fn recorded(topic: String) -> String {
+    if std::env::var_os("KAFKA_BROKERS").is_some() {
+        super::record_made(super::Made::Topic, &topic);
+    }
+    topic
+}
+
+/// Deletes `topic` on `brokers`; one that does not exist there counts as deleted.
+pub(super) fn delete_topic(brokers: &str, topic: &str) -> Result<(), String> {
+    use rdkafka::types::RDKafkaErrorCode;
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .map_err(|e| e.to_string())?;
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    let results = runtime()
+        .block_on(admin.delete_topics(&[topic], &options))
+        .map_err(|e| e.to_string())?;
+    for r in results {
+        match r {
+            Ok(_) | Err((_, RDKafkaErrorCode::UnknownTopicOrPartition)) => {}
+            Err((t, e)) => return Err(format!("delete topic {t}: {e}")),
+        }
+    }
+    Ok(())
 }
 
 fn scripts() -> PathBuf {

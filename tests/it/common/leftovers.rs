@@ -11,6 +11,13 @@
 //! a run sweeps every run whose lock it can take: that run's sessions are gone, so it
 //! is over, and its objects are dropped. A concurrent run (two runs on one shared
 //! `DATABASE_URL`) holds its lock, so its objects are never touched.
+//!
+//! Topics are on the record too when the broker is the user's (`KAFKA_BROKERS`; a
+//! throwaway broker goes with its run): every topic name the harness hands out
+//! ([`super::kafka::unique_topic`]) is recorded, and a later run deletes the topics of
+//! the runs that are over on the broker `KAFKA_BROKERS` names then (a topic that was
+//! never made there, e.g. one of a broker of a test's own, is simply forgotten). So a
+//! run's topics go at the next run's start, a killed run's included.
 
 use std::sync::{Mutex, OnceLock};
 
@@ -29,6 +36,7 @@ const LOCK_SPACE: i32 = 0x6265_7472;
 pub enum Made {
     Database,
     Role,
+    Topic,
 }
 
 impl Made {
@@ -36,6 +44,7 @@ impl Made {
         match self {
             Made::Database => "database",
             Made::Role => "role",
+            Made::Topic => "topic",
         }
     }
 }
@@ -69,9 +78,19 @@ fn registry() -> &'static Registry {
                  SELECT pg_advisory_xact_lock({LOCK_SPACE}, 0);
                  CREATE TABLE IF NOT EXISTS objects (
                      name text PRIMARY KEY,
-                     kind text NOT NULL CHECK (kind IN ('database', 'role')),
+                     kind text NOT NULL,
                      run integer NOT NULL,
                      recorded_at timestamptz NOT NULL DEFAULT now());
+                 -- The kinds, topics added: a table made before them gets the new check.
+                 DO $$ BEGIN
+                   IF NOT EXISTS (SELECT FROM pg_constraint
+                                   WHERE conrelid = 'objects'::regclass
+                                     AND conname = 'objects_kinds') THEN
+                     ALTER TABLE objects DROP CONSTRAINT IF EXISTS objects_kind_check;
+                     ALTER TABLE objects ADD CONSTRAINT objects_kinds
+                       CHECK (kind IN ('database', 'role', 'topic'));
+                   END IF;
+                 END $$;
                  COMMIT;"
             ))
             .expect("create the harness's table of objects");
@@ -119,13 +138,21 @@ fn sweep(session: &mut Client, admin: &mut Client) {
                 &[&run],
             )
             .unwrap();
+        let brokers = std::env::var("KAFKA_BROKERS").ok();
         for row in objects {
             let (name, kind): (String, String) = (row.get(0), row.get(1));
             let dropped = match kind.as_str() {
-                "database" => {
-                    admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                }
-                _ => admin.batch_execute(&format!("DROP ROLE IF EXISTS {name}")),
+                "database" => admin
+                    .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .map_err(|e| e.to_string()),
+                "topic" => match &brokers {
+                    Some(brokers) => super::kafka::delete_topic(brokers, &name),
+                    // Kept on record for a run that has the broker.
+                    None => continue,
+                },
+                _ => admin
+                    .batch_execute(&format!("DROP ROLE IF EXISTS {name}"))
+                    .map_err(|e| e.to_string()),
             };
             match dropped {
                 Ok(()) => {

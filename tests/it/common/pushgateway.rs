@@ -4,12 +4,10 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
-
-use super::wait_until;
 
 pub const JOB: &str = "crm_booking_expiration";
 
@@ -22,22 +20,29 @@ pub struct Pushgateway {
 impl Pushgateway {
     pub fn start() -> Self {
         let bin = pushgateway_binary();
-        let port = free_port();
-        let addr = format!("127.0.0.1:{port}");
-        let child = Command::new(&bin)
-            .arg(format!("--web.listen-address={addr}"))
-            // In memory only: Debian's default persists to /var/lib/prometheus.
-            .arg("--persistence.file=")
-            .arg("--log.level=error")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
-        let gateway = Pushgateway { child, addr };
-        wait_until(Duration::from_secs(15), "the Pushgateway is ready", || {
-            http(&gateway.addr, "GET", "/-/ready", "").is_ok_and(|(status, _)| status == 200)
-        });
-        gateway
+        let (child, _, addr) = super::start_on_free_port(
+            "the Pushgateway",
+            Duration::from_secs(30),
+            |port| {
+                let addr = format!("127.0.0.1:{port}");
+                let mut cmd = Command::new(&bin);
+                let child = super::owned(&mut cmd)
+                    .arg(format!("--web.listen-address={addr}"))
+                    // In memory only: Debian's default persists to /var/lib/prometheus.
+                    .arg("--persistence.file=")
+                    .arg("--log.level=error")
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
+                (child, addr)
+            },
+            |port| {
+                http(&format!("127.0.0.1:{port}"), "GET", "/-/ready", "")
+                    .is_ok_and(|(status, _)| status == 200)
+            },
+        );
+        Pushgateway { child, addr }
     }
 
     pub fn url(&self) -> String {
@@ -123,15 +128,6 @@ pub fn pushgateway_binary() -> PathBuf {
         "no Pushgateway: install Debian's prometheus-pushgateway (scripts/test.sh does, as \
          root) or set PUSHGATEWAY_BIN"
     );
-}
-
-/// A port nothing listens on (bound, then released).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// One HTTP/1.0 request (so the answer is never chunked); the status and the body.

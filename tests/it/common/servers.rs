@@ -21,6 +21,101 @@ pub fn silent_listener() -> (std::net::TcpListener, u16) {
     (listener, port)
 }
 
+/// A port of 127.0.0.1 that refuses every connection for as long as this value lives:
+/// a socket bound to it that never listens, so the kernel answers a connection with a
+/// reset, and no other process (a server another test starts, an outgoing connection's
+/// ephemeral port) can take the port meanwhile, as it could one bound and released.
+pub struct RefusedPort {
+    _socket: std::os::fd::OwnedFd,
+    pub port: u16,
+}
+
+pub fn refused_port() -> RefusedPort {
+    use std::os::fd::FromRawFd;
+    #[repr(C)]
+    struct SockaddrIn {
+        family: u16,
+        port: u16,
+        addr: [u8; 4],
+        zero: [u8; 8],
+    }
+    unsafe extern "C" {
+        fn socket(domain: i32, kind: i32, protocol: i32) -> i32;
+        fn bind(fd: i32, addr: *const SockaddrIn, len: u32) -> i32;
+        fn getsockname(fd: i32, addr: *mut SockaddrIn, len: *mut u32) -> i32;
+    }
+    const AF_INET: u16 = 2;
+    const SOCK_STREAM: i32 = 1;
+    let mut addr = SockaddrIn {
+        family: AF_INET,
+        port: 0,
+        addr: [127, 0, 0, 1],
+        zero: [0; 8],
+    };
+    let len = std::mem::size_of::<SockaddrIn>() as u32;
+    // SAFETY: plain socket calls on a descriptor of our own, with a sockaddr_in of the
+    // kernel's layout and its size; the descriptor is owned (closed) from here on.
+    unsafe {
+        let fd = socket(i32::from(AF_INET), SOCK_STREAM, 0);
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        let socket = std::os::fd::OwnedFd::from_raw_fd(fd);
+        assert_eq!(
+            bind(fd, &addr, len),
+            0,
+            "bind 127.0.0.1:0: {}",
+            std::io::Error::last_os_error()
+        );
+        let mut got = len;
+        assert_eq!(
+            getsockname(fd, &mut addr, &mut got),
+            0,
+            "getsockname: {}",
+            std::io::Error::last_os_error()
+        );
+        RefusedPort {
+            _socket: socket,
+            port: u16::from_be(addr.port),
+        }
+    }
+}
+
+/// Starts a server of a test's own that binds a port it is told (`start(port)`), and
+/// waits until `ready(port)`. The port is one the kernel picked free a moment before,
+/// which another process may take first when many tests run at once: a server that
+/// exits before it is ready is started again on another port (up to 5 times), and one
+/// that neither exits nor gets ready within `limit` fails the test.
+pub fn start_on_free_port<T>(
+    what: &str,
+    limit: Duration,
+    mut start: impl FnMut(u16) -> (Child, T),
+    mut ready: impl FnMut(u16) -> bool,
+) -> (Child, u16, T) {
+    let mut exits = Vec::new();
+    for _ in 0..5 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port of 127.0.0.1")
+            .port();
+        let (mut child, extra) = start(port);
+        let outcome = wait_for(
+            limit,
+            &format!("{what} to be ready on port {port}"),
+            || {
+                if ready(port) {
+                    return Some(None);
+                }
+                child.try_wait().ok().flatten().map(Some)
+            },
+            String::new,
+        );
+        match outcome {
+            None => return (child, port, extra),
+            Some(status) => exits.push(format!("port {port}: {status}")),
+        }
+    }
+    panic!("{what} exited before it was ready, 5 times: {exits:?}");
+}
+
 /// Stops a server of a test's own when the test process ends without stopping it (a
 /// kill, SIGKILL included): a shell that waits for its stdin, a pipe only this process
 /// holds, to close, then runs the stop script, as scripts/test-service.sh does for the
