@@ -202,11 +202,11 @@ fn pushed<R: Reported>(
         && result.stopped_early(e)
     {
         // stdout may be gone (the pod ends): the exit code and stderr still tell.
-        let _ = writeln!(std::io::stdout(), "{}", serde_json::to_string(&result)?);
+        let _ = write!(std::io::stdout(), "{}", crate::render::json_line(&result)?);
     }
     outcome?;
     // A reader gone away (`| head`) ends the command normally, as the reports do.
-    crate::render::print(&format!("{}\n", serde_json::to_string(&result)?))?;
+    crate::render::print_json(&result)?;
     Ok(())
 }
 

@@ -154,10 +154,12 @@ pub fn report(outcome: anyhow::Result<()>, json: bool, signal: Option<i32>) -> E
     }
 }
 
-/// Writes one line on stderr, ignoring a failed write: a reader that went away
+/// Writes one line on stderr, its control characters escaped (a server's message may
+/// carry any: `render::escape_lines`), ignoring a failed write: a reader that went away
 /// (`2>&1 | head -1`) must not turn the end of a run into a panic.
 pub fn error_line(line: &str) {
     use std::io::Write;
+    let line = crate::render::escape_lines(line);
     let mut err = std::io::stderr().lock();
     let _ = writeln!(err, "{line}");
     let _ = err.flush();

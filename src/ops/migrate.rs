@@ -81,7 +81,7 @@ fn apply(db: &mut Db, cfg: &MigrateConfig, target: i32, shutdown: &Shutdown) -> 
         adopted: outcome.adopted,
         duration_ms: started.elapsed().as_millis() as u64,
     };
-    crate::render::print(&format!("{}\n", serde_json::to_string(&result)?))
+    crate::render::print_json(&result)
 }
 
 fn dry_run(db: &mut Db, target: i32) -> Result<()> {
@@ -198,7 +198,7 @@ fn status(db: &mut Db, json: bool) -> Result<()> {
         migrations: rows,
     };
     if json {
-        return crate::render::print(&format!("{}\n", serde_json::to_string(&report)?));
+        return crate::render::print_json(&report);
     }
     let mut out = format!(
         "schema version {} (this binary expects {})\n{:<34} {:<8} {:<20} {:<20} {:<28} {}\n",

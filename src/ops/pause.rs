@@ -207,24 +207,29 @@ pub fn switch(cfg: &SwitchConfig) -> Result<()> {
             operation_id,
             working,
         };
-        crate::render::print(&format!("{}\n", serde_json::to_string(&outcome)?))?;
+        crate::render::print_json(&outcome)?;
     } else {
         let work = work.as_deref().unwrap_or_default();
+        // The actor and the reason on one line: a line break of theirs is escaped too.
+        let one = |text: &str| crate::render::escape(text).into_owned();
+        let by = one(&by);
         let line = match (on, changed, &pause) {
             (true, true, _) => format!(
                 "{command} paused by {by}: {}; {work}; its runs exit 0 at once until `booking-expire resume {command}`",
-                cfg.actor.reason
+                one(&cfg.actor.reason)
             ),
             (true, false, Some(p)) => format!(
                 "{command} was already paused since {} by {}: {}; nothing changed; {work}",
-                p.since, p.by, p.reason
+                p.since,
+                one(&p.by),
+                one(&p.reason)
             ),
             (false, true, Some(p)) => format!(
                 "{command} resumed by {by} after {} (paused since {} by {}: {}); its next run works as usual",
                 duration(now - DateTime::parse_from_rfc3339(&p.since)?.with_timezone(&Utc)),
                 p.since,
-                p.by,
-                p.reason
+                one(&p.by),
+                one(&p.reason)
             ),
             _ => format!("{command} was not paused; nothing changed"),
         };

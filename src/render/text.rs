@@ -1,13 +1,16 @@
 //! Text fitted to the screen: cut to one line, or wrapped at words.
 
+use super::escape;
+
 /// The width the default layout of a table fits in, in columns (characters: `→` is one).
 /// `--wide` layouts may exceed it; they cut nothing.
 pub const SCREEN_WIDTH: usize = 120;
 
 /// `text` on one line of at most `width` characters: line breaks and tabs become
-/// spaces, and a longer text is cut with `…` as its last character.
+/// spaces, other control characters visible escapes ([`escape`]), and a longer text is
+/// cut with `…` as its last character.
 pub fn fit(text: &str, width: usize) -> String {
-    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let flat = flat(text);
     if flat.chars().count() <= width {
         return flat;
     }
@@ -26,10 +29,11 @@ pub fn note(text: &str) -> String {
 /// (split at whitespace, line breaks included, never at a hyphen) filled after `first` on the first line
 /// and after `rest` on the others, first fit; a word longer than a whole line is cut
 /// across lines, its first piece filling the line it starts on. For prose too long for
-/// one line (`explain`'s reasons), where cutting would lose it. Widths are terminal
+/// one line (`explain`'s reasons), where cutting would lose it. Control characters are
+/// escaped ([`escape`]) as in [`fit`]. Widths are terminal
 /// columns (`→` is one, a CJK character two).
 pub fn wrap(text: &str, first: &str, rest: &str) -> String {
-    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let flat = flat(text);
     let options = textwrap::Options::new(SCREEN_WIDTH)
         .initial_indent(first)
         .subsequent_indent(rest)
@@ -43,6 +47,12 @@ pub fn wrap(text: &str, first: &str, rest: &str) -> String {
         out.push('\n');
     }
     out
+}
+
+/// `text`'s words one space apart, control characters escaped.
+fn flat(text: &str) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    escape(&flat).into_owned()
 }
 
 #[cfg(test)]

@@ -399,7 +399,7 @@ fn json(b: &Backlog) -> Result<String> {
             .collect(),
         hygiene: b.hygiene.as_ref().map(|h| super::hygiene::json(h, b.as_of)),
     };
-    Ok(format!("{}\n", serde_json::to_string(&json)?))
+    render::json_line(&json)
 }
 
 /// The text exposition format: the families the push after a run uses, the same names
