@@ -1,6 +1,7 @@
-//! The environment as the job reads it: one rule for whitespace in every value, and a
-//! warning for each variable with one of the job's prefixes that no setting reads (a
-//! typo would otherwise leave a setting at its default without a word).
+//! The environment as the job reads it besides its flags' variables (whose values
+//! `cli`'s parsers read without the whitespace around them): a warning for each
+//! variable with one of the job's prefixes that no setting reads (a typo would
+//! otherwise leave a setting at its default without a word).
 
 use log::warn;
 
@@ -42,54 +43,6 @@ pub fn known() -> Vec<String> {
     names.sort();
     names.dedup();
     names
-}
-
-/// The one rule for every value, from a flag or from the environment, secrets
-/// included: leading and trailing whitespace (spaces, tabs, newlines, as a Secret
-/// written from a file often ends) is not part of it.
-pub fn trimmed(value: &str) -> &str {
-    value.trim()
-}
-
-/// The command line with [`trimmed`] values: a whole argument, or the value after
-/// `=` of `--flag=VALUE`. Arguments that are not UTF-8 are left for clap to refuse.
-pub fn trim_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
-    args.into_iter()
-        .map(|arg| {
-            let Some(text) = arg.to_str() else {
-                return arg;
-            };
-            let text = match text.split_once('=') {
-                Some((flag, value)) if flag.starts_with("--") => {
-                    format!("{flag}={}", trimmed(value))
-                }
-                _ => trimmed(text).to_owned(),
-            };
-            text.into()
-        })
-        .collect()
-}
-
-/// Applies [`trimmed`] to the job's variables in this process's environment, so the
-/// command line parser reads them as the rule says.
-///
-/// # Safety
-/// Changes the process environment: call it while no other thread runs (first thing
-/// in `main`).
-pub unsafe fn trim_vars() {
-    for name in known() {
-        let Some(value) = std::env::var_os(&name) else {
-            continue;
-        };
-        let Some(text) = value.to_str() else {
-            continue;
-        };
-        let clean = trimmed(text);
-        if clean.len() != text.len() {
-            // SAFETY: the caller guarantees that no other thread runs.
-            unsafe { std::env::set_var(&name, clean) };
-        }
-    }
 }
 
 /// A variable of the job's prefixes that no setting reads, with the known name it most
@@ -239,33 +192,6 @@ mod tests {
             &known(),
         );
         assert_eq!(found, vec![]);
-    }
-
-    #[test]
-    fn every_value_loses_its_surrounding_whitespace_and_nothing_else() {
-        let args = trim_args(
-            [
-                "booking-expire",
-                "--batch-size",
-                " 300\n",
-                "--deadline= 25s ",
-                "--reason",
-                " a  b ",
-            ]
-            .map(std::ffi::OsString::from),
-        );
-        assert_eq!(
-            args,
-            [
-                "booking-expire",
-                "--batch-size",
-                "300",
-                "--deadline=25s",
-                "--reason",
-                "a  b"
-            ]
-            .map(std::ffi::OsString::from)
-        );
     }
 
     #[test]
