@@ -16,16 +16,22 @@ pub const PREFIXES: &[&str] = &[
 ];
 
 /// The test hook that proves the panic path: the one variable of the job's prefixes
-/// that is no flag's (`cli`), since it is no setting.
+/// that is no flag's (`cli`), since it is no setting. Only a build with debug
+/// assertions reads it (the tests' binary, `cargo test`'s profile); a release build
+/// ignores it and warns of it as of any variable that is no setting.
 const TEST_PANIC: &str = "BOOKING_EXPIRE_TEST_PANIC";
 
 /// Variables the job reads besides its flags'.
-const OTHERS: &[&str] = &[TEST_PANIC];
+const OTHERS: &[&str] = if cfg!(debug_assertions) {
+    &[TEST_PANIC]
+} else {
+    &[]
+};
 
 /// Whether the tests ask this run to panic (to prove that a panic ends it with 70 and
-/// one line).
+/// one line): never in a release build.
 pub fn test_panic_asked() -> bool {
-    std::env::var_os(TEST_PANIC).is_some()
+    cfg!(debug_assertions) && std::env::var_os(TEST_PANIC).is_some()
 }
 
 /// Every variable of the job that carries a setting: each flag's (of every
@@ -85,32 +91,15 @@ pub fn warn_unknown() {
     }
 }
 
-/// The known name nearest to `name` by edits (insert, delete, replace one character),
-/// if it is near enough to be a typo: at most a fifth of its length, and at least 2.
+/// The known name nearest to `name` by edits (insert, delete, replace one character:
+/// Levenshtein's distance, strsim's), if it is near enough to be a typo: at most a fifth
+/// of its length, and at least 2.
 fn closest(name: &str, known: &[String]) -> Option<String> {
     let (best, distance) = known
         .iter()
-        .map(|k| (k, edits(name, k)))
+        .map(|k| (k, strsim::levenshtein(name, k)))
         .min_by_key(|(k, d)| (*d, k.len()))?;
     (distance <= (name.len() / 5).max(2)).then(|| best.clone())
-}
-
-/// Levenshtein distance.
-fn edits(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (above + 1)
-                .min(row[j] + 1)
-                .min(diagonal + usize::from(ca != *cb));
-            diagonal = above;
-        }
-    }
-    row[b.len()]
 }
 
 /// A Kubernetes service link: `<SERVICE>_SERVICE_HOST`, `<SERVICE>_SERVICE_PORT[_NAME]`,
@@ -195,11 +184,26 @@ mod tests {
     }
 
     #[test]
-    fn edits_count_inserts_deletes_and_replacements() {
-        assert_eq!(edits("TOPIC", "TOPICS"), 1);
-        assert_eq!(edits("BATCHSIZE", "BATCH_SIZE"), 1);
-        assert_eq!(edits("URI", "URL"), 1);
-        assert_eq!(edits("", "ABC"), 3);
-        assert_eq!(edits("KITTEN", "SITTING"), 3);
+    fn only_a_build_with_debug_assertions_knows_the_panic_hook() {
+        assert_eq!(
+            known().contains(&TEST_PANIC.to_owned()),
+            cfg!(debug_assertions)
+        );
+        let warned = unknown(names(&[TEST_PANIC]), &known());
+        assert_eq!(warned.is_empty(), cfg!(debug_assertions), "{warned:?}");
+    }
+
+    #[test]
+    fn the_nearest_name_is_within_a_fifth_of_its_length() {
+        let known = names(&["BOOKING_EXPIRATION_BATCH_SIZE", "KAFKA_BROKERS", "OUTBOX_X"]);
+        let nearest = |name: &str| closest(name, &known);
+        assert_eq!(
+            nearest("BOOKING_EXPIRATION_BATCHSIZE").as_deref(),
+            Some("BOOKING_EXPIRATION_BATCH_SIZE")
+        );
+        assert_eq!(nearest("KAFKA_BROKER").as_deref(), Some("KAFKA_BROKERS"));
+        // Two edits are always allowed (a short name), more only for a long one.
+        assert_eq!(nearest("OUTBOX_YZ").as_deref(), Some("OUTBOX_X"));
+        assert_eq!(nearest("KAFKA_BRKRS_X"), None);
     }
 }

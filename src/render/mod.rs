@@ -15,7 +15,7 @@ mod time;
 pub use escape::{escape, escape_lines, is_control, json_line, json_safe};
 pub use stdout::{Stdout, print, print_json, write_error};
 pub use table::{StreamTable, Table};
-pub use text::{SCREEN_WIDTH, fit, note, wrap};
+pub use text::{SCREEN_WIDTH, fit, note, width, wrap};
 pub use time::{
     SHORT_ID_WIDTH, TIME_S_WIDTH, TIME_WIDTH, UUID_WIDTH, duration, seconds, seconds_since,
     short_id, since, time, time_s,

@@ -3,10 +3,10 @@
 
 use std::borrow::Cow;
 
-use super::escape;
+use super::{escape, width};
 
-/// A plain-text table: columns padded to their widest cell, two spaces apart, no
-/// trailing blanks.
+/// A plain-text table: columns padded to their widest cell in terminal columns
+/// ([`width`]: a CJK character takes two), two spaces apart, no trailing blanks.
 pub struct Table {
     headers: Vec<&'static str>,
     /// Each row with the lines of text under it (see [`Table::note`]).
@@ -42,10 +42,10 @@ impl Table {
             .iter()
             .map(|(row, _)| row.iter().map(|c| escape(c)).collect())
             .collect();
-        let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
+        let mut widths: Vec<usize> = self.headers.iter().map(|h| width(h)).collect();
         for row in &rows {
             for (w, cell) in widths.iter_mut().zip(row) {
-                *w = (*w).max(cell.chars().count());
+                *w = (*w).max(width(cell));
             }
         }
         push_line(out, &self.headers, &widths);
@@ -74,10 +74,7 @@ impl StreamTable {
     pub fn new(columns: &[(&'static str, usize)]) -> Self {
         StreamTable {
             headers: columns.iter().map(|(h, _)| *h).collect(),
-            widths: columns
-                .iter()
-                .map(|(h, w)| h.chars().count().max(*w))
-                .collect(),
+            widths: columns.iter().map(|(h, w)| width(h).max(*w)).collect(),
         }
     }
 
@@ -103,10 +100,7 @@ fn push_line(out: &mut String, cells: &[impl AsRef<str>], widths: &[usize]) {
             out.push_str("  ");
         }
         out.push_str(cell);
-        out.extend(std::iter::repeat_n(
-            ' ',
-            w.saturating_sub(cell.chars().count()),
-        ));
+        out.extend(std::iter::repeat_n(' ', w.saturating_sub(width(cell))));
     }
     let end = start + out[start..].trim_end().len();
     out.truncate(end);
@@ -149,6 +143,26 @@ mod tests {
              x     Reserved\n\
              long  y       z\n"
         );
+    }
+
+    #[test]
+    fn cjk_text_aligns_by_terminal_columns() {
+        let mut t = Table::new(&["Actor", "Reason"]);
+        t.row(vec!["山田太郎".into(), "予約の確認".into()]);
+        t.row(vec!["bob".into(), "x".into()]);
+        let mut out = String::new();
+        t.render(&mut out);
+        assert_eq!(
+            out,
+            "Actor     Reason\n\
+             山田太郎  予約の確認\n\
+             bob       x\n"
+        );
+        let s = StreamTable::new(&[("名前", 0), ("B", 0)]);
+        let mut out = String::new();
+        s.header(&mut out);
+        s.row(&["ab".into(), "c".into()], &mut out);
+        assert_eq!(out, "名前  B\nab    c\n");
     }
 
     #[test]

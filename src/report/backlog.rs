@@ -232,7 +232,7 @@ fn table(b: &Backlog) -> String {
         );
         let resume = format!("(booking-expire resume {})", p.command);
         let last = said.trim_end().rsplit('\n').next().unwrap_or_default();
-        if last.chars().count() + 1 + resume.chars().count() <= render::SCREEN_WIDTH {
+        if render::width(last) + 1 + render::width(&resume) <= render::SCREEN_WIDTH {
             out.push_str(said.trim_end());
             out.push_str(&format!(" {resume}\n"));
         } else {

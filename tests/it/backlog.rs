@@ -272,7 +272,7 @@ fn the_table_shows_every_count() {
             "{line}"
         );
     }
-    // The table and the lines under it fit 120 columns (characters, not bytes).
+    // The table and the lines under it fit 120 columns (terminal columns, not bytes).
     assert_fits_120(&run.stdout);
 }
 
@@ -718,7 +718,7 @@ fn both_reports_work_under_a_read_only_role() {
 
 /// The table on the demo's data (scripts/demo-seed.sql), after a cycle that quarantines
 /// one booking and with relay-outbox paused for a long reason: every line fits 120
-/// columns (characters, not bytes), the reason is wrapped, not cut, and the command
+/// columns (terminal columns, not bytes), the reason is wrapped, not cut, and the command
 /// that ends the pause is whole on one line.
 #[test]
 fn the_table_fits_120_columns_on_the_demo_seed() {

@@ -346,7 +346,7 @@ fn the_read_only_role_may_explain() {
 
 /// The text of `explain` on the demo's data (scripts/demo-seed.sql), for a booking with
 /// every section: a quarantined one with audit rows; every line fits 120 columns
-/// (characters, not bytes).
+/// (terminal columns, not bytes).
 #[test]
 fn the_text_fits_120_columns_on_the_demo_seed() {
     let db = TestDb::new();
