@@ -177,6 +177,10 @@ pub fn usage_code(shown: Result<(), Failure>) -> ExitCode {
 /// Ends the process at once for a second signal, or one that arrived before any work
 /// started (`shutdown` asks; the database rolls back an open transaction when the
 /// connection drops).
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the exit room: the one place the process ends, with its code"
+)]
 pub fn signalled(signal: i32) -> ! {
     std::process::exit(i32::from(Failure::Interrupted(signal).code()))
 }
@@ -197,6 +201,10 @@ pub fn database_failure(e: &postgres::Error) -> Failure {
 /// Makes any panic, on any thread, print one line on stderr (a JSON line when `json`)
 /// and end the process with 70, as `--help` documents, instead of Rust's default 101
 /// and backtrace hint. An open transaction rolls back when the connection drops.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the exit room: the one place the process ends, with its code"
+)]
 pub fn install_panic_hook(json: bool) {
     std::panic::set_hook(Box::new(move |info| {
         let payload = info.payload();

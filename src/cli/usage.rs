@@ -131,7 +131,8 @@ fn usage_json(rendered: &str, notes: &[String]) -> String {
         }
     }
     let mut line = serde_json::Map::new();
-    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let now = crate::clock::Clock::now(&crate::clock::SystemClock)
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
     line.insert("ts".into(), now.into());
     line.insert("level".into(), "ERROR".into());
     line.insert("msg".into(), "usage error".into());

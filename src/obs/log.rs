@@ -6,11 +6,12 @@
 use std::borrow::Cow;
 use std::io::Write;
 
-use chrono::{SecondsFormat, Utc};
+use chrono::SecondsFormat;
 use log::kv::{Key, Value, VisitSource};
 use uuid::Uuid;
 
 use super::fields::{ENVELOPE, LEVEL, MSG, RUN_ID, SPAN_ID, TRACE_ID, TS};
+use crate::clock::{Clock, SystemClock};
 use crate::config::LogFormat;
 use crate::render::{escape_lines, is_control, json_safe};
 
@@ -74,7 +75,9 @@ pub fn init_logging(format: LogFormat, filter: &str, run_id: Uuid) {
 }
 
 fn now() -> String {
-    Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true)
+    SystemClock
+        .now()
+        .to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
 /// One JSON object, written into the log line key by key.

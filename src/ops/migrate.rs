@@ -2,11 +2,10 @@
 //! `store::migrate` on a session of its own (the pooler check first), and what it
 //! prints: the result line, the dry run's list, `migrate status`'s table or JSON.
 
-use std::time::Instant;
-
 use anyhow::Result;
 use serde::Serialize;
 
+use crate::clock::{Monotonic, SystemMonotonic};
 use crate::config::{MigrateAction, MigrateConfig, MigrateLimits};
 use crate::exit::{Failure, fail};
 use crate::shutdown::Shutdown;
@@ -61,7 +60,7 @@ fn policy(limits: &MigrateLimits) -> Policy {
 }
 
 fn apply(db: &mut Db, cfg: &MigrateConfig, target: i32, shutdown: &Shutdown) -> Result<()> {
-    let started = Instant::now();
+    let started = SystemMonotonic.now();
     db.require_writable(&cfg.db, "migrate")?;
     crate::preflight::require_own_session(db, &cfg.db, "migrate")?;
     // A second session names the lock a statement waits for; without one (the

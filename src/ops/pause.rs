@@ -4,7 +4,7 @@
 //! pause stops the runs working now too. `pause` then waits, bounded, until no run
 //! works any more.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Result;
 use chrono::{DateTime, Utc};
@@ -12,7 +12,7 @@ use log::info;
 use postgres::Client;
 use serde::Serialize;
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, Monotonic, SystemClock, SystemMonotonic};
 use crate::config::{Pausable, SwitchConfig};
 use crate::domain::rfc3339;
 use crate::duration::show_duration;
@@ -49,10 +49,14 @@ struct StillWorking {
 
 /// Waits, at most `wait`, until no run of `command` works on this database.
 fn wait_for_work(client: &mut Client, command: Pausable, wait: Duration) -> Result<WorkOutcome> {
-    let started = Instant::now();
+    let started = SystemMonotonic.now();
     let mut working = working_now(client, command)?;
     let at_pause = working.len();
     while !working.is_empty() && started.elapsed() < wait {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "polls the working runs until they stop, every WAIT_POLL, bounded by --wait"
+        )]
         std::thread::sleep(WAIT_POLL.min(wait.saturating_sub(started.elapsed())));
         working = working_now(client, command)?;
     }
