@@ -14,6 +14,9 @@
 //! JSON output ([`json_line`]) keeps the values exact: serde_json escapes C0 already;
 //! DEL, C1, the bidirectional controls and the separators are written as `\u007f`,
 //! `\u009b`, `\u202e`, … (still one JSON value, the same string once parsed).
+//! `backlog --format prometheus` is text for [`print`](super::print) like a table: a
+//! control character in a label value (a topic name read from the outbox) shows as
+//! `\u{1b}`, which Prometheus's text parser keeps as it is (an unknown escape).
 
 use std::borrow::Cow;
 

@@ -3,7 +3,7 @@
 //! columns, moments, durations, short ids, and a stdout that tolerates `| head`. Both
 //! import it; it imports neither. Text from outside the program is escaped on its way
 //! out (`escape`): tables, fitted and wrapped text escape what they are given, and
-//! [`print`], [`Stdout::text`] and the error line escape again whatever was written
+//! [`print()`], [`Stdout::text`] and the error line escape again whatever was written
 //! around them; JSON is written with [`json_line`].
 
 mod escape;
