@@ -3,14 +3,14 @@
 //! JSON line on stdout. The reports print their own output as they read it.
 
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Result;
 use log::warn;
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::clock::{Clock, Driver, SystemClock};
+use crate::clock::{Clock, Driver, Monotonic, SystemClock, SystemMonotonic};
 use crate::config::{Config, DbConfig, MetricsConfig, Refused};
 use crate::cycle::{self, CycleResult};
 use crate::domain::OutboxTypes;
@@ -182,7 +182,7 @@ fn pushed<R: Reported>(
     work: impl FnOnce(&mut R) -> Result<()>,
     gauges: Gauges<R>,
 ) -> Result<()> {
-    let started = Instant::now();
+    let started = SystemMonotonic.now();
     let outcome = work(&mut result);
     if let Some(gateway) = &metrics.pushgateway {
         let duration = started.elapsed();
@@ -202,11 +202,11 @@ fn pushed<R: Reported>(
         && result.stopped_early(e)
     {
         // stdout may be gone (the pod ends): the exit code and stderr still tell.
-        let _ = writeln!(std::io::stdout(), "{}", serde_json::to_string(&result)?);
+        let _ = write!(std::io::stdout(), "{}", crate::render::json_line(&result)?);
     }
     outcome?;
     // A reader gone away (`| head`) ends the command normally, as the reports do.
-    crate::render::print(&format!("{}\n", serde_json::to_string(&result)?))?;
+    crate::render::print_json(&result)?;
     Ok(())
 }
 

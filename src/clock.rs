@@ -26,6 +26,10 @@ pub trait Clock: Send + Sync {
 pub struct SystemClock;
 
 impl Clock for SystemClock {
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the clock room: the one read of the system's clocks"
+    )]
     fn now(&self) -> DateTime<Utc> {
         to_micros(Utc::now())
     }
@@ -71,6 +75,10 @@ pub trait Monotonic: Send + Sync {
 pub struct SystemMonotonic;
 
 impl Monotonic for SystemMonotonic {
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the clock room: the one read of the system's clocks"
+    )]
     fn now(&self) -> Instant {
         Instant::now()
     }
@@ -82,6 +90,10 @@ impl Monotonic for SystemMonotonic {
 pub struct ManualMonotonic(Mutex<Instant>);
 
 impl Default for ManualMonotonic {
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the clock room: the one read of the system's clocks"
+    )]
     fn default() -> Self {
         ManualMonotonic(Mutex::new(Instant::now()))
     }

@@ -154,10 +154,12 @@ pub fn report(outcome: anyhow::Result<()>, json: bool, signal: Option<i32>) -> E
     }
 }
 
-/// Writes one line on stderr, ignoring a failed write: a reader that went away
+/// Writes one line on stderr, its control characters escaped (a server's message may
+/// carry any: `render::escape_lines`), ignoring a failed write: a reader that went away
 /// (`2>&1 | head -1`) must not turn the end of a run into a panic.
 pub fn error_line(line: &str) {
     use std::io::Write;
+    let line = crate::render::escape_lines(line);
     let mut err = std::io::stderr().lock();
     let _ = writeln!(err, "{line}");
     let _ = err.flush();
@@ -175,6 +177,10 @@ pub fn usage_code(shown: Result<(), Failure>) -> ExitCode {
 /// Ends the process at once for a second signal, or one that arrived before any work
 /// started (`shutdown` asks; the database rolls back an open transaction when the
 /// connection drops).
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the exit room: the one place the process ends, with its code"
+)]
 pub fn signalled(signal: i32) -> ! {
     std::process::exit(i32::from(Failure::Interrupted(signal).code()))
 }
@@ -195,6 +201,10 @@ pub fn database_failure(e: &postgres::Error) -> Failure {
 /// Makes any panic, on any thread, print one line on stderr (a JSON line when `json`)
 /// and end the process with 70, as `--help` documents, instead of Rust's default 101
 /// and backtrace hint. An open transaction rolls back when the connection drops.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the exit room: the one place the process ends, with its code"
+)]
 pub fn install_panic_hook(json: bool) {
     std::panic::set_hook(Box::new(move |info| {
         let payload = info.payload();

@@ -12,10 +12,9 @@ use clap::Parser;
 use uuid::Uuid;
 
 fn main() -> ExitCode {
-    // One rule for whitespace around every value, flags and environment alike.
-    // SAFETY: first thing in main: no other thread runs yet.
-    unsafe { env::trim_vars() };
-    let args = env::trim_args(std::env::args_os());
+    // Whitespace around a value, from a flag or the environment, is no part of it:
+    // every value parser of `cli` is `trimmed`.
+    let args: Vec<_> = std::env::args_os().collect();
     let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(e) => return exit::usage_code(cli::usage_error(e, &args)),

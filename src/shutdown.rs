@@ -5,11 +5,10 @@
 //! `app` makes one handle per process and installs the signal watcher on it; a test
 //! makes its own and [`Shutdown::request`]s a signal without sending one.
 
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-const SIGINT: i32 = 2;
-const SIGTERM: i32 = 15;
+use signal_hook::consts::{SIGINT, SIGTERM};
 
 type Interrupt = Box<dyn Fn() + Send>;
 
@@ -20,10 +19,11 @@ pub struct Shutdown(Arc<State>);
 
 #[derive(Default)]
 struct State {
+    /// Set by the watcher thread (or [`Shutdown::request`]): tells a second signal.
     received: AtomicI32,
     /// Set inside the signal handler itself, at delivery: the exit code knows of a
     /// signal that came while the work was ending, before the watcher thread ran.
-    delivered: AtomicI32,
+    delivered: Arc<AtomicUsize>,
     interrupt: Mutex<Option<Interrupt>>,
 }
 
@@ -45,7 +45,7 @@ impl Shutdown {
         match self.0.received.load(Ordering::SeqCst) {
             0 => match self.0.delivered.load(Ordering::SeqCst) {
                 0 => None,
-                signal => Some(signal),
+                signal => i32::try_from(signal).ok(),
             },
             signal => Some(signal),
         }
@@ -71,50 +71,26 @@ impl Shutdown {
         self.0.interrupt.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Starts the signal watcher thread. The first signal sets the flag and interrupts
-    /// the statement in flight; a second one calls `exit_now` (the database rolls back
-    /// an open transaction when the connection drops). `app` passes `exit::signalled`:
-    /// this module never decides an exit code.
+    /// Watches SIGTERM and SIGINT, through signal-hook alone: its handler records the
+    /// signal (`delivered`, an atomic store, at delivery) and wakes the watcher thread
+    /// (its self-pipe). The first signal sets the flag and interrupts the statement in
+    /// flight; a second one calls `exit_now` (the database rolls back an open
+    /// transaction when the connection drops). `app` passes `exit::signalled`: this
+    /// module never decides an exit code. Both are registered before this returns, so
+    /// no signal slips through between startup and the thread getting scheduled.
     pub fn install(&self, exit_now: fn(i32) -> !) -> anyhow::Result<()> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_io()
-            .build()?;
-        // Register the handlers now, on this thread, so no signal slips through between
-        // startup and the watcher thread getting scheduled.
-        let (mut term, mut int) = runtime.block_on(async {
-            use tokio::signal::unix::{SignalKind, signal};
-            Ok::<_, std::io::Error>((
-                signal(SignalKind::terminate())?,
-                signal(SignalKind::interrupt())?,
-            ))
-        })?;
         for signal in [SIGTERM, SIGINT] {
-            let state = Arc::clone(&self.0);
-            // SAFETY: the action only stores into an atomic, which is async-signal-safe.
-            unsafe {
-                signal_hook_registry::register(signal, move || {
-                    let _ = state.delivered.compare_exchange(
-                        0,
-                        signal,
-                        Ordering::SeqCst,
-                        Ordering::SeqCst,
-                    );
-                })
-            }?;
+            let value = usize::try_from(signal).expect("signal numbers are positive");
+            signal_hook::flag::register_usize(signal, Arc::clone(&self.0.delivered), value)?;
         }
+        let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
         let shutdown = self.clone();
         std::thread::Builder::new()
             .name("signals".into())
             .spawn(move || {
-                loop {
-                    // The interrupt runs outside the runtime: the synchronous postgres
-                    // client starts a runtime of its own to send the cancel request.
-                    let signal = runtime.block_on(async {
-                        tokio::select! {
-                            _ = term.recv() => SIGTERM,
-                            _ = int.recv() => SIGINT,
-                        }
-                    });
+                // The interrupt runs on this thread: the synchronous postgres client
+                // starts a runtime of its own to send the cancel request.
+                for signal in signals.forever() {
                     if shutdown.0.received.swap(signal, Ordering::SeqCst) != 0 {
                         log::warn!(Signal = signal; "second signal, exiting at once");
                         exit_now(signal);

@@ -18,6 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 mod imports;
+mod map;
 
 use imports::{module_of, uses_of};
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::values::duration_in;
+use super::values::{choice, duration_in, path, text, trimmed};
 
 /// How to reach PostgreSQL: the connection alone, which `migrate` takes as it is (its
 /// timeouts are the runner's own flags).
@@ -15,19 +15,19 @@ pub struct ConnectionArgs {
     /// PostgreSQL connection URL or key=value string, e.g.
     /// postgres://user:secret@db:5432/crm?sslmode=verify-full. sslmode: disable, prefer
     /// (default), require, verify-ca, verify-full; sslrootcert=FILE adds a CA
-    #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_name = "URL")]
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_name = "URL", value_parser = text())]
     pub database_url: Option<String>,
 
     /// PEM file with the CA that signs the database server's certificate (overrides
     /// sslrootcert in the URL)
-    #[arg(long, env = "PGSSLROOTCERT", value_name = "FILE")]
+    #[arg(long, env = "PGSSLROOTCERT", value_name = "FILE", value_parser = path())]
     pub database_ca_file: Option<PathBuf>,
 
     /// Give up connecting to a host after this long, TLS and startup included (each
     /// host of a URL with several gets this long); a connect_timeout in the URL wins
     /// (1s..=60s)
     #[arg(long, env = "BOOKING_EXPIRATION_CONNECT_TIMEOUT", value_name = "DURATION",
-          default_value = "5s", value_parser = duration_in(Duration::from_secs(1), Duration::from_secs(60)))]
+          default_value = "5s", value_parser = trimmed(duration_in(Duration::from_secs(1), Duration::from_secs(60))))]
     pub connect_timeout: Duration,
 }
 
@@ -40,12 +40,12 @@ pub struct DatabaseArgs {
     /// Cancel any single statement running longer than this; the server also ends a
     /// transaction left idle for three times this long (100ms..=60s)
     #[arg(long, env = "BOOKING_EXPIRATION_STATEMENT_TIMEOUT", value_name = "DURATION",
-          default_value = "10s", value_parser = duration_in(Duration::from_millis(100), Duration::from_secs(60)))]
+          default_value = "10s", value_parser = trimmed(duration_in(Duration::from_millis(100), Duration::from_secs(60))))]
     pub statement_timeout: Duration,
 
     /// Give up waiting for any lock after this long (10ms..=60s)
     #[arg(long, env = "BOOKING_EXPIRATION_LOCK_TIMEOUT", value_name = "DURATION",
-          default_value = "3s", value_parser = duration_in(Duration::from_millis(10), Duration::from_secs(60)))]
+          default_value = "3s", value_parser = trimmed(duration_in(Duration::from_millis(10), Duration::from_secs(60))))]
     pub lock_timeout: Duration,
 }
 
@@ -56,17 +56,17 @@ pub struct MetricsArgs {
     /// Prometheus Pushgateway to push this run's metrics to when it ends, success or
     /// failure (http://host:port[/path-prefix]; unset or empty = no push). A failed push
     /// is logged and never fails the run
-    #[arg(long, env = "PUSHGATEWAY_URL", value_name = "URL")]
+    #[arg(long, env = "PUSHGATEWAY_URL", value_name = "URL", value_parser = text())]
     pub pushgateway_url: Option<String>,
 
     /// PEM file of the CA(s) that signed the Pushgateway's certificate, trusted besides
     /// the system's
-    #[arg(long, env = "PUSHGATEWAY_CA_FILE", value_name = "FILE")]
+    #[arg(long, env = "PUSHGATEWAY_CA_FILE", value_name = "FILE", value_parser = path())]
     pub pushgateway_ca_file: Option<PathBuf>,
 
     /// HTTP basic authentication of the push: the user name, with
     /// --pushgateway-password or --pushgateway-password-file (https only)
-    #[arg(long, env = "PUSHGATEWAY_USERNAME", value_name = "USER")]
+    #[arg(long, env = "PUSHGATEWAY_USERNAME", value_name = "USER", value_parser = text())]
     pub pushgateway_username: Option<String>,
 
     /// The basic authentication's password; prefer the environment variable or the file
@@ -75,13 +75,12 @@ pub struct MetricsArgs {
         long,
         env = "PUSHGATEWAY_PASSWORD",
         hide_env_values = true,
-        value_name = "PASSWORD"
-    )]
+        value_name = "PASSWORD", value_parser = text())]
     pub pushgateway_password: Option<String>,
 
     /// A file holding the password, instead of --pushgateway-password (a trailing newline
     /// is not part of it)
-    #[arg(long, env = "PUSHGATEWAY_PASSWORD_FILE", value_name = "FILE")]
+    #[arg(long, env = "PUSHGATEWAY_PASSWORD_FILE", value_name = "FILE", value_parser = path())]
     pub pushgateway_password_file: Option<PathBuf>,
 
     /// A bearer token for the push, instead of basic authentication (https only, never
@@ -90,12 +89,11 @@ pub struct MetricsArgs {
         long,
         env = "PUSHGATEWAY_BEARER_TOKEN",
         hide_env_values = true,
-        value_name = "TOKEN"
-    )]
+        value_name = "TOKEN", value_parser = text())]
     pub pushgateway_bearer_token: Option<String>,
 
     /// A file holding the bearer token, instead of --pushgateway-bearer-token
-    #[arg(long, env = "PUSHGATEWAY_BEARER_TOKEN_FILE", value_name = "FILE")]
+    #[arg(long, env = "PUSHGATEWAY_BEARER_TOKEN_FILE", value_name = "FILE", value_parser = path())]
     pub pushgateway_bearer_token_file: Option<PathBuf>,
 }
 
@@ -106,12 +104,12 @@ pub struct MetricsArgs {
 pub struct TraceArgs {
     /// Turns tracing on: the OTLP/HTTP collector the spans are sent to (to its
     /// /v1/traces), e.g. http://otel-collector.monitoring:4318; unset or empty = no traces
-    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL")]
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL", value_parser = text())]
     pub otlp_endpoint: Option<String>,
 
     /// The same for traces only, as the whole URL the spans are posted to; wins over
     /// --otlp-endpoint
-    #[arg(long, env = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", value_name = "URL")]
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", value_name = "URL", value_parser = text())]
     pub otlp_traces_endpoint: Option<String>,
 
     /// The OTLP protocol (default http/protobuf); grpc is not built in and turns tracing
@@ -120,8 +118,7 @@ pub struct TraceArgs {
         long,
         env = "OTEL_EXPORTER_OTLP_PROTOCOL",
         value_enum,
-        value_name = "PROTOCOL"
-    )]
+        value_name = "PROTOCOL", value_parser = choice::<OtlpProtocol>())]
     pub otlp_protocol: Option<OtlpProtocol>,
 
     /// The same for traces only; wins over --otlp-protocol
@@ -129,8 +126,7 @@ pub struct TraceArgs {
         long,
         env = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
         value_enum,
-        value_name = "PROTOCOL"
-    )]
+        value_name = "PROTOCOL", value_parser = choice::<OtlpProtocol>())]
     pub otlp_traces_protocol: Option<OtlpProtocol>,
 
     /// Headers sent with every export, key=value,... with percent-encoded values (e.g. a
@@ -139,26 +135,25 @@ pub struct TraceArgs {
         long,
         env = "OTEL_EXPORTER_OTLP_HEADERS",
         hide_env_values = true,
-        value_name = "KEY=VALUE,..."
-    )]
+        value_name = "KEY=VALUE,...", value_parser = text())]
     pub otlp_headers: Option<String>,
 
     /// How long one export may take, in milliseconds (1..=600000; default 10000)
     #[arg(long, env = "OTEL_EXPORTER_OTLP_TIMEOUT", value_name = "MS",
-          value_parser = clap::value_parser!(u64).range(1..=600_000))]
+          value_parser = trimmed(clap::value_parser!(u64).range(1..=600_000)))]
     pub otlp_timeout: Option<u64>,
 
     /// The traces' service name (default booking-expire)
-    #[arg(long, env = "OTEL_SERVICE_NAME", value_name = "NAME")]
+    #[arg(long, env = "OTEL_SERVICE_NAME", value_name = "NAME", value_parser = text())]
     pub otel_service_name: Option<String>,
 
     /// The traces' resource attributes, key=value,... (a service.name here names the
     /// service too)
-    #[arg(long, env = "OTEL_RESOURCE_ATTRIBUTES", value_name = "KEY=VALUE,...")]
+    #[arg(long, env = "OTEL_RESOURCE_ATTRIBUTES", value_name = "KEY=VALUE,...", value_parser = text())]
     pub otel_resource_attributes: Option<String>,
 
     /// true: no traces, whatever the endpoint says (true or false)
-    #[arg(long, env = "OTEL_SDK_DISABLED", value_name = "BOOL", value_parser = true_or_false)]
+    #[arg(long, env = "OTEL_SDK_DISABLED", value_name = "BOOL", value_parser = trimmed(true_or_false))]
     pub otel_sdk_disabled: Option<bool>,
 }
 
@@ -188,23 +183,23 @@ fn true_or_false(s: &str) -> Result<bool, String> {
 #[derive(Debug, Args)]
 pub struct KafkaArgs {
     /// Kafka bootstrap servers, comma-separated host:port
-    #[arg(long, env = "KAFKA_BROKERS", value_name = "HOST:PORT,...")]
+    #[arg(long, env = "KAFKA_BROKERS", value_name = "HOST:PORT,...", value_parser = text())]
     pub brokers: Option<String>,
 
     /// How to talk to the brokers
-    #[arg(long, env = "KAFKA_SECURITY_PROTOCOL", value_enum, default_value_t = SecurityProtocol::Plaintext)]
+    #[arg(long, env = "KAFKA_SECURITY_PROTOCOL", value_enum, default_value_t = SecurityProtocol::Plaintext, value_parser = choice::<SecurityProtocol>())]
     pub kafka_security_protocol: SecurityProtocol,
 
     /// PEM file with the CA that signs the brokers' certificates (SSL, SASL_SSL)
-    #[arg(long, env = "KAFKA_CA_FILE", value_name = "FILE")]
+    #[arg(long, env = "KAFKA_CA_FILE", value_name = "FILE", value_parser = path())]
     pub kafka_ca_file: Option<PathBuf>,
 
     /// SASL mechanism (SASL_SSL, SASL_PLAINTEXT)
-    #[arg(long, env = "KAFKA_SASL_MECHANISM", value_enum, default_value_t = SaslMechanism::ScramSha512)]
+    #[arg(long, env = "KAFKA_SASL_MECHANISM", value_enum, default_value_t = SaslMechanism::ScramSha512, value_parser = choice::<SaslMechanism>())]
     pub kafka_sasl_mechanism: SaslMechanism,
 
     /// SASL user name
-    #[arg(long, env = "KAFKA_USERNAME", value_name = "USER")]
+    #[arg(long, env = "KAFKA_USERNAME", value_name = "USER", value_parser = text())]
     pub kafka_username: Option<String>,
 
     /// SASL password; prefer the environment variable (never logged)
@@ -212,8 +207,7 @@ pub struct KafkaArgs {
         long,
         env = "KAFKA_PASSWORD",
         hide_env_values = true,
-        value_name = "PASSWORD"
-    )]
+        value_name = "PASSWORD", value_parser = text())]
     pub kafka_password: Option<String>,
 }
 

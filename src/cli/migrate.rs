@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 
 use super::connect::ConnectionArgs;
-use super::values::duration_in;
+use super::values::{duration_in, trimmed};
 
 #[derive(Debug, Args)]
 pub struct MigrateArgs {
@@ -24,38 +24,38 @@ pub struct MigrateArgs {
 
     /// Apply up to this version only (the file's number, 1..=9999; default: every file)
     #[arg(long, env = "BOOKING_EXPIRATION_MIGRATE_TARGET", value_name = "N",
-          value_parser = clap::value_parser!(u16).range(1..=9999))]
+          value_parser = trimmed(clap::value_parser!(u16).range(1..=9999)))]
     pub target: Option<u16>,
 
     /// How long a statement waits for a lock before it gives up and is tried again
     /// after a back-off, so that the CRM's statements never queue behind it longer
     /// (10ms..=1m)
     #[arg(long, env = "BOOKING_EXPIRATION_MIGRATE_LOCK_TIMEOUT", value_name = "DURATION",
-          default_value = "2s", value_parser = duration_in(Duration::from_millis(10), Duration::from_secs(60)))]
+          default_value = "2s", value_parser = trimmed(duration_in(Duration::from_millis(10), Duration::from_secs(60))))]
     pub lock_timeout: Duration,
 
     /// How long one statement may run (1s..=1d); index builds CONCURRENTLY have
     /// --index-timeout instead
     #[arg(long, env = "BOOKING_EXPIRATION_MIGRATE_STATEMENT_TIMEOUT", value_name = "DURATION",
-          default_value = "1m", value_parser = duration_in(Duration::from_secs(1), Duration::from_secs(86_400)))]
+          default_value = "1m", value_parser = trimmed(duration_in(Duration::from_secs(1), Duration::from_secs(86_400))))]
     pub statement_timeout: Duration,
 
     /// The lock and statement timeout of an index build CONCURRENTLY, which waits for
     /// older transactions, never in a queue that blocks writers (1m..=1d)
     #[arg(long, env = "BOOKING_EXPIRATION_MIGRATE_INDEX_TIMEOUT", value_name = "DURATION",
-          default_value = "1h", value_parser = duration_in(Duration::from_secs(60), Duration::from_secs(86_400)))]
+          default_value = "1h", value_parser = trimmed(duration_in(Duration::from_secs(60), Duration::from_secs(86_400))))]
     pub index_timeout: Duration,
 
     /// How long to wait for another migrator to finish (its advisory lock, polled
     /// every 500ms); then exit 75 (0s..=1d)
     #[arg(long, env = "BOOKING_EXPIRATION_MIGRATE_LOCK_WAIT", value_name = "DURATION",
-          default_value = "15m", value_parser = duration_in(Duration::ZERO, Duration::from_secs(86_400)))]
+          default_value = "15m", value_parser = trimmed(duration_in(Duration::ZERO, Duration::from_secs(86_400))))]
     pub lock_wait: Duration,
 
     /// How long one statement is tried again after giving up a lock (back-off 1s, 2s,
     /// 4s … at most 30s, jittered); then exit 75 naming it (0s..=1d)
     #[arg(long, env = "BOOKING_EXPIRATION_MIGRATE_RETRY_FOR", value_name = "DURATION",
-          default_value = "10m", value_parser = duration_in(Duration::ZERO, Duration::from_secs(86_400)))]
+          default_value = "10m", value_parser = trimmed(duration_in(Duration::ZERO, Duration::from_secs(86_400))))]
     pub retry_for: Duration,
 }
 

@@ -15,6 +15,8 @@ mod work;
 
 use clap::{Parser, Subcommand};
 
+use values::choice;
+
 pub use self::connect::*;
 pub use self::migrate::*;
 pub use self::operate::*;
@@ -63,7 +65,7 @@ pub struct Cli {
     pub command: Command,
 
     /// Log line format on stderr
-    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true, value_parser = choice::<LogFormat>())]
     pub log_format: LogFormat,
 
     /// Log progress at info level also for the reports (dry-run, backlog), which

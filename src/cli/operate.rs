@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::connect::{DatabaseArgs, KafkaArgs};
-use super::values::{IdArg, duration_in, non_empty, parse_as_of, parse_id};
+use super::values::{IdArg, choice, duration_in, non_empty, parse_as_of, parse_id, text, trimmed};
 use super::work::OutboxTypesArgs;
 use crate::domain::AsOf;
 
@@ -17,11 +17,11 @@ pub struct ExplainArgs {
 
     /// The booking's id: a UUID, or a unique prefix of at least 8 hex characters of
     /// one (as the tables show it, e.g. bb7f5ae6)
-    #[arg(value_name = "BOOKING_ID", value_parser = parse_id)]
+    #[arg(value_name = "BOOKING_ID", value_parser = trimmed(parse_id))]
     pub booking_id: IdArg,
 
     /// The moment of "the next cycle": RFC 3339 with an offset, or `now` (default)
-    #[arg(long, value_name = "T", value_parser = parse_as_of, default_value = "now")]
+    #[arg(long, value_name = "T", value_parser = trimmed(parse_as_of), default_value = "now")]
     pub as_of: AsOf,
 
     /// One JSON object instead of the text report
@@ -58,16 +58,16 @@ impl Pausable {
 pub struct ActorArgs {
     /// Who does this, for the operations trail (e.g. an e-mail address); the database
     /// user is recorded as well. Default: --login
-    #[arg(long, env = "BOOKING_EXPIRE_ACTOR", value_name = "NAME", value_parser = non_empty)]
+    #[arg(long, env = "BOOKING_EXPIRE_ACTOR", value_name = "NAME", value_parser = trimmed(non_empty))]
     pub actor: Option<String>,
 
     /// The operator's login name, the trail's actor when --actor is not given (the USER
     /// environment variable, as the login shell sets it; empty = the database user only)
-    #[arg(long, env = "USER", hide_env_values = true, value_name = "NAME")]
+    #[arg(long, env = "USER", hide_env_values = true, value_name = "NAME", value_parser = text())]
     pub login: Option<String>,
 
     /// Why, for the operations trail and the log line of every paused run (required)
-    #[arg(long, value_name = "TEXT", value_parser = non_empty)]
+    #[arg(long, value_name = "TEXT", value_parser = trimmed(non_empty))]
     pub reason: String,
 }
 
@@ -77,7 +77,7 @@ pub struct PauseArgs {
     pub database: DatabaseArgs,
 
     /// The command to switch: run-once or relay-outbox
-    #[arg(value_name = "COMMAND", value_enum)]
+    #[arg(value_name = "COMMAND", value_enum, value_parser = choice::<Pausable>())]
     pub command: Pausable,
 
     #[command(flatten)]
@@ -102,7 +102,7 @@ pub struct PauseOnArgs {
     /// after its batch in flight; a working relay sends nothing more and waits for the
     /// delivery reports of what it sent. Exit 1 when work is still going on at the end
     #[arg(long, value_name = "DURATION", default_value = "30s",
-          value_parser = duration_in(Duration::ZERO, PAUSE_WAIT_MAX))]
+          value_parser = trimmed(duration_in(Duration::ZERO, PAUSE_WAIT_MAX)))]
     pub wait: Duration,
 }
 
@@ -118,20 +118,20 @@ pub struct RequeueArgs {
 
     /// Outbox row ids (the events' ce_id), comma-separated; each a UUID or a unique
     /// prefix of at least 8 hex characters of one
-    #[arg(long, value_name = "UUID,...", value_delimiter = ',', value_parser = parse_id)]
+    #[arg(long, value_name = "UUID,...", value_delimiter = ',', value_parser = trimmed(parse_id))]
     pub ids: Vec<IdArg>,
 
     /// Every outbox row of this booking: its id, or a unique prefix of at least 8 hex
     /// characters of it (as the tables show it)
-    #[arg(long, value_name = "BOOKING_ID", value_parser = parse_id)]
+    #[arg(long, value_name = "BOOKING_ID", value_parser = trimmed(parse_id))]
     pub booking: Option<IdArg>,
 
     /// Rows written at or after T (RFC 3339 with an offset); needs --until
-    #[arg(long, value_name = "T", value_parser = parse_as_of, requires = "until")]
+    #[arg(long, value_name = "T", value_parser = trimmed(parse_as_of), requires = "until")]
     pub since: Option<AsOf>,
 
     /// Rows written before T (RFC 3339 with an offset, or now); needs --since
-    #[arg(long, value_name = "T", value_parser = parse_as_of, requires = "since")]
+    #[arg(long, value_name = "T", value_parser = trimmed(parse_as_of), requires = "since")]
     pub until: Option<AsOf>,
 
     /// retry-failed only: every failed row
@@ -143,7 +143,7 @@ pub struct RequeueArgs {
 
     /// Refuse (exit 64) when the selection holds more rows than this (1..=1000000)
     #[arg(long, value_name = "N", default_value_t = 10_000,
-          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+          value_parser = trimmed(clap::value_parser!(u32).range(1..=1_000_000)))]
     pub max_rows: u32,
 
     /// Show what would be re-queued; change nothing
@@ -163,7 +163,7 @@ pub struct RequeueArgs {
 #[derive(Debug, Args)]
 pub struct CompletionsArgs {
     /// The shell to write the script for
-    #[arg(value_name = "SHELL", value_enum)]
+    #[arg(value_name = "SHELL", value_enum, value_parser = choice::<Shell>())]
     pub shell: Shell,
 }
 

@@ -35,7 +35,8 @@ pub fn usage_error(e: clap::Error, args: &[OsString]) -> Result<(), Failure> {
     if usage.json {
         crate::exit::error_line(&usage_json(&e.render().to_string(), &usage.notes));
     } else {
-        let _ = e.print();
+        // clap's message quotes the value refused, which may carry control characters.
+        crate::exit::error_line(e.render().to_string().trim_end());
         for note in &usage.notes {
             crate::exit::error_line(&format!("note: {note}"));
         }
@@ -130,7 +131,8 @@ fn usage_json(rendered: &str, notes: &[String]) -> String {
         }
     }
     let mut line = serde_json::Map::new();
-    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let now = crate::clock::Clock::now(&crate::clock::SystemClock)
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
     line.insert("ts".into(), now.into());
     line.insert("level".into(), "ERROR".into());
     line.insert("msg".into(), "usage error".into());
@@ -142,7 +144,7 @@ fn usage_json(rendered: &str, notes: &[String]) -> String {
         line.insert("notes".into(), notes.to_vec().into());
     }
     line.insert("exit_code".into(), Failure::Usage.code().into());
-    serde_json::Value::Object(line).to_string()
+    crate::render::json_safe(serde_json::Value::Object(line).to_string())
 }
 
 /// The flag typed right before `value` when `value` looks like a negative number.

@@ -1,13 +1,67 @@
 //! Value parsers of the command line: moments (`--as-of`), ids and their starts,
-//! bounded durations, non-empty text, the outbox's types.
+//! bounded durations, non-empty text, the outbox's types; and [`trimmed`], the one
+//! rule for whitespace around every value, which each of them is wrapped in.
 
+use std::ffi::OsStr;
 use std::time::Duration;
+
+use clap::builder::TypedValueParser;
 
 use crate::domain::{AsOf, OutboxTypes};
 use crate::duration::{parse_duration, show_duration};
 
 const AS_OF_EXPECTED: &str = "expected RFC 3339 with an offset, e.g. 2026-11-29T18:00:00Z \
                               or 2026-11-29T21:00:00+03:00, or now";
+
+/// The one rule for every value, from a flag or from the environment, secrets
+/// included: leading and trailing whitespace (spaces, tabs, newlines, as a Secret
+/// written from a file often ends) is not part of it. `parser` reads the value
+/// without it; a value that is not UTF-8 is handed on as it is, for `parser` to refuse.
+pub fn trimmed<P: TypedValueParser>(parser: P) -> Trimmed<P> {
+    Trimmed(parser)
+}
+
+/// A value parser that reads its value without the whitespace around it: [`trimmed`].
+#[derive(Debug, Clone)]
+pub struct Trimmed<P>(P);
+
+impl<P: TypedValueParser> TypedValueParser for Trimmed<P> {
+    type Value = P::Value;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &OsStr,
+    ) -> Result<Self::Value, clap::Error> {
+        match value.to_str() {
+            Some(text) => self.0.parse_ref(cmd, arg, OsStr::new(text.trim())),
+            None => self.0.parse_ref(cmd, arg, value),
+        }
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        self.0.possible_values()
+    }
+}
+
+/// Text, trimmed: the parser of every text flag.
+pub fn text() -> Trimmed<clap::builder::StringValueParser> {
+    trimmed(clap::builder::StringValueParser::new())
+}
+
+/// A path, trimmed: the parser of every file flag.
+pub fn path() -> Trimmed<clap::builder::PathBufValueParser> {
+    trimmed(clap::builder::PathBufValueParser::new())
+}
+
+/// One of `E`'s values, trimmed.
+pub fn choice<E: clap::ValueEnum + Clone + Send + Sync + 'static>()
+-> Trimmed<clap::builder::EnumValueParser<E>> {
+    trimmed(clap::builder::EnumValueParser::new())
+}
 
 /// Parses `--as-of`: `now`, or RFC 3339 with an explicit offset (a time without one
 /// is ambiguous, so it is refused rather than guessed as UTC or local time).
@@ -122,6 +176,101 @@ pub(super) fn duration_in(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every value, of every flag and positional of every subcommand, is read without
+    /// the whitespace around it: parsed padded, the command line is the same as parsed
+    /// plain (the environment's values go through the same parsers).
+    #[test]
+    fn every_value_of_every_subcommand_is_read_trimmed() {
+        use crate::cli::Cli;
+        use clap::{CommandFactory, Parser};
+        let bases: &[&[&str]] = &[
+            &["run-once"],
+            &["relay-outbox"],
+            &["dry-run", "--as-of", "now"],
+            &["backlog"],
+            &["explain", "bb7f5ae6"],
+            &["pause", "run-once", "--reason", "INC-7"],
+            &["resume", "run-once", "--reason", "INC-7"],
+            &["republish", "--booking", "bb7f5ae6", "--reason", "INC-7"],
+            &["retry-failed", "--all", "--reason", "INC-7"],
+            &["migrate"],
+            &["migrate", "status"],
+            &["completions", "bash"],
+        ];
+        // Flags without a default or a choice: a value each accepts.
+        let sample = |id: &str| match id {
+            "as_of" | "since" | "until" => "2026-11-29T18:00:00Z",
+            "ids" | "booking" | "booking_id" => "bb7f5ae6",
+            "fail_above" | "target" | "otlp_timeout" => "7",
+            "otel_sdk_disabled" => "true",
+            id if id.ends_with("_file") => "/etc/ca.pem",
+            _ => "some-text",
+        };
+        let parsed = |argv: &[String]| {
+            let argv = std::iter::once("booking-expire".to_owned()).chain(argv.iter().cloned());
+            Cli::try_parse_from(argv).map(|cli| format!("{cli:?}"))
+        };
+        let padded = |v: &str| format!(" {v}\n\t");
+        let mut root = Cli::command();
+        root.build();
+        let mut checked = 0;
+        for base in bases {
+            let plain: Vec<String> = base.iter().map(|w| (*w).to_owned()).collect();
+            let mut cmd = &root;
+            let mut depth = 0;
+            while let Some(sub) = base.get(depth).and_then(|name| cmd.find_subcommand(name)) {
+                cmd = sub;
+                depth += 1;
+            }
+            // The base's own values and positionals, padded.
+            let pad_base: Vec<String> = plain
+                .iter()
+                .enumerate()
+                .map(|(i, w)| match i < depth || w.starts_with('-') {
+                    true => w.clone(),
+                    false => padded(w),
+                })
+                .collect();
+            assert_eq!(
+                parsed(&pad_base).unwrap(),
+                parsed(&plain).unwrap(),
+                "{pad_base:?}"
+            );
+            for arg in cmd.get_arguments() {
+                let (Some(long), true) = (arg.get_long(), arg.get_action().takes_values()) else {
+                    continue;
+                };
+                let id = arg.get_id().as_str();
+                let value = arg
+                    .get_default_values()
+                    .first()
+                    .map(|v| v.to_string_lossy().into_owned())
+                    .or_else(|| {
+                        arg.get_possible_values()
+                            .first()
+                            .map(|p| p.get_name().to_owned())
+                    })
+                    .unwrap_or_else(|| sample(id).to_owned());
+                let with = |v: &str| {
+                    let mut argv = plain.clone();
+                    argv.push(format!("--{long}={v}"));
+                    argv
+                };
+                let Ok(expected) = parsed(&with(&value)) else {
+                    continue; // a flag the base already has, or one it excludes
+                };
+                assert_eq!(
+                    parsed(&with(&padded(&value))).ok(),
+                    Some(expected),
+                    "--{long}"
+                );
+                checked += 1;
+            }
+        }
+        println!("{checked} flags checked");
+        assert!(checked >= 100, "{checked} flags checked");
+    }
 
     #[test]
     fn an_id_is_a_uuid_or_a_start_of_at_least_8_hex_characters() {

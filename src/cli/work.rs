@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::connect::{DatabaseArgs, KafkaArgs, MetricsArgs, TraceArgs};
-use super::values::{duration_in, parse_as_of, parse_outbox_types};
+use super::values::{choice, duration_in, parse_as_of, parse_outbox_types, text, trimmed};
 use crate::domain::{AsOf, OutboxTypes};
 
 /// The size of a cycle.
@@ -14,7 +14,7 @@ use crate::domain::{AsOf, OutboxTypes};
 pub struct BatchArgs {
     /// Bookings claimed per batch, per phase (1..=10000)
     #[arg(long, env = "BOOKING_EXPIRATION_BATCH_SIZE", value_name = "N", default_value_t = 200,
-          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+          value_parser = trimmed(clap::value_parser!(u32).range(1..=10_000)))]
     pub batch_size: u32,
 
     /// Most batches per phase in one cycle (1..=100000). A cycle takes batch after batch,
@@ -22,7 +22,7 @@ pub struct BatchArgs {
     /// --deadline leaves time for one more; each batch is its own short transaction, so
     /// a large value drains a backlog without holding locks longer
     #[arg(long, env = "BOOKING_EXPIRATION_MAX_BATCHES", value_name = "N", default_value_t = 1,
-          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+          value_parser = trimmed(clap::value_parser!(u32).range(1..=100_000)))]
     pub max_batches: u32,
 }
 
@@ -37,7 +37,7 @@ pub struct OutboxTypesArgs {
     /// read, written or deleted (backlog shows their number apart). A relay meant to
     /// publish the whole outbox names every type it publishes
     #[arg(long, env = "BOOKING_EXPIRATION_OUTBOX_TYPES", value_name = "TYPE,...",
-          default_value = "pin.crm.booking-expired", value_parser = parse_outbox_types)]
+          default_value = "pin.crm.booking-expired", value_parser = trimmed(parse_outbox_types))]
     pub outbox_types: OutboxTypes,
 }
 
@@ -60,7 +60,7 @@ pub struct RunOnceArgs {
     /// most 1s); a statement still running at the end is cancelled (exit 75). Keep it
     /// below the schedule's interval
     #[arg(long, env = "BOOKING_EXPIRATION_DEADLINE", value_name = "DURATION",
-          default_value = "25s", value_parser = duration_in(Duration::from_secs(1), Duration::from_secs(600)))]
+          default_value = "25s", value_parser = trimmed(duration_in(Duration::from_secs(1), Duration::from_secs(600))))]
     pub deadline: Duration,
 
     /// Refuse to expire anything (exit 78) when the system clock and the database
@@ -68,7 +68,7 @@ pub struct RunOnceArgs {
     /// the query's round trip): a node with a wrong clock would expire bookings early
     /// or late (100ms..=5m)
     #[arg(long, env = "BOOKING_EXPIRATION_MAX_CLOCK_SKEW", value_name = "DURATION",
-          default_value = "2s", value_parser = duration_in(Duration::from_millis(100), Duration::from_secs(300)))]
+          default_value = "2s", value_parser = trimmed(duration_in(Duration::from_millis(100), Duration::from_secs(300))))]
     pub max_clock_skew: Duration,
 
     /// The topics each expiry is published to, comma-separated, each at most once: one
@@ -78,8 +78,7 @@ pub struct RunOnceArgs {
         long,
         env = "BOOKING_EXPIRATION_TOPICS",
         value_name = "TOPIC,...",
-        default_value = "pin.crm.booking-expired.v1"
-    )]
+        default_value = "pin.crm.booking-expired.v1", value_parser = text())]
     pub topics: String,
 }
 
@@ -102,14 +101,14 @@ pub struct RelayArgs {
 
     /// Outbox rows fetched and sent per batch (1..=10000)
     #[arg(long, env = "OUTBOX_RELAY_BATCH_SIZE", value_name = "N", default_value_t = 500,
-          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+          value_parser = trimmed(clap::value_parser!(u32).range(1..=10_000)))]
     pub batch_size: u32,
 
     /// Without --follow: start no new batch this long after the run's start; the
     /// batches in flight then get their reports, and the purge runs. With --follow,
     /// --follow is the bound instead (1s..=1h)
     #[arg(long, env = "OUTBOX_RELAY_DEADLINE", value_name = "DURATION",
-          default_value = "25s", value_parser = duration_in(Duration::from_secs(1), Duration::from_secs(3600)))]
+          default_value = "25s", value_parser = trimmed(duration_in(Duration::from_secs(1), Duration::from_secs(3600))))]
     pub deadline: Duration,
 
     /// Bound the whole run to this long from its start, in place of --deadline: send
@@ -118,34 +117,34 @@ pub struct RelayArgs {
     /// much is still pending (the next run goes on with it). 0s = send what is pending
     /// and exit when the outbox is empty, within --deadline (at most 1h)
     #[arg(long, env = "OUTBOX_RELAY_FOLLOW", value_name = "DURATION",
-          default_value = "0s", value_parser = duration_in(Duration::ZERO, Duration::from_secs(3600)))]
+          default_value = "0s", value_parser = trimmed(duration_in(Duration::ZERO, Duration::from_secs(3600))))]
     pub follow: Duration,
 
     /// How long the producer tries to deliver one message before giving up (1s..=5m)
     #[arg(long, env = "OUTBOX_RELAY_MESSAGE_TIMEOUT", value_name = "DURATION",
-          default_value = "10s", value_parser = duration_in(Duration::from_secs(1), Duration::from_secs(300)))]
+          default_value = "10s", value_parser = trimmed(duration_in(Duration::from_secs(1), Duration::from_secs(300))))]
     pub message_timeout: Duration,
 
     /// Delete rows published longer ago than this; pending and failed rows are kept
     /// (1h..=365d)
     #[arg(long, env = "OUTBOX_RETENTION", value_name = "DURATION",
-          default_value = "7d", value_parser = duration_in(Duration::from_secs(3600), Duration::from_secs(365 * 86_400)))]
+          default_value = "7d", value_parser = trimmed(duration_in(Duration::from_secs(3600), Duration::from_secs(365 * 86_400))))]
     pub retention: Duration,
 
     /// Published rows deleted per purge statement (1..=100000)
     #[arg(long, env = "OUTBOX_PURGE_BATCH_SIZE", value_name = "N", default_value_t = 1000,
-          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+          value_parser = trimmed(clap::value_parser!(u32).range(1..=100_000)))]
     pub purge_batch_size: u32,
 
     /// Partitions every topic must have (a different count changes the key → partition map)
     #[arg(long, env = "OUTBOX_TOPIC_PARTITIONS", value_name = "N", default_value_t = 6,
-          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+          value_parser = trimmed(clap::value_parser!(u32).range(1..=10_000)))]
     pub expected_partitions: u32,
 
     /// The largest message sent, payload and headers (1000..=100000000 bytes; at most
     /// the topics' max.message.bytes): a larger row is marked failed without being read
     #[arg(long, env = "OUTBOX_MAX_MESSAGE_BYTES", value_name = "BYTES", default_value_t = 1_000_000,
-          value_parser = clap::value_parser!(u32).range(1000..=100_000_000))]
+          value_parser = trimmed(clap::value_parser!(u32).range(1000..=100_000_000)))]
     pub max_message_bytes: u32,
 }
 
@@ -160,7 +159,7 @@ pub struct DryRunArgs {
     /// The moment to evaluate: RFC 3339 with an offset (2026-11-29T18:00:00Z,
     /// 2026-11-29T21:00:00+03:00) or `now` (the system clock, as run-once reads it).
     /// Fractions below a microsecond are dropped, as PostgreSQL stores time
-    #[arg(long, value_name = "T", value_parser = parse_as_of)]
+    #[arg(long, value_name = "T", value_parser = trimmed(parse_as_of))]
     pub as_of: AsOf,
 
     /// List every candidate, not only what one cycle would take (--batch-size ×
@@ -186,8 +185,7 @@ pub struct DryRunArgs {
         long,
         env = "BOOKING_EXPIRATION_TOPICS",
         value_name = "TOPIC,...",
-        default_value = "pin.crm.booking-expired.v1"
-    )]
+        default_value = "pin.crm.booking-expired.v1", value_parser = text())]
     pub topics: String,
 }
 
@@ -211,7 +209,7 @@ pub struct BacklogArgs {
     pub outbox: OutboxTypesArgs,
 
     /// Output format
-    #[arg(long, value_enum, default_value_t = ReportFormat::Table)]
+    #[arg(long, value_enum, default_value_t = ReportFormat::Table, value_parser = choice::<ReportFormat>())]
     pub format: ReportFormat,
 
     /// Same as --format json
@@ -220,13 +218,13 @@ pub struct BacklogArgs {
 
     /// After printing the report, exit 1 when the overdue count (both phases, poison
     /// included) exceeds N: for alerts and probes
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = trimmed(clap::value_parser!(u64)))]
     pub fail_above: Option<u64>,
 
     /// Name the sessions and prepared transactions that have held the xmin horizon back
     /// (so that VACUUM cannot clean the outbox) for longer than this; an inactive
     /// replication slot that holds it is named whatever its age (1s..=7d)
     #[arg(long, value_name = "DURATION", default_value = "15m",
-          value_parser = duration_in(Duration::from_secs(1), Duration::from_secs(7 * 86_400)))]
+          value_parser = trimmed(duration_in(Duration::from_secs(1), Duration::from_secs(7 * 86_400))))]
     pub xmin_horizon_age: Duration,
 }

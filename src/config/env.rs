@@ -1,6 +1,7 @@
-//! The environment as the job reads it: one rule for whitespace in every value, and a
-//! warning for each variable with one of the job's prefixes that no setting reads (a
-//! typo would otherwise leave a setting at its default without a word).
+//! The environment as the job reads it besides its flags' variables (whose values
+//! `cli`'s parsers read without the whitespace around them): a warning for each
+//! variable with one of the job's prefixes that no setting reads (a typo would
+//! otherwise leave a setting at its default without a word).
 
 use log::warn;
 
@@ -15,16 +16,22 @@ pub const PREFIXES: &[&str] = &[
 ];
 
 /// The test hook that proves the panic path: the one variable of the job's prefixes
-/// that is no flag's (`cli`), since it is no setting.
+/// that is no flag's (`cli`), since it is no setting. Only a build with debug
+/// assertions reads it (the tests' binary, `cargo test`'s profile); a release build
+/// ignores it and warns of it as of any variable that is no setting.
 const TEST_PANIC: &str = "BOOKING_EXPIRE_TEST_PANIC";
 
 /// Variables the job reads besides its flags'.
-const OTHERS: &[&str] = &[TEST_PANIC];
+const OTHERS: &[&str] = if cfg!(debug_assertions) {
+    &[TEST_PANIC]
+} else {
+    &[]
+};
 
 /// Whether the tests ask this run to panic (to prove that a panic ends it with 70 and
-/// one line).
+/// one line): never in a release build.
 pub fn test_panic_asked() -> bool {
-    std::env::var_os(TEST_PANIC).is_some()
+    cfg!(debug_assertions) && std::env::var_os(TEST_PANIC).is_some()
 }
 
 /// Every variable of the job that carries a setting: each flag's (of every
@@ -42,54 +49,6 @@ pub fn known() -> Vec<String> {
     names.sort();
     names.dedup();
     names
-}
-
-/// The one rule for every value, from a flag or from the environment, secrets
-/// included: leading and trailing whitespace (spaces, tabs, newlines, as a Secret
-/// written from a file often ends) is not part of it.
-pub fn trimmed(value: &str) -> &str {
-    value.trim()
-}
-
-/// The command line with [`trimmed`] values: a whole argument, or the value after
-/// `=` of `--flag=VALUE`. Arguments that are not UTF-8 are left for clap to refuse.
-pub fn trim_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
-    args.into_iter()
-        .map(|arg| {
-            let Some(text) = arg.to_str() else {
-                return arg;
-            };
-            let text = match text.split_once('=') {
-                Some((flag, value)) if flag.starts_with("--") => {
-                    format!("{flag}={}", trimmed(value))
-                }
-                _ => trimmed(text).to_owned(),
-            };
-            text.into()
-        })
-        .collect()
-}
-
-/// Applies [`trimmed`] to the job's variables in this process's environment, so the
-/// command line parser reads them as the rule says.
-///
-/// # Safety
-/// Changes the process environment: call it while no other thread runs (first thing
-/// in `main`).
-pub unsafe fn trim_vars() {
-    for name in known() {
-        let Some(value) = std::env::var_os(&name) else {
-            continue;
-        };
-        let Some(text) = value.to_str() else {
-            continue;
-        };
-        let clean = trimmed(text);
-        if clean.len() != text.len() {
-            // SAFETY: the caller guarantees that no other thread runs.
-            unsafe { std::env::set_var(&name, clean) };
-        }
-    }
 }
 
 /// A variable of the job's prefixes that no setting reads, with the known name it most
@@ -132,32 +91,15 @@ pub fn warn_unknown() {
     }
 }
 
-/// The known name nearest to `name` by edits (insert, delete, replace one character),
-/// if it is near enough to be a typo: at most a fifth of its length, and at least 2.
+/// The known name nearest to `name` by edits (insert, delete, replace one character:
+/// Levenshtein's distance, strsim's), if it is near enough to be a typo: at most a fifth
+/// of its length, and at least 2.
 fn closest(name: &str, known: &[String]) -> Option<String> {
     let (best, distance) = known
         .iter()
-        .map(|k| (k, edits(name, k)))
+        .map(|k| (k, strsim::levenshtein(name, k)))
         .min_by_key(|(k, d)| (*d, k.len()))?;
     (distance <= (name.len() / 5).max(2)).then(|| best.clone())
-}
-
-/// Levenshtein distance.
-fn edits(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (above + 1)
-                .min(row[j] + 1)
-                .min(diagonal + usize::from(ca != *cb));
-            diagonal = above;
-        }
-    }
-    row[b.len()]
 }
 
 /// A Kubernetes service link: `<SERVICE>_SERVICE_HOST`, `<SERVICE>_SERVICE_PORT[_NAME]`,
@@ -242,38 +184,26 @@ mod tests {
     }
 
     #[test]
-    fn every_value_loses_its_surrounding_whitespace_and_nothing_else() {
-        let args = trim_args(
-            [
-                "booking-expire",
-                "--batch-size",
-                " 300\n",
-                "--deadline= 25s ",
-                "--reason",
-                " a  b ",
-            ]
-            .map(std::ffi::OsString::from),
-        );
+    fn only_a_build_with_debug_assertions_knows_the_panic_hook() {
         assert_eq!(
-            args,
-            [
-                "booking-expire",
-                "--batch-size",
-                "300",
-                "--deadline=25s",
-                "--reason",
-                "a  b"
-            ]
-            .map(std::ffi::OsString::from)
+            known().contains(&TEST_PANIC.to_owned()),
+            cfg!(debug_assertions)
         );
+        let warned = unknown(names(&[TEST_PANIC]), &known());
+        assert_eq!(warned.is_empty(), cfg!(debug_assertions), "{warned:?}");
     }
 
     #[test]
-    fn edits_count_inserts_deletes_and_replacements() {
-        assert_eq!(edits("TOPIC", "TOPICS"), 1);
-        assert_eq!(edits("BATCHSIZE", "BATCH_SIZE"), 1);
-        assert_eq!(edits("URI", "URL"), 1);
-        assert_eq!(edits("", "ABC"), 3);
-        assert_eq!(edits("KITTEN", "SITTING"), 3);
+    fn the_nearest_name_is_within_a_fifth_of_its_length() {
+        let known = names(&["BOOKING_EXPIRATION_BATCH_SIZE", "KAFKA_BROKERS", "OUTBOX_X"]);
+        let nearest = |name: &str| closest(name, &known);
+        assert_eq!(
+            nearest("BOOKING_EXPIRATION_BATCHSIZE").as_deref(),
+            Some("BOOKING_EXPIRATION_BATCH_SIZE")
+        );
+        assert_eq!(nearest("KAFKA_BROKER").as_deref(), Some("KAFKA_BROKERS"));
+        // Two edits are always allowed (a short name), more only for a long one.
+        assert_eq!(nearest("OUTBOX_YZ").as_deref(), Some("OUTBOX_X"));
+        assert_eq!(nearest("KAFKA_BRKRS_X"), None);
     }
 }

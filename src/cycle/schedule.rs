@@ -199,6 +199,10 @@ mod tests {
     }
 
     #[test]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the schedule's tests hand it instants"
+    )]
     fn the_budget_spent_exactly_to_the_margin_still_allows_a_batch_and_a_moment_later_not() {
         let t0 = Instant::now();
         let budget = Budget::new(10 * S, t0);
@@ -215,6 +219,10 @@ mod tests {
     }
 
     #[test]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the schedule's tests hand it instants"
+    )]
     fn no_batch_starts_with_less_left_than_twice_the_slowest() {
         let t0 = Instant::now();
         let mut budget = Budget::new(10 * S, t0);
@@ -226,6 +234,10 @@ mod tests {
     }
 
     #[test]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the schedule's tests hand it instants"
+    )]
     fn a_signal_closes_the_gate_before_the_budget_is_asked() {
         let t0 = Instant::now();
         let budget = Budget::new(10 * S, t0);
@@ -235,6 +247,10 @@ mod tests {
     }
 
     #[test]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the schedule's tests hand it instants"
+    )]
     fn huge_deadlines_and_batches_neither_overflow_nor_panic() {
         let t0 = Instant::now();
         let mut budget = Budget::new(Duration::MAX, t0);

@@ -136,6 +136,10 @@ mod tests {
     }
 
     #[test]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "tests of the infinities against the current moment"
+    )]
     fn the_infinities_order_and_show_as_postgresql_does() {
         let now = Timestamp::from(Utc::now());
         assert!(Timestamp::NEG_INFINITY < now && now < Timestamp::INFINITY);
@@ -154,6 +158,10 @@ mod tests {
     }
 
     #[test]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "tests of the infinities against the current moment"
+    )]
     fn years_past_chronos_range_keep_their_value() {
         // 288000 years after 2000 are 720 Gregorian cycles of 146097 days.
         let far = Timestamp::from_pg_micros(720 * 146_097 * 86_400 * 1_000_000);

@@ -100,6 +100,10 @@ impl KafkaProducer {
     /// caller does other work (fetches the next batch, marks the previous one), and
     /// [`KafkaProducer::wait`] collects them. Messages of several batches may be in
     /// flight together; the caller keeps them to distinct keys.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "delivery reports come in real time, within librdkafka's message timeout; the 1 ms wait is its poll"
+    )]
     pub fn enqueue(&mut self, messages: &[OutMessage]) -> Enqueued {
         let first = self.next_message;
         self.next_message += messages.len();
@@ -146,6 +150,10 @@ impl KafkaProducer {
     /// later batches on the way). Returns one `Delivery` per message, in order. Not
     /// `flush()`: that waits for every batch in flight, and rdkafka's
     /// `BaseProducer::flush` polls in 100 ms slices that only end when the slice does.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "delivery reports come in real time, within librdkafka's message timeout; the 1 ms wait is its poll"
+    )]
     pub fn wait(&self, batch: Enqueued) -> Vec<Delivery> {
         let Enqueued {
             first,

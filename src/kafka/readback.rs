@@ -40,6 +40,10 @@ impl ReadBack {
 
 /// Reads the message at `topic[partition]` `offset`, waiting up to `timeout` for it:
 /// found, and whether its `ce_id` header is `ce_id`; or why it could not be read.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the read-back polls the consumer in real time, up to its timeout"
+)]
 pub fn read_back(
     cfg: &KafkaConfig,
     topic: &str,

@@ -80,6 +80,10 @@ impl KafkaProducer {
     /// The topic's metadata, asked for in short slices up to `timeout`: a failed TLS
     /// handshake or refused credentials end the wait at once (retrying the same
     /// settings cannot help), anything else is retried until `timeout`.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "librdkafka's metadata requests wait in real time, up to the check's timeout"
+    )]
     fn fetch_metadata(&self, topic: &str, timeout: Duration) -> Result<Metadata> {
         let until = std::time::Instant::now() + timeout;
         loop {

@@ -3,14 +3,17 @@
 //! the current span's id, when there is one). Fields come from the `log` crate's
 //! key-values (`info!(Phase = "Reserve"; "batch selected")`).
 
+use std::borrow::Cow;
 use std::io::Write;
 
-use chrono::{SecondsFormat, Utc};
+use chrono::SecondsFormat;
 use log::kv::{Key, Value, VisitSource};
 use uuid::Uuid;
 
 use super::fields::{ENVELOPE, LEVEL, MSG, RUN_ID, SPAN_ID, TRACE_ID, TS};
+use crate::clock::{Clock, SystemClock};
 use crate::config::LogFormat;
+use crate::render::{escape_lines, is_control, json_safe};
 
 /// Installs the logger. `RUST_LOG` may change the filter; by default `filter`
 /// (`cli::Cli::default_log_filter`).
@@ -44,13 +47,18 @@ pub fn init_logging(format: LogFormat, filter: &str, run_id: Uuid) {
             line.end()
         }),
         LogFormat::Text => builder.format(move |buf, record| {
+            // The message may quote a server's text: its control characters escaped.
+            let msg = match record.args().as_str() {
+                Some(msg) => Cow::Borrowed(msg),
+                None => Cow::Owned(record.args().to_string()),
+            };
             write!(
                 buf,
                 "{} {:<5} {RUN_ID}={} {}",
                 now(),
                 record.level(),
                 run_id,
-                record.args()
+                escape_lines(&msg)
             )?;
             let _ = record.key_values().visit(&mut TextFields(&mut *buf));
             if let Some((trace_id, span_id)) = super::trace::log_ids() {
@@ -67,7 +75,9 @@ pub fn init_logging(format: LogFormat, filter: &str, run_id: Uuid) {
 }
 
 fn now() -> String {
-    Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true)
+    SystemClock
+        .now()
+        .to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
 /// One JSON object, written into the log line key by key.
@@ -90,7 +100,18 @@ impl<'a> JsonLine<'a> {
 
     fn text(&mut self, key: &str, value: &str) -> std::io::Result<()> {
         self.key(key)?;
-        Ok(serde_json::to_writer(&mut *self.out, value)?)
+        self.string(value)
+    }
+
+    /// A JSON string, safe on a terminal (`render::json_safe`: serde_json leaves DEL, C1
+    /// and the bidirectional controls as they are).
+    fn string(&mut self, value: &str) -> std::io::Result<()> {
+        if value.chars().any(is_control) {
+            let json = json_safe(serde_json::to_string(value)?);
+            self.out.write_all(json.as_bytes())
+        } else {
+            Ok(serde_json::to_writer(&mut *self.out, value)?)
+        }
     }
 
     fn end(self) -> std::io::Result<()> {
@@ -114,9 +135,9 @@ impl<'a> JsonLine<'a> {
         } else if let Some(v) = value.to_bool() {
             write!(self.out, "{v}")
         } else if let Some(text) = value.to_borrowed_str() {
-            Ok(serde_json::to_writer(&mut *self.out, text)?)
+            self.string(text)
         } else {
-            Ok(serde_json::to_writer(&mut *self.out, &value.to_string())?)
+            self.string(&value.to_string())
         }
     }
 }
@@ -149,8 +170,11 @@ impl<'kvs> VisitSource<'kvs> for TextFields<'_> {
                 owned.as_str()
             }
         };
-        // Quote values a reader could otherwise split wrongly.
-        let written = if text.is_empty() || text.contains(|c: char| c.is_whitespace() || c == '"') {
+        // Quote values a reader could otherwise split wrongly, and those with control
+        // characters (`Debug` writes them as escapes, as `render::escape` does).
+        let written = if text.is_empty()
+            || text.contains(|c: char| c.is_whitespace() || c == '"' || is_control(c))
+        {
             write!(self.0, " {key}={text:?}")
         } else {
             write!(self.0, " {key}={text}")

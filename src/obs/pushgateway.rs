@@ -11,11 +11,12 @@
 //! The POST goes through `obs::push_client` (reqwest, blocking): `http` or `https`, a CA
 //! file, basic authentication or a bearer token, as `config` resolved them.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Result;
 use log::{info, warn};
 
+use crate::clock::{Monotonic, SystemMonotonic};
 pub use crate::config::{Pushgateway, Step};
 use crate::obs::push_client;
 
@@ -49,7 +50,7 @@ impl Pushgateway {
     /// Pushes and logs the outcome; never fails (a failed push never changes a run's
     /// outcome).
     pub fn push_logged(&self, step: Step, body: &str) {
-        let started = Instant::now();
+        let started = SystemMonotonic.now();
         match self.push(step, body) {
             Ok(()) => info!(Pushgateway = self.url().as_str(), Step = step.as_str(),
                             DurationMs = started.elapsed().as_millis() as u64; "metrics pushed"),

@@ -2,11 +2,10 @@
 //! `store::migrate` on a session of its own (the pooler check first), and what it
 //! prints: the result line, the dry run's list, `migrate status`'s table or JSON.
 
-use std::time::Instant;
-
 use anyhow::Result;
 use serde::Serialize;
 
+use crate::clock::{Monotonic, SystemMonotonic};
 use crate::config::{MigrateAction, MigrateConfig, MigrateLimits};
 use crate::exit::{Failure, fail};
 use crate::shutdown::Shutdown;
@@ -61,7 +60,7 @@ fn policy(limits: &MigrateLimits) -> Policy {
 }
 
 fn apply(db: &mut Db, cfg: &MigrateConfig, target: i32, shutdown: &Shutdown) -> Result<()> {
-    let started = Instant::now();
+    let started = SystemMonotonic.now();
     db.require_writable(&cfg.db, "migrate")?;
     crate::preflight::require_own_session(db, &cfg.db, "migrate")?;
     // A second session names the lock a statement waits for; without one (the
@@ -81,7 +80,7 @@ fn apply(db: &mut Db, cfg: &MigrateConfig, target: i32, shutdown: &Shutdown) -> 
         adopted: outcome.adopted,
         duration_ms: started.elapsed().as_millis() as u64,
     };
-    crate::render::print(&format!("{}\n", serde_json::to_string(&result)?))
+    crate::render::print_json(&result)
 }
 
 fn dry_run(db: &mut Db, target: i32) -> Result<()> {
@@ -198,7 +197,7 @@ fn status(db: &mut Db, json: bool) -> Result<()> {
         migrations: rows,
     };
     if json {
-        return crate::render::print(&format!("{}\n", serde_json::to_string(&report)?));
+        return crate::render::print_json(&report);
     }
     let mut out = format!(
         "schema version {} (this binary expects {})\n{:<34} {:<8} {:<20} {:<20} {:<28} {}\n",

@@ -4,7 +4,7 @@
 //! pause stops the runs working now too. `pause` then waits, bounded, until no run
 //! works any more.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Result;
 use chrono::{DateTime, Utc};
@@ -12,7 +12,7 @@ use log::info;
 use postgres::Client;
 use serde::Serialize;
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, Monotonic, SystemClock, SystemMonotonic};
 use crate::config::{Pausable, SwitchConfig};
 use crate::domain::rfc3339;
 use crate::duration::show_duration;
@@ -49,10 +49,14 @@ struct StillWorking {
 
 /// Waits, at most `wait`, until no run of `command` works on this database.
 fn wait_for_work(client: &mut Client, command: Pausable, wait: Duration) -> Result<WorkOutcome> {
-    let started = Instant::now();
+    let started = SystemMonotonic.now();
     let mut working = working_now(client, command)?;
     let at_pause = working.len();
     while !working.is_empty() && started.elapsed() < wait {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "polls the working runs until they stop, every WAIT_POLL, bounded by --wait"
+        )]
         std::thread::sleep(WAIT_POLL.min(wait.saturating_sub(started.elapsed())));
         working = working_now(client, command)?;
     }
@@ -207,24 +211,29 @@ pub fn switch(cfg: &SwitchConfig) -> Result<()> {
             operation_id,
             working,
         };
-        crate::render::print(&format!("{}\n", serde_json::to_string(&outcome)?))?;
+        crate::render::print_json(&outcome)?;
     } else {
         let work = work.as_deref().unwrap_or_default();
+        // The actor and the reason on one line: a line break of theirs is escaped too.
+        let one = |text: &str| crate::render::escape(text).into_owned();
+        let by = one(&by);
         let line = match (on, changed, &pause) {
             (true, true, _) => format!(
                 "{command} paused by {by}: {}; {work}; its runs exit 0 at once until `booking-expire resume {command}`",
-                cfg.actor.reason
+                one(&cfg.actor.reason)
             ),
             (true, false, Some(p)) => format!(
                 "{command} was already paused since {} by {}: {}; nothing changed; {work}",
-                p.since, p.by, p.reason
+                p.since,
+                one(&p.by),
+                one(&p.reason)
             ),
             (false, true, Some(p)) => format!(
                 "{command} resumed by {by} after {} (paused since {} by {}: {}); its next run works as usual",
                 duration(now - DateTime::parse_from_rfc3339(&p.since)?.with_timezone(&Utc)),
                 p.since,
-                p.by,
-                p.reason
+                one(&p.by),
+                one(&p.reason)
             ),
             _ => format!("{command} was not paused; nothing changed"),
         };

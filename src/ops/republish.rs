@@ -277,7 +277,7 @@ pub fn republish(cfg: &RequeueConfig) -> Result<()> {
         operation_id,
     };
     if cfg.json {
-        format::print(&format!("{}\n", serde_json::to_string(&outcome)?))?;
+        format::print_json(&outcome)?;
     } else {
         format::print(&text(&outcome, cfg.wide))?;
     }

@@ -60,6 +60,10 @@ pub(super) enum Reopened {
 /// Reopens the relay's session after `cause`, trying with a growing pause while the
 /// run's window (`started` + `--follow`) lasts. Fails with `cause` (75) when the window
 /// ends first, or at once with an error retrying cannot mend (configuration, 78).
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the reconnect's real-time back-off, within the --follow window"
+)]
 pub(super) fn reopen(
     cfg: &RelayConfig,
     driver: Driver,

@@ -57,6 +57,10 @@ impl InFlight {
 /// later fetch of the run takes; the other topics' rows go on. A row too large to send is failed unread; a row past the fetch's byte
 /// budget is left for the next fetch. `Err` only when the brokers cannot be reached at
 /// all.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the send's wall-clock moment, which the send span and the acknowledgement's age are measured from"
+)]
 pub(super) fn enqueue(
     producer: &mut KafkaProducer,
     cfg: &RelayConfig,

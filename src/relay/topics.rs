@@ -273,6 +273,10 @@ mod tests {
     }
 
     #[test]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "a test of the recheck, handed instants"
+    )]
     fn following_asks_again_about_once_a_second_and_never_without_a_wait() {
         let now = Instant::now();
         let mut w = waits(&[]);

@@ -1,16 +1,21 @@
 //! What the reports (`dry-run`, `backlog`) and the operator commands (`explain`,
 //! `pause`, `republish`, …) print with: aligned plain-text tables, text fitted to 120
 //! columns, moments, durations, short ids, and a stdout that tolerates `| head`. Both
-//! import it; it imports neither.
+//! import it; it imports neither. Text from outside the program is escaped on its way
+//! out (`escape`): tables, fitted and wrapped text escape what they are given, and
+//! [`print()`], [`Stdout::text`] and the error line escape again whatever was written
+//! around them; JSON is written with [`json_line`].
 
+mod escape;
 mod stdout;
 mod table;
 mod text;
 mod time;
 
-pub use stdout::{Stdout, print, write_error};
+pub use escape::{escape, escape_lines, is_control, json_line, json_safe};
+pub use stdout::{Stdout, print, print_json, write_error};
 pub use table::{StreamTable, Table};
-pub use text::{SCREEN_WIDTH, fit, note, wrap};
+pub use text::{SCREEN_WIDTH, fit, note, width, wrap};
 pub use time::{
     SHORT_ID_WIDTH, TIME_S_WIDTH, TIME_WIDTH, UUID_WIDTH, duration, seconds, seconds_since,
     short_id, since, time, time_s,

@@ -4,11 +4,19 @@ use std::io::{self, BufWriter, StdoutLock, Write};
 
 use anyhow::Result;
 
-/// Writes the report to stdout at once. A reader that went away (`| head`) is not an
-/// error of the report.
+/// Writes the report for people to stdout at once, its control characters escaped
+/// ([`escape_lines`](super::escape_lines)). A reader that went away (`| head`) is not
+/// an error of the report.
 pub fn print(text: &str) -> Result<()> {
     let mut out = Stdout::new();
     out.text(text)?;
+    out.finish()
+}
+
+/// Writes `value` to stdout as one JSON line ([`json_line`](super::json_line)).
+pub fn print_json(value: &impl serde::Serialize) -> Result<()> {
+    let mut out = Stdout::new();
+    out.json(value)?;
     out.finish()
 }
 
@@ -33,8 +41,16 @@ impl Stdout {
         self.closed
     }
 
+    /// Text for people, its control characters escaped (line breaks and tabs kept).
     pub fn text(&mut self, text: &str) -> Result<()> {
+        let text = super::escape_lines(text);
         self.write_all(text.as_bytes()).map_err(write_error)
+    }
+
+    /// `value` as one JSON line, safe on a terminal ([`json_line`](super::json_line)).
+    pub fn json(&mut self, value: &impl serde::Serialize) -> Result<()> {
+        let line = super::json_line(value)?;
+        self.write_all(line.as_bytes()).map_err(write_error)
     }
 
     /// Flushes what is buffered; the end of the report.

@@ -1,8 +1,12 @@
 //! Aligned plain-text tables: no colour, so they paste into an incident channel as
 //! they are.
 
-/// A plain-text table: columns padded to their widest cell, two spaces apart, no
-/// trailing blanks.
+use std::borrow::Cow;
+
+use super::{escape, width};
+
+/// A plain-text table: columns padded to their widest cell in terminal columns
+/// ([`width`]: a CJK character takes two), two spaces apart, no trailing blanks.
 pub struct Table {
     headers: Vec<&'static str>,
     /// Each row with the lines of text under it (see [`Table::note`]).
@@ -31,18 +35,24 @@ impl Table {
         }
     }
 
+    /// The table, its cells and notes escaped ([`escape`]) and aligned as escaped.
     pub fn render(&self, out: &mut String) {
-        let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
-        for (row, _) in &self.rows {
+        let rows: Vec<Vec<Cow<str>>> = self
+            .rows
+            .iter()
+            .map(|(row, _)| row.iter().map(|c| escape(c)).collect())
+            .collect();
+        let mut widths: Vec<usize> = self.headers.iter().map(|h| width(h)).collect();
+        for row in &rows {
             for (w, cell) in widths.iter_mut().zip(row) {
-                *w = (*w).max(cell.chars().count());
+                *w = (*w).max(width(cell));
             }
         }
         push_line(out, &self.headers, &widths);
-        for (row, notes) in &self.rows {
+        for (row, (_, notes)) in rows.iter().zip(&self.rows) {
             push_line(out, row, &widths);
             for note in notes {
-                out.push_str(note);
+                out.push_str(&escape(note));
                 out.push('\n');
             }
         }
@@ -64,10 +74,7 @@ impl StreamTable {
     pub fn new(columns: &[(&'static str, usize)]) -> Self {
         StreamTable {
             headers: columns.iter().map(|(h, _)| *h).collect(),
-            widths: columns
-                .iter()
-                .map(|(h, w)| h.chars().count().max(*w))
-                .collect(),
+            widths: columns.iter().map(|(h, w)| width(h).max(*w)).collect(),
         }
     }
 
@@ -75,9 +82,11 @@ impl StreamTable {
         push_line(out, &self.headers, &self.widths);
     }
 
+    /// One row, its cells escaped ([`escape`]).
     pub fn row(&self, cells: &[String], out: &mut String) {
         debug_assert_eq!(cells.len(), self.widths.len());
-        push_line(out, cells, &self.widths);
+        let cells: Vec<Cow<str>> = cells.iter().map(|c| escape(c)).collect();
+        push_line(out, &cells, &self.widths);
     }
 }
 
@@ -91,10 +100,7 @@ fn push_line(out: &mut String, cells: &[impl AsRef<str>], widths: &[usize]) {
             out.push_str("  ");
         }
         out.push_str(cell);
-        out.extend(std::iter::repeat_n(
-            ' ',
-            w.saturating_sub(cell.chars().count()),
-        ));
+        out.extend(std::iter::repeat_n(' ', w.saturating_sub(width(cell))));
     }
     let end = start + out[start..].trim_end().len();
     out.truncate(end);
@@ -137,5 +143,46 @@ mod tests {
              x     Reserved\n\
              long  y       z\n"
         );
+    }
+
+    #[test]
+    fn cjk_text_aligns_by_terminal_columns() {
+        let mut t = Table::new(&["Actor", "Reason"]);
+        t.row(vec!["山田太郎".into(), "予約の確認".into()]);
+        t.row(vec!["bob".into(), "x".into()]);
+        let mut out = String::new();
+        t.render(&mut out);
+        assert_eq!(
+            out,
+            "Actor     Reason\n\
+             山田太郎  予約の確認\n\
+             bob       x\n"
+        );
+        let s = StreamTable::new(&[("名前", 0), ("B", 0)]);
+        let mut out = String::new();
+        s.header(&mut out);
+        s.row(&["ab".into(), "c".into()], &mut out);
+        assert_eq!(out, "名前  B\nab    c\n");
+    }
+
+    #[test]
+    fn cells_and_notes_are_escaped_and_aligned_as_escaped() {
+        let mut t = Table::new(&["Actor", "Reason"]);
+        t.row(vec!["ev\u{1b}]0;x\u{7}".into(), "a\nb".into()]);
+        t.note("  ↳ \u{9b}2J".into());
+        t.row(vec!["bob".into(), "\u{202e}gpj".into()]);
+        let mut out = String::new();
+        t.render(&mut out);
+        assert_eq!(
+            out,
+            "Actor              Reason\n\
+             ev\\u{1b}]0;x\\u{7}  a\\nb\n  \
+             ↳ \\u{9b}2J\n\
+             bob                \\u{202e}gpj\n"
+        );
+        let s = StreamTable::new(&[("A", 3), ("B", 0)]);
+        let mut out = String::new();
+        s.row(&["\u{1b}".into(), "\u{7f}".into()], &mut out);
+        assert_eq!(out, "\\u{1b}  \\u{7f}\n");
     }
 }

@@ -1,17 +1,39 @@
-//! Text fitted to the screen: cut to one line, or wrapped at words.
+//! Text fitted to the screen: cut to one line, or wrapped at words. Widths are
+//! terminal columns as unicode-width counts them (`→` is one, a CJK character two),
+//! here, in tables and in wrapping alike.
 
-/// The width the default layout of a table fits in, in columns (characters: `→` is one).
+use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
+
+use super::escape;
+
+/// The width the default layout of a table fits in, in terminal columns ([`width`]).
 /// `--wide` layouts may exceed it; they cut nothing.
 pub const SCREEN_WIDTH: usize = 120;
 
-/// `text` on one line of at most `width` characters: line breaks and tabs become
-/// spaces, and a longer text is cut with `…` as its last character.
+/// How many terminal columns `text` takes: `→` one, `予` two (unicode-width).
+pub fn width(text: &str) -> usize {
+    text.width()
+}
+
+/// `text` on one line of at most `width` columns: line breaks and tabs become
+/// spaces, other control characters visible escapes ([`escape`]), and a longer text is
+/// cut with `…` as its last character.
 pub fn fit(text: &str, width: usize) -> String {
-    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() <= width {
+    let flat = flat(text);
+    if flat.width() <= width {
         return flat;
     }
-    let mut cut: String = flat.chars().take(width.saturating_sub(1)).collect();
+    let room = width.saturating_sub(1);
+    let mut cut = String::new();
+    let mut used = 0;
+    for c in flat.chars() {
+        let w = c.width().unwrap_or(0);
+        if used + w > room {
+            break;
+        }
+        used += w;
+        cut.push(c);
+    }
     cut.truncate(cut.trim_end().len());
     cut.push('…');
     cut
@@ -22,14 +44,15 @@ pub fn note(text: &str) -> String {
     format!("  {}", fit(&format!("↳ {text}"), SCREEN_WIDTH - 2))
 }
 
-/// `text` as lines of at most [`SCREEN_WIDTH`] characters, each ending in `\n`: words
+/// `text` as lines of at most [`SCREEN_WIDTH`] columns, each ending in `\n`: words
 /// (split at whitespace, line breaks included, never at a hyphen) filled after `first` on the first line
 /// and after `rest` on the others, first fit; a word longer than a whole line is cut
 /// across lines, its first piece filling the line it starts on. For prose too long for
-/// one line (`explain`'s reasons), where cutting would lose it. Widths are terminal
+/// one line (`explain`'s reasons), where cutting would lose it. Control characters are
+/// escaped ([`escape`]) as in [`fit`]. Widths are terminal
 /// columns (`→` is one, a CJK character two).
 pub fn wrap(text: &str, first: &str, rest: &str) -> String {
-    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let flat = flat(text);
     let options = textwrap::Options::new(SCREEN_WIDTH)
         .initial_indent(first)
         .subsequent_indent(rest)
@@ -43,6 +66,12 @@ pub fn wrap(text: &str, first: &str, rest: &str) -> String {
         out.push('\n');
     }
     out
+}
+
+/// `text`'s words one space apart, control characters escaped.
+fn flat(text: &str) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    escape(&flat).into_owned()
 }
 
 #[cfg(test)]
@@ -67,6 +96,13 @@ mod tests {
         let long = note(&"é".repeat(500));
         assert_eq!(long.chars().count(), SCREEN_WIDTH);
         assert!(long.ends_with("é…"), "{long}");
+        // CJK characters take two columns each: cut by columns, not characters.
+        assert_eq!(width("予約 → x"), 8);
+        assert_eq!(fit("予約予約予約", 6), "予約…");
+        assert_eq!(fit("予約予約予約", 7), "予約予…");
+        let long = note(&"予".repeat(200));
+        assert_eq!(width(&long), SCREEN_WIDTH - 1, "{long}");
+        assert!(long.ends_with("予…"), "{long}");
     }
 
     #[test]

@@ -247,7 +247,7 @@ fn table(b: &Backlog, defence: Defence) -> String {
         );
         let resume = format!("(booking-expire resume {})", p.command);
         let last = said.trim_end().rsplit('\n').next().unwrap_or_default();
-        if last.chars().count() + 1 + resume.chars().count() <= render::SCREEN_WIDTH {
+        if render::width(last) + 1 + render::width(&resume) <= render::SCREEN_WIDTH {
             out.push_str(said.trim_end());
             out.push_str(&format!(" {resume}\n"));
         } else {
@@ -417,7 +417,7 @@ fn json(b: &Backlog, defence: Defence) -> Result<String> {
             .collect(),
         hygiene: b.hygiene.as_ref().map(|h| super::hygiene::json(h, b.as_of)),
     };
-    Ok(format!("{}\n", serde_json::to_string(&json)?))
+    render::json_line(&json)
 }
 
 /// The text exposition format: the families the push after a run uses, the same names

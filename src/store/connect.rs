@@ -117,6 +117,10 @@ const SETUP_ATTEMPTS: u32 = 3;
 /// How long `connect` tries again while the connection slots are full.
 const FULL_SLOTS_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
 
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a short real-time back-off while the server's connection slots are full"
+)]
 fn open(cfg: &DbConfig, patience: std::time::Duration) -> Result<Db> {
     let tls = tls_connector(cfg)?;
     let started = std::time::Instant::now();

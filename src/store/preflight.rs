@@ -42,6 +42,10 @@ impl Facts {
 
 /// Reads the facts of `command`'s preflight for `need` in one round trip. Where the
 /// pause switches cannot be read (no table, no grant), a second batch reads the rest.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the clock guard reads the system clock beside the database's, on purpose; the round trip's time is real"
+)]
 pub fn read_facts(client: &mut Client, need: Need, command: &'static str) -> Result<Facts> {
     let head = "SELECT pg_backend_pid()::text AS pid,
                        (extract(epoch FROM clock_timestamp()) * 1000000)::int8::text AS database_now_us,

@@ -273,7 +273,7 @@ fn the_table_shows_every_count() {
             "{line}"
         );
     }
-    // The table and the lines under it fit 120 columns (characters, not bytes).
+    // The table and the lines under it fit 120 columns (terminal columns, not bytes).
     assert_fits_120(&run.stdout);
 }
 
@@ -720,7 +720,7 @@ fn both_reports_work_under_a_read_only_role() {
 
 /// The table on the demo's data (scripts/demo-seed.sql), after a cycle that quarantines
 /// one booking and with relay-outbox paused for a long reason: every line fits 120
-/// columns (characters, not bytes), the reason is wrapped, not cut, and the command
+/// columns (terminal columns, not bytes), the reason is wrapped, not cut, and the command
 /// that ends the pause is whole on one line.
 #[test]
 fn the_table_fits_120_columns_on_the_demo_seed() {
@@ -762,5 +762,78 @@ fn the_table_fits_120_columns_on_the_demo_seed() {
             .any(|l| l.ends_with("(booking-expire resume relay-outbox)")),
         "{}",
         run.stdout
+    );
+}
+
+/// A pause's actor (the login, from `USER`) and reason are the operator's text: the
+/// table writes their control characters as visible escapes; the JSON keeps the exact
+/// values, as JSON escapes (C1 and the bidirectional controls too).
+#[test]
+fn paused_by_and_reason_cannot_steer_the_terminal() {
+    let db = TestDb::new();
+    let login = "evil\u{1b}]0;title\u{7}";
+    let reason = "INC-7\u{1b}[2J\u{9b}31m\n\u{202e}gpj.exe";
+    let run = Run::of(
+        db.command(&["pause", "relay-outbox", "--reason", reason])
+            .env("USER", login)
+            .output()
+            .expect("run the binary"),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let mut c = db.client();
+    let since: DateTime<Utc> = c
+        .query_one("SELECT paused_at FROM crm.booking_expiration_pause", &[])
+        .unwrap()
+        .get(0);
+    let since = since.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
+    let me = db.user();
+
+    let run = db.run(&["backlog"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let bad: Vec<char> = run
+        .stdout
+        .chars()
+        .filter(|&c| c != '\n' && booking_expire::render::is_control(c))
+        .collect();
+    assert!(bad.is_empty(), "{bad:?} in:\n{}", run.stdout);
+    let said: Vec<&str> = run
+        .stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("relay-outbox is paused since"))
+        .take(2)
+        .collect();
+    assert_eq!(
+        said,
+        [
+            format!(
+                "relay-outbox is paused since {since} by evil\\u{{1b}}]0;title\\u{{7}} (database user {me}):"
+            ),
+            "  INC-7\\u{1b}[2J\\u{9b}31m \\u{202e}gpj.exe (booking-expire resume relay-outbox)"
+                .to_owned(),
+        ],
+        "{}",
+        run.stdout
+    );
+
+    let run = db.run(&["backlog", "--json"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout.contains("\\u001b]0;title\\u0007")
+            && run.stdout.contains("\\u009b31m\\n\\u202egpj"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        !run.stdout
+            .trim_end()
+            .chars()
+            .any(booking_expire::render::is_control)
+    );
+    let v: Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    assert_eq!(v["Paused"][0]["Reason"], reason, "{v}");
+    assert_eq!(
+        v["Paused"][0]["By"],
+        format!("{login} (database user {me})"),
+        "{v}"
     );
 }

@@ -906,6 +906,10 @@ fn every_value_is_read_without_its_surrounding_whitespace() {
                 ("BOOKING_EXPIRATION_BATCH_SIZE", "2 "),
                 ("BOOKING_EXPIRATION_DEADLINE", "25s "),
                 ("LOG_FORMAT", " json\n"),
+                ("BOOKING_EXPIRATION_TOPICS", " pin.crm.booking-expired.v1\n"),
+                ("BOOKING_EXPIRATION_MAX_CLOCK_SKEW", "\t2s"),
+                ("BOOKING_EXPIRATION_CONNECT_TIMEOUT", " 5s \r\n"),
+                ("OTEL_SDK_DISABLED", " true "),
             ]),
         ),
         (
@@ -937,6 +941,53 @@ fn every_value_is_read_without_its_surrounding_whitespace() {
         c.batch_execute("DELETE FROM crm.outbox; DELETE FROM crm.booking_audit; DELETE FROM crm.deal_timeline; DELETE FROM crm.bookings")
             .unwrap();
     }
+}
+
+/// The operator commands' text from the environment (the login from `USER`, the actor
+/// from `BOOKING_EXPIRE_ACTOR`) and from flags is stored without the whitespace around
+/// it, as a Secret or a shell's `$(cat file)` leaves it.
+#[test]
+fn padded_actors_and_reasons_are_stored_without_their_whitespace() {
+    let db = TestDb::new();
+    let me = db.user();
+    let url = OsString::from(&db.url);
+    let pause = run(
+        &["pause", "run-once", "--reason", " INC-7 \n"].map(OsString::from),
+        &[("DATABASE_URL", url.clone()), ("USER", " carol\n".into())],
+    );
+    assert_eq!(pause.code, 0, "{}", pause.stderr);
+    let pause = run(
+        &["pause", "relay-outbox", "--reason= INC-8\t"].map(OsString::from),
+        &[
+            ("DATABASE_URL", url.clone()),
+            ("USER", "carol".into()),
+            ("BOOKING_EXPIRE_ACTOR", "\tdave@example.com ".into()),
+        ],
+    );
+    assert_eq!(pause.code, 0, "{}", pause.stderr);
+    let backlog = run(
+        &["backlog", "--json"].map(OsString::from),
+        &[("DATABASE_URL", url)],
+    );
+    assert_eq!(backlog.code, 0, "{}", backlog.stderr);
+    let b: serde_json::Value = serde_json::from_str(backlog.stdout.trim()).unwrap();
+    let paused: Vec<(&str, &str)> = b["Paused"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["By"].as_str().unwrap(), p["Reason"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        paused,
+        [
+            (
+                format!("dave@example.com (database user {me})").as_str(),
+                "INC-8"
+            ),
+            (format!("carol (database user {me})").as_str(), "INC-7"),
+        ],
+        "{b}"
+    );
 }
 
 #[test]

@@ -340,7 +340,7 @@ fn the_read_only_role_may_explain() {
 
 /// The text of `explain` on the demo's data (scripts/demo-seed.sql), for a booking with
 /// every section: a quarantined one with audit rows; every line fits 120 columns
-/// (characters, not bytes).
+/// (terminal columns, not bytes).
 #[test]
 fn the_text_fits_120_columns_on_the_demo_seed() {
     let db = TestDb::new();
@@ -363,4 +363,107 @@ fn the_text_fits_120_columns_on_the_demo_seed() {
         );
         assert_fits_120(&run.stdout);
     }
+}
+
+/// Text from outside the program (the operator's login from `USER`, a pause's reason,
+/// an outbox row's `last_error`) is printed with its control characters as visible
+/// escapes: it cannot steer the operator's terminal. The JSON keeps the exact values.
+#[test]
+fn text_from_the_database_cannot_steer_the_terminal() {
+    let db = TestDb::new();
+    let mut c = db.client();
+    let expired = Seed::booked(-120);
+    seed(&mut c, std::slice::from_ref(&expired));
+    assert_eq!(db.run_once(&[]).booking, 1);
+    let due = Seed::booked(-60);
+    seed(&mut c, std::slice::from_ref(&due));
+    let login = "evil\u{1b}]0;title\u{7}";
+    let reason = "INC-7\u{1b}[2J\u{9b}31m \u{202e}gpj.exe";
+    let run = Run::of(
+        db.command(&["pause", "run-once", "--reason", reason])
+            .env("USER", login)
+            .output()
+            .expect("run the binary"),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(!run.stdout.contains('\u{1b}'), "{}", run.stdout);
+    c.execute(
+        "UPDATE crm.outbox SET last_error = $2 WHERE aggregateid = $1",
+        &[
+            &expired.id.to_string(),
+            &"broker said \u{1b}[31mno\u{7f}\r\nDETAIL: \u{85}x",
+        ],
+    )
+    .unwrap();
+    let me = db.user();
+    let since: chrono::DateTime<chrono::Utc> = c
+        .query_one("SELECT paused_at FROM crm.booking_expiration_pause", &[])
+        .unwrap()
+        .get(0);
+    let since = since.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
+
+    let text = db.run(&["explain", &due.id.to_string()]);
+    assert_eq!(text.code, 0, "{}", text.stderr);
+    assert_no_controls(&text.stdout);
+    let lines: Vec<&str> = text.stdout.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.starts_with("next cycle:"))
+        .unwrap();
+    assert_eq!(
+        lines[at..at + 3],
+        [
+            "next cycle: would NOT expire it, because",
+            &format!(
+                "  - paused: run-once is paused since {since} by evil\\u{{1b}}]0;title\\u{{7}} (database user {me}):"
+            ),
+            "    INC-7\\u{1b}[2J\\u{9b}31m \\u{202e}gpj.exe",
+        ],
+        "{}",
+        text.stdout
+    );
+
+    let text = db.run(&["explain", &expired.id.to_string()]);
+    assert_eq!(text.code, 0, "{}", text.stderr);
+    assert_no_controls(&text.stdout);
+    let (_, v, _) = explain(&db, expired.id, &[]);
+    let row = &v["Outbox"][0];
+    assert_eq!(
+        row["LastError"], "broker said \u{1b}[31mno\u{7f}\r\nDETAIL: \u{85}x",
+        "the JSON keeps the value"
+    );
+    let (id, kind, topic) = (&row["Id"], &row["Type"], &row["Topic"]);
+    let (id, kind, topic) = (
+        id.as_str().unwrap(),
+        kind.as_str().unwrap(),
+        topic.as_str().unwrap(),
+    );
+    let outbox: Vec<&str> = text.stdout.lines().skip_while(|l| *l != "outbox").collect();
+    // Line breaks (and NEL, a Unicode space) are spaces in wrapped prose; the other
+    // controls escapes.
+    assert_eq!(
+        outbox,
+        [
+            "outbox",
+            &format!("  {id} {kind}: pending for {topic} (attempts 0,"),
+            "    failures 0, last error: broker said \\u{1b}[31mno\\u{7f} DETAIL: x)",
+        ],
+        "{}",
+        text.stdout
+    );
+
+    let (_, v, _) = explain(&db, due.id, &[]);
+    assert!(
+        detail(&v, 0).ends_with(&format!("by {login} (database user {me}): {reason}")),
+        "{v}"
+    );
+}
+
+/// No character a terminal acts on but the line breaks.
+fn assert_no_controls(text: &str) {
+    let bad: Vec<char> = text
+        .chars()
+        .filter(|&c| c != '\n' && booking_expire::render::is_control(c))
+        .collect();
+    assert!(bad.is_empty(), "{bad:?} in:\n{text}");
 }

@@ -68,7 +68,7 @@ pub fn explain(args: &ExplainConfig, shutdown: &Shutdown) -> Result<()> {
         }
     }
     if args.json {
-        render::print(&format!("{}\n", serde_json::to_string(&explanation)?))?;
+        render::print_json(&explanation)?;
     } else {
         render::print(&text::text(&explanation))?;
     }

@@ -1,7 +1,5 @@
 //! The plan as JSON lines, one per event, refusal and quarantined row, then a summary.
 
-use std::io::Write;
-
 use anyhow::Result;
 use serde::Serialize;
 use uuid::Uuid;
@@ -16,8 +14,7 @@ use crate::store::{BatchWrite, Poison, Quarantined};
 pub(super) struct JsonLines;
 
 fn json_line(out: &mut Stdout, value: &impl Serialize) -> Result<()> {
-    serde_json::to_writer(&mut *out, value)?;
-    out.write_all(b"\n").map_err(render::write_error)
+    out.json(value)
 }
 
 impl Report for JsonLines {

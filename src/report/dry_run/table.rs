@@ -107,7 +107,7 @@ fn expiry_table(phase: Phase, wide: bool) -> StreamTable {
     let status = phase
         .active_statuses()
         .iter()
-        .map(|from| format!("{from} → {to}").chars().count())
+        .map(|from| render::width(&format!("{from} → {to}")))
         .max()
         .unwrap_or(0);
     StreamTable::new(&[

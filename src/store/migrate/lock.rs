@@ -23,6 +23,10 @@ const LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// Takes the migrators' lock, waiting at most `wait` for another migrator to let it
 /// go (then 75). The wait is logged with the holder's PID.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the migrators' lock is polled in real time, every POLL, bounded by --lock-wait"
+)]
 pub fn take(client: &mut Client, wait: Duration, stopped: &dyn Fn() -> bool) -> Result<()> {
     let started = Instant::now();
     let mut logged: Option<(Instant, Option<i32>)> = None;

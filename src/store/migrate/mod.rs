@@ -175,6 +175,10 @@ pub fn apply(
     outcome
 }
 
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a migration file's real duration, for its history row"
+)]
 fn apply_locked(
     client: &mut Client,
     mut watcher: Option<&mut Client>,

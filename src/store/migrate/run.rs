@@ -32,6 +32,10 @@ impl At {
 
 /// Runs `statement` of `at` under `policy`; `watcher` (a second session) reads which
 /// lock it waits for while it runs.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the runner's back-off between lock retries is real time, bounded by --retry-for"
+)]
 pub fn statement(
     client: &mut Client,
     mut watcher: Option<&mut Client>,

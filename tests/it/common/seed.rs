@@ -333,15 +333,12 @@ pub fn break_demo_booking(c: &mut Client) {
     .unwrap();
 }
 
-/// Every line of `text` fits 120 columns, counted in characters (`→`, `↳` and `…` are
-/// one column each), not bytes.
+/// Every line of `text` fits 120 terminal columns as the report counts them
+/// (`render::width`: `→`, `↳` and `…` one column each, a CJK character two), not bytes.
 pub fn assert_fits_120(text: &str) {
     for line in text.lines() {
-        assert!(
-            line.chars().count() <= 120,
-            "{} columns: {line}\nin:\n{text}",
-            line.chars().count()
-        );
+        let columns = booking_expire::render::width(line);
+        assert!(columns <= 120, "{columns} columns: {line}\nin:\n{text}");
     }
 }
 
