@@ -267,6 +267,37 @@ mod tests {
     use super::*;
     use crate::config::DEFAULT_MAX_MESSAGE_BYTES;
 
+    /// The wait ends when the batch's last report comes in, not at its deadline: here
+    /// the report of a message that timed out (nothing listens), taken from the poll
+    /// thread while the wait's deadline is still far.
+    #[test]
+    fn the_wait_ends_when_the_last_report_comes_in() {
+        let mut producer = KafkaProducer::new(&KafkaConfig {
+            brokers: "127.0.0.1:1".to_owned(),
+            security: KafkaSecurity::Plaintext,
+            message_timeout: Duration::from_secs(1),
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+        })
+        .unwrap();
+        let messages = [OutMessage {
+            topic: "t",
+            key: "k",
+            payload: b"{}".to_vec(),
+            headers: Vec::new(),
+        }];
+        let mut batch = producer.enqueue(&messages);
+        let deadline = Duration::from_secs(60);
+        batch.until = Instant::now() + deadline;
+        let started = Instant::now();
+        let deliveries = producer.wait(batch);
+        assert!(started.elapsed() < deadline / 2, "{:?}", started.elapsed());
+        let [Delivery::Failed { fault, error }] = &deliveries[..] else {
+            panic!("{deliveries:?}");
+        };
+        assert_eq!(*fault, Fault::Cluster, "{error}");
+        assert!(error.contains("timed out"), "{error}");
+    }
+
     /// A real broker cannot be made to raise a fatal idempotence error on demand:
     /// librdkafka's own test hook raises one, as a sequence gap across a leader change
     /// would, while a message waits in the producer's queue.
