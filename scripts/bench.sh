@@ -30,6 +30,8 @@
 #   BENCH_FOOTPRINT_EVENTS, BENCH_FOOTPRINT_RUNS, BENCH_FOOTPRINT_BACKLOG,
 #   BENCH_BASELINE_BIN, BENCH_BASELINE_COMMIT   the footprint part (m), see its file
 #   BENCH_BIN                   the binary to measure (default: cargo build --release)
+#   BENCH_RELAY_BASELINE        another build's binary whose relay-outbox (d) runs too,
+#                               interleaved with ours on the same data (before/after)
 #   DATABASE_URL, KAFKA_BROKERS use these servers instead of throwaway ones; the bench
 #                               creates and drops databases named bench_* there, and
 #                               creates topic pin.crm.booking-expired.v1 if missing
@@ -38,6 +40,7 @@ set -euo pipefail
 [[ -z ${BENCH_BIN:-} ]] || BENCH_BIN=$(realpath "$BENCH_BIN")
 [[ -z ${BENCH_BASELINE_BIN:-} ]] || BENCH_BASELINE_BIN=$(realpath "$BENCH_BASELINE_BIN")
 [[ -z ${CARGO_TARGET_DIR:-} ]] || CARGO_TARGET_DIR=$(realpath -m "$CARGO_TARGET_DIR")
+[[ -z ${BENCH_RELAY_BASELINE:-} ]] || BENCH_RELAY_BASELINE=$(realpath "$BENCH_RELAY_BASELINE")
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh
 source scripts/lib.sh
@@ -339,6 +342,15 @@ bench_relay() {
         expect_result Published $RELAY_ROWS
         [[ $(( $(topic_end) - before )) -eq $RELAY_ROWS ]] || die "relay-outbox: topic did not grow by $RELAY_ROWS"
 
+        if [[ -n ${BENCH_RELAY_BASELINE:-} ]]; then
+            copy bench_outbox
+            before=$(topic_end)
+            servers_cpu relay_base env DATABASE_URL="$(db_url bench_run)" "$BENCH_RELAY_BASELINE" \
+                relay-outbox --brokers "$KAFKA_BROKERS" --deadline 10m
+            expect_result Published $RELAY_ROWS
+            [[ $(( $(topic_end) - before )) -eq $RELAY_ROWS ]] || die "baseline relay-outbox: topic did not grow by $RELAY_ROWS"
+        fi
+
         copy bench_outbox
         before=$(topic_end)
         # shellcheck disable=SC2016 # the inner bash expands its own arguments
@@ -367,18 +379,20 @@ bench_relay() {
         perf_line=$(grep "records sent" "$WORK/relay-perf.out" | tail -n 1)
         [[ $perf_line == "$RELAY_ROWS records sent"* ]] || die "ProducerPerformance: $perf_line"
         awk '{ print $4 }' <<<"$perf_line" >>"$WORK/perf-rates"
-        # This run's ratio: the database floor's wall time plus the time ProducerPerformance
-        # reports for its sends (JVM start left out), over the relay's whole process.
+        # This run's ratios: the database floor's wall time plus the time ProducerPerformance
+        # reports for its sends (JVM start left out), over the relay's whole process; and
+        # that time of ProducerPerformance's alone over the relay's.
         awk -v n=$RELAY_ROWS -v rate="$(awk '{ print $4 }' <<<"$perf_line")" \
             -v a="$(tail -n 1 "$WORK/res/relay_floor.us")" -v r="$(tail -n 1 "$WORK/res/relay_ours.us")" \
-            'BEGIN { b = n / rate * 1e6; printf "%.0f %.3f\n", b, (a + b) / r }' >>"$WORK/relay-ratios"
+            'BEGIN { b = n / rate * 1e6; printf "%.0f %.3f %.3f\n", b, (a + b) / r, b / r }' >>"$WORK/relay-ratios"
     done
     awk '{ print $1 }' "$WORK/relay-ratios" >"$WORK/res/relay_sends.us"
     awk '{ print $2 }' "$WORK/relay-ratios" >"$WORK/res/relay_ratio"
-    local o p c f r
+    awk '{ print $3 }' "$WORK/relay-ratios" >"$WORK/res/relay_perf_ratio"
+    local o p c f r rp
     o=$(per_s relay_ours $RELAY_ROWS); p=$(per_s relay_pipe $RELAY_ROWS)
     c=$(sort -n "$WORK/perf-rates" | awk '{ v[NR] = $1 } END { printf "%.0f", v[int((NR + 1) / 2)] }')
-    r=$(summary relay_ratio median)
+    r=$(summary relay_ratio median); rp=$(summary relay_perf_ratio median)
     s() { awk -v us="$(summary "$1.us" "${2:-median}")" 'BEGIN { printf "%.2f", us / 1e6 }'; }
     cpu() { # cpu KEY EXT — median [min–max] CPU seconds, or "-" when not measured
         [[ -s $WORK/res/$1.$2 ]] || { echo "-"; return; }
@@ -392,6 +406,10 @@ bench_relay() {
         printf '%-50s %s\n' "contender" "events/s"
         printf '%-50s %s\n' "relay-outbox (headers, marks rows published)" \
             "$o [$(per_s relay_ours $RELAY_ROWS max)-$(per_s relay_ours $RELAY_ROWS min)]"
+        if [[ -n ${BENCH_RELAY_BASELINE:-} ]]; then
+            printf '%-50s %s\n' "relay-outbox, baseline build" \
+                "$(per_s relay_base $RELAY_ROWS) [$(per_s relay_base $RELAY_ROWS max)-$(per_s relay_base $RELAY_ROWS min)]"
+        fi
         printf '%-50s %s\n' "psql | kcat (no headers, marks nothing)" \
             "$p [$(per_s relay_pipe $RELAY_ROWS max)-$(per_s relay_pipe $RELAY_ROWS min)]"
         printf '%-50s %s\n' "ProducerPerformance, JVM start included" \
@@ -418,14 +436,27 @@ bench_relay() {
             "$r [$(summary relay_ratio min)-$(summary relay_ratio max)]"
         echo
         echo "ours/(a+b) $r; target ≥ 1.0 (the relay overlaps the database and the broker instead of adding them): $(verdict "$r" '>=' 1.0)"
+        echo "ours/(b) $rp [$(summary relay_perf_ratio min)-$(summary relay_perf_ratio max)] (per run (b)'s reported time / the relay's wall time);" \
+             "target ≥ 0.45 × ProducerPerformance alone: $(verdict "$rp" '>=' 0.45)"
+        if [[ -n ${BENCH_RELAY_BASELINE:-} ]]; then
+            echo "ours/baseline build $(ratio "$o" "$(per_s relay_base $RELAY_ROWS)") (events/s, medians)"
+        fi
         echo
-        echo "    CPU seconds per run, median [min–max]: the measured process (user, system), and"
-        echo "    what PostgreSQL (every backend) and the broker spent meanwhile"
+        echo "    CPU seconds per run, median [min–max]: the measured process (user, system), what"
+        echo "    PostgreSQL (every backend) and the broker spent meanwhile, and the medians' sum"
+        echo "    (all three contenders' CPU, against 2 × the wall time the machine's two cores allow)"
         echo
-        printf '%-28s %-18s %-18s %-18s %s\n' "run" "user" "system" "PostgreSQL" "broker"
-        for key in relay_ours:relay-outbox relay_floor:"(a) database floor" relay_perf:"(b) ProducerPerformance"; do
-            printf '%-28s %-18s %-18s %-18s %s\n' "${key#*:}" "$(cpu "${key%%:*}" user)" \
-                "$(cpu "${key%%:*}" sys)" "$(cpu "${key%%:*}" pg)" "$(cpu "${key%%:*}" broker)"
+        printf '%-28s %-18s %-18s %-18s %-18s %s\n' "run" "user" "system" "PostgreSQL" "broker" "sum"
+        local runs=(relay_ours:relay-outbox)
+        [[ -z ${BENCH_RELAY_BASELINE:-} ]] || runs+=(relay_base:"relay-outbox, baseline")
+        runs+=(relay_floor:"(a) database floor" relay_perf:"(b) ProducerPerformance")
+        for key in "${runs[@]}"; do
+            local k=${key%%:*} sum=0 e
+            for e in user sys pg broker; do
+                [[ ! -s $WORK/res/$k.$e ]] || sum=$(awk -v a="$sum" -v b="$(summary "$k.$e" median)" 'BEGIN { printf "%.2f", a + b }')
+            done
+            printf '%-28s %-18s %-18s %-18s %-18s %s\n' "${key#*:}" "$(cpu "$k" user)" \
+                "$(cpu "$k" sys)" "$(cpu "$k" pg)" "$(cpu "$k" broker)" "$sum"
         done
         echo
     } | table

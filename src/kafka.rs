@@ -4,6 +4,7 @@
 //! nothing of the outbox.
 
 mod fault;
+mod poller;
 mod producer;
 pub mod readback;
 mod reports;

@@ -1,8 +1,10 @@
 //! The producer: its settings, each with the reason it is set, and a batch enqueued at
-//! once and then waited for, delivery report by delivery report.
+//! once and then waited for: its delivery reports are served on the producer's own poll
+//! thread as they come, and the wait ends the moment the last one is in.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -13,10 +15,14 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
 use super::fault::{Delivery, Fault, failed};
+use super::poller::Poller;
 use super::reports::Reports;
 use super::security;
 use crate::config::{KafkaConfig, KafkaSecurity};
 use crate::exit::{Failure, fail};
+
+/// How often a wait for delivery reports asks whether a signal came, at the least.
+const SIGNAL_CHECK: Duration = Duration::from_millis(100);
 
 /// One message to send.
 #[derive(Debug, Clone)]
@@ -28,7 +34,9 @@ pub struct OutMessage<'a> {
 }
 
 pub struct KafkaProducer {
-    pub(super) producer: BaseProducer<Reports>,
+    /// Shared with the poll thread, which destroys it when stopped (`_poller`, dropped
+    /// after this handle).
+    pub(super) producer: Arc<BaseProducer<Reports>>,
     pub(super) brokers: String,
     pub(super) security: KafkaSecurity,
     pub(super) message_timeout: Duration,
@@ -39,6 +47,9 @@ pub struct KafkaProducer {
     max_message_bytes: usize,
     /// What a signal reaches the producer's waits through (see [`Self::watching`]).
     pub(super) shutdown: crate::shutdown::Shutdown,
+    /// Serves delivery reports and errors as they come; held for its drop, which stops
+    /// the thread.
+    _poller: Poller,
 }
 
 impl KafkaProducer {
@@ -66,16 +77,15 @@ impl KafkaProducer {
             .set("reconnect.backoff.max.ms", "1000");
         security(&mut c, cfg);
         let producer: BaseProducer<Reports> = c
-            .create_with_context(Reports {
-                max_message_bytes: cfg.max_message_bytes,
-                ..Reports::default()
-            })
+            .create_with_context(Reports::new(cfg.max_message_bytes))
             .map_err(|e| {
                 fail(
                     Failure::Config,
                     format!("cannot set up the Kafka producer: {e}"),
                 )
             })?;
+        let producer = Arc::new(producer);
+        let poller = Poller::start(Arc::clone(&producer))?;
         Ok(KafkaProducer {
             producer,
             brokers: cfg.brokers.clone(),
@@ -85,6 +95,7 @@ impl KafkaProducer {
             next_message: 0,
             max_message_bytes: cfg.max_message_bytes,
             shutdown: crate::shutdown::Shutdown::new(),
+            _poller: poller,
         })
     }
 
@@ -124,8 +135,8 @@ impl KafkaProducer {
                 match self.producer.send(record) {
                     Ok(()) => break,
                     Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                        // The local queue is full: serve delivery reports, then retry.
-                        self.producer.poll(Duration::from_millis(50));
+                        // The local queue is full: a delivery report frees a place.
+                        self.producer.context().wait_any(Duration::from_millis(50));
                         record = back;
                     }
                     Err((e, _)) => {
@@ -146,13 +157,14 @@ impl KafkaProducer {
         }
     }
 
-    /// Waits for every delivery report of an enqueued batch (serving the reports of
-    /// later batches on the way). Returns one `Delivery` per message, in order. Not
-    /// `flush()`: that waits for every batch in flight, and rdkafka's
-    /// `BaseProducer::flush` polls in 100 ms slices that only end when the slice does.
+    /// Waits for every delivery report of an enqueued batch (the poll thread serves
+    /// those of every batch as they come). Returns one `Delivery` per message, in
+    /// order, the moment the last one is in. Not `flush()`: that waits for every batch
+    /// in flight, and rdkafka's `BaseProducer::flush` polls in 100 ms slices that only
+    /// end when the slice does.
     #[allow(
         clippy::disallowed_methods,
-        reason = "delivery reports come in real time, within librdkafka's message timeout; the 1 ms wait is its poll"
+        reason = "delivery reports come in real time, within librdkafka's message timeout: the wait's deadline is a real instant"
     )]
     pub fn wait(&self, batch: Enqueued) -> Vec<Delivery> {
         let Enqueued {
@@ -161,63 +173,52 @@ impl KafkaProducer {
             refused,
             mut until,
         } = batch;
-        // Reports of earlier batches that came after their batch was collected (past
-        // its timeout) belong to nobody: dropped, so that nothing accumulates.
-        self.producer
-            .context()
-            .deliveries
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|&n, _| n >= first);
         let mut out: Vec<Option<Delivery>> = vec![None; count];
         for (i, delivery) in refused {
             out[i] = Some(delivery);
         }
-        let mut missing = out.iter().filter(|d| d.is_none()).count();
-        let take = |out: &mut Vec<Option<Delivery>>, missing: &mut usize| {
-            let mut reports = self
-                .producer
-                .context()
-                .deliveries
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            for (i, slot) in out.iter_mut().enumerate() {
-                if slot.is_none()
-                    && let Some(d) = reports.remove(&(first + i))
-                {
-                    *slot = Some(d);
-                    *missing -= 1;
-                }
-            }
-        };
-        take(&mut out, &mut missing);
+        let reports = self.producer.context();
+        let mut arrived = reports.arrived();
+        // Reports of earlier batches that came after their batch was collected (past
+        // its timeout) belong to nobody: dropped, so that nothing accumulates.
+        arrived.deliveries.retain(|&n, _| n >= first);
+        arrived.await_range(first..first + count, |n| out[n - first].is_none());
         let mut fatal = None;
-        while missing > 0 {
+        let mut drained = false;
+        while arrived.missing > 0 {
             if let Some(error) = self.fatal_error() {
                 // No report still missing will say more than this.
                 fatal = Some(error);
                 break;
             }
-            // One event per call (a delivery report event covers a message set).
-            let served = self.producer.context().served.load(Ordering::Relaxed);
-            self.producer.poll(Duration::ZERO);
-            if self.producer.context().served.load(Ordering::Relaxed) != served {
-                take(&mut out, &mut missing);
-                continue;
-            }
-            // None was waiting. Reports already queued are served above even past the
-            // deadline: the relay may come to collect a batch late, busy with an earlier
-            // one, and the reports that came in time are not lost for that.
-            if Instant::now() >= until {
-                break;
-            }
             // After a signal the run ends within a second: what is not acknowledged
             // by then stays pending, as in an outage.
+            let now = Instant::now();
             if self.shutdown.requested().is_some() {
-                until = until.min(Instant::now() + Duration::from_secs(1));
+                until = until.min(now + Duration::from_secs(1));
             }
-            std::thread::sleep(Duration::from_millis(1));
+            if now < until {
+                arrived = reports.wait(arrived, (until - now).min(SIGNAL_CHECK));
+                continue;
+            }
+            // Past the deadline, the reports librdkafka already has are still taken:
+            // the relay may come to collect a batch late, busy with an earlier one,
+            // and the reports that came in time are not lost for that.
+            if drained {
+                break;
+            }
+            drop(arrived);
+            self.serve_queued();
+            arrived = reports.arrived();
+            drained = true;
         }
+        arrived.await_none();
+        for (i, slot) in out.iter_mut().enumerate() {
+            if slot.is_none() {
+                *slot = arrived.deliveries.remove(&(first + i));
+            }
+        }
+        drop(arrived);
         let missing = match fatal {
             Some(error) => Delivery::Failed {
                 fault: Fault::Fatal,
@@ -231,6 +232,20 @@ impl KafkaProducer {
         out.into_iter()
             .map(|r| r.unwrap_or_else(|| missing.clone()))
             .collect()
+    }
+
+    /// Serves the events already queued on this thread, beside the poll thread, until
+    /// a poll finds none: one event per call (a delivery report event covers a
+    /// message set).
+    fn serve_queued(&self) {
+        let served = &self.producer.context().served;
+        loop {
+            let before = served.load(Ordering::Relaxed);
+            self.producer.poll(Duration::ZERO);
+            if served.load(Ordering::Relaxed) == before {
+                return;
+            }
+        }
     }
 
     /// librdkafka's fatal error, once it has raised one: the producer can send nothing
@@ -256,9 +271,44 @@ pub struct Enqueued {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a wait on a real producer is timed on the real clock"
+)]
 mod tests {
     use super::*;
     use crate::config::DEFAULT_MAX_MESSAGE_BYTES;
+
+    /// The wait ends when the batch's last report comes in, not at its deadline: here
+    /// the report of a message that timed out (nothing listens), taken from the poll
+    /// thread while the wait's deadline is still far.
+    #[test]
+    fn the_wait_ends_when_the_last_report_comes_in() {
+        let mut producer = KafkaProducer::new(&KafkaConfig {
+            brokers: "127.0.0.1:1".to_owned(),
+            security: KafkaSecurity::Plaintext,
+            message_timeout: Duration::from_secs(1),
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+        })
+        .unwrap();
+        let messages = [OutMessage {
+            topic: "t",
+            key: "k",
+            payload: b"{}".to_vec(),
+            headers: Vec::new(),
+        }];
+        let mut batch = producer.enqueue(&messages);
+        let deadline = Duration::from_secs(60);
+        batch.until = Instant::now() + deadline;
+        let started = Instant::now();
+        let deliveries = producer.wait(batch);
+        assert!(started.elapsed() < deadline / 2, "{:?}", started.elapsed());
+        let [Delivery::Failed { fault, error }] = &deliveries[..] else {
+            panic!("{deliveries:?}");
+        };
+        assert_eq!(*fault, Fault::Cluster, "{error}");
+        assert!(error.contains("timed out"), "{error}");
+    }
 
     /// A real broker cannot be made to raise a fatal idempotence error on demand:
     /// librdkafka's own test hook raises one, as a sequence gap across a leader change

@@ -1,9 +1,12 @@
-//! The producer's context: delivery reports collected by the message's number, and
-//! the broker errors librdkafka reports on the side.
+//! The producer's context: delivery reports collected by the message's number (served
+//! on the producer's own poll thread, [`super::poller`]), a waiter woken when the last
+//! report it awaits comes in, and the broker errors librdkafka reports on the side.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Duration;
 
 use rdkafka::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -15,11 +18,12 @@ use super::fault::{Delivery, failed};
 /// Collects delivery reports by the message's number, and the broker
 /// errors librdkafka reports on the side (a failed TLS handshake, refused credentials),
 /// which say why a broker cannot be reached.
-#[derive(Default)]
 pub(super) struct Reports {
-    /// By the message's number among all the producer enqueued (several batches may
-    /// be in flight); each is taken out when its batch is collected.
-    pub(super) deliveries: Mutex<HashMap<usize, Delivery>>,
+    arrived: Mutex<Arrived>,
+    /// Notified when the last report a waiter awaits comes in, when any report comes
+    /// in while a waiter waits for a place in a full queue, and on every error event
+    /// (a fatal error ends a wait).
+    wake: Condvar,
     pub(super) broker_error: Mutex<Option<BrokerError>>,
     /// Events served so far (delivery reports and errors): tells a poll that served one
     /// from a poll that found the queue empty.
@@ -27,6 +31,81 @@ pub(super) struct Reports {
     /// The producer's largest message (`message.max.bytes`), for the reason a too
     /// large message gives.
     pub(super) max_message_bytes: usize,
+}
+
+/// The reports that came in, and what the one waiter (the relay's thread) waits for.
+#[derive(Default)]
+pub(super) struct Arrived {
+    /// By the message's number among all the producer enqueued (several batches may
+    /// be in flight); each is taken out when its batch is collected.
+    pub(super) deliveries: HashMap<usize, Delivery>,
+    /// The numbers of the messages whose reports are awaited (empty: none is).
+    awaited: Range<usize>,
+    /// How many of the awaited reports have not come in yet: the waiter is woken when
+    /// this reaches zero, not by each report of its batch.
+    pub(super) missing: usize,
+    /// A waiter waits for any report (a place in a full queue).
+    any: bool,
+}
+
+impl Arrived {
+    /// Awaits the reports of messages `awaited` except those for which `expected`
+    /// says none will come (refused at once); returns how many are still missing.
+    pub(super) fn await_range(
+        &mut self,
+        awaited: Range<usize>,
+        expected: impl Fn(usize) -> bool,
+    ) -> usize {
+        self.missing = awaited
+            .clone()
+            .filter(|&n| expected(n) && !self.deliveries.contains_key(&n))
+            .count();
+        self.awaited = awaited;
+        self.missing
+    }
+
+    /// Awaits nothing any more.
+    pub(super) fn await_none(&mut self) {
+        self.awaited = 0..0;
+        self.missing = 0;
+    }
+}
+
+impl Reports {
+    pub(super) fn new(max_message_bytes: usize) -> Self {
+        Reports {
+            arrived: Mutex::default(),
+            wake: Condvar::new(),
+            broker_error: Mutex::default(),
+            served: AtomicUsize::new(0),
+            max_message_bytes,
+        }
+    }
+
+    pub(super) fn arrived(&self) -> MutexGuard<'_, Arrived> {
+        self.arrived.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits at most `timeout` to be woken (see [`Reports::wake`]); the caller
+    /// checks what it waits for again.
+    pub(super) fn wait<'a>(
+        &self,
+        arrived: MutexGuard<'a, Arrived>,
+        timeout: Duration,
+    ) -> MutexGuard<'a, Arrived> {
+        self.wake
+            .wait_timeout(arrived, timeout)
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+    }
+
+    /// Waits at most `timeout` for any delivery report (or error event).
+    pub(super) fn wait_any(&self, timeout: Duration) {
+        let mut arrived = self.arrived();
+        arrived.any = true;
+        let mut arrived = self.wait(arrived, timeout);
+        arrived.any = false;
+    }
 }
 
 /// An error librdkafka reported about a broker connection.
@@ -51,6 +130,10 @@ impl ClientContext for Reports {
     /// line has already said it once (the default would log every repeat).
     fn error(&self, error: KafkaError, reason: &str) {
         self.served.fetch_add(1, Ordering::Relaxed);
+        // A waiter asks again whether the producer hit a fatal error (taken between
+        // its check and its wait, the lock makes sure the wake-up is not lost).
+        drop(self.arrived());
+        self.wake.notify_all();
         let code = error.rdkafka_error_code();
         if code == Some(RDKafkaErrorCode::Fatal) {
             // Read from the producer itself where it matters (`fatal_error`).
@@ -83,9 +166,14 @@ impl ProducerContext for Reports {
             },
             Err((e, msg)) => failed(e, msg.payload_len() + msg.key_len(), self.max_message_bytes),
         };
-        self.deliveries
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(index, delivery);
+        let mut arrived = self.arrived();
+        arrived.deliveries.insert(index, delivery);
+        let last = arrived.awaited.contains(&index) && {
+            arrived.missing = arrived.missing.saturating_sub(1);
+            arrived.missing == 0
+        };
+        if last || arrived.any {
+            self.wake.notify_all();
+        }
     }
 }

@@ -93,7 +93,8 @@ impl KafkaProducer {
             match self.producer.client().fetch_metadata(Some(topic), slice) {
                 Ok(metadata) => return Ok(metadata),
                 Err(e) => {
-                    // Broker errors arrive as events on the main queue: serve them.
+                    // Broker errors arrive as events on the main queue, which the poll
+                    // thread serves; those already queued are served here too.
                     self.producer.poll(Duration::ZERO);
                     let configuration = self
                         .producer
@@ -124,7 +125,8 @@ impl KafkaProducer {
     /// reported meanwhile: a failed TLS handshake or refused credentials are
     /// configuration (78), anything else means Kafka is unavailable (69).
     fn unreachable(&self, e: &KafkaError, timeout: Duration) -> anyhow::Error {
-        // Broker errors arrive as events on the main queue: serve them.
+        // Broker errors arrive as events on the main queue: served here and on the
+        // poll thread, for 100 ms, so that the last one is in.
         self.producer.poll(Duration::from_millis(100));
         let broker_error = self
             .producer
