@@ -53,3 +53,4 @@ mod tls;
 mod trace;
 mod upgrade;
 mod waiting;
+mod watermark;

@@ -1,0 +1,229 @@
+//! The relay's own state (migration 16): receipts, exceptions and the watermark. With
+//! the legacy marks off it never updates a row of `crm.outbox`; a row whose transaction
+//! took its `seq` before a newer row was relayed, and committed after, is still
+//! published, exactly once; the purge goes by `seq` range; a republish goes through
+//! the exceptions with the same `ce_id`. Against a real Apache Kafka broker.
+
+use crate::common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::kafka::*;
+use common::*;
+use serde_json::Value;
+use uuid::Uuid;
+
+const OWN_TYPE: &str = "pin.crm.booking-expired";
+
+fn insert(c: &mut impl postgres::GenericClient, topic: &str, r#type: &str) -> (Uuid, i64) {
+    let id = Uuid::now_v7();
+    let seq: i64 = c
+        .query_one(
+            "INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload)
+             VALUES ($1, 'Booking', $2, $3, $4, '{\"n\": 1}') RETURNING seq",
+            &[&id, &Uuid::new_v4().to_string(), &r#type, &topic],
+        )
+        .unwrap()
+        .get(0);
+    (id, seq)
+}
+
+fn relay(db: &TestDb, brokers: &str, extra: &[&str]) -> Value {
+    let mut args = vec![
+        "relay-outbox",
+        "--brokers",
+        brokers,
+        "--message-timeout",
+        "5s",
+        "--legacy-marks",
+        "off",
+    ];
+    args.extend_from_slice(extra);
+    let run = db.run(&args);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let lines = json_lines(&run.stdout);
+    assert_eq!(lines.len(), 1, "one JSON line: {}", run.stdout);
+    lines.into_iter().next().unwrap()
+}
+
+/// Every row of the outbox as it is stored (its version included): seq → (xmin, text).
+fn rows(c: &mut postgres::Client) -> BTreeMap<i64, (String, String)> {
+    c.query(
+        "SELECT seq, xmin::text, o::text FROM crm.outbox o ORDER BY seq",
+        &[],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), (r.get(1), r.get(2))))
+    .collect()
+}
+
+fn count(c: &mut postgres::Client, sql: &str) -> i64 {
+    c.query_one(sql, &[]).unwrap().get(0)
+}
+
+fn watermark(c: &mut postgres::Client) -> (i64, i64) {
+    let r = c
+        .query_one(
+            "SELECT floor, high FROM crm.booking_expiration_relay_state WHERE types = $1",
+            &[&OWN_TYPE],
+        )
+        .unwrap();
+    (r.get(0), r.get(1))
+}
+
+fn ce_ids(got: &[Received]) -> Vec<String> {
+    let mut ids: Vec<String> = got.iter().map(|m| m.headers["ce_id"].clone()).collect();
+    ids.sort();
+    ids
+}
+
+#[test]
+fn a_lower_seq_committed_after_a_higher_one_was_relayed_is_published_exactly_once() {
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, 6, &[]);
+    let db = TestDb::new();
+    let mut c = db.client();
+    // The first start makes the watermark (nothing pending: at the newest row).
+    assert_eq!(relay(&db, &brokers, &[])["Published"], 0);
+
+    // A transaction takes its xid, then the lower seq, and stays open...
+    let mut slow = db.client();
+    let mut open = slow.transaction().unwrap();
+    open.query_one("SELECT pg_current_xact_id()", &[]).unwrap();
+    let (late, late_seq) = insert(&mut open, &topic, OWN_TYPE);
+    // ...while a newer row commits and is relayed.
+    let (early, early_seq) = insert(&mut c, &topic, OWN_TYPE);
+    assert!(late_seq < early_seq);
+    assert_eq!(relay(&db, &brokers, &[])["Published"], 1);
+    let (floor, high) = watermark(&mut c);
+    assert!(high >= early_seq, "high {high} has the newer row");
+    assert!(
+        floor < late_seq,
+        "floor {floor} waits below the open transaction's row"
+    );
+
+    // The lower one commits after: the next run finds it below high and sends it.
+    open.commit().unwrap();
+    let before = rows(&mut c);
+    assert_eq!(relay(&db, &brokers, &[])["Published"], 1);
+    // Nothing more, ever; the floor passes both once the horizon has.
+    assert_eq!(relay(&db, &brokers, &[])["Published"], 0);
+    assert_eq!(relay(&db, &brokers, &[])["Published"], 0);
+    let (floor, _) = watermark(&mut c);
+    assert!(floor >= early_seq, "floor {floor} passed both rows");
+
+    let got = consume(&brokers, &topic, 6, 2, Duration::from_secs(30));
+    let mut want = vec![late.to_string(), early.to_string()];
+    want.sort();
+    assert_eq!(ce_ids(&got), want, "each row exactly once");
+    assert_eq!(records_on(&brokers, &topic, 6), 2);
+    // Receipts for both; not one outbox row written by the relay.
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM crm.booking_expiration_receipt"
+        ),
+        2
+    );
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM crm.booking_expiration_exception"
+        ),
+        0
+    );
+    assert_eq!(rows(&mut c), before, "no outbox row updated");
+    // What explain and republish read: the receipt's partition and offset.
+    let sent = got
+        .iter()
+        .find(|m| m.headers["ce_id"] == late.to_string())
+        .unwrap();
+    let state = c
+        .query_one(
+            "SELECT published_at IS NOT NULL, delivered_partition, delivered_offset
+               FROM crm.booking_expiration_outbox_state WHERE id = $1",
+            &[&late],
+        )
+        .unwrap();
+    assert_eq!(
+        (
+            state.get::<_, bool>(0),
+            state.get::<_, Option<i32>>(1),
+            state.get::<_, Option<i64>>(2)
+        ),
+        (true, Some(sent.partition), Some(sent.offset))
+    );
+}
+
+#[test]
+fn without_legacy_marks_no_outbox_row_is_written_republish_resends_and_the_purge_goes_by_range() {
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, 6, &[]);
+    let db = TestDb::new();
+    let mut c = db.client();
+    let theirs = insert(&mut c, &topic, "crm.deal-won");
+    let ours: Vec<(Uuid, i64)> = (0..5).map(|_| insert(&mut c, &topic, OWN_TYPE)).collect();
+    let before = rows(&mut c);
+    let first = relay(&db, &brokers, &[]);
+    assert_eq!(first["Published"], 5, "{first}");
+    assert_eq!(rows(&mut c), before, "no outbox row updated");
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM crm.booking_expiration_receipt"
+        ),
+        5
+    );
+
+    // republish: the same ce_id again, through an exception; the row stays as it is.
+    let run = db.run(&[
+        "republish",
+        "--ids",
+        &ours[0].0.to_string(),
+        "--reason",
+        "replay",
+        "--json",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let out: Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    assert_eq!(out["Requeued"], 1, "{out}");
+    assert_eq!(relay(&db, &brokers, &[])["Published"], 1);
+    assert_eq!(rows(&mut c), before, "no outbox row updated by the re-send");
+    let got = consume(&brokers, &topic, 6, 6, Duration::from_secs(30));
+    let resent = got
+        .iter()
+        .filter(|m| m.headers["ce_id"] == ours[0].0.to_string())
+        .count();
+    assert_eq!(
+        resent, 2,
+        "the republished row went twice, by the same ce_id"
+    );
+
+    // The purge: receipts older than the retention go with their rows, by range;
+    // the other producer's row (inside the range) stays.
+    c.execute(
+        "UPDATE crm.booking_expiration_receipt SET published_at = now() - interval '8 days'",
+        &[],
+    )
+    .unwrap();
+    let purged = relay(&db, &brokers, &[]);
+    assert_eq!(purged["Purged"], 5, "{purged}");
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM crm.booking_expiration_receipt"
+        ),
+        0
+    );
+    let left = rows(&mut c);
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(
+        left.get(&theirs.1),
+        before.get(&theirs.1),
+        "theirs untouched"
+    );
+}
