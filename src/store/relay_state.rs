@@ -38,6 +38,30 @@ pub fn relay_state_usable(client: &mut impl GenericClient, write: bool) -> Resul
         .get("usable"))
 }
 
+/// The watermark of `types` when the relay keeps its state apart and writes no legacy
+/// marks (`--legacy-marks off`): then the columns of `crm.outbox` say nothing of the
+/// rows it relayed, and the figures are read from its own state. `None` when the
+/// columns tell the truth (the legacy marks on, no relay run yet, or no migration 16).
+pub fn own_watermark(
+    client: &mut impl GenericClient,
+    types: &OutboxTypes,
+) -> Result<Option<Watermark>> {
+    if !relay_state_usable(client, false)? {
+        return Ok(None);
+    }
+    let row = client
+        .query_opt(
+            "SELECT floor, high FROM crm.booking_expiration_relay_state
+              WHERE types = $1 AND NOT legacy_marks",
+            &[&types_key(types)],
+        )
+        .context("cannot read the relay's watermark")?;
+    Ok(row.map(|r| Watermark {
+        floor: r.get("floor"),
+        high: r.get("high"),
+    }))
+}
+
 /// The key of a set of outbox types in the state table: sorted, comma-separated.
 pub fn types_key(types: &OutboxTypes) -> String {
     let mut names: Vec<&str> = types.as_slice().iter().map(String::as_str).collect();

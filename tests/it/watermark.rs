@@ -73,6 +73,17 @@ fn watermark(c: &mut postgres::Client) -> (i64, i64) {
     (r.get(0), r.get(1))
 }
 
+/// `backlog`'s outbox figures: (pending, failed).
+fn backlog(db: &TestDb) -> (Value, Value) {
+    let run = db.run(&["backlog", "--json"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let report = &json_lines(&run.stdout)[0];
+    (
+        report["Outbox"]["Pending"].clone(),
+        report["Outbox"]["Failed"].clone(),
+    )
+}
+
 fn ce_ids(got: &[Received]) -> Vec<String> {
     let mut ids: Vec<String> = got.iter().map(|m| m.headers["ce_id"].clone()).collect();
     ids.sort();
@@ -105,8 +116,10 @@ fn a_lower_seq_committed_after_a_higher_one_was_relayed_is_published_exactly_onc
         "floor {floor} waits below the open transaction's row"
     );
 
-    // The lower one commits after: the next run finds it below high and sends it.
+    // The lower one commits after: backlog counts it, the next run finds it below
+    // high and sends it.
     open.commit().unwrap();
+    assert_eq!(backlog(&db), (Value::from(1), Value::from(0)));
     let before = rows(&mut c);
     assert_eq!(relay(&db, &brokers, &[])["Published"], 1);
     // Nothing more, ever; the floor passes both once the horizon has.
@@ -114,6 +127,7 @@ fn a_lower_seq_committed_after_a_higher_one_was_relayed_is_published_exactly_onc
     assert_eq!(relay(&db, &brokers, &[])["Published"], 0);
     let (floor, _) = watermark(&mut c);
     assert!(floor >= early_seq, "floor {floor} passed both rows");
+    assert_eq!(backlog(&db), (Value::from(0), Value::from(0)));
 
     let got = consume(&brokers, &topic, 6, 2, Duration::from_secs(30));
     let mut want = vec![late.to_string(), early.to_string()];
@@ -169,6 +183,7 @@ fn without_legacy_marks_no_outbox_row_is_written_republish_resends_and_the_purge
     let ours: Vec<(Uuid, i64)> = (0..5).map(|_| insert(&mut c, &topic, OWN_TYPE)).collect();
     let before = rows(&mut c);
     let first = relay(&db, &brokers, &[]);
+    assert_eq!(backlog(&db), (Value::from(0), Value::from(0)));
     assert_eq!(first["Published"], 5, "{first}");
     assert_eq!(rows(&mut c), before, "no outbox row updated");
     assert_eq!(
