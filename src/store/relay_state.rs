@@ -221,8 +221,10 @@ ON CONFLICT (seq) DO NOTHING";
 
 /// Step 1 of [`check_gap`] with the legacy marks on: every own row pending by the
 /// columns at or below `$2` (`ix_outbox_pending`: the rows this relay holds as
-/// exceptions, late rows, rows the release before re-queued), and the release before's
-/// failed rows (`ix_outbox_failed`) that are neither delivered since nor exceptions.
+/// exceptions, late rows, rows of transactions open when the watermark was made) that
+/// has no receipt (a row delivered while the legacy marks were off keeps its columns
+/// pending: it is not taken again), and the release before's failed rows
+/// (`ix_outbox_failed`) that are neither delivered since nor exceptions.
 const LEGACY_SWEEP_SQL: &str = "\
 INSERT INTO crm.booking_expiration_exception AS e
        (seq, id, key, topic, type, reason, attempts, failures, next_attempt_at, last_error,
@@ -234,6 +236,8 @@ SELECT o.seq, o.id, o.aggregateid, o.topic, o.type, 'legacy', least(o.attempts, 
   FROM (SELECT * FROM crm.outbox
          WHERE published_at IS NULL AND failed_at IS NULL AND seq <= $2
            AND type = ANY($1::text[])
+           AND NOT EXISTS (SELECT 1 FROM crm.booking_expiration_receipt r
+                            WHERE r.seq = crm.outbox.seq)
         UNION ALL
         SELECT * FROM crm.outbox p
          WHERE failed_at IS NOT NULL AND published_at IS NULL AND type = ANY($1::text[])
