@@ -242,3 +242,45 @@ fn without_legacy_marks_no_outbox_row_is_written_republish_resends_and_the_purge
         "theirs untouched"
     );
 }
+
+#[test]
+fn a_following_relay_sends_a_row_committed_below_one_it_relayed_within_seconds() {
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, 6, &[]);
+    let db = TestDb::new();
+    let mut c = db.client();
+    assert_eq!(relay(&db, &brokers, &[])["Published"], 0);
+    let mut follower = Background::start(db.command(&[
+        "relay-outbox",
+        "--brokers",
+        &brokers,
+        "--legacy-marks",
+        "off",
+        "--follow",
+        "60s",
+    ]));
+    let mut slow = db.client();
+    let mut open = slow.transaction().unwrap();
+    open.query_one("SELECT pg_current_xact_id()", &[]).unwrap();
+    let (late, _) = insert(&mut open, &topic, OWN_TYPE);
+    let (early, _) = insert(&mut c, &topic, OWN_TYPE);
+    follower.wait_for_lines("event published", 1, Duration::from_secs(60));
+    let committed = std::time::Instant::now();
+    open.commit().unwrap();
+    // Its commit notifies, but the row is below high: the gap check (every 3 s) finds it.
+    follower.wait_for_lines("event published", 2, Duration::from_secs(30));
+    let took = committed.elapsed();
+    send_signal(&follower.child, "TERM");
+    let run = follower.wait();
+    assert_eq!(run.code, 143, "{}", run.stderr);
+    assert!(
+        took < Duration::from_secs(15),
+        "the late row went {took:?} after its commit (the gap check is every 3 s)"
+    );
+    let got = consume(&brokers, &topic, 6, 2, Duration::from_secs(30));
+    let mut want = vec![late.to_string(), early.to_string()];
+    want.sort();
+    assert_eq!(ce_ids(&got), want, "each row exactly once");
+    assert_eq!(records_on(&brokers, &topic, 6), 2);
+}
