@@ -16,8 +16,10 @@
 -- docs/design.md ("The relay's state") gives the argument that no row is lost although
 -- transactions commit out of seq order.
 --
--- Online: new tables and a view of the job's own; crm.outbox keeps its shape, and the
--- release before (which reads and writes the columns) keeps working beside this one.
+-- Online: new tables of the job's own; crm.outbox keeps its shape (and nothing here
+-- depends on its columns: no view, no foreign key, so the CRM may change them), and
+-- the release before (which reads and writes the columns) keeps working beside this
+-- one.
 
 CREATE TABLE IF NOT EXISTS crm.booking_expiration_receipt (
     seq          bigint      PRIMARY KEY,   -- crm.outbox.seq
@@ -62,55 +64,6 @@ CREATE TABLE IF NOT EXISTS crm.booking_expiration_relay_state (
     updated_at         timestamptz NOT NULL
 );
 
--- A row's delivery state as operators read it (explain, republish, retry-failed):
--- its exception, else its receipt, else what the release before wrote in crm.outbox's
--- columns; but a failure written in the columns after the exception or the receipt
--- (by the release before, or an operator) is the row's latest word and wins.
-CREATE OR REPLACE VIEW crm.booking_expiration_outbox_state AS
-SELECT s.id, s.aggregateid, s.type, s.topic, s.occurred_at, s.seq,
-       CASE WHEN s.src = 'exception' THEN NULL
-            WHEN s.src = 'receipt' THEN s.r_published_at
-            ELSE s.published_at END AS published_at,
-       CASE WHEN s.src = 'exception' THEN s.e_failed_at
-            WHEN s.src = 'receipt' THEN NULL
-            ELSE s.failed_at END AS failed_at,
-       CASE WHEN s.src = 'exception' THEN s.e_attempts
-            WHEN s.src = 'receipt' THEN greatest(s.attempts, 1)
-            ELSE s.attempts END AS attempts,
-       CASE WHEN s.src = 'exception' THEN s.e_failures
-            WHEN s.src = 'receipt' THEN 0
-            ELSE s.failures END AS failures,
-       CASE WHEN s.src = 'exception' THEN s.e_next_attempt_at
-            WHEN s.src = 'receipt' THEN NULL
-            ELSE s.next_attempt_at END AS next_attempt_at,
-       CASE WHEN s.src = 'exception' THEN s.e_last_error
-            WHEN s.src = 'receipt' THEN NULL
-            ELSE s.last_error END AS last_error,
-       CASE WHEN s.src = 'exception' THEN NULL
-            WHEN s.src = 'receipt' THEN s.r_partition
-            ELSE s.delivered_partition END AS delivered_partition,
-       CASE WHEN s.src = 'exception' THEN NULL
-            WHEN s.src = 'receipt' THEN s.r_offset
-            ELSE s.delivered_offset END AS delivered_offset,
-       s.e_reason AS exception
-  FROM (SELECT o.id, o.aggregateid, o.type, o.topic, o.occurred_at, o.seq, o.published_at,
-               o.failed_at, o.attempts, o.failures, o.next_attempt_at, o.last_error,
-               o.delivered_partition, o.delivered_offset,
-               r.published_at AS r_published_at, r.partition AS r_partition,
-               r."offset" AS r_offset,
-               e.reason AS e_reason, e.attempts AS e_attempts, e.failures AS e_failures,
-               e.next_attempt_at AS e_next_attempt_at, e.last_error AS e_last_error,
-               e.failed_at AS e_failed_at,
-               CASE WHEN o.failed_at IS NOT NULL AND o.published_at IS NULL
-                         AND o.failed_at > coalesce(e.since, r.published_at, '-infinity')
-                    THEN 'columns'
-                    WHEN e.seq IS NOT NULL THEN 'exception'
-                    WHEN r.seq IS NOT NULL THEN 'receipt'
-                    ELSE 'columns' END AS src
-          FROM crm.outbox o
-          LEFT JOIN crm.booking_expiration_receipt r ON r.seq = o.seq
-          LEFT JOIN crm.booking_expiration_exception e ON e.seq = o.seq) s;
-
 GRANT SELECT, INSERT, UPDATE, DELETE
    ON crm.booking_expiration_receipt, crm.booking_expiration_exception,
       crm.booking_expiration_relay_state
@@ -119,9 +72,8 @@ GRANT SELECT, INSERT, UPDATE, DELETE
 GRANT SELECT, INSERT, UPDATE, DELETE ON crm.booking_expiration_exception
    TO crm_booking_expiration_operator;
 GRANT SELECT, DELETE ON crm.booking_expiration_receipt TO crm_booking_expiration_operator;
-GRANT SELECT ON crm.booking_expiration_relay_state, crm.booking_expiration_outbox_state
-   TO crm_booking_expiration_operator;
+GRANT SELECT ON crm.booking_expiration_relay_state TO crm_booking_expiration_operator;
 GRANT SELECT
    ON crm.booking_expiration_receipt, crm.booking_expiration_exception,
-      crm.booking_expiration_relay_state, crm.booking_expiration_outbox_state
+      crm.booking_expiration_relay_state
    TO crm_booking_expiration_readonly;

@@ -18,12 +18,67 @@ use crate::domain::OutboxTypes;
 /// The migration that makes the tables, named when they are missing.
 pub const RELAY_STATE_MIGRATION: &str = "sql/016_relay_receipts.sql";
 
+/// A row's delivery state as operators read it (explain, republish, retry-failed), a
+/// derived table to name in a FROM (`(…) o`) with the columns of `crm.outbox` the
+/// operators' statements read: its exception, else its receipt, else what the release
+/// before wrote in the columns; but a failure written in the columns after the
+/// exception or the receipt (by the release before, or an operator) is the row's
+/// latest word and wins. Not a view: nothing of the job's may depend on the CRM's
+/// columns (a view would keep the CRM from changing them). A filter on `o.id`,
+/// `o.aggregateid` or `o.seq` reaches `crm.outbox`'s index through it.
+pub const OUTBOX_STATE_SQL: &str = "\
+SELECT s.id, s.aggregateid, s.type, s.topic, s.occurred_at, s.seq,
+       CASE WHEN s.src = 'exception' THEN NULL
+            WHEN s.src = 'receipt' THEN s.r_published_at
+            ELSE s.published_at END AS published_at,
+       CASE WHEN s.src = 'exception' THEN s.e_failed_at
+            WHEN s.src = 'receipt' THEN NULL
+            ELSE s.failed_at END AS failed_at,
+       CASE WHEN s.src = 'exception' THEN s.e_attempts
+            WHEN s.src = 'receipt' THEN greatest(s.attempts, 1)
+            ELSE s.attempts END AS attempts,
+       CASE WHEN s.src = 'exception' THEN s.e_failures
+            WHEN s.src = 'receipt' THEN 0
+            ELSE s.failures END AS failures,
+       CASE WHEN s.src = 'exception' THEN s.e_next_attempt_at
+            WHEN s.src = 'receipt' THEN NULL
+            ELSE s.next_attempt_at END AS next_attempt_at,
+       CASE WHEN s.src = 'exception' THEN s.e_last_error
+            WHEN s.src = 'receipt' THEN NULL
+            ELSE s.last_error END AS last_error,
+       CASE WHEN s.src = 'exception' THEN NULL
+            WHEN s.src = 'receipt' THEN s.r_partition
+            ELSE s.delivered_partition END AS delivered_partition,
+       CASE WHEN s.src = 'exception' THEN NULL
+            WHEN s.src = 'receipt' THEN s.r_offset
+            ELSE s.delivered_offset END AS delivered_offset,
+       s.e_reason AS exception
+  FROM (SELECT o.id, o.aggregateid, o.type, o.topic, o.occurred_at, o.seq, o.published_at,
+               o.failed_at, o.attempts, o.failures, o.next_attempt_at, o.last_error,
+               o.delivered_partition, o.delivered_offset,
+               r.published_at AS r_published_at, r.partition AS r_partition,
+               r.\"offset\" AS r_offset,
+               e.reason AS e_reason, e.attempts AS e_attempts, e.failures AS e_failures,
+               e.next_attempt_at AS e_next_attempt_at, e.last_error AS e_last_error,
+               e.failed_at AS e_failed_at,
+               CASE WHEN o.failed_at IS NOT NULL AND o.published_at IS NULL
+                         AND o.failed_at > coalesce(e.since, r.published_at, '-infinity')
+                    THEN 'columns'
+                    WHEN e.seq IS NOT NULL THEN 'exception'
+                    WHEN r.seq IS NOT NULL THEN 'receipt'
+                    ELSE 'columns' END AS src
+          FROM crm.outbox o
+          LEFT JOIN crm.booking_expiration_receipt r ON r.seq = o.seq
+          LEFT JOIN crm.booking_expiration_exception e ON e.seq = o.seq) s";
+
 /// Whether the tables of migration 16 exist and this session may write them (`write`)
 /// or read them.
 const USABLE_SQL: &str = "\
 SELECT CASE WHEN to_regclass('crm.booking_expiration_relay_state') IS NULL
-              OR to_regclass('crm.booking_expiration_outbox_state') IS NULL THEN false
-            ELSE has_table_privilege('crm.booking_expiration_outbox_state', 'SELECT')
+              OR to_regclass('crm.booking_expiration_receipt') IS NULL
+              OR to_regclass('crm.booking_expiration_exception') IS NULL THEN false
+            ELSE has_table_privilege('crm.booking_expiration_receipt', 'SELECT')
+             AND has_table_privilege('crm.booking_expiration_exception', 'SELECT')
              AND (NOT $1 OR (has_table_privilege('crm.booking_expiration_relay_state', 'UPDATE')
                         AND has_table_privilege('crm.booking_expiration_receipt', 'INSERT')
                         AND has_table_privilege('crm.booking_expiration_exception', 'INSERT')))

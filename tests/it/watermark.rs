@@ -150,15 +150,14 @@ fn a_lower_seq_committed_after_a_higher_one_was_relayed_is_published_exactly_onc
         0
     );
     assert_eq!(rows(&mut c), before, "no outbox row updated");
-    // What explain and republish read: the receipt's partition and offset.
+    // The receipt explain reads: the partition and offset the broker acknowledged.
     let sent = got
         .iter()
         .find(|m| m.headers["ce_id"] == late.to_string())
         .unwrap();
     let state = c
         .query_one(
-            "SELECT published_at IS NOT NULL, delivered_partition, delivered_offset
-               FROM crm.booking_expiration_outbox_state WHERE id = $1",
+            "SELECT true, partition, \"offset\" FROM crm.booking_expiration_receipt WHERE id = $1",
             &[&late],
         )
         .unwrap();

@@ -84,9 +84,10 @@ fn entry(r: &postgres::Row) -> OutboxEntry {
     }
 }
 
-/// Where a row's delivery state is read: the view of the relay's own state
-/// (`sql/016_relay_receipts.sql`: its exception, its receipt, then `crm.outbox`'s
-/// columns), or on a database without it `crm.outbox`'s columns alone.
+/// Where a row's delivery state is read: the relay's own state
+/// (`sql/016_relay_receipts.sql`, [`crate::store::OUTBOX_STATE_SQL`]: its exception,
+/// its receipt, then `crm.outbox`'s columns), or on a database without it
+/// `crm.outbox`'s columns alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Source {
     Columns,
@@ -102,10 +103,10 @@ impl Source {
         })
     }
 
-    fn from(self) -> &'static str {
+    fn from(self) -> String {
         match self {
-            Source::Columns => "crm.outbox o",
-            Source::Own => "crm.booking_expiration_outbox_state o",
+            Source::Columns => "crm.outbox o".to_owned(),
+            Source::Own => format!("({}) o", crate::store::OUTBOX_STATE_SQL),
         }
     }
 }
@@ -212,7 +213,7 @@ pub fn requeue_batch(
 ) -> Result<Vec<(i64, OutboxEntry)>> {
     let n = next_param(sel);
     let source = Source::of(client)?;
-    // The view has no rows of its own to lock: the re-queue is one statement there,
+    // The derived table has no rows of its own to lock: the re-queue is one statement there,
     // an upsert of the exceptions (see [`requeue`]).
     let lock = lock && source == Source::Columns;
     let sql = format!(
@@ -305,9 +306,14 @@ pub fn requeue(client: &mut impl GenericClient, ids: &[Uuid], types: &OutboxType
                 )
                 .context("cannot read the relay's state")?
                 .get("legacy");
-            // The exceptions first: the view reads the columns the legacy re-queue clears.
+            // The exceptions first: the state read here is of the columns the legacy
+            // re-queue clears.
             let changed = client
-                .query_one(REQUEUE_OWN_SQL, &[&ids, &types.as_slice()])
+                .query_one(
+                    &REQUEUE_OWN_SQL
+                        .replace("{STATE}", &format!("({})", crate::store::OUTBOX_STATE_SQL)),
+                    &[&ids, &types.as_slice()],
+                )
                 .context("cannot re-queue the outbox rows")?
                 .get::<_, i64>(0)
                 .max(0) as u64;
@@ -325,13 +331,13 @@ pub fn requeue(client: &mut impl GenericClient, ids: &[Uuid], types: &OutboxType
     Ok(changed)
 }
 
-/// The re-queue on the relay's own state: each row published or failed (as the view
-/// reads it) becomes an exception due at once (a row already one is reset), and its
+/// The re-queue on the relay's own state: each row published or failed (as
+/// [`crate::store::OUTBOX_STATE_SQL`] reads it; `{STATE}`) becomes an exception due at once (a row already one is reset), and its
 /// receipt goes (the relay writes the new one). `crm.outbox` is not written.
 const REQUEUE_OWN_SQL: &str = "\
 WITH sel AS (
     SELECT o.seq, o.id, o.aggregateid, o.topic, o.type, o.attempts
-      FROM crm.booking_expiration_outbox_state o
+      FROM {STATE} o
      WHERE o.id = ANY($1) AND o.type = ANY($2::text[])
        AND (o.published_at IS NOT NULL OR o.failed_at IS NOT NULL)
 ), receipts AS (
