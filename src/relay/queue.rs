@@ -55,7 +55,7 @@ impl Queue {
     pub(super) fn open(client: &mut Client, cfg: &RelayConfig, now: DateTime<Utc>) -> Result<Self> {
         if !store::relay_state_usable(client, true)? {
             log::warn!(Migration = store::RELAY_STATE_MIGRATION;
-                       "the relay's own tables are missing (run `booking-expire migrate`): it marks crm.outbox's columns as the release before did");
+                       "the relay's own tables are missing or not writable by this role (run `booking-expire migrate`): it marks crm.outbox's columns as the release before did");
             return Ok(Queue::Columns(store::prepare_pending(client)?));
         }
         let legacy_marks = cfg.legacy_marks;

@@ -283,3 +283,69 @@ fn a_following_relay_sends_a_row_committed_below_one_it_relayed_within_seconds()
     assert_eq!(ce_ids(&got), want, "each row exactly once");
     assert_eq!(records_on(&brokers, &topic, 6), 2);
 }
+
+/// The `crm` schema's index scans, and the row updates of `crm.outbox`, in this
+/// database, once every other session of it has ended (a backend flushes its
+/// statistics as it exits).
+fn footprint(db: &TestDb, c: &mut postgres::Client) -> (i64, i64) {
+    wait_until(
+        Duration::from_secs(30),
+        "the relay's sessions to end",
+        || {
+            count(
+                c,
+                "SELECT count(*) FROM pg_stat_activity
+              WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            ) == 0
+        },
+    );
+    let _ = db;
+    c.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
+    let r = c
+        .query_one(
+            "SELECT (SELECT coalesce(sum(idx_scan), 0)::int8 FROM pg_stat_all_indexes
+                      WHERE schemaname = 'crm'),
+                    (SELECT n_tup_upd + n_tup_hot_upd FROM pg_stat_all_tables
+                      WHERE relid = 'crm.outbox'::regclass)",
+            &[],
+        )
+        .unwrap();
+    (r.get(0), r.get(1))
+}
+
+#[test]
+fn without_legacy_marks_a_relay_and_its_purge_cost_under_a_tenth_of_an_index_scan_per_event() {
+    const ROWS: i64 = 3000;
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, 6, &[]);
+    let db = TestDb::new();
+    let mut c = db.client();
+    assert_eq!(relay(&db, &brokers, &[])["Published"], 0);
+    c.execute(
+        "INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload)
+         SELECT gen_random_uuid(), 'Booking', gen_random_uuid()::text, $1, $2, '{}'
+           FROM generate_series(1, $3::int8)",
+        &[&OWN_TYPE, &topic, &ROWS],
+    )
+    .unwrap();
+    let (scans, updates) = footprint(&db, &mut c);
+    assert_eq!(relay(&db, &brokers, &[])["Published"], ROWS);
+    // The next run moves the floor past them (their transactions long ended).
+    assert_eq!(relay(&db, &brokers, &[])["Published"], 0);
+    c.execute(
+        "UPDATE crm.booking_expiration_receipt SET published_at = now() - interval '8 days'",
+        &[],
+    )
+    .unwrap();
+    let purged = relay(&db, &brokers, &["--purge-batch-size", "100000"]);
+    assert_eq!(purged["Purged"], ROWS, "{purged}");
+    let (scans_after, updates_after) = footprint(&db, &mut c);
+    assert_eq!(updates_after, updates, "no row of crm.outbox updated");
+    let per_event = (scans_after - scans) as f64 / ROWS as f64;
+    assert!(
+        per_event <= 0.1,
+        "{} index scans for {ROWS} events relayed and purged ({per_event:.3} per event)",
+        scans_after - scans
+    );
+}
