@@ -131,11 +131,16 @@ pub struct Watermark {
     pub high: i64,
 }
 
-/// The watermark of `types`, made on the first start: just below the oldest own row
-/// the release before left pending (its columns), or the newest row when none is
-/// (everything below was settled by the release before). `legacy_marks` is recorded
-/// for the operators' commands. Rows of transactions still open at that moment that
-/// commit below the start are found by the legacy sweep ([`check_gap`]).
+/// The watermark of `types`, made on the first start: the floor just below the oldest
+/// own row pending by the columns with neither receipt nor exception, or the newest row
+/// when there is none (everything below is settled). `high` is the floor while the
+/// legacy marks are on (the columns are the truth then, and the fetch's filter on them
+/// skips what was settled); with them off it is the newest row, and the first gap
+/// check ([`check_gap`]) takes the unsettled rows of the window as exceptions: the
+/// columns of rows delivered under another set of types, with the marks off, say
+/// pending. `legacy_marks` is recorded for the operators' commands. Rows of
+/// transactions still open at that moment that commit below the start are found by
+/// the gap check.
 pub fn load_watermark(
     client: &mut impl GenericClient,
     types: &OutboxTypes,
@@ -157,11 +162,17 @@ pub fn load_watermark(
             .query_one(
                 "INSERT INTO crm.booking_expiration_relay_state AS s
                         (types, floor, high, legacy_marks, updated_at)
-                 SELECT $1, f, f, $3, $4
-                   FROM (SELECT coalesce((SELECT min(seq) FROM crm.outbox
-                                           WHERE published_at IS NULL AND failed_at IS NULL
-                                             AND type = ANY($2::text[])) - 1,
-                                         (SELECT max(seq) FROM crm.outbox), 0) AS f) x
+                 SELECT $1, f, CASE WHEN $3 THEN f ELSE greatest(f, m) END, $3, $4
+                   FROM (SELECT coalesce((SELECT min(o.seq) FROM crm.outbox o
+                                           WHERE o.published_at IS NULL AND o.failed_at IS NULL
+                                             AND o.type = ANY($2::text[])
+                                             AND NOT EXISTS (
+                                                 SELECT 1 FROM crm.booking_expiration_receipt r
+                                                  WHERE r.seq = o.seq)
+                                             AND o.seq NOT IN (
+                                                 SELECT seq FROM crm.booking_expiration_exception)) - 1,
+                                         (SELECT max(seq) FROM crm.outbox), 0) AS f,
+                                coalesce((SELECT max(seq) FROM crm.outbox), 0) AS m) x
                  ON CONFLICT (types) DO UPDATE SET updated_at = EXCLUDED.updated_at
                  RETURNING s.floor, s.high",
                 &[&key, &types.as_slice(), &legacy_marks, &now],
