@@ -371,3 +371,78 @@ fn a_relay_of_another_set_of_types_sends_only_what_no_relay_delivered() {
     want.sort();
     assert_eq!(ce_ids(&got), want, "each row exactly once");
 }
+
+#[test]
+fn the_release_befores_back_off_and_failures_are_carried_over_without_rewriting_the_rows() {
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, 6, &[]);
+    let db = TestDb::new();
+    let mut c = db.client();
+    // As release 0.1.0's relay left them: one row backing off an hour, one failed, one
+    // pending.
+    let (backing_off, _) = insert(&mut c, &topic, OWN_TYPE);
+    let (failed, _) = insert(&mut c, &topic, OWN_TYPE);
+    let (pending, _) = insert(&mut c, &topic, OWN_TYPE);
+    c.execute(
+        "UPDATE crm.outbox SET next_attempt_at = now() + interval '1 hour', failures = 3,
+                attempts = 3, last_error = 'refused' WHERE id = $1",
+        &[&backing_off],
+    )
+    .unwrap();
+    c.execute(
+        "UPDATE crm.outbox SET failed_at = now(), failures = 20, attempts = 20,
+                last_error = 'gave up' WHERE id = $1",
+        &[&failed],
+    )
+    .unwrap();
+    let before = rows(&mut c);
+    // This release, its legacy marks on (the default): only the pending row goes.
+    let run = db.run(&[
+        "relay-outbox",
+        "--brokers",
+        &brokers,
+        "--message-timeout",
+        "5s",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let result = &json_lines(&run.stdout)[0];
+    assert_eq!(result["Published"], 1, "{result}");
+    assert_eq!(result["Waiting"], 1, "{result}");
+    let carried: Vec<(Uuid, String, i32, bool, bool)> = c
+        .query(
+            "SELECT id, reason, failures, next_attempt_at IS NOT NULL, failed_at IS NOT NULL
+               FROM crm.booking_expiration_exception ORDER BY seq",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+        .collect();
+    assert_eq!(
+        carried,
+        [
+            (backing_off, "legacy".to_owned(), 3, true, false),
+            (failed, "legacy".to_owned(), 20, false, true),
+        ]
+    );
+    // Their rows as 0.1.0 left them; the pending one marked as 0.1.0 reads it.
+    let after = rows(&mut c);
+    for id in [backing_off, failed] {
+        let seq: i64 = c
+            .query_one("SELECT seq FROM crm.outbox WHERE id = $1", &[&id])
+            .unwrap()
+            .get(0);
+        assert_eq!(after.get(&seq), before.get(&seq), "{id} not rewritten");
+    }
+    let published: bool = c
+        .query_one(
+            "SELECT published_at IS NOT NULL FROM crm.outbox WHERE id = $1",
+            &[&pending],
+        )
+        .unwrap()
+        .get(0);
+    assert!(published, "the legacy mark of the row delivered");
+    let got = consume(&brokers, &topic, 6, 1, Duration::from_secs(30));
+    assert_eq!(ce_ids(&got), [pending.to_string()]);
+}
