@@ -91,7 +91,7 @@ cargo test --locked --all-targets "$@"
 second_pass_modules=(
     run_once relay design poison_and_races relay_isolation relay_pipeline golden
     explain republish pause backlog dry_run roles exit_codes pooler delivery_faults
-    host_rows migrate shared_outbox waiting upgrade
+    host_rows migrate shared_outbox waiting upgrade watermark
 )
 if test_second_pass; then
     echo "== cargo test, second pass: PostgreSQL 18 and Kafka 3.9" >&2
