@@ -322,7 +322,7 @@ light_checks() {
 second_pass_modules=(
     run_once relay design poison_and_races relay_isolation relay_pipeline golden
     explain republish pause backlog dry_run roles exit_codes pooler delivery_faults
-    host_rows migrate shared_outbox waiting upgrade row_security
+    host_rows migrate shared_outbox waiting upgrade row_security watermark
 )
 second_pass() {
     (

@@ -146,6 +146,25 @@ pub struct RelayArgs {
     #[arg(long, env = "OUTBOX_MAX_MESSAGE_BYTES", value_name = "BYTES", default_value_t = 1_000_000,
           value_parser = trimmed(clap::value_parser!(u32).range(1000..=100_000_000)))]
     pub max_message_bytes: u32,
+
+    /// Also write what release 0.1.0's relay reads in crm.outbox (published_at,
+    /// attempts, failed_at, the back-off and the receipt's columns) beside the relay's
+    /// own receipts and exceptions, so that a 0.1.0 relay started again (a rollback)
+    /// sends nothing this one delivered. Each such mark rewrites a wide row of the
+    /// shared outbox and every one of its indexes: turn them off once no 0.1.0 binary
+    /// will run again (docs/guides/upgrading.md); the next release drops them
+    #[arg(long, env = "BOOKING_EXPIRATION_LEGACY_MARKS", value_name = "ON|OFF",
+          value_enum, default_value_t = LegacyMarks::On, value_parser = choice::<LegacyMarks>())]
+    pub legacy_marks: LegacyMarks,
+}
+
+/// Whether the relay also writes the outbox columns release 0.1.0 reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LegacyMarks {
+    /// Write them beside the relay's own state (this release's default)
+    On,
+    /// The relay's own state only: no UPDATE of crm.outbox
+    Off,
 }
 
 #[derive(Debug, Args)]

@@ -270,6 +270,8 @@ pub struct RelayConfig {
     pub expected_partitions: usize,
     /// The outbox rows this relay sends, marks and purges: no other row is touched.
     pub outbox_types: OutboxTypes,
+    /// Also write the outbox columns release 0.1.0 reads (`--legacy-marks`).
+    pub legacy_marks: bool,
 }
 
 impl RelayConfig {
@@ -287,6 +289,7 @@ impl RelayConfig {
             purge_batch_size: args.purge_batch_size,
             expected_partitions: args.expected_partitions as usize,
             outbox_types: args.outbox.outbox_types.clone(),
+            legacy_marks: args.legacy_marks == crate::cli::LegacyMarks::On,
         })
     }
 

@@ -101,6 +101,14 @@ pub const FIELDS: &[(&str, &str)] = &[
     ),
     ("Failed", "rows marked failed: they can never be delivered"),
     (
+        "Floor",
+        "relay: its watermark's floor, every own outbox row at or below it settled",
+    ),
+    (
+        "High",
+        "relay: the highest outbox seq its watermark has dealt with",
+    ),
+    (
         "Failures",
         "failures of the phase's batches in a row (the last cycles')",
     ),

@@ -12,14 +12,17 @@ use anyhow::{Result, anyhow};
 use chrono::{DateTime, Utc};
 
 use super::RelayResult;
+use super::failures::Marks;
 use crate::config::DbConfig;
 use crate::domain::OutboxTypes;
-use crate::store::{self, Receipt};
+use crate::store::{self, Delivered, Receipt};
 
 struct Job {
     now: DateTime<Utc>,
-    acked: Vec<Receipt>,
+    acked: Vec<Delivered>,
     seqs: (i64, i64),
+    /// The watermark's `high` after this batch (the relay's own state).
+    high: Option<i64>,
 }
 
 struct Worker {
@@ -33,16 +36,18 @@ pub(super) struct Marker<'a> {
     db: &'a DbConfig,
     /// The relay's outbox types: a mark touches no other row.
     types: &'a OutboxTypes,
+    marks: Marks,
     /// Started on the first mark: a run with nothing to publish opens no second session.
     worker: Option<Worker>,
     waiting: VecDeque<Vec<String>>,
 }
 
 impl<'a> Marker<'a> {
-    pub(super) fn new(db: &'a DbConfig, types: &'a OutboxTypes) -> Self {
+    pub(super) fn new(db: &'a DbConfig, types: &'a OutboxTypes, marks: Marks) -> Self {
         Marker {
             db,
             types,
+            marks,
             worker: None,
             waiting: VecDeque::new(),
         }
@@ -61,7 +66,7 @@ impl<'a> Marker<'a> {
     /// that no row goes out that could not then be marked (a read-only server fails here).
     pub(super) fn ready(&mut self) -> Result<()> {
         if self.worker.is_none() {
-            self.worker = Some(start(self.db, self.types)?);
+            self.worker = Some(start(self.db, self.types, self.marks)?);
         }
         Ok(())
     }
@@ -72,14 +77,20 @@ impl<'a> Marker<'a> {
         &mut self,
         keys: Vec<String>,
         now: DateTime<Utc>,
-        acked: Vec<Receipt>,
+        acked: Vec<Delivered>,
         seqs: (i64, i64),
+        high: Option<i64>,
     ) -> Result<()> {
         self.ready()?;
         let worker = self.worker.as_ref().expect("started above");
         worker
             .jobs
-            .send(Job { now, acked, seqs })
+            .send(Job {
+                now,
+                acked,
+                seqs,
+                high,
+            })
             .map_err(|_| anyhow!("the relay's mark session ended"))?;
         self.waiting.push_back(keys);
         Ok(())
@@ -158,25 +169,44 @@ pub(super) fn needs_two(e: anyhow::Error) -> anyhow::Error {
     })
 }
 
-fn start(db: &DbConfig, types: &OutboxTypes) -> Result<Worker> {
+fn start(db: &DbConfig, types: &OutboxTypes, marks: Marks) -> Result<Worker> {
     let types = types.clone();
     let mut session = store::connect_another(db).map_err(needs_two)?;
     session.require_writable(db, "relay-outbox")?;
     let mark = store::prepare_mark_published(&mut session.client)?;
+    let receipts = match marks {
+        Marks::Own { .. } => Some(store::prepare_mark_receipts(&mut session.client)?),
+        Marks::Columns => None,
+    };
+    let legacy = matches!(marks, Marks::Own { legacy: true });
     let (jobs, inbox) = mpsc::channel::<Job>();
     let (outbox, done) = mpsc::channel();
     let thread = std::thread::Builder::new()
         .name("relay-marks".to_owned())
         .spawn(move || {
             for job in inbox {
-                let marked = store::mark_published(
-                    &mut session.client,
-                    &mark,
-                    job.now,
-                    &job.acked,
-                    job.seqs,
-                    &types,
-                );
+                let marked = match (&receipts, job.high) {
+                    (Some(receipts), Some(high)) => store::mark_receipts(
+                        &mut session.client,
+                        receipts,
+                        job.now,
+                        &job.acked,
+                        high,
+                        &types,
+                        legacy.then_some((&mark, job.seqs)),
+                    ),
+                    _ => {
+                        let acked: Vec<Receipt> = job.acked.iter().map(|d| d.receipt).collect();
+                        store::mark_published(
+                            &mut session.client,
+                            &mark,
+                            job.now,
+                            &acked,
+                            job.seqs,
+                            &types,
+                        )
+                    }
+                };
                 let failed = marked.is_err();
                 if outbox.send(marked).is_err() || failed {
                     return;

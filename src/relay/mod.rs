@@ -7,9 +7,11 @@
 //! failures stay pending and end the run non-zero. Published rows older than the
 //! retention are purged.
 
+mod failures;
 mod marker;
 mod outgoing;
 mod pipeline;
+mod queue;
 mod reconnect;
 mod settle;
 mod topics;
@@ -258,8 +260,22 @@ fn drain(
     run: &Run,
     result: &mut RelayResult,
 ) -> Result<Option<anyhow::Error>> {
-    let mut marker = Marker::new(&run.cfg.db, &run.cfg.outbox_types);
-    let outcome = pipeline::pipeline(client, &mut marker, producer, topics, run, result);
+    let mut queue = queue::Queue::open(
+        client,
+        run.cfg,
+        run.driver.clock.now(),
+        run.driver.monotonic.now(),
+    )?;
+    let mut marker = Marker::new(&run.cfg.db, &run.cfg.outbox_types, queue.marks());
+    let outcome = pipeline::pipeline(
+        client,
+        &mut queue,
+        &mut marker,
+        producer,
+        topics,
+        run,
+        result,
+    );
     // Every acknowledged row gets its mark, also when the run ends early.
     let marked = marker.finish(result);
     match (outcome, marked) {

@@ -64,6 +64,7 @@ mod tests {
             occurred_at: chrono::DateTime::UNIX_EPOCH,
             size: 2,
             fetch: crate::store::Fetch::Loaded,
+            extra: Default::default(),
         }
     }
 

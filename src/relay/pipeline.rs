@@ -12,14 +12,13 @@ use postgres::Client;
 use postgres::fallible_iterator::FallibleIterator;
 
 use super::marker::Marker;
-use super::outgoing::one_per_key;
+use super::queue::Queue;
 use super::settle::{self, InFlight};
 use super::topics::TopicWaits;
 use super::{RelayResult, Run};
 use crate::exit::{Failure, fail};
 use crate::kafka::KafkaProducer;
 use crate::preflight::{self, Writer};
-use crate::store;
 
 /// Batches enqueued at the broker at once. While the oldest waits for its delivery
 /// reports, the next is fetched and enqueued; the oldest is then marked on the mark
@@ -32,6 +31,7 @@ const IN_FLIGHT_BATCHES: usize = 3;
 
 pub(super) fn pipeline(
     client: &mut Client,
+    queue: &mut Queue,
     marker: &mut Marker,
     producer: &mut KafkaProducer,
     topics: &mut TopicWaits,
@@ -39,7 +39,7 @@ pub(super) fn pipeline(
     result: &mut RelayResult,
 ) -> Result<Option<anyhow::Error>> {
     let (cfg, clock) = (run.cfg, run.driver.clock);
-    let fetch = store::prepare_pending(client)?;
+    let marks = queue.marks();
     // The first failure of a row's own (an unusable topic, a message the broker refused
     // while taking others): the run goes on with the other rows, and ends with it.
     let mut row_failure: Option<anyhow::Error> = None;
@@ -71,6 +71,11 @@ pub(super) fn pipeline(
                 topics.recheck(producer, cfg.expected_partitions, now, false)?;
             }
             topics.sync(client, clock.now())?;
+            // Following, the rows committed below those relayed are looked for every
+            // few seconds (a run without --follow did so at its start).
+            if !cfg.follow.is_zero() {
+                queue.check_gap_if_due(client, cfg, clock.now(), now)?;
+            }
             // A key with a row in flight has no newer row sent before that one is
             // acknowledged and marked: its keys stay out of this fetch.
             let keys: Vec<&str> = in_flight
@@ -78,18 +83,7 @@ pub(super) fn pipeline(
                 .flat_map(InFlight::keys)
                 .chain(marker.keys())
                 .collect();
-            let rows = store::pending(
-                client,
-                &fetch,
-                clock.now(),
-                cfg.batch_size,
-                store::LeftOut {
-                    keys: &keys,
-                    topics: &topics.excluded(),
-                },
-                cfg.kafka.max_message_bytes,
-                &cfg.outbox_types,
-            )?;
+            let fetched = queue.next(client, cfg, clock.now(), &keys, &topics.excluded())?;
             // Asked after the fetch: a row sent was fetched before the pause committed.
             if let Some(paused) = run.pause.check(client, clock.now())? {
                 let done = format!(
@@ -100,13 +94,20 @@ pub(super) fn pipeline(
                 result.paused = Some(paused);
                 break;
             }
-            if rows.is_empty() {
+            if !fetched.progressed {
                 break;
             }
             // The session that will mark these rows is open and can write before any
             // of them is sent.
             marker.ready()?;
-            match settle::enqueue(producer, cfg, one_per_key(rows), topics, &mut row_failure) {
+            match settle::enqueue(
+                producer,
+                cfg,
+                fetched.rows,
+                fetched.high,
+                topics,
+                &mut row_failure,
+            ) {
                 Ok(batch) => in_flight.push_back(batch),
                 Err(e) => stop = Some(e),
             }
@@ -124,7 +125,12 @@ pub(super) fn pipeline(
             if cfg.follow.is_zero() || run.left().is_zero() || result.paused.is_some() {
                 break;
             }
-            wait_for_outbox(client, run, &mut || {
+            wait_for_outbox(client, run, &mut |client| {
+                // Rows committed below those relayed, every few seconds: found, they
+                // end the wait.
+                if queue.check_gap_if_due(client, cfg, clock.now(), run.driver.monotonic.now())? {
+                    return Ok(true);
+                }
                 // The waiting topics, about once a second: one that came free ends the
                 // wait, its rows go at once.
                 let now = run.driver.monotonic.now();
@@ -142,6 +148,7 @@ pub(super) fn pipeline(
             topics: &mut *topics,
             cfg,
             clock,
+            marks,
         };
         if let Some(e) = ctx.settle(batch, result, &mut row_failure)? {
             stop.get_or_insert(e);
@@ -167,14 +174,14 @@ pub(super) fn interrupted(run: &Run) -> Result<()> {
 fn wait_for_outbox(
     client: &mut Client,
     run: &Run,
-    came_free: &mut dyn FnMut() -> Result<bool>,
+    came_free: &mut dyn FnMut(&mut Client) -> Result<bool>,
 ) -> Result<()> {
-    let mut notifications = client.notifications();
     while !run.left().is_zero() && run.driver.shutdown.requested().is_none() {
-        if came_free()? {
+        if came_free(client)? {
             return Ok(());
         }
         let slice = run.left().min(Duration::from_millis(250));
+        let mut notifications = client.notifications();
         if notifications.timeout_iter(slice).next()?.is_some() {
             // Several commits may have notified: one drain serves them all.
             while notifications.iter().next()?.is_some() {}

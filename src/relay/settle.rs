@@ -10,8 +10,8 @@ use opentelemetry::trace::TraceContextExt;
 use anyhow::Result;
 use log::info;
 use postgres::Client;
-use uuid::Uuid;
 
+use super::failures::{self, Marks, NotSent};
 use super::marker::Marker;
 use super::topics::TopicWaits;
 use super::{RelayResult, message};
@@ -20,7 +20,7 @@ use crate::config::RelayConfig;
 use crate::exit::{Failure, fail};
 use crate::kafka::{Delivery, Enqueued, Fault, KafkaProducer, OutMessage, TopicCheck};
 use crate::obs::trace::{self, Attr};
-use crate::store::{self, Fetch, OutboxRow, Receipt};
+use crate::store::{self, Delivered, Fetch, OutboxRow, Receipt};
 
 /// A batch enqueued at the broker, whose reports and marks are still to come.
 pub(super) struct InFlight {
@@ -32,7 +32,12 @@ pub(super) struct InFlight {
     waiting: usize,
     /// Rows larger than the largest message, never loaded: failed when the batch
     /// settles.
-    too_large: Vec<(Uuid, String)>,
+    too_large: Vec<(OutboxRow, String)>,
+    /// Rows of topics that cannot take them now, with why (`topic`, or `unsent` for
+    /// the cluster's reason): on the relay's own state, exceptions when it settles.
+    held: Vec<(OutboxRow, &'static str)>,
+    /// The `high` the batch's mark moves the watermark to (the relay's own state).
+    high: Option<i64>,
     /// Set when a topic's check failed for the cluster's reason: its rows stay as they
     /// are and the run stops once this batch is settled.
     cluster: Option<anyhow::Error>,
@@ -65,6 +70,7 @@ pub(super) fn enqueue(
     producer: &mut KafkaProducer,
     cfg: &RelayConfig,
     batch: Vec<OutboxRow>,
+    high: Option<i64>,
     topics: &mut TopicWaits,
     row_failure: &mut Option<anyhow::Error>,
 ) -> Result<InFlight> {
@@ -77,16 +83,18 @@ pub(super) fn enqueue(
             Fetch::Loaded => loaded.push(row),
             Fetch::Later => {}
             Fetch::TooLarge => {
+                let key = row.key.clone();
+                let size = row.size;
                 too_large.push((
-                    row.id,
+                    row,
                     format!(
                         "the message is too large: its payload and headers are {} bytes, \
                          the largest message is {limit} bytes (--max-message-bytes); \
                          it was never read",
-                        row.size
+                        size
                     ),
                 ));
-                held_keys.push(row.key);
+                held_keys.push(key);
             }
         }
     }
@@ -107,12 +115,14 @@ pub(super) fn enqueue(
         .partition(|r| unusable.contains_key(r.topic.as_str()));
     let mut waiting = 0;
     let mut cluster = None;
+    let mut config_topics = HashSet::new();
     for (topic, (failure, reason)) in &unusable {
         let rows: Vec<&OutboxRow> = held.iter().filter(|r| r.topic == *topic).collect();
         if *failure == Failure::Config {
             log::error!(Topic = topic.as_str(), Rows = rows.len(), Error = reason.as_str();
                         "item failed: the topic cannot take these rows; they wait uncounted, the other topics' rows go on");
             waiting += rows.len();
+            config_topics.insert(topic.clone());
             topics.wait(topic, reason);
             row_failure.get_or_insert_with(|| fail(*failure, reason.clone()));
         } else {
@@ -121,7 +131,18 @@ pub(super) fn enqueue(
             cluster.get_or_insert_with(|| fail(Failure::Temporary, reason.clone()));
         }
     }
-    held_keys.extend(held.into_iter().map(|r| r.key));
+    held_keys.extend(held.iter().map(|r| r.key.clone()));
+    let held = held
+        .into_iter()
+        .map(|r| {
+            let why = if config_topics.contains(&r.topic) {
+                "topic"
+            } else {
+                "unsent"
+            };
+            (r, why)
+        })
+        .collect();
     let messages: Vec<OutMessage> = sendable.iter().map(message).collect();
     let sent_at = std::time::SystemTime::now();
     let enqueued = producer.enqueue(&messages);
@@ -129,6 +150,8 @@ pub(super) fn enqueue(
         sendable,
         waiting,
         too_large,
+        held,
+        high,
         cluster,
         held_keys,
         enqueued,
@@ -144,6 +167,7 @@ pub(super) struct Settle<'a, 'm> {
     pub topics: &'a mut TopicWaits,
     pub cfg: &'a RelayConfig,
     pub clock: &'a dyn Clock,
+    pub marks: Marks,
 }
 
 impl Settle<'_, '_> {
@@ -165,11 +189,14 @@ impl Settle<'_, '_> {
             topics,
             cfg,
             clock,
+            marks,
         } = self;
         let InFlight {
             sendable,
             mut waiting,
-            mut too_large,
+            too_large,
+            held,
+            high,
             cluster,
             enqueued,
             held_keys: _,
@@ -192,23 +219,30 @@ impl Settle<'_, '_> {
         // Every delivery report is in: this is when the broker acknowledged.
         let now = clock.now();
         let mut acked = Vec::new();
-        let mut permanent = std::mem::take(&mut too_large);
-        let mut refused = Vec::new();
+        let mut not_sent = NotSent {
+            permanent: too_large.iter().map(|(r, e)| (r, e.clone())).collect(),
+            left: held.iter().map(|(r, why)| (r, *why)).collect(),
+            ..NotSent::default()
+        };
         let mut unsent = Vec::new();
         let mut fatal = None;
         for (row, delivery) in sendable.iter().zip(&deliveries) {
             match delivery {
                 Delivery::Acked { partition, offset } => {
-                    acked.push(Receipt {
-                        seq: row.seq,
-                        partition: *partition,
-                        offset: *offset,
+                    acked.push(Delivered {
+                        receipt: Receipt {
+                            seq: row.seq,
+                            partition: *partition,
+                            offset: *offset,
+                        },
+                        id: row.id,
+                        excepted: row.extra.excepted,
                     });
                     published(row, *partition, *offset, now, result);
                 }
                 Delivery::Failed { fault, error } => match fault {
-                    Fault::Message => permanent.push((row.id, error.clone())),
-                    Fault::Refused => refused.push((row.id, error.clone())),
+                    Fault::Message => not_sent.permanent.push((row, error.clone())),
+                    Fault::Refused => not_sent.refused.push((row, error.clone())),
                     Fault::Topic => {
                         let reason =
                             format!("Kafka topic {} cannot take messages: {error}", row.topic);
@@ -220,6 +254,7 @@ impl Settle<'_, '_> {
                         }
                         topics.wait(&row.topic, &reason);
                         producer.forget_topic(&row.topic);
+                        not_sent.left.push((row, "topic"));
                         waiting += 1;
                     }
                     Fault::Cluster => unsent.push((row, error.as_str())),
@@ -238,10 +273,14 @@ impl Settle<'_, '_> {
         let seq_span = (seqs.clone().min().unwrap_or(0), seqs.max().unwrap_or(0));
         let acked_count = acked.len();
         let keys = sendable.iter().map(|r| r.key.clone()).collect();
-        marker.submit(keys, now, acked, seq_span)?;
-        store::mark_failed(client, now, &permanent, &cfg.outbox_types)?;
-        for (id, error) in &permanent {
-            log::error!(MessageId:% = id, Error = error.as_str();
+        marker.submit(keys, now, acked, seq_span, high)?;
+        for (row, _) in &unsent {
+            not_sent.left.push((row, "unsent"));
+        }
+        let gave_up = failures::record(client, marks, now, &not_sent, &cfg.outbox_types)?;
+        let (permanent, refused) = (&not_sent.permanent, &not_sent.refused);
+        for (row, error) in permanent {
+            log::error!(MessageId:% = row.id, Error = error.as_str();
                         "item failed: the message can never be delivered, marked failed");
         }
         result.failed += permanent.len() as u64;
@@ -252,8 +291,8 @@ impl Settle<'_, '_> {
             Attr::new("Unsent", unsent.len() as i64),
         ]);
 
-        for (id, error) in &refused {
-            log::error!(MessageId:% = id, Error = error.as_str();
+        for (row, error) in refused {
+            log::error!(MessageId:% = row.id, Error = error.as_str();
                         "item failed: Kafka refused the message; it backs off");
         }
         if let Some((_, first_error)) = refused.first() {
@@ -268,7 +307,6 @@ impl Settle<'_, '_> {
                 )
             });
         }
-        let gave_up = store::mark_retry(client, now, &refused, &cfg.outbox_types)?;
         for id in &gave_up {
             log::error!(MessageId:% = id, MaxFailures = store::MAX_FAILURES;
                         "item failed: too many failed attempts, marked failed");

@@ -64,6 +64,32 @@ pub(super) fn purge(client: &mut Client, run: &Run, result: &mut RelayResult) ->
     let (cfg, monotonic) = (run.cfg, run.driver.monotonic);
     let now = run.driver.clock.now();
     let began = monotonic.now();
+    // On the relay's own state: by `seq` range below the floor (the rows the release
+    // before published go by its columns' index after).
+    if store::relay_state_usable(client, true)? {
+        let floor = store::load_watermark(client, &cfg.outbox_types, cfg.legacy_marks, now)?.floor;
+        loop {
+            interrupted(run)?;
+            if monotonic.since(began) >= PURGE_FOR {
+                info!(Purged = result.purged, PurgeForMs = PURGE_FOR.as_millis() as u64;
+                      "purge time spent; older published rows are purged next run");
+                return Ok(());
+            }
+            let (deleted, receipts) = store::purge_range(
+                client,
+                now,
+                cfg.retention,
+                cfg.purge_batch_size,
+                floor,
+                &cfg.outbox_types,
+                cfg.legacy_marks,
+            )?;
+            result.purged += deleted;
+            if receipts < u64::from(cfg.purge_batch_size) {
+                break;
+            }
+        }
+    }
     loop {
         interrupted(run)?;
         if monotonic.since(began) >= PURGE_FOR {

@@ -17,6 +17,7 @@ mod outbox_lag;
 mod phase_failure;
 mod preflight;
 mod privileges;
+mod relay_state;
 mod report;
 mod row_security;
 pub mod running;
@@ -26,6 +27,7 @@ mod tls;
 mod topic_wait;
 mod transaction;
 mod waiting;
+mod watermark;
 
 pub use clock::ClockSkew;
 pub use connect::{Db, Writable, connect, connect_another, too_many_connections};
@@ -39,8 +41,8 @@ pub use hygiene::{
 };
 pub use outbox::{
     FETCH_BYTES, Fetch, LeftOut, MARK_PUBLISHED_SQL, MAX_FAILURES, OUTBOX_CHANNEL, OutboxRow,
-    PENDING_SQL, Receipt, WAITING_FOR_TOPIC, listen, mark_attempted, mark_failed, mark_published,
-    mark_retry, pending, prepare_mark_published, prepare_pending, purge_published,
+    PENDING_SQL, Receipt, RowExtra, WAITING_FOR_TOPIC, listen, mark_attempted, mark_failed,
+    mark_published, mark_retry, pending, prepare_mark_published, prepare_pending, purge_published,
     release_advisory_locks, try_relay_lock,
 };
 pub use outbox_lag::{
@@ -49,6 +51,10 @@ pub use outbox_lag::{
 };
 pub use phase_failure::{PhaseFailure, clear_phase_failure, phase_failures, record_phase_failure};
 pub use preflight::{Facts, backend_pid, check_schema, read_facts};
+pub use relay_state::{
+    Exception, GapCheck, NewException, OUTBOX_STATE_SQL, RELAY_STATE_MIGRATION, Watermark,
+    check_gap, exceptions, load_watermark, put_exceptions, relay_state_usable, types_key,
+};
 pub use report::{
     Backlog, CHUNK_ROWS, Figures, NextClaim, Overdue, Quarantined, begin_read_only,
     candidates_in_chunks, count_candidates, overdue, overdue_sql, poison_count, poison_sql,
@@ -63,3 +69,7 @@ pub use topic_wait::{
 };
 pub use transaction::{End, Switch, begin_chain, end_and_chain, end_chain};
 pub use waiting::{TopicWaiting, WAITING_SQL, waiting, waiting_total};
+pub use watermark::{
+    Above, Delivered, MARK_RECEIPTS_SQL, PENDING_ABOVE_SQL, drop_exceptions, mark_receipts,
+    pending_above, prepare_mark_receipts, prepare_pending_above, purge_range,
+};

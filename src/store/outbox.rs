@@ -41,6 +41,24 @@ pub struct OutboxRow {
     /// The payload's and headers' text length in bytes, read before either is fetched.
     pub size: i64,
     pub fetch: Fetch,
+    /// What the relay's own state needs of the row (empty from [`PENDING_SQL`]).
+    pub extra: RowExtra,
+}
+
+/// A fetched row's type, counters and standing, for the relay's exceptions.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RowExtra {
+    pub r#type: String,
+    /// The columns of `crm.outbox` (the release before's counters), or the exception's.
+    pub attempts: i32,
+    pub failures: i32,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    pub last_error: Option<String>,
+    /// One of the exceptions, due now.
+    pub excepted: bool,
+    /// Published or failed by the release before (or an operator) meanwhile: its
+    /// columns say so.
+    pub legacy_published: bool,
 }
 
 /// Whether a fetched row came with its payload and headers.
@@ -225,6 +243,7 @@ pub fn pending(
                 occurred_at: r.get("occurred_at"),
                 size,
                 fetch: fetch.0,
+                extra: RowExtra::default(),
             }
         })
         .collect())

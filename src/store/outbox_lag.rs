@@ -35,6 +35,44 @@ SELECT (SELECT count(*) FROM crm.outbox
 pub const OUTBOX_FAILED_SQL: &str = "\
 SELECT count(*) AS failed FROM crm.outbox WHERE failed_at IS NOT NULL AND type = ANY($1::text[])";
 
+/// The own state's pending rows and the oldest of them (the legacy marks off): the own
+/// rows above the floor (`$2`) with neither a receipt nor an exception nor a mark of
+/// the release before, and the exceptions not failed; `$1` = the job's outbox types.
+pub const OWN_PENDING_SQL: &str = "\
+SELECT count(*) AS pending, min(occurred_at) AS oldest_pending_at
+  FROM (SELECT o.occurred_at FROM crm.outbox o
+         WHERE o.seq > $2 AND o.type = ANY($1::text[])
+           AND o.published_at IS NULL AND o.failed_at IS NULL
+           AND NOT EXISTS (SELECT 1 FROM crm.booking_expiration_receipt r WHERE r.seq = o.seq)
+           AND o.seq NOT IN (SELECT seq FROM crm.booking_expiration_exception)
+        UNION ALL
+        SELECT o.occurred_at FROM crm.booking_expiration_exception e
+          JOIN crm.outbox o ON o.seq = e.seq
+         WHERE e.failed_at IS NULL AND e.type = ANY($1::text[])) p";
+
+/// The own state's failed rows (the legacy marks off): the failed exceptions, and the
+/// rows the release before failed that were neither delivered nor re-queued since.
+pub const OWN_FAILED_SQL: &str = "\
+SELECT (SELECT count(*) FROM crm.booking_expiration_exception
+         WHERE failed_at IS NOT NULL AND type = ANY($1::text[]))
+     + (SELECT count(*) FROM crm.outbox o
+         WHERE o.failed_at IS NOT NULL AND o.type = ANY($1::text[])
+           AND NOT EXISTS (SELECT 1 FROM crm.booking_expiration_receipt r WHERE r.seq = o.seq)
+           AND NOT EXISTS (SELECT 1 FROM crm.booking_expiration_exception e
+                            WHERE e.seq = o.seq)) AS failed";
+
+/// The own state's rows waiting for their topic (`$2`, the topic waits): the
+/// exceptions of those topics not failed, and their rows above `high` (`$3`) not
+/// fetched yet; `$1` = the job's outbox types.
+pub const OWN_WAITING_FOR_TOPIC_SQL: &str = "\
+SELECT (SELECT count(*) FROM crm.booking_expiration_exception
+         WHERE failed_at IS NULL AND type = ANY($1::text[]) AND topic = ANY($2::text[]))
+     + (SELECT count(*) FROM crm.outbox
+         WHERE seq > $3 AND published_at IS NULL AND failed_at IS NULL
+           AND type = ANY($1::text[]) AND topic = ANY($2::text[])
+           AND seq NOT IN (SELECT seq FROM crm.booking_expiration_exception)
+           AND cardinality($2::text[]) > 0) AS waiting";
+
 /// Other producers' rows in a shared outbox, by the job's columns (`$1` = the job's
 /// outbox types, none of which they have): pending (`ix_outbox_pending`) and failed
 /// (`ix_outbox_failed`, marked by a relay that once took them as its own). Shown apart,
@@ -71,6 +109,9 @@ pub fn outbox_lag(
     types: &OutboxTypes,
     topic_waits: &[&str],
 ) -> Result<OutboxLag> {
+    if let Some(own) = super::relay_state::own_watermark(client, types)? {
+        return own_lag(client, types, topic_waits, own);
+    }
     let types = types.as_slice();
     let pending = client
         .query_one(OUTBOX_PENDING_SQL, &[&types])
@@ -82,6 +123,34 @@ pub fn outbox_lag(
         .query_one(
             OUTBOX_WAITING_FOR_TOPIC_SQL,
             &[&super::outbox::WAITING_FOR_TOPIC, &types, &topic_waits],
+        )
+        .context("cannot count the outbox rows waiting for their topic")?;
+    Ok(OutboxLag {
+        pending: pending.get::<_, i64>("pending").max(0) as u64,
+        oldest_pending_at: pending.get("oldest_pending_at"),
+        failed: failed.get::<_, i64>("failed").max(0) as u64,
+        waiting_for_topic: waiting.get::<_, i64>("waiting").max(0) as u64,
+    })
+}
+
+/// [`outbox_lag`] from the relay's own state.
+fn own_lag(
+    client: &mut impl GenericClient,
+    types: &OutboxTypes,
+    topic_waits: &[&str],
+    own: super::relay_state::Watermark,
+) -> Result<OutboxLag> {
+    let types = types.as_slice();
+    let pending = client
+        .query_one(OWN_PENDING_SQL, &[&types, &own.floor])
+        .context("cannot count the pending outbox rows")?;
+    let failed = client
+        .query_one(OWN_FAILED_SQL, &[&types])
+        .context("cannot count the failed outbox rows")?;
+    let waiting = client
+        .query_one(
+            OWN_WAITING_FOR_TOPIC_SQL,
+            &[&types, &topic_waits, &own.high],
         )
         .context("cannot count the outbox rows waiting for their topic")?;
     Ok(OutboxLag {
@@ -114,6 +183,9 @@ mod tests {
             OUTBOX_FAILED_SQL,
             OUTBOX_WAITING_FOR_TOPIC_SQL,
             OUTBOX_OTHERS_SQL,
+            OWN_PENDING_SQL,
+            OWN_FAILED_SQL,
+            OWN_WAITING_FOR_TOPIC_SQL,
         ] {
             assert!(!sql.contains(" FOR "), "{sql}");
         }

@@ -38,6 +38,30 @@ SELECT topic, count(*) AS waiting,
            AND topic = ANY($4::text[]) AND cardinality($4::text[]) > 0) w
  GROUP BY topic ORDER BY topic";
 
+/// [`WAITING_SQL`] from the relay's own state (the legacy marks off): the exceptions
+/// backing off of the other topics, the exceptions of the waiting topics, and those
+/// topics' rows above `high` (`$5`) not fetched yet.
+pub const OWN_WAITING_SQL: &str = "\
+SELECT topic, count(*) AS waiting,
+       count(*) FILTER (WHERE for_topic) AS waiting_for_topic,
+       min(next_attempt_at) FILTER (WHERE next_attempt_at > $1) AS next_due
+  FROM (SELECT topic, next_attempt_at, false AS for_topic
+          FROM crm.booking_expiration_exception
+         WHERE failed_at IS NULL AND next_attempt_at > $1 AND type = ANY($3::text[])
+           AND topic <> ALL($4::text[]) AND $2::text IS NOT NULL
+        UNION ALL
+        SELECT topic, next_attempt_at, true
+          FROM crm.booking_expiration_exception
+         WHERE failed_at IS NULL AND type = ANY($3::text[]) AND topic = ANY($4::text[])
+        UNION ALL
+        SELECT topic, NULL, true
+          FROM crm.outbox
+         WHERE seq > $5 AND published_at IS NULL AND failed_at IS NULL
+           AND type = ANY($3::text[]) AND topic = ANY($4::text[])
+           AND seq NOT IN (SELECT seq FROM crm.booking_expiration_exception)
+           AND cardinality($4::text[]) > 0) w
+ GROUP BY topic ORDER BY topic";
+
 /// The rows of one topic that wait.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicWaiting {
@@ -59,17 +83,16 @@ pub fn waiting(
     types: &OutboxTypes,
     topic_waits: &[&str],
 ) -> Result<Vec<TopicWaiting>> {
-    let rows = client
-        .query(
-            WAITING_SQL,
-            &[
-                &now,
-                &super::outbox::WAITING_FOR_TOPIC,
-                &types.as_slice(),
-                &topic_waits,
-            ],
-        )
-        .context("cannot count the outbox rows that wait")?;
+    let own = super::relay_state::own_watermark(client, types)?;
+    let (prefix, types) = (super::outbox::WAITING_FOR_TOPIC, types.as_slice());
+    let rows = match own {
+        None => client.query(WAITING_SQL, &[&now, &prefix, &types, &topic_waits]),
+        Some(own) => client.query(
+            OWN_WAITING_SQL,
+            &[&now, &prefix, &types, &topic_waits, &own.high],
+        ),
+    }
+    .context("cannot count the outbox rows that wait")?;
     Ok(rows
         .iter()
         .map(|r| TopicWaiting {

@@ -62,3 +62,4 @@ mod tls;
 mod trace;
 mod upgrade;
 mod waiting;
+mod watermark;

@@ -290,6 +290,28 @@ fn the_previous_release_the_current_one_and_a_rollback_expire_each_booking_once(
     all.extend(seed_overdue(&db, 3));
     cur.run_once(&db, &topic, 3, 3);
     cur.relay(&db, &brokers, 6);
+    // It keeps receipts of its own and, its legacy marks on (the default), writes what
+    // 0.1.0 reads beside them: the same receipt in the columns, so that 0.1.0's relay
+    // (below) takes none of these rows again.
+    let marked = db
+        .client()
+        .query_one(
+            "SELECT count(*) AS receipts,
+                    count(*) FILTER (WHERE o.published_at IS NOT NULL
+                                       AND o.delivered_partition = r.partition
+                                       AND o.delivered_offset = r.\"offset\") AS marked
+               FROM crm.booking_expiration_receipt r JOIN crm.outbox o USING (seq)",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(
+        (
+            marked.get::<_, i64>("receipts"),
+            marked.get::<_, i64>("marked")
+        ),
+        (6, 6),
+        "the current relay's receipts, each also in 0.1.0's columns"
+    );
     all.extend(seed_overdue(&db, 2));
     cur.run_once(&db, &topic, 2, 2);
 
@@ -299,6 +321,10 @@ fn the_previous_release_the_current_one_and_a_rollback_expire_each_booking_once(
     all.extend(seed_overdue(&db, 1));
     prev.run_once(&db, &topic, 1, 1);
     prev.relay(&db, &brokers, 4 + 2);
+
+    // And forward again: the current relay takes what 0.1.0 delivered as settled
+    // (its columns) and sends nothing twice.
+    cur.relay(&db, &brokers, 0);
 
     assert_all_expired_once_and_delivered(&db, &brokers, &topic, &all);
 }

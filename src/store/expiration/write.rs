@@ -25,6 +25,11 @@ const ACTOR: &str = "system:booking-expiration";
 /// whose payload is the timeline's details (version 1's is) is sent as NULL and takes
 /// them: each JSON document crosses the wire and is parsed once.
 ///
+/// Each outbox row's `seq` is drawn after its transaction has an xid (the relay's
+/// watermark relies on it, docs/design.md "The relay's state"): the rows come from the
+/// bookings the UPDATE changed (which assigned the xid), and `pg_current_xact_id()`
+/// in the insert's own WHERE says so outright, ahead of the `seq` default.
+///
 /// The parameters are numbered in the order they first appear; [`WriteParams`] names
 /// each. `status_type` is the declared type of `crm.bookings.status` (from the catalog),
 /// so the new status is cast to it: text, varchar and enums all work.
@@ -55,7 +60,9 @@ WITH input AS (
 ), outbox AS (
     INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload, headers, occurred_at)
     SELECT e.message_id, $15, x.id::text, $16, e.topic, coalesce(e.payload, x.payload), e.headers, $12
-      FROM expired x JOIN events e ON e.booking_id = x.id ORDER BY e.ord
+      FROM expired x JOIN events e ON e.booking_id = x.id
+     WHERE pg_current_xact_id() IS NOT NULL
+     ORDER BY e.ord
 ), released AS (
     DELETE FROM crm.booking_expiration_poison p USING expired e WHERE p.booking_id = e.id
 )

@@ -39,6 +39,7 @@ pub const MIGRATIONS: &[Migration] = migrations![
     13 "013_outbox_notify_own_rows.sql",
     14 "014_outbox_topic_waits.sql",
     15 "015_outbox_row_security.sql",
+    16 "016_relay_receipts.sql",
 ];
 
 /// The last version of the baseline (release 0.1.0): the files a database migrated

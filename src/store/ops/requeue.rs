@@ -84,16 +84,54 @@ fn entry(r: &postgres::Row) -> OutboxEntry {
     }
 }
 
+/// Where a row's delivery state is read: the relay's own state
+/// (`sql/016_relay_receipts.sql`, [`crate::store::OUTBOX_STATE_SQL`]: its exception,
+/// its receipt, then `crm.outbox`'s columns), or on a database without it
+/// `crm.outbox`'s columns alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    Columns,
+    Own,
+}
+
+impl Source {
+    fn of(client: &mut impl GenericClient) -> Result<Self> {
+        Ok(if crate::store::relay_state_usable(client, false)? {
+            Source::Own
+        } else {
+            Source::Columns
+        })
+    }
+
+    fn from(self) -> String {
+        match self {
+            Source::Columns => "crm.outbox o".to_owned(),
+            Source::Own => format!("({}) o", crate::store::OUTBOX_STATE_SQL),
+        }
+    }
+}
+
 /// The `WHERE` of a selection: the job's outbox types (`$1`), then the selection's
 /// parameter(s) from `$2`.
-fn selection_sql(sel: &Selection) -> &'static str {
-    match sel {
-        Selection::Ids(_) => "o.type = ANY($1::text[]) AND o.id = ANY($2)",
-        Selection::Booking(_) => "o.type = ANY($1::text[]) AND o.aggregateid = $2::uuid::text",
-        Selection::Window { .. } => {
+fn selection_sql(sel: &Selection, source: Source) -> &'static str {
+    match (sel, source) {
+        (Selection::Ids(_), _) => "o.type = ANY($1::text[]) AND o.id = ANY($2)",
+        (Selection::Booking(_), _) => "o.type = ANY($1::text[]) AND o.aggregateid = $2::uuid::text",
+        (Selection::Window { .. }, _) => {
             "o.type = ANY($1::text[]) AND o.occurred_at >= $2 AND o.occurred_at < $3"
         }
-        Selection::AllFailed => "o.type = ANY($1::text[]) AND o.failed_at IS NOT NULL",
+        (Selection::AllFailed, Source::Columns) => {
+            "o.type = ANY($1::text[]) AND o.failed_at IS NOT NULL"
+        }
+        // The failed rows are the failed exceptions and the rows the release before
+        // failed (its partial index), never a scan of the outbox.
+        (Selection::AllFailed, Source::Own) => {
+            "o.type = ANY($1::text[]) AND o.failed_at IS NOT NULL
+             AND o.seq IN (SELECT seq FROM crm.booking_expiration_exception
+                            WHERE failed_at IS NOT NULL
+                           UNION ALL
+                           SELECT seq FROM crm.outbox WHERE failed_at IS NOT NULL)"
+        }
     }
 }
 
@@ -147,10 +185,12 @@ pub fn count_selection(
     which: Requeue,
     types: &OutboxTypes,
 ) -> Result<(u64, u64)> {
+    let source = Source::of(client)?;
     let sql = format!(
         "SELECT count(*) FILTER (WHERE {p}) AS take, count(*) FILTER (WHERE NOT {p}) AS leave
-           FROM crm.outbox o WHERE {}",
-        selection_sql(sel),
+           FROM {} WHERE {}",
+        source.from(),
+        selection_sql(sel, source),
         p = which.predicate()
     );
     let rows = query_selection(client, &sql, sel, types, &[])
@@ -172,10 +212,15 @@ pub fn requeue_batch(
     types: &OutboxTypes,
 ) -> Result<Vec<(i64, OutboxEntry)>> {
     let n = next_param(sel);
+    let source = Source::of(client)?;
+    // The derived table has no rows of its own to lock: the re-queue is one statement there,
+    // an upsert of the exceptions (see [`requeue`]).
+    let lock = lock && source == Source::Columns;
     let sql = format!(
-        "SELECT {ENTRY_COLUMNS}, o.seq FROM crm.outbox o
+        "SELECT {ENTRY_COLUMNS}, o.seq FROM {}
           WHERE {} AND {} AND o.seq > ${n} ORDER BY o.seq LIMIT ${}{}",
-        selection_sql(sel),
+        source.from(),
+        selection_sql(sel, source),
         which.predicate(),
         n + 1,
         if lock { " FOR UPDATE OF o" } else { "" }
@@ -194,10 +239,12 @@ pub fn left_alone(
     limit: i64,
     types: &OutboxTypes,
 ) -> Result<Vec<OutboxEntry>> {
+    let source = Source::of(client)?;
     let sql = format!(
-        "SELECT {ENTRY_COLUMNS} FROM crm.outbox o
+        "SELECT {ENTRY_COLUMNS} FROM {}
           WHERE {} AND NOT {} ORDER BY o.seq LIMIT ${}",
-        selection_sql(sel),
+        source.from(),
+        selection_sql(sel, source),
         which.predicate(),
         next_param(sel)
     );
@@ -229,9 +276,11 @@ pub(super) fn select_outbox(
     sel: &Selection,
     types: &OutboxTypes,
 ) -> Result<Vec<OutboxEntry>> {
+    let source = Source::of(client)?;
     let sql = format!(
-        "SELECT {ENTRY_COLUMNS} FROM crm.outbox o WHERE {} ORDER BY o.seq",
-        selection_sql(sel),
+        "SELECT {ENTRY_COLUMNS} FROM {} WHERE {} ORDER BY o.seq",
+        source.from(),
+        selection_sql(sel, source),
     );
     let rows = query_selection(client, &sql, sel, types, &[])
         .context("cannot read the selected outbox rows")?;
@@ -243,7 +292,75 @@ pub(super) fn select_outbox(
 /// nothing is inserted. Returns how many rows changed. A relay following the outbox
 /// is notified on the insert trigger's channel, delivered when the caller commits.
 pub fn requeue(client: &mut impl GenericClient, ids: &[Uuid], types: &OutboxTypes) -> Result<u64> {
-    let changed = client
+    let source = Source::of(client)?;
+    let changed = match source {
+        Source::Columns => requeue_columns(client, ids, types)?,
+        Source::Own => {
+            // The columns too while a relay writes the legacy marks (or none ran yet):
+            // the release before, started again, sends the row as well.
+            let legacy: bool = client
+                .query_one(
+                    "SELECT coalesce(bool_or(legacy_marks), true) AS legacy
+                       FROM crm.booking_expiration_relay_state",
+                    &[],
+                )
+                .context("cannot read the relay's state")?
+                .get("legacy");
+            // The exceptions first: the state read here is of the columns the legacy
+            // re-queue clears.
+            let changed = client
+                .query_one(
+                    &REQUEUE_OWN_SQL
+                        .replace("{STATE}", &format!("({})", crate::store::OUTBOX_STATE_SQL)),
+                    &[&ids, &types.as_slice()],
+                )
+                .context("cannot re-queue the outbox rows")?
+                .get::<_, i64>(0)
+                .max(0) as u64;
+            if legacy {
+                requeue_columns(client, ids, types)?;
+            }
+            changed
+        }
+    };
+    if changed > 0 {
+        client
+            .execute("SELECT pg_notify($1, '')", &[&crate::store::OUTBOX_CHANNEL])
+            .context("cannot notify the relay of the re-queued rows")?;
+    }
+    Ok(changed)
+}
+
+/// The re-queue on the relay's own state: each row published or failed (as
+/// [`crate::store::OUTBOX_STATE_SQL`] reads it; `{STATE}`) becomes an exception due at once (a row already one is reset), and its
+/// receipt goes (the relay writes the new one). `crm.outbox` is not written.
+const REQUEUE_OWN_SQL: &str = "\
+WITH sel AS (
+    SELECT o.seq, o.id, o.aggregateid, o.topic, o.type, o.attempts
+      FROM {STATE} o
+     WHERE o.id = ANY($1) AND o.type = ANY($2::text[])
+       AND (o.published_at IS NOT NULL OR o.failed_at IS NOT NULL)
+), receipts AS (
+    DELETE FROM crm.booking_expiration_receipt r USING sel WHERE r.seq = sel.seq
+), requeued AS (
+    INSERT INTO crm.booking_expiration_exception AS e
+           (seq, id, key, topic, type, reason, attempts, failures, since)
+    SELECT seq, id, aggregateid, topic, type, 'requeued', least(attempts, 2147483646), 0, now()
+      FROM sel
+    ON CONFLICT (seq) DO UPDATE
+       SET reason = 'requeued', failures = 0, next_attempt_at = NULL, last_error = NULL,
+           failed_at = NULL
+    RETURNING 1
+)
+SELECT count(*) FROM requeued";
+
+/// The re-queue of the release before: the columns cleared.
+fn requeue_columns(
+    client: &mut impl GenericClient,
+    ids: &[Uuid],
+    types: &OutboxTypes,
+) -> Result<u64> {
+    client
         .execute(
             "UPDATE crm.outbox
                 SET published_at = NULL, failed_at = NULL, next_attempt_at = NULL,
@@ -253,11 +370,5 @@ pub fn requeue(client: &mut impl GenericClient, ids: &[Uuid], types: &OutboxType
                 AND type = ANY($2::text[])",
             &[&ids, &types.as_slice()],
         )
-        .context("cannot re-queue the outbox rows")?;
-    if changed > 0 {
-        client
-            .execute("SELECT pg_notify($1, '')", &[&crate::store::OUTBOX_CHANNEL])
-            .context("cannot notify the relay of the re-queued rows")?;
-    }
-    Ok(changed)
+        .context("cannot re-queue the outbox rows")
 }

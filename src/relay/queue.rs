@@ -1,0 +1,342 @@
+//! Where the relay's batches come from. On a database with migration 16 (the relay's
+//! own state) the queue is the watermark: one range of `seq` above `high` and the due
+//! exceptions; the rows that cannot go now (an older row of their key in flight or
+//! backing off, a topic that cannot take them, a back-off the release before set)
+//! become exceptions, told apart here from the exceptions read once per batch, never
+//! by a look-up per row. Without migration 16 it is the release before's queue, the
+//! pending rows by `crm.outbox`'s columns.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use chrono::{DateTime, Utc};
+use log::info;
+use postgres::{Client, Statement};
+
+use super::failures::Marks;
+use super::outgoing::one_per_key;
+use crate::config::RelayConfig;
+use crate::store::{self, Exception, Fetch, NewException, OutboxRow};
+
+/// How often a `--follow` relay checks the rows below its `high` (the gap check):
+/// rows committed after newer ones were relayed go within about this long.
+pub(super) const GAP_CHECK_EVERY: Duration = Duration::from_secs(3);
+
+/// The relay's own state for its run.
+pub(super) struct Own {
+    fetch: Statement,
+    /// The highest `seq` dealt with by this run's fetches (in flight included).
+    high: i64,
+    pub(super) floor: i64,
+    pub(super) legacy_marks: bool,
+    checked: Instant,
+}
+
+/// The queue of a run.
+pub(super) enum Queue {
+    /// The release before's queue: no migration 16.
+    Columns(Statement),
+    Own(Own),
+}
+
+/// One fetch: the rows to send (at most one per key and topic), and the `high` the
+/// batch's mark moves the watermark to (`None` for the columns' queue).
+pub(super) struct Fetched {
+    pub rows: Vec<OutboxRow>,
+    pub high: Option<i64>,
+    /// Rows were dealt with (sent or held): fetch again even when none is sent.
+    pub progressed: bool,
+}
+
+impl Queue {
+    /// The run's queue: its own state when migration 16 is there, after a first gap
+    /// check; the columns' queue (with a warning) when it is not.
+    /// `at` = the run's monotonic now: the gap check's pace is kept on it, so a step of
+    /// the wall clock neither hurries nor delays it.
+    pub(super) fn open(
+        client: &mut Client,
+        cfg: &RelayConfig,
+        now: DateTime<Utc>,
+        at: Instant,
+    ) -> Result<Self> {
+        if !store::relay_state_usable(client, true)? {
+            log::warn!(Migration = store::RELAY_STATE_MIGRATION;
+                       "the relay's own tables are missing or not writable by this role (run `booking-expire migrate`): it marks crm.outbox's columns as the release before did");
+            return Ok(Queue::Columns(store::prepare_pending(client)?));
+        }
+        let legacy_marks = cfg.legacy_marks;
+        store::load_watermark(client, &cfg.outbox_types, legacy_marks, now)?;
+        let checked = store::check_gap(client, &cfg.outbox_types, legacy_marks, now)?;
+        log_gap(&checked);
+        Ok(Queue::Own(Own {
+            fetch: store::prepare_pending_above(client)?,
+            high: checked.watermark.high,
+            floor: checked.watermark.floor,
+            legacy_marks,
+            checked: at,
+        }))
+    }
+
+    /// Where the rows' marks go.
+    pub(super) fn marks(&self) -> Marks {
+        match self {
+            Queue::Own(own) => Marks::Own {
+                legacy: own.legacy_marks,
+            },
+            Queue::Columns(_) => Marks::Columns,
+        }
+    }
+
+    /// The gap check when it is due (every [`GAP_CHECK_EVERY`]); true when it found
+    /// rows to send.
+    pub(super) fn check_gap_if_due(
+        &mut self,
+        client: &mut Client,
+        cfg: &RelayConfig,
+        now: DateTime<Utc>,
+        at: Instant,
+    ) -> Result<bool> {
+        let Queue::Own(own) = self else {
+            return Ok(false);
+        };
+        if at.saturating_duration_since(own.checked) < GAP_CHECK_EVERY {
+            return Ok(false);
+        }
+        let checked = store::check_gap(client, &cfg.outbox_types, own.legacy_marks, now)?;
+        own.checked = at;
+        own.floor = checked.watermark.floor;
+        log_gap(&checked);
+        Ok(checked.late > 0)
+    }
+
+    /// The next batch. `in_flight` = the keys with a row in flight, `waiting` = the
+    /// topics that cannot take their rows.
+    pub(super) fn next(
+        &mut self,
+        client: &mut Client,
+        cfg: &RelayConfig,
+        now: DateTime<Utc>,
+        in_flight: &[&str],
+        waiting: &[&str],
+    ) -> Result<Fetched> {
+        match self {
+            Queue::Columns(fetch) => {
+                let rows = store::pending(
+                    client,
+                    &*fetch,
+                    now,
+                    cfg.batch_size,
+                    store::LeftOut {
+                        keys: in_flight,
+                        topics: waiting,
+                    },
+                    cfg.kafka.max_message_bytes,
+                    &cfg.outbox_types,
+                )?;
+                let progressed = !rows.is_empty();
+                Ok(Fetched {
+                    rows: one_per_key(rows),
+                    high: None,
+                    progressed,
+                })
+            }
+            Queue::Own(own) => own.next(client, cfg, now, in_flight, waiting),
+        }
+    }
+}
+
+fn log_gap(checked: &store::GapCheck) {
+    if checked.late > 0 {
+        info!(Rows = checked.late, Floor = checked.watermark.floor, High = checked.watermark.high;
+              "rows committed below rows already relayed (or re-queued by the release before) found: they go now");
+    }
+}
+
+impl Own {
+    fn next(
+        &mut self,
+        client: &mut Client,
+        cfg: &RelayConfig,
+        now: DateTime<Utc>,
+        in_flight: &[&str],
+        waiting: &[&str],
+    ) -> Result<Fetched> {
+        let exceptions = store::exceptions(client, &cfg.outbox_types, self.high)?;
+        let waiting: HashSet<&str> = waiting.iter().copied().collect();
+        let in_flight: HashSet<&str> = in_flight.iter().copied().collect();
+        let skip: Vec<i64> = exceptions.iter().map(|e| e.seq).collect();
+        let blocking = blocking(&exceptions, now, &waiting, &in_flight);
+        let due: Vec<i64> = exceptions
+            .iter()
+            .filter(|e| {
+                is_due(e, now, &waiting)
+                    && !in_flight.contains(e.key.as_str())
+                    && !blocked(&blocking, &e.topic, &e.key, e.seq)
+            })
+            .map(|e| e.seq)
+            .take(cfg.batch_size as usize)
+            .collect();
+        let rows = store::pending_above(
+            client,
+            &self.fetch,
+            now,
+            cfg.batch_size,
+            store::Above {
+                high: self.high,
+                skip: &skip,
+                due: &due,
+            },
+            cfg.kafka.max_message_bytes,
+            &cfg.outbox_types,
+        )?;
+        let sorted = Sorted::of(rows, blocking, now, &waiting, &in_flight, self.legacy_marks);
+        let progressed =
+            !sorted.take.is_empty() || !sorted.hold.is_empty() || !sorted.settled.is_empty();
+        let holds: Vec<NewException> = sorted
+            .hold
+            .iter()
+            .map(|(row, reason)| held(row, reason))
+            .collect();
+        store::put_exceptions(client, &holds, now)?;
+        store::drop_exceptions(client, &sorted.settled)?;
+        if let Some(high) = sorted.high {
+            self.high = self.high.max(high);
+        }
+        Ok(Fetched {
+            rows: sorted.take,
+            high: Some(self.high),
+            progressed,
+        })
+    }
+}
+
+/// Whether an exception may go now: not failed, its back-off over, its topic usable.
+fn is_due(e: &Exception, now: DateTime<Utc>, waiting: &HashSet<&str>) -> bool {
+    !e.failed && e.next_attempt_at.is_none_or(|at| at <= now) && !waiting.contains(e.topic.as_str())
+}
+
+/// The keys (per topic) that an exception still to be settled and not going now holds,
+/// by its lowest `seq`: a later row of the key waits behind it (per-key order).
+fn blocking(
+    exceptions: &[Exception],
+    now: DateTime<Utc>,
+    waiting: &HashSet<&str>,
+    in_flight: &HashSet<&str>,
+) -> HashMap<(String, String), i64> {
+    let mut blocking: HashMap<(String, String), i64> = HashMap::new();
+    for e in exceptions.iter().filter(|e| !e.failed) {
+        if !is_due(e, now, waiting) || in_flight.contains(e.key.as_str()) {
+            let at = blocking
+                .entry((e.topic.clone(), e.key.clone()))
+                .or_insert(e.seq);
+            *at = (*at).min(e.seq);
+        }
+    }
+    blocking
+}
+
+fn blocked(blocking: &HashMap<(String, String), i64>, topic: &str, key: &str, seq: i64) -> bool {
+    blocking
+        .get(&(topic.to_owned(), key.to_owned()))
+        .is_some_and(|&at| at < seq)
+}
+
+/// Why a new row is held, and the back-off the release before gave it.
+fn held<'a>(row: &'a OutboxRow, reason: &'static str) -> NewException<'a> {
+    let back_off = reason == "legacy";
+    NewException {
+        seq: row.seq,
+        id: row.id,
+        key: &row.key,
+        topic: &row.topic,
+        r#type: &row.extra.r#type,
+        reason,
+        attempts: row.extra.attempts,
+        failures: row.extra.failures,
+        next_attempt_at: row.extra.next_attempt_at.filter(|_| back_off),
+        last_error: row.extra.last_error.as_deref().filter(|_| back_off),
+        failed_at: None,
+    }
+}
+
+/// A fetch told apart: the rows to send, the new rows held (with why), the exceptions
+/// the release before delivered meanwhile, and the `high` the new rows reach.
+struct Sorted {
+    take: Vec<OutboxRow>,
+    hold: Vec<(OutboxRow, &'static str)>,
+    settled: Vec<i64>,
+    high: Option<i64>,
+}
+
+impl Sorted {
+    fn of(
+        rows: Vec<OutboxRow>,
+        mut blocking: HashMap<(String, String), i64>,
+        now: DateTime<Utc>,
+        waiting: &HashSet<&str>,
+        in_flight: &HashSet<&str>,
+        legacy_marks: bool,
+    ) -> Self {
+        let mut sorted = Sorted {
+            take: Vec::new(),
+            hold: Vec::new(),
+            settled: Vec::new(),
+            high: None,
+        };
+        let mut taken: HashSet<(String, String)> = HashSet::new();
+        let mut cut = false;
+        for row in rows {
+            let pair = (row.topic.clone(), row.key.clone());
+            let behind = in_flight.contains(row.key.as_str())
+                || taken.contains(&pair)
+                || blocking.get(&pair).is_some_and(|&at| at < row.seq);
+            if row.extra.excepted {
+                if legacy_marks && row.extra.legacy_published {
+                    sorted.settled.push(row.seq);
+                } else if row.fetch == Fetch::Later || behind {
+                    let at = blocking.entry(pair).or_insert(row.seq);
+                    *at = (*at).min(row.seq);
+                } else {
+                    taken.insert(pair);
+                    sorted.take.push(row);
+                }
+                continue;
+            }
+            // A new row: past the fetch's byte budget, it and every later one wait for
+            // the next fetch (the watermark stops below it).
+            if cut || row.fetch == Fetch::Later {
+                cut = true;
+                continue;
+            }
+            sorted.high = Some(row.seq);
+            let legacy_back_off = row.extra.next_attempt_at.is_some_and(|at| at > now)
+                && !row
+                    .extra
+                    .last_error
+                    .as_deref()
+                    .is_some_and(|e| e.starts_with(store::WAITING_FOR_TOPIC));
+            let reason = if waiting.contains(row.topic.as_str()) {
+                Some("topic")
+            } else if legacy_back_off {
+                Some("legacy")
+            } else if behind {
+                Some("behind")
+            } else {
+                None
+            };
+            match reason {
+                Some(reason) => {
+                    let at = blocking.entry(pair).or_insert(row.seq);
+                    *at = (*at).min(row.seq);
+                    sorted.hold.push((row, reason));
+                }
+                None => {
+                    taken.insert(pair);
+                    sorted.take.push(row);
+                }
+            }
+        }
+        sorted
+    }
+}
