@@ -50,6 +50,11 @@
 #                                     with the shipped flags as they are (--follow=28s),
 #                                     run after run, as the CronJob would: runs, wall
 #                                     time, peak RSS, and the same footprint figures
+#   BENCH_FOOTPRINT_CANDIDATE_ENV="BOOKING_EXPIRATION_LEGACY_MARKS=off"
+#                                     settings of the candidate's relay runs alone (the
+#                                     baseline's stay as shipped): by default the relay
+#                                     without the marks kept for release 0.1.0, the state
+#                                     the footprint targets are for; "" = as shipped
 #   BENCH_BASELINE_BIN                the baseline's binary
 #   BENCH_BASELINE_COMMIT             or a commit whose release build is the baseline,
 #                                     built once and cached in
@@ -58,6 +63,14 @@
 FOOTPRINT_EVENTS=${BENCH_FOOTPRINT_EVENTS:-100000}
 FOOTPRINT_RUNS=${BENCH_FOOTPRINT_RUNS:-3}
 FOOTPRINT_BACKLOG=${BENCH_FOOTPRINT_BACKLOG:-0}
+FOOTPRINT_CANDIDATE_ENV=${BENCH_FOOTPRINT_CANDIDATE_ENV-BOOKING_EXPIRATION_LEGACY_MARKS=off}
+
+# footprint_env WHO — the settings of WHO's relay runs, one per line (for env).
+footprint_env() {
+    [[ $1 == candidate ]] || return 0
+    local setting
+    for setting in $FOOTPRINT_CANDIDATE_ENV; do echo "$setting"; done
+}
 FOOTPRINT_RETENTION=7d   # relay-outbox's default --retention; the CronJob sets none
 FOOTPRINT_LATER=+169h    # the purge runs' clock: the retention and an hour on
 FOOTPRINT_FIELDS="wal fpi dead ins upd hot del probes ckpt"
@@ -207,15 +220,16 @@ json_field() { grep -o "\"$1\":[0-9]*" "$2" | head -n 1 | cut -d: -f2; }
 # FOOTPRINT_FIELDS, PG CPU, relay CPU, RSS, wall µs, runs.
 footprint_mark_purge() {
     local who=$1 bin=$2 n=$3 run=$4 before got mark purge runs
-    local url flags=()
+    local url flags=() settings=()
     mapfile -t flags < <(footprint_flags)
+    mapfile -t settings < <(footprint_env "$who")
     copy "bench_fp_${who}_$n"
     url=$(db_url bench_run)
     progress "footprint $who, $n events, run $run: relay-outbox ${flags[*]}"
     before=$(topic_end)
     : >"$WORK/fp-proc"
     footprint_begin
-    footprint_relay "$WORK/fp-out" env DATABASE_URL="$url" "$bin" relay-outbox --brokers "$KAFKA_BROKERS" \
+    footprint_relay "$WORK/fp-out" env DATABASE_URL="$url" "${settings[@]}" "$bin" relay-outbox --brokers "$KAFKA_BROKERS" \
         "${flags[@]}" --retention "$FOOTPRINT_RETENTION"
     mark="$(footprint_end) $(footprint_proc)"
     cp "$WORK/fp-idx" "$WORK/fp-idx-$who-$n-mark"
@@ -228,7 +242,7 @@ footprint_mark_purge() {
     footprint_begin
     got=0 runs=0
     while ((got < n)); do
-        footprint_relay "$WORK/fp-out" env DATABASE_URL="$url" LD_PRELOAD="$FAKETIME_LIB" \
+        footprint_relay "$WORK/fp-out" env DATABASE_URL="$url" "${settings[@]}" LD_PRELOAD="$FAKETIME_LIB" \
             FAKETIME="$FOOTPRINT_LATER" FAKETIME_DONT_FAKE_MONOTONIC=1 \
             "$bin" relay-outbox --brokers "$KAFKA_BROKERS" "${flags[@]}" --retention "$FOOTPRINT_RETENTION"
         purge=$(json_field Purged "$WORK/fp-out")
@@ -308,6 +322,7 @@ footprint_table() {
         echo "(m) Footprint on the CRM's database: $n pending events made by run-once, relayed by one"
         echo "    relay-outbox run (the CronJob's flags, --follow → --deadline=10m), then purged by"
         echo "    relay-outbox runs a retention later (--retention $FOOTPRINT_RETENTION, their clock $FOOTPRINT_LATER); each step"
+        echo "    candidate's relay runs with: ${FOOTPRINT_CANDIDATE_ENV:-the shipped settings}; the baseline's as shipped;"
         echo "    from a CHECKPOINT, full_page_writes on, autovacuum off on the tables; all tables and"
         echo "    indexes of the database (schema crm); \"mark\" is the whole relay run (its fetches too);"
         echo "    median [min-max] of $FOOTPRINT_RUNS runs per build;"
@@ -385,8 +400,9 @@ footprint_scale_table() {
 # footprint_backlog WHO BIN N — one backlog of N events drained by relay-outbox with the
 # shipped flags as they are, run after run until all are published.
 footprint_backlog() {
-    local who=$1 bin=$2 n=$3 flags=() got=0 runs=0 p fig proc url before
+    local who=$1 bin=$2 n=$3 flags=() settings=() got=0 runs=0 p fig proc url before
     mapfile -t flags < <(shipped_relay_flags)
+    mapfile -t settings < <(footprint_env "$who")
     [[ -n $(admin -At -c "SELECT 1 FROM pg_database WHERE datname = 'bench_fp_${who}_$n'") ]] \
         || footprint_template "bench_fp_${who}_$n" "$bin" "$n"
     copy "bench_fp_${who}_$n"
@@ -397,7 +413,7 @@ footprint_backlog() {
     : >"$WORK/fp-backlog-$who"
     footprint_begin
     while ((got < n)); do
-        footprint_relay "$WORK/fp-out" env DATABASE_URL="$url" "$bin" relay-outbox --brokers "$KAFKA_BROKERS" "${flags[@]}"
+        footprint_relay "$WORK/fp-out" env DATABASE_URL="$url" "${settings[@]}" "$bin" relay-outbox --brokers "$KAFKA_BROKERS" "${flags[@]}"
         p=$(json_field Published "$WORK/fp-out")
         [[ ${p:-0} -gt 0 ]] || die "backlog $who: a run published nothing ($got of $n so far): $(cat "$WORK/fp-out")"
         got=$((got + p)) runs=$((runs + 1))
