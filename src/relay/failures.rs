@@ -97,8 +97,8 @@ pub(super) fn record(
     Ok(gave_up)
 }
 
-/// A row's exception as it stands, for `reason`.
-fn exception<'a>(row: &'a OutboxRow, reason: &'static str) -> NewException<'a> {
+/// A row's exception as it stands, for `reason` (no back-off, not failed).
+pub(super) fn exception<'a>(row: &'a OutboxRow, reason: &'static str) -> NewException<'a> {
     NewException {
         seq: row.seq,
         id: row.id,

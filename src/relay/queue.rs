@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use log::info;
 use postgres::{Client, Statement};
 
-use super::failures::Marks;
+use super::failures::{self, Marks};
 use super::outgoing::one_per_key;
 use crate::config::RelayConfig;
 use crate::store::{self, Exception, Fetch, NewException, OutboxRow};
@@ -246,17 +246,9 @@ fn blocked(blocking: &HashMap<(String, String), i64>, topic: &str, key: &str, se
 fn held<'a>(row: &'a OutboxRow, reason: &'static str) -> NewException<'a> {
     let back_off = reason == "legacy";
     NewException {
-        seq: row.seq,
-        id: row.id,
-        key: &row.key,
-        topic: &row.topic,
-        r#type: &row.extra.r#type,
-        reason,
-        attempts: row.extra.attempts,
-        failures: row.extra.failures,
         next_attempt_at: row.extra.next_attempt_at.filter(|_| back_off),
         last_error: row.extra.last_error.as_deref().filter(|_| back_off),
-        failed_at: None,
+        ..failures::exception(row, reason)
     }
 }
 
