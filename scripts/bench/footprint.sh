@@ -240,14 +240,20 @@ footprint_mark_purge() {
     progress "footprint $who, $n events, run $run: the purge, the relay's clock $FOOTPRINT_LATER"
     : >"$WORK/fp-proc"
     footprint_begin
+    local idle=0
     got=0 runs=0
     while ((got < n)); do
         footprint_relay "$WORK/fp-out" env DATABASE_URL="$url" "${settings[@]}" LD_PRELOAD="$FAKETIME_LIB" \
             FAKETIME="$FOOTPRINT_LATER" FAKETIME_DONT_FAKE_MONOTONIC=1 \
             "$bin" relay-outbox --brokers "$KAFKA_BROKERS" "${flags[@]}" --retention "$FOOTPRINT_RETENTION"
         purge=$(json_field Purged "$WORK/fp-out")
-        [[ ${purge:-0} -gt 0 ]] || die "footprint $who: a relay-outbox run a retention later purged nothing ($got of $n purged so far): $(cat "$WORK/fp-out")"
-        got=$((got + purge)) runs=$((runs + 1))
+        # A relay whose floor moves at a run's start (once every transaction that could
+        # hold a lower seq has ended) may purge nothing in the first run after the one
+        # that relayed: three such runs in a row is a purge that does not work (one
+        # that reads the database's clock, say).
+        if [[ ${purge:-0} -gt 0 ]]; then idle=0; else idle=$((idle + 1)); fi
+        ((idle < 3)) || die "footprint $who: three relay-outbox runs a retention later purged nothing ($got of $n purged so far): $(cat "$WORK/fp-out")"
+        got=$((got + ${purge:-0})) runs=$((runs + 1))
         ((runs <= n / 100 + 10)) || die "footprint $who: the purge did not end"
     done
     [[ $got == "$n" ]] || die "footprint $who: purged $got of $n"

@@ -151,8 +151,8 @@ pub struct RelayArgs {
     /// attempts, failed_at, the back-off and the receipt's columns) beside the relay's
     /// own receipts and exceptions, so that a 0.1.0 relay started again (a rollback)
     /// sends nothing this one delivered. Each such mark rewrites a wide row of the
-    /// shared outbox and every one of its indexes; keep them on in this release
-    /// (docs/guides/upgrading.md says why, and when `off` will be for use)
+    /// shared outbox and every one of its indexes: turn them off once no 0.1.0 binary
+    /// will run again (docs/guides/upgrading.md); the next release drops them
     #[arg(long, env = "BOOKING_EXPIRATION_LEGACY_MARKS", value_name = "ON|OFF",
           value_enum, default_value_t = LegacyMarks::On, value_parser = choice::<LegacyMarks>())]
     pub legacy_marks: LegacyMarks,

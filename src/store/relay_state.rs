@@ -135,10 +135,13 @@ pub struct Watermark {
 /// own row pending by the columns with neither receipt nor exception, or the newest row
 /// when there is none (everything below is settled). `high` is the floor while the
 /// legacy marks are on (the columns are the truth then, and the fetch's filter on them
-/// skips what was settled); with them off it is the newest row, and the first gap
-/// check ([`check_gap`]) takes the unsettled rows of the window as exceptions: the
-/// columns of rows delivered under another set of types, with the marks off, say
-/// pending. `legacy_marks` is recorded for the operators' commands. Rows of
+/// skips what was settled); with them off it is the newest receipt's `seq` when that
+/// is above the floor, and the first gap check ([`check_gap`]) takes the unsettled rows
+/// of that window as exceptions: the columns of rows delivered under another set of
+/// types, with the marks off, say pending, and every such row has a receipt, so none
+/// lies above the newest one. Above it the fetch takes the rows as they come: a
+/// backlog never relayed is not turned into exceptions row by row. `legacy_marks` is
+/// recorded for the operators' commands. Rows of
 /// transactions still open at that moment that commit below the start are found by
 /// the gap check.
 pub fn load_watermark(
@@ -162,7 +165,7 @@ pub fn load_watermark(
             .query_one(
                 "INSERT INTO crm.booking_expiration_relay_state AS s
                         (types, floor, high, legacy_marks, updated_at)
-                 SELECT $1, f, CASE WHEN $3 THEN f ELSE greatest(f, m) END, $3, $4
+                 SELECT $1, f, CASE WHEN $3 THEN f ELSE greatest(f, coalesce(d, f)) END, $3, $4
                    FROM (SELECT coalesce((SELECT min(o.seq) FROM crm.outbox o
                                            WHERE o.published_at IS NULL AND o.failed_at IS NULL
                                              AND o.type = ANY($2::text[])
@@ -172,7 +175,7 @@ pub fn load_watermark(
                                              AND o.seq NOT IN (
                                                  SELECT seq FROM crm.booking_expiration_exception)) - 1,
                                          (SELECT max(seq) FROM crm.outbox), 0) AS f,
-                                coalesce((SELECT max(seq) FROM crm.outbox), 0) AS m) x
+                                (SELECT max(r.seq) FROM crm.booking_expiration_receipt r) AS d) x
                  ON CONFLICT (types) DO UPDATE SET updated_at = EXCLUDED.updated_at
                  RETURNING s.floor, s.high",
                 &[&key, &types.as_slice(), &legacy_marks, &now],
