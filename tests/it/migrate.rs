@@ -441,6 +441,8 @@ fn a_statement_gives_up_its_lock_so_that_the_crm_never_queues_behind_it_and_retr
         );
     }
     assert!(inserts > 0);
+    // Behaviour: a CRM insert waits at most the migrator's lock_timeout (300 ms) behind
+    // it, never its own 5 s; 2 s tells the two apart under load.
     assert!(
         slowest < Duration::from_secs(2),
         "a CRM insert waited {slowest:?}"

@@ -581,6 +581,7 @@ fn a_pause_stops_a_following_relay_before_its_next_batch() {
                     &[&topic],
                 )
                 .unwrap();
+                // The trickle's pace (the workload), not a wait for anything.
                 std::thread::sleep(Duration::from_millis(5));
             }
         })

@@ -744,6 +744,7 @@ impl Sim {
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default());
         let child = Background::start(cmd);
+        // Behaviour: the kill lands at a random point of the relay's run, not after a condition.
         std::thread::sleep(Duration::from_millis(20 + self.rng.below(200)));
         send_signal(&child.child, "KILL");
         let _ = child.wait();
@@ -889,6 +890,7 @@ impl Sim {
             )
         };
         self.stats.cycles += 1;
+        // The wall-time split is reported at the end, never asserted.
         self.stats.time_cycle += t1.elapsed();
         let t2 = Instant::now();
         self.stats.skipped_locked += result.skipped_locked_count;
@@ -1014,6 +1016,7 @@ impl Sim {
         let b = self.bookings[&id].clone();
         std::thread::spawn(move || {
             let mut c = Client::connect(&url, NoTls).unwrap();
+            // Behaviour: the manager's write comes a random moment into the cycle, racing it.
             std::thread::sleep(Duration::from_millis(delay_ms));
             manager_update(&mut c, id, &b, &change, now) == 1
         })

@@ -114,6 +114,7 @@ fn manager_command(c: &mut Client, rng: &mut Lcg) -> Outcome {
     if !reserve && status != "Booked" {
         return Outcome::Lost; // no longer active: the manager sees it and does nothing
     }
+    // The workload: a manager thinks while it holds the row, racing the cycle.
     std::thread::sleep(think);
     let set = match (action, reserve) {
         (Action::Confirm, true) => {
@@ -221,6 +222,7 @@ fn soak_run_once_instances_and_managers_on_the_same_bookings() {
             })
         })
         .collect();
+    // The workload's length; what is asserted is waited for after it.
     std::thread::sleep(soak);
     stop.store(true, Ordering::SeqCst);
     for t in workers.into_iter().chain(managers) {
