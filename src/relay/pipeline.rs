@@ -151,7 +151,13 @@ pub(super) fn pipeline(
             marks,
         };
         if let Some(e) = ctx.settle(batch, result, &mut row_failure)? {
-            stop.get_or_insert(e);
+            // A batch that failed after the stop was decided (a signal a moment after
+            // its send) is named with it, whichever came first: its class stays the
+            // first's, and the operator reads what was left unacknowledged either way.
+            stop = Some(match stop.take() {
+                None => e,
+                Some(first) => first.context(format!("{e:#}")),
+            });
         }
     }
     Ok(row_failure)
