@@ -22,6 +22,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 mod imports;
+mod layers;
 mod map;
 
 use imports::{module_of, uses_of};
