@@ -37,9 +37,9 @@ RUN apt-get update \
         pkg-config libssl-dev zlib1g-dev make gcc g++ \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-# The whole crate (.dockerignore leaves out target/, .git and what only deploys, but
-# keeps the man pages), so every target Cargo.toml declares is there for the manifest
-# to parse.
+# The whole workspace, its member crates (crates/) with it (.dockerignore leaves out
+# target/, .git and what only deploys, but keeps the man pages), so every target and
+# member Cargo.toml declares is there for the manifest to parse.
 COPY . .
 # --locked: exactly the dependency versions the tests ran with.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \

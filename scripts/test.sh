@@ -337,7 +337,7 @@ previous_release=$LOGS/previous-release
 first_pass() {
     BOOKING_EXPIRE_PREVIOUS_BIN=$(cat "$previous_release")
     export BOOKING_EXPIRE_PREVIOUS_BIN
-    cargo test --locked --all-targets "$@"
+    cargo test --locked --workspace --all-targets "$@"
 }
 
 ALWAYS=1 stage prerequisites "everything the suite needs, checked first (all that is missing, and how to get it)" \
@@ -358,10 +358,10 @@ stage_bg light-checks "scripts/contract-check.sh, squawk over sql/, scripts/chan
     light_checks
 
 stage fmt "cargo fmt --check" cargo fmt --all -- --check
-stage clippy "cargo clippy -D warnings" cargo clippy --all-targets --locked -- -D warnings
+stage clippy "cargo clippy -D warnings" cargo clippy --workspace --all-targets --locked -- -D warnings
 stage check-deploy "scripts/check-deploy.sh: manifests, Dockerfile, runtime libraries, alert rules, dashboard, the image" \
     scripts/check-deploy.sh
-stage build-tests "cargo test --no-run: the tests' build" cargo test --locked --all-targets --no-run
+stage build-tests "cargo test --no-run: the tests' build" cargo test --locked --workspace --all-targets --no-run
 join light-checks
 join jaeger
 join previous-release

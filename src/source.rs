@@ -1,17 +1,44 @@
-//! The crate's own source, read by tests that hold rules about it (the import rules
-//! in `architecture`, the log vocabulary in `obs::fields`): the files of `src/` and a
-//! tokenizer that knows just enough Rust to tell code from comments and literals.
+//! The workspace's own source, read by tests that hold rules about it (the import
+//! rules in `architecture`, the log vocabulary in `obs::fields`): the files of `src/`
+//! and of every member crate's `crates/NAME/src/`, and a tokenizer that knows just
+//! enough Rust to tell code from comments and literals.
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
-/// The files of `src/`, by their path relative to it (`obs/log.rs`).
+/// Where the member crates live, each in a folder of its own with its `src/`.
+pub const CRATES: &str = "crates";
+
+/// The files of `src/` and `crates/*/src/`, by their path relative to the workspace's
+/// root (`src/obs/log.rs`, `crates/kafka/src/producer.rs`).
 pub fn files() -> BTreeMap<String, String> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = BTreeMap::new();
-    read_sources(&src, &src, &mut files);
+    read_sources(root, &root.join("src"), &mut files);
+    for member in member_crates() {
+        read_sources(
+            root,
+            &root.join(CRATES).join(member).join("src"),
+            &mut files,
+        );
+    }
     files
+}
+
+/// The folder names of the member crates under `crates/` (`kafka`), sorted.
+pub fn member_crates() -> Vec<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(CRATES);
+    let mut names: Vec<String> = match fs::read_dir(&dir) {
+        Ok(entries) => entries
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.join("Cargo.toml").is_file())
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    names.sort();
+    names
 }
 
 /// Every `.rs` file under `dir`, by its path relative to `root`.

@@ -1,6 +1,7 @@
 //! The imports of one file: its paths into other rooms (`crate::x`, `use crate::{…}`,
-//! the binary's `booking_expire::x`, a `super::` that leaves the room), into the
-//! external crates the rules name, and its string literals of SQL.
+//! the binary's `booking_expire::x`, a member crate's `booking_expire_x::`, a `super::`
+//! that leaves the room), into the external crates the rules name, and its string
+//! literals of SQL.
 
 use std::collections::BTreeSet;
 
@@ -167,6 +168,11 @@ pub(super) fn uses_of(
                         let written = "super::".repeat(climbs);
                         reach(&mut uses, *line, next, format!("{written}{next}"));
                     }
+                } else if let Some(member) = name.strip_prefix("booking_expire_")
+                    && rooms.contains(member)
+                {
+                    // A member crate by its library's name: its room.
+                    reach(&mut uses, *line, member, format!("{name}::"));
                 } else if crates.contains(name) {
                     uses.push(Use {
                         line: *line,

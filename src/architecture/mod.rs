@@ -1,13 +1,17 @@
 //! The import rules of `docs/architecture.md`, held by test: the page's `never` block
-//! is parsed, every file of `src/` is read, and each import that breaks a rule fails
-//! the test with the file, the line, the import and the rule. The page's `pending`
+//! is parsed, every file of `src/` and of the member crates (`crates/NAME/src/`) is
+//! read, and each import that breaks a rule fails the test with the file, the line, the
+//! import and the rule. The page's `pending`
 //! block lists rules that do not hold yet: they are checked and printed, never failed
 //! on, until they move to `never`.
 //!
-//! A room is a top-level module (`src/x.rs` or `src/x/`, and `main` for the binary).
-//! An import is every path into another room: `crate::x` (in `use` trees too),
-//! `booking_expire::x` (the binary's), a `super::` that climbs out of its room, and the
-//! external crates the rules name (`rdkafka::…`). Comments and string literals are left
+//! A room is a top-level module (`src/x.rs` or `src/x/`, and `main` for the binary), or
+//! a member crate (`crates/x/`, whose files are all its room's). An import is every
+//! path into another room: `crate::x` (in `use` trees too), `booking_expire::x` (the
+//! binary's), `booking_expire_x::` (a member crate's), a `super::` that climbs out of
+//! its room, and the external crates the rules name (`rdkafka::…`). A member crate's own
+//! `crate::` and `super::` paths stay in its room: what it may import at all is its
+//! manifest's to say, and the compiler's to hold. Comments and string literals are left
 //! out; a string literal that opens with an SQL statement is what `holds SQL` means.
 //!
 //! A rule is one line: `SUBJECT never imports OBJECT`, `SUBJECT never holds SQL`, or
@@ -18,6 +22,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 mod imports;
+mod layers;
 mod map;
 
 use imports::{module_of, uses_of};
@@ -119,11 +124,27 @@ fn rules_in(page: &str, tag: &str) -> Result<Vec<Rule>, String> {
         .collect()
 }
 
-/// The rooms of the files: the first part of each one's module path.
+/// Where a file of the workspace (its path from the root) belongs: its room, and its
+/// path relative to the application's `src/` (`None` for a member crate's file).
+fn room_of(path: &str) -> (String, Option<&str>) {
+    if let Some(app) = path.strip_prefix("src/") {
+        return (module_of(app)[0].clone(), Some(app));
+    }
+    let member = path
+        .strip_prefix(crate::source::CRATES)
+        .and_then(|p| p.strip_prefix('/'))
+        .and_then(|p| p.split_once('/'))
+        .map(|(name, _)| name.to_owned())
+        .unwrap_or_else(|| panic!("{path}: neither in src/ nor in a member crate"));
+    (member, None)
+}
+
+/// The rooms of the files: the first part of each one's module path, and the member
+/// crates.
 fn rooms_of(files: &BTreeMap<String, String>) -> BTreeSet<String> {
     files
         .keys()
-        .map(|path| module_of(path)[0].clone())
+        .map(|path| room_of(path).0)
         .filter(|room| room != "lib")
         .collect()
 }
@@ -143,7 +164,7 @@ fn crates_of(rules: &[Rule], rooms: &BTreeSet<String>) -> BTreeSet<String> {
         .collect()
 }
 
-/// What breaks `rules` in `files` (path relative to `src/` → text), one message each;
+/// What breaks `rules` in `files` (path from the workspace's root → text), one message each;
 /// edges that break a rule of `pending` are left out of the cycle check.
 fn violations(files: &BTreeMap<String, String>, rules: &[Rule], pending: &[Rule]) -> Vec<String> {
     let rooms = rooms_of(files);
@@ -152,13 +173,19 @@ fn violations(files: &BTreeMap<String, String>, rules: &[Rule], pending: &[Rule]
     let mut found = Vec::new();
     // Room → room → the first place that imports it.
     let mut edges: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    let no_rooms = BTreeSet::new();
     for (path, source) in files {
-        let room = module_of(path)[0].clone();
+        let (room, app) = room_of(path);
         if room == "lib" {
             continue;
         }
-        for u in uses_of(path, source, &rooms, &crates) {
-            let place = format!("src/{path}:{}: `{}`", u.line, u.text);
+        // A member crate's paths are its own: only its SQL and the named crates count.
+        let uses = match app {
+            Some(app) => uses_of(app, source, &rooms, &crates),
+            None => uses_of(&format!("{room}/{path}"), source, &no_rooms, &crates),
+        };
+        for u in uses {
+            let place = format!("{path}:{}: `{}`", u.line, u.text);
             for rule in rules {
                 let broken = match &rule.kind {
                     Kind::NoSql { subject } => u.target == "SQL" && subject.has(&room, &rooms),
@@ -227,215 +254,4 @@ fn cycles(edges: &BTreeMap<String, BTreeMap<String, String>>) -> Vec<Vec<String>
 }
 
 #[cfg(test)]
-mod tests {
-    use std::fs;
-    use std::path::Path;
-
-    use super::*;
-
-    fn manifest() -> &'static Path {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-    }
-
-    fn page_rules() -> (Vec<Rule>, Vec<Rule>) {
-        let page = fs::read_to_string(manifest().join(PAGE)).unwrap();
-        (
-            rules_in(&page, "never").unwrap(),
-            rules_in(&page, "pending").unwrap(),
-        )
-    }
-
-    fn rules(lines: &[&str]) -> Vec<Rule> {
-        lines.iter().map(|l| Rule::parse(l).unwrap()).collect()
-    }
-
-    fn files(sources: &[(&str, &str)]) -> BTreeMap<String, String> {
-        sources
-            .iter()
-            .map(|(p, s)| ((*p).to_owned(), (*s).to_owned()))
-            .collect()
-    }
-
-    /// The longest a file of `src/` may be: a room a reader can hold in mind.
-    const MOST_LINES: usize = 450;
-
-    #[test]
-    fn no_file_of_src_is_longer_than_a_room() {
-        let long: Vec<String> = crate::source::files()
-            .iter()
-            .map(|(path, text)| (path, text.lines().count()))
-            .filter(|(_, lines)| *lines > MOST_LINES)
-            .map(|(path, lines)| format!("src/{path}: {lines} lines"))
-            .collect();
-        assert!(
-            long.is_empty(),
-            "over {MOST_LINES} lines, split by concern: {long:?}"
-        );
-    }
-
-    #[test]
-    fn the_code_keeps_the_rules_of_the_architecture_page() {
-        let (never, pending) = page_rules();
-        assert!(never.iter().any(|r| r.kind == Kind::NoCycles), "{never:?}");
-        let sources = crate::source::files();
-        // Every name is a room or a dependency: a misspelt one would forbid nothing.
-        let rooms = rooms_of(&sources);
-        let manifest_text = fs::read_to_string(manifest().join("Cargo.toml")).unwrap();
-        for rule in never.iter().chain(&pending) {
-            let names = match &rule.kind {
-                Kind::Never { subject, object } => vec![subject, object],
-                Kind::NoSql { subject } => vec![subject],
-                Kind::NoCycles => vec![],
-            };
-            for set in names {
-                let (Names::Only(listed) | Names::AllBut(listed)) = set;
-                for name in listed {
-                    assert!(
-                        rooms.contains(name) || manifest_text.contains(&format!("\n{name} = ")),
-                        "{PAGE}: \"{}\" names {name}, neither a room nor a dependency",
-                        rule.text
-                    );
-                }
-            }
-        }
-        assert!(
-            sources.contains_key("obs/metrics.rs"),
-            "{:?}",
-            sources.keys()
-        );
-        // Pending: printed, not failed on (a rule that holds now can move to `never`).
-        for rule in &pending {
-            let broken = violations(&sources, std::slice::from_ref(rule), &[]);
-            if broken.is_empty() {
-                println!(
-                    "pending rule holds now, move it to never: \"{}\"",
-                    rule.text
-                );
-            }
-            for v in broken {
-                println!("pending: {v}");
-            }
-        }
-        let broken = violations(&sources, &never, &pending);
-        assert!(
-            broken.is_empty(),
-            "{PAGE}'s rules are broken:\n{}",
-            broken.join("\n")
-        );
-    }
-
-    #[test]
-    fn a_wrong_import_fails_naming_the_file_the_import_and_the_rule() {
-        let sources = files(&[
-            (
-                "domain/plan.rs",
-                "use chrono::Utc;\nuse crate::clock::seconds;\nuse crate::store::Backlog;\n",
-            ),
-            ("store/mod.rs", "pub struct Backlog;\n"),
-            ("clock.rs", ""),
-        ]);
-        let never = rules(&["domain never imports anything but clock"]);
-        assert_eq!(
-            violations(&sources, &never, &[]),
-            [
-                "src/domain/plan.rs:3: `crate::store` (domain → store) breaks \"domain never \
-              imports anything but clock\""
-            ]
-        );
-    }
-
-    #[test]
-    fn use_groups_the_binary_super_and_named_crates_are_imports_comments_and_strings_are_not() {
-        let sources = files(&[
-            (
-                "obs/gauges.rs",
-                "use crate::{clock, cycle::CycleResult};\n\
-                 // use crate::store::Backlog;\n\
-                 /* crate::relay */ const S: &str = \"crate::report::x\";\n\
-                 const C: char = '{';\n\
-                 mod tests {\n    use super::super::super::ops::Paused;\n    use super::*;\n}\n\
-                 fn f() { rdkafka::config::ClientConfig::new(); }\n",
-            ),
-            ("main.rs", "use booking_expire::app;\n"),
-            ("app.rs", ""),
-            ("clock.rs", ""),
-            ("cycle.rs", ""),
-            ("ops/mod.rs", ""),
-        ]);
-        let never = rules(&[
-            "obs never imports cycle relay report ops store",
-            "anything but kafka never imports rdkafka",
-            "anything but main, config, reference never imports app",
-            "main never imports app",
-        ]);
-        assert_eq!(
-            violations(&sources, &never, &[]),
-            [
-                "src/main.rs:1: `booking_expire::app` (main → app) breaks \"main never imports app\"",
-                "src/obs/gauges.rs:1: `crate::{cycle, …}` (obs → cycle) breaks \"obs never \
-                 imports cycle relay report ops store\"",
-                "src/obs/gauges.rs:6: `super::super::super::ops` (obs → ops) breaks \"obs never \
-                 imports cycle relay report ops store\"",
-                "src/obs/gauges.rs:9: `rdkafka::` (obs → rdkafka) breaks \"anything but kafka \
-                 never imports rdkafka\"",
-            ]
-        );
-    }
-
-    #[test]
-    fn a_cycle_is_named_once_with_where_each_room_imports_the_next() {
-        let sources = files(&[
-            ("ops/mod.rs", "use crate::report::format;\n"),
-            ("report/mod.rs", "\nuse crate::ops::pause::Paused;\n"),
-        ]);
-        let never = rules(&["no import cycles"]);
-        assert_eq!(
-            violations(&sources, &never, &[]),
-            [
-                "ops → report → ops breaks \"no import cycles\": ops → report at \
-              src/ops/mod.rs:1: `crate::report`; report → ops at src/report/mod.rs:2: \
-              `crate::ops`"
-            ]
-        );
-        // While one of its edges is pending, the cycle is too.
-        let pending = rules(&["report never imports ops"]);
-        assert!(violations(&sources, &never, &pending).is_empty());
-    }
-
-    #[test]
-    fn sql_outside_its_room_is_found_in_string_literals() {
-        let sources = files(&[
-            (
-                "cycle.rs",
-                "fn f() { c.batch_execute(\"COMMIT AND CHAIN\"); }\n",
-            ),
-            ("store/outbox.rs", "const Q: &str = \"SELECT 1\";\n"),
-            (
-                "cli.rs",
-                "/// SELECT in a comment\nconst H: &str = \"select rows\";\n",
-            ),
-        ]);
-        let never = rules(&["anything but store never holds SQL"]);
-        assert_eq!(
-            violations(&sources, &never, &[]),
-            [
-                "src/cycle.rs:1: `\"COMMIT AND CHAIN…\"` (cycle → SQL) breaks \"anything but \
-              store never holds SQL\""
-            ]
-        );
-    }
-
-    #[test]
-    fn a_line_that_is_no_rule_is_refused() {
-        assert!(Rule::parse("domain may import store").is_err());
-        assert_eq!(
-            Rule::parse("anything but main config never imports app")
-                .unwrap()
-                .kind,
-            Kind::Never {
-                subject: Names::AllBut(["main", "config"].map(str::to_owned).into()),
-                object: Names::Only(["app"].map(str::to_owned).into()),
-            }
-        );
-    }
-}
+mod tests;

@@ -1,121 +1,92 @@
-//! How to reach Kafka: the brokers, the security protocol and SASL credentials (a
-//! [`Secret`] that never shows), the producer's message timeout.
+//! How to reach Kafka, from the flags: the brokers checked, the security protocol and
+//! SASL credentials, the producer's message timeout. The settings are the Kafka
+//! crate's own types ([`KafkaConfig`], [`KafkaSecurity`]): it reads them, this builds
+//! them.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
 
-use super::Secret;
 use crate::cli::{KafkaArgs, SaslMechanism, SecurityProtocol};
 use crate::exit::{Failure, fail};
+use crate::kafka::{DEFAULT_MAX_MESSAGE_BYTES, KafkaConfig, KafkaSecurity, Password};
 
-/// How the relay authenticates and encrypts towards Kafka.
-#[derive(Debug, Clone)]
-pub enum KafkaSecurity {
-    Plaintext,
-    Ssl {
-        ca_file: Option<PathBuf>,
-    },
-    Sasl {
-        tls: bool,
-        ca_file: Option<PathBuf>,
-        mechanism: &'static str,
-        username: String,
-        password: Secret,
-    },
-}
-
-#[derive(Debug, Clone)]
-pub struct KafkaConfig {
-    pub brokers: String,
-    pub security: KafkaSecurity,
-    pub message_timeout: Duration,
-    /// The largest message the producer sends (librdkafka's `message.max.bytes`); the
-    /// relay fails a larger row without reading it.
-    pub max_message_bytes: usize,
-}
-
-/// librdkafka's own default for `message.max.bytes`, just under the brokers' default
-/// `message.max.bytes` (1,048,588).
-pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1_000_000;
-
-impl KafkaConfig {
-    pub fn from_args(args: &KafkaArgs, message_timeout: Duration) -> Result<Self> {
-        let brokers = args
-            .brokers
-            .as_deref()
-            .map(str::trim)
-            .filter(|b| !b.is_empty())
-            .ok_or_else(|| {
+/// The Kafka settings of `args`, with the producer's `message_timeout`; a refusal is
+/// configuration (78) and names the flag and its variable.
+pub fn from_args(args: &KafkaArgs, message_timeout: Duration) -> Result<KafkaConfig> {
+    let brokers = args
+        .brokers
+        .as_deref()
+        .map(str::trim)
+        .filter(|b| !b.is_empty())
+        .ok_or_else(|| {
+            fail(
+                Failure::Config,
+                "no Kafka brokers: set --brokers or KAFKA_BROKERS (e.g. kafka-0:9092,kafka-1:9092)",
+            )
+        })?;
+    for broker in brokers.split(',') {
+        let valid = broker.trim().rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
+        });
+        if !valid {
+            return Err(fail(
+                Failure::Config,
+                format!(
+                    "invalid --brokers / KAFKA_BROKERS entry {broker:?}: expected host:port, comma-separated"
+                ),
+            ));
+        }
+    }
+    let ca_file = match &args.kafka_ca_file {
+        None => None,
+        Some(path) => {
+            std::fs::metadata(path).map_err(|e| {
                 fail(
                     Failure::Config,
-                    "no Kafka brokers: set --brokers or KAFKA_BROKERS (e.g. kafka-0:9092,kafka-1:9092)",
+                    format!(
+                        "cannot read the Kafka CA file {} (--kafka-ca-file / KAFKA_CA_FILE): {e}",
+                        path.display()
+                    ),
                 )
             })?;
-        for broker in brokers.split(',') {
-            let valid = broker.trim().rsplit_once(':').is_some_and(|(host, port)| {
-                !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
-            });
-            if !valid {
-                return Err(fail(
-                    Failure::Config,
-                    format!(
-                        "invalid --brokers / KAFKA_BROKERS entry {broker:?}: expected host:port, comma-separated"
-                    ),
-                ));
-            }
+            Some(path.clone())
         }
-        let ca_file = match &args.kafka_ca_file {
-            None => None,
-            Some(path) => {
-                std::fs::metadata(path).map_err(|e| {
-                    fail(
-                        Failure::Config,
-                        format!(
-                            "cannot read the Kafka CA file {} (--kafka-ca-file / KAFKA_CA_FILE): {e}",
-                            path.display()
-                        ),
-                    )
-                })?;
-                Some(path.clone())
-            }
+    };
+    let sasl = |tls: bool| -> Result<KafkaSecurity> {
+        let username = args.kafka_username.clone().filter(|u| !u.is_empty());
+        let password = args.kafka_password.clone().filter(|p| !p.is_empty());
+        let (Some(username), Some(password)) = (username, password) else {
+            return Err(fail(
+                Failure::Config,
+                "SASL needs a user name and a password: set --kafka-username / KAFKA_USERNAME \
+                 and KAFKA_PASSWORD",
+            ));
         };
-        let sasl = |tls: bool| -> Result<KafkaSecurity> {
-            let username = args.kafka_username.clone().filter(|u| !u.is_empty());
-            let password = args.kafka_password.clone().filter(|p| !p.is_empty());
-            let (Some(username), Some(password)) = (username, password) else {
-                return Err(fail(
-                    Failure::Config,
-                    "SASL needs a user name and a password: set --kafka-username / KAFKA_USERNAME \
-                     and KAFKA_PASSWORD",
-                ));
-            };
-            Ok(KafkaSecurity::Sasl {
-                tls,
-                ca_file: ca_file.clone(),
-                mechanism: match args.kafka_sasl_mechanism {
-                    SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
-                    SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
-                    SaslMechanism::Plain => "PLAIN",
-                },
-                username,
-                password: Secret::new(password),
-            })
-        };
-        let security = match args.kafka_security_protocol {
-            SecurityProtocol::Plaintext => KafkaSecurity::Plaintext,
-            SecurityProtocol::Ssl => KafkaSecurity::Ssl {
-                ca_file: ca_file.clone(),
+        Ok(KafkaSecurity::Sasl {
+            tls,
+            ca_file: ca_file.clone(),
+            mechanism: match args.kafka_sasl_mechanism {
+                SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
+                SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
+                SaslMechanism::Plain => "PLAIN",
             },
-            SecurityProtocol::SaslSsl => sasl(true)?,
-            SecurityProtocol::SaslPlaintext => sasl(false)?,
-        };
-        Ok(KafkaConfig {
-            brokers: brokers.to_owned(),
-            security,
-            message_timeout,
-            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            username,
+            password: Password::new(password),
         })
-    }
+    };
+    let security = match args.kafka_security_protocol {
+        SecurityProtocol::Plaintext => KafkaSecurity::Plaintext,
+        SecurityProtocol::Ssl => KafkaSecurity::Ssl {
+            ca_file: ca_file.clone(),
+        },
+        SecurityProtocol::SaslSsl => sasl(true)?,
+        SecurityProtocol::SaslPlaintext => sasl(false)?,
+    };
+    Ok(KafkaConfig {
+        brokers: brokers.to_owned(),
+        security,
+        message_timeout,
+        max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+    })
 }

@@ -19,7 +19,6 @@ use std::time::Duration;
 use anyhow::Result;
 
 pub use self::db::{DbConfig, SslMode};
-pub use self::kafka::{DEFAULT_MAX_MESSAGE_BYTES, KafkaConfig, KafkaSecurity};
 pub use self::metrics::{MetricsConfig, PushAuth, Pushgateway, Step};
 pub use self::migrate::{MigrateAction, MigrateConfig, MigrateLimits};
 pub use self::operate::{
@@ -30,6 +29,7 @@ pub use self::topics::{TOPICS_INPUT, Topics};
 pub use self::trace::{Protocol, TraceConfig};
 use crate::cli::{self, BacklogArgs, BatchArgs, Command, DryRunArgs, RelayArgs, RunOnceArgs};
 use crate::domain::{AsOf, OutboxTypes};
+pub use crate::kafka::{DEFAULT_MAX_MESSAGE_BYTES, KafkaConfig, KafkaSecurity};
 
 /// A subcommand's resolved configuration: what `main` hands to `app::run`.
 #[derive(Debug)]
@@ -280,7 +280,7 @@ impl RelayConfig {
             db: DbConfig::from_args(&args.database)?,
             kafka: KafkaConfig {
                 max_message_bytes: args.max_message_bytes as usize,
-                ..KafkaConfig::from_args(&args.kafka, args.message_timeout)?
+                ..kafka::from_args(&args.kafka, args.message_timeout)?
             },
             batch_size: args.batch_size,
             deadline: args.deadline,

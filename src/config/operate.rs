@@ -108,7 +108,7 @@ impl ExplainConfig {
         let db = DbConfig::from_args(&args.database)?;
         let kafka = match args.kafka.brokers.as_deref().map(str::trim) {
             Some(b) if !b.is_empty() => {
-                Some(KafkaConfig::from_args(&args.kafka, READ_BACK_TIMEOUT)?)
+                Some(super::kafka::from_args(&args.kafka, READ_BACK_TIMEOUT)?)
             }
             _ => None,
         };

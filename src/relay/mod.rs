@@ -29,7 +29,7 @@ use uuid::Uuid;
 use crate::clock::Driver;
 use crate::config::RelayConfig;
 use crate::exit::Failure;
-use crate::kafka::KafkaProducer;
+use crate::kafka::{Classify, KafkaProducer};
 use crate::obs::trace::{self, Attr};
 use crate::preflight::{self, Checks, PauseWatch, Paused, Preflight, Writer};
 use crate::store;
@@ -178,7 +178,9 @@ fn relay(cfg: &RelayConfig, driver: Driver, result: &mut RelayResult) -> Result<
     if !cfg.follow.is_zero() {
         store::listen(&mut db.client)?;
     }
-    let mut producer = KafkaProducer::new(&cfg.kafka)?.watching(driver.shutdown);
+    let mut producer = KafkaProducer::new(&cfg.kafka)
+        .classified()?
+        .watching(driver.shutdown);
     info!(Brokers = cfg.kafka.brokers.as_str(), BatchSize = cfg.batch_size,
           FollowMs = cfg.follow.as_millis() as u64,
           OutboxTypes = cfg.outbox_types.to_flag().as_str(); "relay started");

@@ -18,7 +18,7 @@ use super::{RelayResult, message};
 use crate::clock::Clock;
 use crate::config::RelayConfig;
 use crate::exit::{Failure, fail};
-use crate::kafka::{Delivery, Enqueued, Fault, KafkaProducer, OutMessage, TopicCheck};
+use crate::kafka::{Classify, Delivery, Enqueued, Fault, KafkaProducer, OutMessage, TopicCheck};
 use crate::obs::trace::{self, Attr};
 use crate::store::{self, Delivered, Fetch, OutboxRow, Receipt};
 
@@ -104,10 +104,9 @@ pub(super) fn enqueue(
         .map(|r| r.topic.as_str())
         .collect::<HashSet<_>>()
     {
-        if let TopicCheck::Unusable { failure, reason } =
-            producer.check_topic(topic, cfg.expected_partitions)?
-        {
-            unusable.insert(topic.to_owned(), (failure, reason));
+        let check = producer.check_topic(topic, cfg.expected_partitions);
+        if let TopicCheck::Unusable { kind, reason } = check.classified()? {
+            unusable.insert(topic.to_owned(), (crate::kafka::failure(kind), reason));
         }
     }
     let (held, sendable): (Vec<OutboxRow>, Vec<OutboxRow>) = loaded

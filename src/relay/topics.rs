@@ -15,7 +15,7 @@ use log::{error, info, warn};
 use postgres::Client;
 
 use crate::exit::{Failure, fail};
-use crate::kafka::{KafkaProducer, TopicCheck};
+use crate::kafka::{Classify, KafkaProducer, Kind, TopicCheck};
 use crate::store::{self, TopicWaiting};
 
 /// How often `--follow` asks the brokers again about the topics rows wait for.
@@ -124,7 +124,10 @@ impl TopicWaits {
         let mut freed = false;
         let topics: Vec<String> = self.waits.keys().cloned().collect();
         for topic in topics {
-            match producer.check_topic(&topic, expected_partitions)? {
+            match producer
+                .check_topic(&topic, expected_partitions)
+                .classified()?
+            {
                 TopicCheck::Usable => {
                     self.waits.remove(&topic);
                     self.to_record.remove(&topic);
@@ -134,7 +137,7 @@ impl TopicWaits {
                     freed = true;
                 }
                 TopicCheck::Unusable {
-                    failure: Failure::Config,
+                    kind: Kind::Config,
                     reason,
                 } => {
                     let wait = self.waits.get_mut(&topic).expect("a waiting topic");

@@ -1,4 +1,5 @@
-//! The vocabulary's tests: every key of src/ is in it, and the reference lists it.
+//! The vocabulary's tests: every key of src/ and the member crates is in it, and the
+//! reference lists it.
 use std::collections::BTreeSet;
 
 use super::*;
@@ -67,17 +68,17 @@ fn well_written(key: &str) -> bool {
     pascal || otel
 }
 
-/// What is wrong with the keys of `files` (path relative to `src/` → text).
+/// What is wrong with the keys of `files` (path from the workspace's root → text).
 fn misnamed(files: &std::collections::BTreeMap<String, String>) -> Vec<String> {
     let known: BTreeSet<&str> = FIELDS.iter().map(|(name, _)| *name).collect();
     let mut found = Vec::new();
     for (path, source) in files {
         for (line, key) in keys_of(source) {
             if !well_written(&key) {
-                found.push(format!("src/{path}:{line}: `{key}` is not PascalCase"));
+                found.push(format!("{path}:{line}: `{key}` is not PascalCase"));
             } else if !known.contains(key.as_str()) {
                 found.push(format!(
-                    "src/{path}:{line}: `{key}` is not in obs::fields::FIELDS"
+                    "{path}:{line}: `{key}` is not in obs::fields::FIELDS"
                 ));
             }
         }
@@ -114,7 +115,7 @@ fn every_log_field_and_span_attribute_of_src_is_in_the_vocabulary() {
 #[test]
 fn a_key_out_of_the_vocabulary_fails_naming_its_place() {
     let files = [(
-        "relay.rs".to_owned(),
+        "src/relay.rs".to_owned(),
         "fn f() {\n    // info!(nothing = 1; \"a comment\");\n    \
          info!(Phase:% = p, purged = n, Signal = s; \"done {}\", x);\n    \
          warn!(\"no fields {}\", y);\n    \

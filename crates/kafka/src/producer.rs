@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
@@ -18,8 +17,8 @@ use super::fault::{Delivery, Fault, failed};
 use super::poller::Poller;
 use super::reports::Reports;
 use super::security;
-use crate::config::{KafkaConfig, KafkaSecurity};
-use crate::exit::{Failure, fail};
+use crate::error::{Error, Kind, Never, Stop};
+use crate::settings::{KafkaConfig, KafkaSecurity};
 
 /// How often a wait for delivery reports asks whether a signal came, at the least.
 const SIGNAL_CHECK: Duration = Duration::from_millis(100);
@@ -46,14 +45,14 @@ pub struct KafkaProducer {
     next_message: usize,
     max_message_bytes: usize,
     /// What a signal reaches the producer's waits through (see [`Self::watching`]).
-    pub(super) shutdown: crate::shutdown::Shutdown,
+    pub(super) stop: Arc<dyn Stop>,
     /// Serves delivery reports and errors as they come; held for its drop, which stops
     /// the thread.
     _poller: Poller,
 }
 
 impl KafkaProducer {
-    pub fn new(cfg: &KafkaConfig) -> Result<Self> {
+    pub fn new(cfg: &KafkaConfig) -> Result<Self, Error> {
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", &cfg.brokers)
             .set("client.id", "booking-expire-relay")
@@ -79,8 +78,8 @@ impl KafkaProducer {
         let producer: BaseProducer<Reports> = c
             .create_with_context(Reports::new(cfg.max_message_bytes))
             .map_err(|e| {
-                fail(
-                    Failure::Config,
+                Error::new(
+                    Kind::Config,
                     format!("cannot set up the Kafka producer: {e}"),
                 )
             })?;
@@ -94,15 +93,15 @@ impl KafkaProducer {
             checked: HashMap::new(),
             next_message: 0,
             max_message_bytes: cfg.max_message_bytes,
-            shutdown: crate::shutdown::Shutdown::new(),
+            stop: Arc::new(Never),
             _poller: poller,
         })
     }
 
-    /// The producer whose waits end early on a signal `shutdown` receives.
-    pub fn watching(self, shutdown: &crate::shutdown::Shutdown) -> Self {
+    /// The producer whose waits end early on a signal `stop` tells of.
+    pub fn watching<S: Stop + Clone + 'static>(self, stop: &S) -> Self {
         KafkaProducer {
-            shutdown: shutdown.clone(),
+            stop: Arc::new(stop.clone()),
             ..self
         }
     }
@@ -194,7 +193,7 @@ impl KafkaProducer {
             // After a signal the run ends within a second: what is not acknowledged
             // by then stays pending, as in an outage.
             let now = Instant::now();
-            if self.shutdown.requested().is_some() {
+            if self.stop.requested().is_some() {
                 until = until.min(now + Duration::from_secs(1));
             }
             if now < until {
@@ -277,7 +276,7 @@ pub struct Enqueued {
 )]
 mod tests {
     use super::*;
-    use crate::config::DEFAULT_MAX_MESSAGE_BYTES;
+    use crate::settings::DEFAULT_MAX_MESSAGE_BYTES;
 
     /// The wait ends when the batch's last report comes in, not at its deadline: here
     /// the report of a message that timed out (nothing listens), taken from the poll

@@ -4,24 +4,23 @@
 
 use std::time::Duration;
 
-use anyhow::Result;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::metadata::Metadata;
 use rdkafka::producer::Producer;
 
 use super::producer::KafkaProducer;
 use super::reports::BrokerError;
-use crate::config::KafkaSecurity;
-use crate::exit::{Failure, fail};
+use crate::error::{Error, Kind};
+use crate::settings::KafkaSecurity;
 
 /// Whether a topic can take the relay's messages.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TopicCheck {
     Usable,
     /// Missing, not writable by this client, or with another partition count: its rows
-    /// wait (and the run reports `failure`), the other topics' rows go on.
+    /// wait (and the run reports its `kind`), the other topics' rows go on.
     Unusable {
-        failure: Failure,
+        kind: Kind,
         reason: String,
     },
 }
@@ -32,7 +31,11 @@ impl KafkaProducer {
     /// to other partitions). Answers fast rather than waiting out librdkafka's metadata
     /// timeout. `Err` only when the brokers themselves cannot be reached: then nothing
     /// is wrong with any row.
-    pub fn check_topic(&mut self, topic: &str, expected_partitions: usize) -> Result<TopicCheck> {
+    pub fn check_topic(
+        &mut self,
+        topic: &str,
+        expected_partitions: usize,
+    ) -> Result<TopicCheck, Error> {
         if self.checked.contains_key(topic) {
             return Ok(TopicCheck::Usable);
         }
@@ -48,11 +51,11 @@ impl KafkaProducer {
                     missing_topic(topic)
                 }
                 RDKafkaErrorCode::TopicAuthorizationFailed => TopicCheck::Unusable {
-                    failure: Failure::Config,
+                    kind: Kind::Config,
                     reason: format!("not authorized to write to Kafka topic {topic}"),
                 },
                 other => TopicCheck::Unusable {
-                    failure: Failure::Temporary,
+                    kind: Kind::Temporary,
                     reason: format!("Kafka reports topic {topic} unusable: {other}"),
                 },
             });
@@ -60,7 +63,7 @@ impl KafkaProducer {
         let partitions = t.partitions().len();
         if partitions != expected_partitions {
             return Ok(TopicCheck::Unusable {
-                failure: Failure::Config,
+                kind: Kind::Config,
                 reason: format!(
                     "Kafka topic {topic} has {partitions} partitions, expected {expected_partitions}: \
                      keys would map to other partitions (set --expected-partitions if the change is intended)"
@@ -84,7 +87,7 @@ impl KafkaProducer {
         clippy::disallowed_methods,
         reason = "librdkafka's metadata requests wait in real time, up to the check's timeout"
     )]
-    fn fetch_metadata(&self, topic: &str, timeout: Duration) -> Result<Metadata> {
+    fn fetch_metadata(&self, topic: &str, timeout: Duration) -> Result<Metadata, Error> {
         let until = std::time::Instant::now() + timeout;
         loop {
             let slice = until
@@ -108,9 +111,9 @@ impl KafkaProducer {
                         return Err(self.unreachable(&e, timeout));
                     }
                     // A signal ends the wait within a slice.
-                    if let Some(signal) = self.shutdown.requested() {
-                        return Err(fail(
-                            Failure::Interrupted(signal),
+                    if let Some(signal) = self.stop.requested() {
+                        return Err(Error::new(
+                            Kind::Interrupted(signal),
                             format!(
                                 "interrupted by signal {signal} while asking Kafka about topic {topic}"
                             ),
@@ -124,7 +127,7 @@ impl KafkaProducer {
     /// Why the brokers could not be reached, from the broker errors librdkafka
     /// reported meanwhile: a failed TLS handshake or refused credentials are
     /// configuration (78), anything else means Kafka is unavailable (69).
-    fn unreachable(&self, e: &KafkaError, timeout: Duration) -> anyhow::Error {
+    fn unreachable(&self, e: &KafkaError, timeout: Duration) -> Error {
         // Broker errors arrive as events on the main queue: served here and on the
         // poll thread, for 100 ms, so that the last one is in.
         self.producer.poll(Duration::from_millis(100));
@@ -147,8 +150,8 @@ impl KafkaProducer {
                     } => format!("the CA in {}", ca.display()),
                     _ => "the system's trusted CAs".to_owned(),
                 };
-                fail(
-                    Failure::Config,
+                Error::new(
+                    Kind::Config,
                     format!(
                         "TLS handshake with Kafka at {brokers} failed (the brokers' certificates \
                          must be signed by {trusted} and name the broker's host; \
@@ -164,19 +167,19 @@ impl KafkaProducer {
                     username,
                     ..
                 },
-            ) if b.code == Some(RDKafkaErrorCode::Authentication) => fail(
-                Failure::Config,
+            ) if b.code == Some(RDKafkaErrorCode::Authentication) => Error::new(
+                Kind::Config,
                 format!(
                     "Kafka authentication failed at {brokers}: the brokers refused SASL user \
                      {username:?} ({mechanism}; check KAFKA_USERNAME and KAFKA_PASSWORD): {}",
                     b.reason
                 ),
             ),
-            (Some(b), _) => fail(
+            (Some(b), _) => Error::new(
                 if b.is_configuration() {
-                    Failure::Config
+                    Kind::Config
                 } else {
-                    Failure::Unavailable
+                    Kind::Unavailable
                 },
                 format!(
                     "cannot reach Kafka at {brokers} within {}s: {e} (last broker error: {})",
@@ -184,8 +187,8 @@ impl KafkaProducer {
                     b.reason
                 ),
             ),
-            (None, _) => fail(
-                Failure::Unavailable,
+            (None, _) => Error::new(
+                Kind::Unavailable,
                 format!(
                     "cannot reach Kafka at {brokers} within {}s: {e}",
                     timeout.as_secs()
@@ -197,7 +200,7 @@ impl KafkaProducer {
 
 fn missing_topic(topic: &str) -> TopicCheck {
     TopicCheck::Unusable {
-        failure: Failure::Config,
+        kind: Kind::Config,
         reason: format!(
             "Kafka topic {topic} does not exist (topic auto-creation is off: create it, \
              e.g. with 6 partitions)"

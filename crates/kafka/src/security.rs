@@ -3,7 +3,7 @@
 
 use rdkafka::config::ClientConfig;
 
-use crate::config::{KafkaConfig, KafkaSecurity};
+use crate::settings::{KafkaConfig, KafkaSecurity};
 
 /// librdkafka's security settings for a client of `cfg`: the relay's producer, and
 /// any client that reads back what it sent.

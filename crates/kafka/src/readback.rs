@@ -10,7 +10,7 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use serde::Serialize;
 
-use crate::config::KafkaConfig;
+use crate::settings::KafkaConfig;
 
 /// The message found at a receipt's partition and offset.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -58,7 +58,7 @@ pub fn read_back(
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("socket.connection.setup.timeout.ms", "5000");
-    crate::kafka::security(&mut c, cfg);
+    crate::security(&mut c, cfg);
     let consumer: BaseConsumer = match c.create() {
         Ok(consumer) => consumer,
         Err(e) => return ReadBack::failed(format!("cannot set up the Kafka consumer: {e}")),

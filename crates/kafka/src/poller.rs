@@ -8,10 +8,10 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
 use rdkafka::producer::BaseProducer;
 
 use super::reports::Reports;
+use crate::error::{Error, Kind};
 
 /// How long one poll serves. Events are served the moment they arrive within it; it
 /// bounds only how long stopping the thread takes (a poll serves until its timeout),
@@ -41,7 +41,7 @@ pub(super) struct Poller {
 }
 
 impl Poller {
-    pub(super) fn start(producer: Arc<BaseProducer<Reports>>) -> Result<Poller> {
+    pub(super) fn start(producer: Arc<BaseProducer<Reports>>) -> Result<Poller, Error> {
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = Arc::clone(&stop);
         let (ended, done) = mpsc::channel::<()>();
@@ -54,7 +54,12 @@ impl Poller {
                     producer.poll(SLICE);
                 }
             })
-            .context("cannot start the Kafka producer's poll thread")?;
+            .map_err(|e| {
+                Error::new(
+                    Kind::Internal,
+                    format!("cannot start the Kafka producer's poll thread: {e}"),
+                )
+            })?;
         Ok(Poller {
             stop,
             thread: Some((thread, done)),
