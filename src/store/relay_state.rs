@@ -226,8 +226,8 @@ pub enum GapWindow {
 /// 2. the floor moves up to its candidate once `pg_snapshot_xmin` of now has passed
 ///    the `xmax` of the snapshot the candidate was proposed with: every transaction
 ///    that could still hold a lower `seq` has ended, so step 1 saw its rows;
-/// 3. a floor that moved (or none proposed) proposes `high` as the next candidate,
-///    with the snapshot of now.
+/// 3. a floor that moved (or none proposed, or one at or below the floor) proposes
+///    `high` as the next candidate, with the snapshot of now.
 ///
 /// With [`GapWindow::Promote`] (a run's end) step 1 looks at (floor, candidate] only,
 /// and only when step 2 will move the floor there: each row is read by one check after
@@ -282,11 +282,14 @@ pub fn check_gap(
                 .context("cannot check the relay's gap")?
         }
     };
+    // A candidate at or below the floor holds nothing back: a new one replaces it at
+    // once, reached or not (its snapshot is the newer, so reaching it implies the old
+    // one's).
+    let propose = reached || candidate.is_none_or(|c| c <= floor);
     let floor = match (candidate, reached) {
         (Some(c), true) => c.max(floor),
         _ => floor,
     };
-    let propose = candidate.is_none() || reached;
     tx.execute(
         "UPDATE crm.booking_expiration_relay_state
             SET floor = $2,
