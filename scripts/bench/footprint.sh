@@ -247,10 +247,11 @@ footprint_mark_purge() {
             FAKETIME="$FOOTPRINT_LATER" FAKETIME_DONT_FAKE_MONOTONIC=1 \
             "$bin" relay-outbox --brokers "$KAFKA_BROKERS" "${flags[@]}" --retention "$FOOTPRINT_RETENTION"
         purge=$(json_field Purged "$WORK/fp-out")
-        # A relay whose floor moves at a run's start (once every transaction that could
-        # hold a lower seq has ended) may purge nothing in the first run after the one
-        # that relayed: three such runs in a row is a purge that does not work (one
-        # that reads the database's clock, say).
+        # A relay whose floor moves only at a run's start (once every transaction that
+        # could hold a lower seq has ended: builds before the floor moved at a run's end
+        # too) may purge nothing in the first run after the one that relayed: three such
+        # runs in a row is a purge that does not work (one that reads the database's
+        # clock, say).
         if [[ ${purge:-0} -gt 0 ]]; then idle=0; else idle=$((idle + 1)); fi
         ((idle < 3)) || die "footprint $who: three relay-outbox runs a retention later purged nothing ($got of $n purged so far): $(cat "$WORK/fp-out")"
         got=$((got + ${purge:-0})) runs=$((runs + 1))

@@ -67,7 +67,13 @@ impl Queue {
         }
         let legacy_marks = cfg.legacy_marks;
         store::load_watermark(client, &cfg.outbox_types, legacy_marks, now)?;
-        let checked = store::check_gap(client, &cfg.outbox_types, legacy_marks, now)?;
+        let checked = store::check_gap(
+            client,
+            &cfg.outbox_types,
+            legacy_marks,
+            now,
+            store::GapWindow::Full,
+        )?;
         log_gap(&checked);
         Ok(Queue::Own(Own {
             fetch: store::prepare_pending_above(client)?,
@@ -103,7 +109,13 @@ impl Queue {
         if at.saturating_duration_since(own.checked) < GAP_CHECK_EVERY {
             return Ok(false);
         }
-        let checked = store::check_gap(client, &cfg.outbox_types, own.legacy_marks, now)?;
+        let checked = store::check_gap(
+            client,
+            &cfg.outbox_types,
+            own.legacy_marks,
+            now,
+            store::GapWindow::Full,
+        )?;
         own.checked = at;
         own.floor = checked.watermark.floor;
         log_gap(&checked);
@@ -146,7 +158,7 @@ impl Queue {
     }
 }
 
-fn log_gap(checked: &store::GapCheck) {
+pub(super) fn log_gap(checked: &store::GapCheck) {
     if checked.late > 0 {
         info!(Rows = checked.late, Floor = checked.watermark.floor, High = checked.watermark.high;
               "rows committed below rows already relayed (or re-queued by the release before) found: they go now");

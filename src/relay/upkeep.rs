@@ -67,7 +67,20 @@ pub(super) fn purge(client: &mut Client, run: &Run, result: &mut RelayResult) ->
     // On the relay's own state: by `seq` range below the floor (the rows the release
     // before published go by its columns' index after).
     if store::relay_state_usable(client, true)? {
-        let floor = store::load_watermark(client, &cfg.outbox_types, cfg.legacy_marks, now)?.floor;
+        store::load_watermark(client, &cfg.outbox_types, cfg.legacy_marks, now)?;
+        // The run's end: the floor moves up to the candidate its start proposed (the
+        // rows between read once, if any), and the run's `high` is proposed, so that the
+        // next run's first check moves the floor past what this one relayed and its
+        // purge reaches them in that run.
+        let checked = store::check_gap(
+            client,
+            &cfg.outbox_types,
+            cfg.legacy_marks,
+            now,
+            store::GapWindow::Promote,
+        )?;
+        super::queue::log_gap(&checked);
+        let floor = checked.watermark.floor;
         loop {
             interrupted(run)?;
             if monotonic.since(began) >= PURGE_FOR {

@@ -51,6 +51,7 @@ pub use outbox_lag::{
 };
 pub use phase_failure::{PhaseFailure, clear_phase_failure, phase_failures, record_phase_failure};
 pub use preflight::{Facts, backend_pid, check_schema, read_facts};
+pub use relay_state::GapWindow;
 pub use relay_state::{
     Exception, GapCheck, NewException, OUTBOX_STATE_SQL, RELAY_STATE_MIGRATION, Watermark,
     check_gap, exceptions, load_watermark, put_exceptions, relay_state_usable, types_key,

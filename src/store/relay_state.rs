@@ -143,7 +143,9 @@ pub struct Watermark {
 /// backlog never relayed is not turned into exceptions row by row. `legacy_marks` is
 /// recorded for the operators' commands. Rows of
 /// transactions still open at that moment that commit below the start are found by
-/// the gap check.
+/// the gap check. The oldest unsettled row is found in `seq` order and the search stops
+/// there (`ORDER BY seq LIMIT 1`, not `min()`, which the planner answers with a scan of
+/// the whole outbox).
 pub fn load_watermark(
     client: &mut impl GenericClient,
     types: &OutboxTypes,
@@ -166,14 +168,15 @@ pub fn load_watermark(
                 "INSERT INTO crm.booking_expiration_relay_state AS s
                         (types, floor, high, legacy_marks, updated_at)
                  SELECT $1, f, CASE WHEN $3 THEN f ELSE greatest(f, coalesce(d, f)) END, $3, $4
-                   FROM (SELECT coalesce((SELECT min(o.seq) FROM crm.outbox o
+                   FROM (SELECT coalesce((SELECT o.seq FROM crm.outbox o
                                            WHERE o.published_at IS NULL AND o.failed_at IS NULL
                                              AND o.type = ANY($2::text[])
                                              AND NOT EXISTS (
                                                  SELECT 1 FROM crm.booking_expiration_receipt r
                                                   WHERE r.seq = o.seq)
                                              AND o.seq NOT IN (
-                                                 SELECT seq FROM crm.booking_expiration_exception)) - 1,
+                                                 SELECT seq FROM crm.booking_expiration_exception)
+                                           ORDER BY o.seq LIMIT 1) - 1,
                                          (SELECT max(seq) FROM crm.outbox), 0) AS f,
                                 (SELECT max(r.seq) FROM crm.booking_expiration_receipt r) AS d) x
                  ON CONFLICT (types) DO UPDATE SET updated_at = EXCLUDED.updated_at
@@ -198,7 +201,20 @@ pub struct GapCheck {
     pub late: u64,
 }
 
-/// The gap check, in one transaction of its own:
+/// How far a gap check looks ([`check_gap`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GapWindow {
+    /// Every own row in (floor, high]: the check at a run's start and, following,
+    /// every few seconds; late rows anywhere below `high` are found.
+    Full,
+    /// At a run's end: only (floor, candidate], and only once the candidate is reached,
+    /// so that the floor moves up to it; then the run's `high` is proposed. The rows
+    /// the run relayed are not read: the next run's first check (a [`GapWindow::Full`])
+    /// reads them once, moves the floor past them, and its purge reaches them.
+    Promote,
+}
+
+/// The gap check, in one transaction of its own (`window`: how far step 1 looks):
 /// 1. every own row in (floor, high] that is pending by `crm.outbox`'s columns and has
 ///    neither a receipt nor an exception becomes an exception ('late'), due at once.
 ///    The two `seq` ranges (the outbox's, the receipts') are scanned once each and
@@ -210,8 +226,12 @@ pub struct GapCheck {
 /// 2. the floor moves up to its candidate once `pg_snapshot_xmin` of now has passed
 ///    the `xmax` of the snapshot the candidate was proposed with: every transaction
 ///    that could still hold a lower `seq` has ended, so step 1 saw its rows;
-/// 3. a floor that moved (or none proposed) proposes `high` as the next candidate,
-///    with the snapshot of now.
+/// 3. a floor that moved (or none proposed, or one at or below the floor) proposes
+///    `high` as the next candidate, with the snapshot of now.
+///
+/// With [`GapWindow::Promote`] (a run's end) step 1 looks at (floor, candidate] only,
+/// and only when step 2 will move the floor there: each row is read by one check after
+/// its candidate was reached, not once per run.
 ///
 /// A long transaction elsewhere holds back step 2 only: the fetch reads above `high`.
 pub fn check_gap(
@@ -219,6 +239,7 @@ pub fn check_gap(
     types: &OutboxTypes,
     legacy_marks: bool,
     now: DateTime<Utc>,
+    window: GapWindow,
 ) -> Result<GapCheck> {
     let key = types_key(types);
     let mut tx = client
@@ -236,28 +257,39 @@ pub fn check_gap(
     let (floor, high): (i64, i64) = (state.get("floor"), state.get("high"));
     let candidate: Option<i64> = state.get("candidate");
     let reached: bool = state.get("reached");
-    let late = if legacy_marks {
-        tx.execute(
-            LEGACY_SWEEP_SQL,
-            &[
-                &types.as_slice(),
-                &high,
-                &now,
-                &super::outbox::WAITING_FOR_TOPIC,
-            ],
-        )
-        .context("cannot take over the outbox rows pending by their columns")?
-    } else {
-        // The window and the receipts are joined by merge or hash, never by a loop.
-        tx.batch_execute("SET LOCAL enable_nestloop = off")?;
-        tx.execute(GAP_SQL, &[&types.as_slice(), &floor, &high, &now])
-            .context("cannot check the relay's gap")?
+    // The top of step 1's window: none when a run's end has no floor to move.
+    let upto = match window {
+        GapWindow::Full => Some(high),
+        GapWindow::Promote => candidate.filter(|&c| reached && c > floor),
     };
+    let late = match upto {
+        None => 0,
+        Some(upto) if legacy_marks => tx
+            .execute(
+                LEGACY_SWEEP_SQL,
+                &[
+                    &types.as_slice(),
+                    &upto,
+                    &now,
+                    &super::outbox::WAITING_FOR_TOPIC,
+                ],
+            )
+            .context("cannot take over the outbox rows pending by their columns")?,
+        Some(upto) => {
+            // The window and the receipts are joined by merge or hash, never by a loop.
+            tx.batch_execute("SET LOCAL enable_nestloop = off")?;
+            tx.execute(GAP_SQL, &[&types.as_slice(), &floor, &upto, &now])
+                .context("cannot check the relay's gap")?
+        }
+    };
+    // A candidate at or below the floor holds nothing back: a new one replaces it at
+    // once, reached or not (its snapshot is the newer, so reaching it implies the old
+    // one's).
+    let propose = reached || candidate.is_none_or(|c| c <= floor);
     let floor = match (candidate, reached) {
         (Some(c), true) => c.max(floor),
         _ => floor,
     };
-    let propose = candidate.is_none() || reached;
     tx.execute(
         "UPDATE crm.booking_expiration_relay_state
             SET floor = $2,

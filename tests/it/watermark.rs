@@ -73,6 +73,26 @@ fn watermark(c: &mut postgres::Client) -> (i64, i64) {
     (r.get(0), r.get(1))
 }
 
+/// Waits until the candidate floor's horizon has passed: every transaction of the
+/// server that was running when it was proposed has ended (other tests' too), so the
+/// next run's first gap check moves the floor up to it.
+fn candidate_reached(c: &mut postgres::Client) {
+    wait_until(
+        Duration::from_secs(60),
+        "the candidate floor's horizon to pass",
+        || {
+            c.query_one(
+                "SELECT coalesce(pg_snapshot_xmin(pg_current_snapshot())
+                                 >= pg_snapshot_xmax(candidate_snapshot), false)
+                   FROM crm.booking_expiration_relay_state WHERE types = $1",
+                &[&OWN_TYPE],
+            )
+            .unwrap()
+            .get(0)
+        },
+    );
+}
+
 /// `backlog`'s outbox figures: (pending, failed).
 fn backlog(db: &TestDb) -> (Value, Value) {
     let run = db.run(&["backlog", "--json"]);
@@ -224,6 +244,7 @@ fn without_legacy_marks_no_outbox_row_is_written_republish_resends_and_the_purge
         &[],
     )
     .unwrap();
+    candidate_reached(&mut c);
     let purged = relay(&db, &brokers, &[]);
     assert_eq!(purged["Purged"], 5, "{purged}");
     assert_eq!(
@@ -338,6 +359,7 @@ fn without_legacy_marks_a_relay_and_its_purge_cost_under_a_tenth_of_an_index_sca
         &[],
     )
     .unwrap();
+    candidate_reached(&mut c);
     let purged = relay(&db, &brokers, &["--purge-batch-size", "100000"]);
     assert_eq!(purged["Purged"], ROWS, "{purged}");
     let (scans_after, updates_after) = footprint(&db, &mut c);
@@ -445,4 +467,113 @@ fn the_release_befores_back_off_and_failures_are_carried_over_without_rewriting_
     assert!(published, "the legacy mark of the row delivered");
     let got = consume(&brokers, &topic, 6, 1, Duration::from_secs(30));
     assert_eq!(ce_ids(&got), [pending.to_string()]);
+}
+
+#[test]
+fn without_legacy_marks_the_run_after_the_relaying_one_purges_all_it_relayed_leaving_theirs() {
+    const ROWS: i64 = 1200;
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, 6, &[]);
+    let db = TestDb::new();
+    let mut c = db.client();
+    c.execute(
+        "INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload)
+         SELECT gen_random_uuid(), 'Booking', gen_random_uuid()::text, $1, $2, '{}'
+           FROM generate_series(1, $3::int8)",
+        &[&OWN_TYPE, &topic, &ROWS],
+    )
+    .unwrap();
+    // Another producer's row in the middle of the range the purge deletes.
+    let theirs = insert(&mut c, &topic, "crm.deal-won");
+    c.execute(
+        "INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload)
+         SELECT gen_random_uuid(), 'Booking', gen_random_uuid()::text, $1, $2, '{}'
+           FROM generate_series(1, $3::int8)",
+        &[&OWN_TYPE, &topic, &ROWS],
+    )
+    .unwrap();
+    let before = rows(&mut c);
+    assert_eq!(relay(&db, &brokers, &[])["Published"], 2 * ROWS);
+    // The run's end proposed its high: the floor is still where the run found it.
+    let state = c
+        .query_one(
+            "SELECT floor, high, candidate FROM crm.booking_expiration_relay_state
+              WHERE types = $1",
+            &[&OWN_TYPE],
+        )
+        .unwrap();
+    let (floor, high, candidate): (i64, i64, Option<i64>) =
+        (state.get(0), state.get(1), state.get(2));
+    let newest: i64 = count(&mut c, "SELECT max(seq) FROM crm.outbox");
+    assert_eq!((floor, high, candidate), (0, newest, Some(newest)));
+
+    // A retention later the next run moves the floor at its start and purges every
+    // row the run before relayed, in that one run, with their receipts.
+    c.execute(
+        "UPDATE crm.booking_expiration_receipt SET published_at = now() - interval '8 days'",
+        &[],
+    )
+    .unwrap();
+    candidate_reached(&mut c);
+    let purged = relay(&db, &brokers, &[]);
+    assert_eq!(purged["Purged"], 2 * ROWS, "{purged}");
+    assert_eq!(purged["Published"], 0, "{purged}");
+    assert_eq!(watermark(&mut c), (newest, newest));
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM crm.booking_expiration_receipt"
+        ),
+        0
+    );
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM crm.booking_expiration_exception"
+        ),
+        0
+    );
+    let left = rows(&mut c);
+    assert_eq!(left.len(), 1, "only theirs: {left:?}");
+    assert_eq!(
+        left.get(&theirs.1),
+        before.get(&theirs.1),
+        "theirs untouched"
+    );
+}
+
+#[test]
+fn a_first_start_on_a_backlog_reads_no_row_of_the_outbox_by_a_sequential_scan() {
+    const ROWS: i64 = 3000;
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, 6, &[]);
+    let db = TestDb::new();
+    let mut c = db.client();
+    c.execute(
+        "INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload)
+         SELECT gen_random_uuid(), 'Booking', gen_random_uuid()::text, $1, $2, '{}'
+           FROM generate_series(1, $3::int8)",
+        &[&OWN_TYPE, &topic, &ROWS],
+    )
+    .unwrap();
+    c.batch_execute("ANALYZE crm.outbox").unwrap();
+    let read = |c: &mut postgres::Client| -> i64 {
+        footprint(&db, c);
+        count(
+            c,
+            "SELECT coalesce(seq_tup_read, 0) FROM pg_stat_all_tables
+              WHERE relid = 'crm.outbox'::regclass",
+        )
+    };
+    let before = read(&mut c);
+    // The watermark is made from the oldest unsettled row, found in seq order: the
+    // search stops there, and the fetches go by range.
+    assert_eq!(relay(&db, &brokers, &[])["Published"], ROWS);
+    assert_eq!(
+        read(&mut c),
+        before,
+        "rows of crm.outbox read by a sequential scan"
+    );
 }
