@@ -22,7 +22,7 @@ use serde_json::json;
 const TOPIC: &str = "pin.crm.booking-expired.v1";
 
 fn scripts() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts")
+    crate::common::repo().join("scripts")
 }
 
 fn secret() -> String {

@@ -19,7 +19,7 @@ use common::*;
 const POD_START: u64 = 5;
 
 fn cronjob() -> String {
-    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/cronjob.yaml")).unwrap()
+    std::fs::read_to_string(crate::common::repo().join("cronjob.yaml")).unwrap()
 }
 
 /// The container's args in cronjob.yaml: its subcommand, then its flags (comments off).

@@ -17,12 +17,10 @@ use jsonschema::Validator;
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 
-const CONTRACTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/contracts");
-
 fn read_json(name: &str) -> Value {
-    let path = format!("{CONTRACTS}/{name}");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+    let path = crate::common::repo().join("contracts").join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// The contract versions and the name each gives the developer company's id (v2 renamed

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 const PREFIX: &str = "crm_booking_expiration_";
 
 fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    crate::common::repo()
 }
 
 fn shipped() -> Value {

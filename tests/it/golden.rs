@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 fn example_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("contracts/examples/{name}.json"))
+    crate::common::repo().join(format!("contracts/examples/{name}.json"))
 }
 
 fn example(name: &str) -> Value {
@@ -30,7 +30,7 @@ fn example(name: &str) -> Value {
 }
 
 fn schema(name: &str) -> jsonschema::Validator {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("contracts/{name}"));
+    let path = crate::common::repo().join(format!("contracts/{name}"));
     let schema: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     jsonschema::options()
         .should_validate_formats(true)

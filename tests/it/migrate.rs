@@ -54,7 +54,7 @@ fn history(c: &mut Client) -> Vec<(i32, String, String, bool, i64)> {
 /// 0.1.0's files up to `last`, applied as the old harness and script did: each file
 /// whole, one `batch_execute`.
 fn migrate_the_old_way(c: &mut Client, last: i32) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/it/fixtures/sql-0.1.0");
+    let dir = crate::common::repo().join("tests/it/fixtures/sql-0.1.0");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())

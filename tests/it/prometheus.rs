@@ -32,7 +32,7 @@ fn encode(q: &str) -> String {
 }
 
 fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    crate::common::repo()
 }
 
 /// A process of the test's own in a temporary directory; killed when dropped.

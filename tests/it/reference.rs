@@ -16,7 +16,7 @@ use booking_expire::reference::{self, CLI_MARKDOWN_PATH, MAN_DIR, REGENERATE};
 use common::{BIN, TestDb};
 
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    crate::common::repo()
 }
 
 fn updating() -> bool {

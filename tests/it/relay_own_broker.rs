@@ -36,10 +36,9 @@ fn contract_exactly_one_message_per_expiry_with_key_partition_headers_and_payloa
     let got = consume(&broker.brokers, TOPIC, 6, 40, Duration::from_secs(90));
     assert_eq!(got.len(), 40, "exactly one message per expired booking");
     let schema: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/contracts/booking-expired.v1.schema.json"
-        ))
+        &std::fs::read_to_string(
+            crate::common::repo().join("contracts/booking-expired.v1.schema.json"),
+        )
         .unwrap(),
     )
     .unwrap();

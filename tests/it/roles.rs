@@ -352,8 +352,7 @@ fn databases_migrating_at_once_race_for_the_new_roles_and_all_succeed() {
     // not exist yet: four databases create them at the same moment.
     // (Short: a role name has at most 63 bytes.)
     let suffix = &Uuid::new_v4().simple().to_string()[..12];
-    let sql =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/sql/007_roles.sql")).unwrap();
+    let sql = std::fs::read_to_string(crate::common::repo().join("sql/007_roles.sql")).unwrap();
     let names: Vec<String> = [WORKER, RELAY, READONLY]
         .iter()
         .map(|r| format!("{r}_{suffix}"))

@@ -643,11 +643,9 @@ fn where_the_host_has_row_security_of_its_own_its_policies_still_decide_for_its_
     insert_outbox_rows(&mut admin, OutboxState::Pending, &[10]);
     other_row(&mut admin, CREATED, "their.topic", "pending");
     other_row(&mut admin, CREATED, "secret", "pending");
-    let sql = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/sql/015_outbox_row_security.sql"
-    ))
-    .unwrap();
+    let sql =
+        std::fs::read_to_string(crate::common::repo().join("sql/015_outbox_row_security.sql"))
+            .unwrap();
     admin.batch_execute(&sql).unwrap();
     admin.batch_execute(&sql).unwrap();
     let policies: Vec<String> = admin

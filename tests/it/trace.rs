@@ -24,7 +24,7 @@ struct Jaeger {
 }
 
 fn scripts() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts")
+    crate::common::repo().join("scripts")
 }
 
 impl Jaeger {

@@ -35,8 +35,7 @@ fn previous() -> &'static Previous {
         let bin = match std::env::var_os("BOOKING_EXPIRE_PREVIOUS_BIN") {
             Some(bin) => PathBuf::from(bin),
             None => {
-                let script =
-                    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/release-before.sh");
+                let script = crate::common::repo().join("scripts/release-before.sh");
                 let out = Command::new(&script)
                     .stderr(std::process::Stdio::inherit())
                     .output()
@@ -243,7 +242,7 @@ fn the_previous_release_the_current_one_and_a_rollback_expire_each_booking_once(
     let migrated = cur.run(&db, &["migrate"]);
     let result: Value = serde_json::from_str(migrated.stdout.trim()).unwrap();
     // The binary embeds exactly the files of sql/ (a unit test holds it to that).
-    let embedded = sql_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("sql"));
+    let embedded = sql_files(&crate::common::repo().join("sql"));
     let latest: i64 = embedded.last().unwrap()[..3].parse().unwrap();
     assert_eq!(result["SchemaVersion"], latest, "{}", migrated.stdout);
     let names = |v: &Value| -> Vec<String> {

@@ -59,7 +59,7 @@ pub(super) fn delete_topic(brokers: &str, topic: &str) -> Result<(), String> {
 }
 
 fn scripts() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts")
+    super::repo().join("scripts")
 }
 
 /// A single-node KRaft broker of the test's own, in a temporary directory; killed when

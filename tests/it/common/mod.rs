@@ -25,3 +25,12 @@ pub use {
 };
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_booking-expire");
+
+/// The checkout the tests run in: cargo's `CARGO_MANIFEST_DIR` at run time, else the
+/// one they were built in. A test binary that cargo finds fresh in a target directory
+/// shared by several checkouts (a CI cache) keeps the path of the checkout that built
+/// it, which may be gone.
+pub fn repo() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), Into::into)
+}

@@ -6,9 +6,9 @@ use serde_json::Value;
 
 /// A file of `contracts/`, parsed.
 pub fn contract_json(name: &str) -> Value {
-    let path = format!("{}/contracts/{name}", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+    let path = super::repo().join("contracts").join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// A validator that asserts formats (jsonschema only annotates them by default under

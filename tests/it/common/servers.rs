@@ -167,7 +167,7 @@ fn pg_stop_at_exit(dir: &Path) -> StopAtExit {
 }
 
 pub fn scripts_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts")
+    super::repo().join("scripts")
 }
 
 impl OwnPostgres {

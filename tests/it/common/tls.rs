@@ -13,7 +13,7 @@ use uuid::Uuid;
 use super::{BIN, Run};
 
 fn scripts() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts")
+    super::repo().join("scripts")
 }
 
 fn temp_dir(prefix: &str) -> PathBuf {
