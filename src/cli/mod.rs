@@ -24,8 +24,8 @@ pub use self::usage::usage_error;
 pub use self::values::{IdArg, parse_as_of};
 pub use self::work::*;
 pub use crate::domain::AsOf;
-pub use crate::duration::{parse_duration, show_duration};
 use crate::exit::EXIT_CODES_HELP;
+pub use crate::store::duration::{parse_duration, show_duration};
 
 /// What `--version` prints after the program's name: the version, the commit it was
 /// built from and the schema version it expects (the highest migration built in).

@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use postgres::GenericClient;
 
 use crate::domain::{OutboxTypes, Timestamp};
+use crate::store::Conn;
 
 /// The rows waiting at `$1`, per topic; `$2` = the `last_error` prefix of a row the
 /// release before marked waiting for its topic; `$3` = the job's outbox types (a filter
@@ -78,11 +79,12 @@ pub struct TopicWaiting {
 /// The rows waiting at `now`, per topic, in topic order (empty when none waits);
 /// `topic_waits` = the topics that cannot take their rows.
 pub fn waiting(
-    client: &mut impl GenericClient,
+    client: &mut impl Conn,
     now: DateTime<Utc>,
     types: &OutboxTypes,
     topic_waits: &[&str],
 ) -> Result<Vec<TopicWaiting>> {
+    let client = client.pg();
     let own = super::relay_state::own_watermark(client, types)?;
     let (prefix, types) = (super::outbox::WAITING_FOR_TOPIC, types.as_slice());
     let rows = match own {

@@ -790,6 +790,7 @@ impl Sim {
                 .unwrap();
             self.db
                 .client
+                .driver_for_tests()
                 .batch_execute("SET statement_timeout = '100ms'")
                 .unwrap();
             fault = true;

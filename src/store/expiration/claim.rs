@@ -10,6 +10,7 @@ use uuid::Uuid;
 
 use super::{CycleStatements, index};
 use crate::domain::{BookingRow, Phase, Timestamp};
+use crate::store::Conn;
 
 /// The overdue predicate of a phase, with `$1` = AsOf. The statuses are written as
 /// literals (from the domain's list) so the planner can match them to the partial
@@ -143,7 +144,7 @@ pub fn left_sql(phase: Phase) -> String {
 }
 
 /// A booking read with [`BOOKING_COLUMNS`], by column name.
-pub fn booking_row(row: &postgres::Row) -> BookingRow {
+pub(crate) fn booking_row(row: &postgres::Row) -> BookingRow {
     BookingRow {
         id: row.get("id"),
         tenant_id: row.get("tenant_id"),
@@ -182,13 +183,14 @@ impl Claim {
 /// last key; `None` from the head), locked until the transaction ends, and counts the
 /// rows it skipped because someone else holds them, in one statement.
 pub fn claim(
-    tx: &mut impl GenericClient,
+    tx: &mut impl Conn,
     stmts: &CycleStatements,
     phase: Phase,
     as_of: DateTime<Utc>,
     limit: u32,
     after: Option<ClaimKey>,
 ) -> Result<Claim> {
+    let tx = tx.pg();
     let (deadline, id) = (after.map(|k| k.0), after.map(|k| k.1));
     let rows = tx.query(
         &stmts.claim[index(phase)],
@@ -209,12 +211,13 @@ pub fn claim(
 
 /// Overdue bookings of `phase` at `as_of` (quarantined ones included), up to `cap`.
 pub fn count_left(
-    client: &mut impl GenericClient,
+    client: &mut impl Conn,
     stmts: &CycleStatements,
     phase: Phase,
     as_of: DateTime<Utc>,
     cap: i64,
 ) -> Result<u64> {
+    let client = client.pg();
     let row = client.query_one(&stmts.left[index(phase)], &[&as_of, &cap])?;
     Ok(row.get::<_, i64>("left").max(0) as u64)
 }

@@ -8,20 +8,23 @@ use uuid::Uuid;
 
 use super::requeue::{OutboxEntry, Selection, select_outbox};
 use crate::domain::{BookingRow, OutboxTypes, Timestamp};
+use crate::store::Conn;
 use crate::store::expiration::{BOOKING_COLUMNS, booking_row};
 
 /// The outbox rows of one booking (its aggregate id) of the job's outbox types, in write
 /// order: another contract's rows of the same aggregate are not the job's.
 pub fn outbox_of_booking(
-    client: &mut impl GenericClient,
+    client: &mut impl Conn,
     id: Uuid,
     types: &OutboxTypes,
 ) -> Result<Vec<OutboxEntry>> {
+    let client = client.pg();
     select_outbox(client, &Selection::Booking(id), types)
 }
 
 /// One booking as the cycle reads it, and whether it exists.
-pub fn booking(client: &mut impl GenericClient, id: Uuid) -> Result<Option<BookingRow>> {
+pub fn booking(client: &mut impl Conn, id: Uuid) -> Result<Option<BookingRow>> {
+    let client = client.pg();
     let row = client
         .query_opt(
             &format!("SELECT {BOOKING_COLUMNS} FROM crm.bookings b WHERE b.id = $1"),
@@ -46,7 +49,8 @@ pub struct PoisonEntry {
     pub matches_booking: bool,
 }
 
-pub fn poison_of(client: &mut impl GenericClient, id: Uuid) -> Result<Option<PoisonEntry>> {
+pub fn poison_of(client: &mut impl Conn, id: Uuid) -> Result<Option<PoisonEntry>> {
+    let client = client.pg();
     let row = client
         .query_opt(
             "SELECT p.phase, p.reason, p.error, p.sqlstate, p.attempts, p.first_seen_at,
@@ -87,7 +91,8 @@ pub struct RowLock {
 /// Who holds the booking's row locked now. A row lock lives in the tuple (its `xmax`
 /// is the locking transaction), not in `pg_locks`; the transaction's own lock there
 /// names the session. Read without locking: a report never waits.
-pub fn row_lock(client: &mut impl GenericClient, id: Uuid) -> Result<Option<RowLock>> {
+pub fn row_lock(client: &mut impl Conn, id: Uuid) -> Result<Option<RowLock>> {
+    let client = client.pg();
     let row = client
         .query_opt(
             "SELECT l.pid, a.application_name, a.usename::text AS usename, a.state, a.xact_start,
@@ -123,7 +128,8 @@ pub struct AuditEntry {
     pub run_id: Option<Uuid>,
 }
 
-pub fn audit_of(client: &mut impl GenericClient, id: Uuid) -> Result<Vec<AuditEntry>> {
+pub fn audit_of(client: &mut impl Conn, id: Uuid) -> Result<Vec<AuditEntry>> {
+    let client = client.pg();
     let rows = client
         .query(
             "SELECT at, from_status, to_status, version::int8 AS version, actor, run_id
@@ -152,11 +158,8 @@ pub struct TimelineEntry {
     pub correlation_id: Option<Uuid>,
 }
 
-pub fn timeline_of(
-    client: &mut impl GenericClient,
-    deal_id: Uuid,
-    id: Uuid,
-) -> Result<Vec<TimelineEntry>> {
+pub fn timeline_of(client: &mut impl Conn, deal_id: Uuid, id: Uuid) -> Result<Vec<TimelineEntry>> {
+    let client = client.pg();
     let rows = client
         .query(
             "SELECT occurred_at, kind, correlation_id FROM crm.deal_timeline

@@ -10,6 +10,7 @@ use postgres::GenericClient;
 use uuid::Uuid;
 
 use crate::domain::{OutboxTypes, Timestamp};
+use crate::store::Conn;
 
 /// Which outbox rows a republish or retry selects.
 #[derive(Debug, Clone)]
@@ -180,11 +181,12 @@ fn next_param(sel: &Selection) -> usize {
 /// How many rows of a selection a re-queue takes, and how many it leaves alone;
 /// counted without loading or locking any.
 pub fn count_selection(
-    client: &mut impl GenericClient,
+    client: &mut impl Conn,
     sel: &Selection,
     which: Requeue,
     types: &OutboxTypes,
 ) -> Result<(u64, u64)> {
+    let client = client.pg();
     let source = Source::of(client)?;
     let sql = format!(
         "SELECT count(*) FILTER (WHERE {p}) AS take, count(*) FILTER (WHERE NOT {p}) AS leave
@@ -203,7 +205,7 @@ pub fn count_selection(
 /// write order, with their `seq`; locked when `lock` (only these: the selection's
 /// pending rows never are).
 pub fn requeue_batch(
-    client: &mut impl GenericClient,
+    client: &mut impl Conn,
     sel: &Selection,
     which: Requeue,
     after: i64,
@@ -211,6 +213,7 @@ pub fn requeue_batch(
     lock: bool,
     types: &OutboxTypes,
 ) -> Result<Vec<(i64, OutboxEntry)>> {
+    let client = client.pg();
     let n = next_param(sel);
     let source = Source::of(client)?;
     // The derived table has no rows of its own to lock: the re-queue is one statement there,
@@ -233,12 +236,13 @@ pub fn requeue_batch(
 /// The first `limit` rows of a selection that a re-queue leaves alone, in write order;
 /// never locked.
 pub fn left_alone(
-    client: &mut impl GenericClient,
+    client: &mut impl Conn,
     sel: &Selection,
     which: Requeue,
     limit: i64,
     types: &OutboxTypes,
 ) -> Result<Vec<OutboxEntry>> {
+    let client = client.pg();
     let source = Source::of(client)?;
     let sql = format!(
         "SELECT {ENTRY_COLUMNS} FROM {}
@@ -255,10 +259,11 @@ pub fn left_alone(
 
 /// Which of `ids` name an outbox row of the job's types.
 pub fn existing_ids(
-    client: &mut impl GenericClient,
+    client: &mut impl Conn,
     ids: &[Uuid],
     types: &OutboxTypes,
 ) -> Result<Vec<Uuid>> {
+    let client = client.pg();
     Ok(client
         .query(
             "SELECT id FROM crm.outbox WHERE id = ANY($1) AND type = ANY($2::text[])",
@@ -291,7 +296,8 @@ pub(super) fn select_outbox(
 /// goes out again and consumers dedupe): the delivery marks and the receipt are cleared,
 /// nothing is inserted. Returns how many rows changed. A relay following the outbox
 /// is notified on the insert trigger's channel, delivered when the caller commits.
-pub fn requeue(client: &mut impl GenericClient, ids: &[Uuid], types: &OutboxTypes) -> Result<u64> {
+pub fn requeue(client: &mut impl Conn, ids: &[Uuid], types: &OutboxTypes) -> Result<u64> {
+    let client = client.pg();
     let source = Source::of(client)?;
     let changed = match source {
         Source::Columns => requeue_columns(client, ids, types)?,
