@@ -365,6 +365,15 @@ mod tests {
     use clap::CommandFactory;
 
     #[test]
+    fn the_version_line_names_the_schema_built_in() {
+        assert_eq!(
+            env!("SCHEMA_VERSION_BUILT_IN"),
+            crate::store::migrate::latest().to_string(),
+            "build.rs counts other files than the store's list"
+        );
+    }
+
+    #[test]
     fn the_command_line_definition_is_consistent() {
         Cli::command().debug_assert();
     }

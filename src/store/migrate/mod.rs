@@ -31,15 +31,6 @@ pub use split::{first_line, statements};
 
 use crate::store::error::{Fault, fail};
 
-/// What the binary's build calls itself in the history: its version and commit.
-pub fn release() -> String {
-    format!(
-        "{} (commit {})",
-        env!("CARGO_PKG_VERSION"),
-        env!("BOOKING_EXPIRE_COMMIT")
-    )
-}
-
 /// One step of a plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
@@ -167,18 +158,20 @@ fn probe(client: &mut Client, version: i32) -> Result<bool> {
 
 /// Applies the built-in migrations up to `target` on `client`, under the migrators'
 /// lock; `watcher`, a second session, names the lock a statement waits for; `stopped`
-/// says when a signal asks the run to end (between statements and waits).
+/// says when a signal asks the run to end (between statements and waits). `release`
+/// is what the history records as the release that applied each file.
 pub fn apply(
     client: &mut Session,
     watcher: Option<&mut Session>,
     policy: &Policy,
+    release: &str,
     target: i32,
     stopped: &dyn Fn() -> bool,
 ) -> Result<Outcome> {
     let client = client.pg();
     let watcher = watcher.map(|w| w.pg());
     lock::take(client, policy.lock_wait, stopped)?;
-    let outcome = apply_locked(client, watcher, policy, target, stopped);
+    let outcome = apply_locked(client, watcher, policy, release, target, stopped);
     lock::release(client);
     outcome
 }
@@ -191,6 +184,7 @@ fn apply_locked(
     client: &mut Client,
     mut watcher: Option<&mut Client>,
     policy: &Policy,
+    release: &str,
     target: i32,
     stopped: &dyn Fn() -> bool,
 ) -> Result<Outcome> {
@@ -203,7 +197,6 @@ fn apply_locked(
     if plan.steps.is_empty() {
         info!("migrate: nothing to do");
     }
-    let release = release();
     let mut outcome = Outcome {
         schema_version: 0,
         applied: Vec::new(),
@@ -217,7 +210,7 @@ fn apply_locked(
                     m.version,
                     m.file,
                     &checksum(m.sql),
-                    &release,
+                    release,
                     0,
                     true,
                 )?;
@@ -249,7 +242,7 @@ fn apply_locked(
                     m.version,
                     m.file,
                     &checksum(m.sql),
-                    &release,
+                    release,
                     took,
                     false,
                 )?;
