@@ -7,6 +7,7 @@
 use anyhow::{Context, Result};
 use postgres::GenericClient;
 
+use super::timestamp;
 use crate::domain::{OutboxTypes, Timestamp};
 use crate::store::Conn;
 
@@ -129,7 +130,7 @@ pub fn outbox_lag(
         .context("cannot count the outbox rows waiting for their topic")?;
     Ok(OutboxLag {
         pending: pending.get::<_, i64>("pending").max(0) as u64,
-        oldest_pending_at: pending.get("oldest_pending_at"),
+        oldest_pending_at: timestamp::get_opt(&pending, "oldest_pending_at"),
         failed: failed.get::<_, i64>("failed").max(0) as u64,
         waiting_for_topic: waiting.get::<_, i64>("waiting").max(0) as u64,
     })
@@ -157,7 +158,7 @@ fn own_lag(
         .context("cannot count the outbox rows waiting for their topic")?;
     Ok(OutboxLag {
         pending: pending.get::<_, i64>("pending").max(0) as u64,
-        oldest_pending_at: pending.get("oldest_pending_at"),
+        oldest_pending_at: timestamp::get_opt(&pending, "oldest_pending_at"),
         failed: failed.get::<_, i64>("failed").max(0) as u64,
         waiting_for_topic: waiting.get::<_, i64>("waiting").max(0) as u64,
     })

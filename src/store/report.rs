@@ -14,6 +14,7 @@ use postgres::{GenericClient, IsolationLevel, Row, Transaction};
 use super::expiration::{
     BOOKING_COLUMNS, booking_row, candidates_sql, deadline_column, overdue_predicate,
 };
+use super::timestamp;
 use crate::domain::{BookingRow, OutboxTypes, Phase, Timestamp};
 use crate::store::{Conn, Session, Tx};
 
@@ -160,7 +161,7 @@ pub fn quarantined_in_chunks(
                         reason: r.get("reason"),
                         error: r.get("error"),
                         attempts: r.get("attempts"),
-                        retry_at: r.get("retry_at"),
+                        retry_at: timestamp::get(r, "retry_at"),
                     })
                     .collect(),
             )
@@ -213,7 +214,7 @@ pub fn overdue(client: &mut impl Conn, phase: Phase, as_of: DateTime<Utc>) -> Re
         .with_context(|| format!("cannot count the overdue {phase} bookings"))?;
     Ok(Overdue {
         count: row.get::<_, i64>("overdue").max(0) as u64,
-        oldest_deadline: row.get("oldest_deadline"),
+        oldest_deadline: timestamp::get_opt(&row, "oldest_deadline"),
     })
 }
 

@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use postgres::GenericClient;
 
+use super::timestamp;
 use crate::domain::Timestamp;
 use crate::store::Conn;
 
@@ -62,8 +63,8 @@ pub fn topic_waits(client: &mut impl Conn, write: bool) -> Result<Option<Vec<Top
             .map(|r| TopicWait {
                 topic: r.get("topic"),
                 reason: r.get("reason"),
-                since: r.get("since"),
-                checked_at: r.get("checked_at"),
+                since: timestamp::get(r, "since"),
+                checked_at: timestamp::get(r, "checked_at"),
             })
             .collect(),
     ))

@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use postgres::GenericClient;
 
+use super::timestamp;
 use crate::domain::{OutboxTypes, Timestamp};
 use crate::store::Conn;
 
@@ -101,7 +102,7 @@ pub fn waiting(
             topic: r.get("topic"),
             waiting: r.get::<_, i64>("waiting").max(0) as u64,
             waiting_for_topic: r.get::<_, i64>("waiting_for_topic").max(0) as u64,
-            next_due: r.get("next_due"),
+            next_due: timestamp::get_opt(r, "next_due"),
         })
         .collect())
 }

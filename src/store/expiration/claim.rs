@@ -11,6 +11,7 @@ use uuid::Uuid;
 use super::{CycleStatements, index};
 use crate::domain::{BookingRow, Phase, Timestamp};
 use crate::store::Conn;
+use crate::store::timestamp::{self, PgTimestamp};
 
 /// The overdue predicate of a phase, with `$1` = AsOf. The statuses are written as
 /// literals (from the domain's list) so the planner can match them to the partial
@@ -151,9 +152,9 @@ pub(crate) fn booking_row(row: &postgres::Row) -> BookingRow {
         deal_id: row.get("deal_id"),
         property_object_id: row.get("property_object_id"),
         status: row.get("status"),
-        reserve_expires_at: row.get("reserve_expires_at"),
-        booking_expires_at: row.get("booking_expires_at"),
-        expired_at: row.get("expired_at"),
+        reserve_expires_at: timestamp::get_opt(row, "reserve_expires_at"),
+        booking_expires_at: timestamp::get_opt(row, "booking_expires_at"),
+        expired_at: timestamp::get_opt(row, "expired_at"),
         version: row.get("version"),
         version_max: row.get("version_max"),
     }
@@ -191,7 +192,7 @@ pub fn claim(
     after: Option<ClaimKey>,
 ) -> Result<Claim> {
     let tx = tx.pg();
-    let (deadline, id) = (after.map(|k| k.0), after.map(|k| k.1));
+    let (deadline, id) = (after.map(|k| PgTimestamp(k.0)), after.map(|k| k.1));
     let rows = tx.query(
         &stmts.claim[index(phase)],
         &[&as_of, &i64::from(limit), &deadline, &id],

@@ -10,6 +10,7 @@ use super::requeue::{OutboxEntry, Selection, select_outbox};
 use crate::domain::{BookingRow, OutboxTypes, Timestamp};
 use crate::store::Conn;
 use crate::store::expiration::{BOOKING_COLUMNS, booking_row};
+use crate::store::timestamp;
 
 /// The outbox rows of one booking (its aggregate id) of the job's outbox types, in write
 /// order: another contract's rows of the same aggregate are not the job's.
@@ -69,9 +70,9 @@ pub fn poison_of(client: &mut impl Conn, id: Uuid) -> Result<Option<PoisonEntry>
         error: r.get("error"),
         sqlstate: r.get("sqlstate"),
         attempts: r.get("attempts"),
-        first_seen_at: r.get("first_seen_at"),
-        last_seen_at: r.get("last_seen_at"),
-        retry_at: r.get("retry_at"),
+        first_seen_at: timestamp::get(&r, "first_seen_at"),
+        last_seen_at: timestamp::get(&r, "last_seen_at"),
+        retry_at: timestamp::get(&r, "retry_at"),
         matches_booking: r.get("matches_booking"),
     }))
 }
@@ -140,7 +141,7 @@ pub fn audit_of(client: &mut impl Conn, id: Uuid) -> Result<Vec<AuditEntry>> {
     Ok(rows
         .iter()
         .map(|r| AuditEntry {
-            at: r.get("at"),
+            at: timestamp::get(r, "at"),
             from_status: r.get("from_status"),
             to_status: r.get("to_status"),
             version: r.get("version"),
@@ -170,7 +171,7 @@ pub fn timeline_of(client: &mut impl Conn, deal_id: Uuid, id: Uuid) -> Result<Ve
     Ok(rows
         .iter()
         .map(|r| TimelineEntry {
-            occurred_at: r.get("occurred_at"),
+            occurred_at: timestamp::get(r, "occurred_at"),
             kind: r.get("kind"),
             correlation_id: r.get("correlation_id"),
         })

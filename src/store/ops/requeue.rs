@@ -11,6 +11,7 @@ use uuid::Uuid;
 
 use crate::domain::{OutboxTypes, Timestamp};
 use crate::store::Conn;
+use crate::store::timestamp;
 
 /// Which outbox rows a republish or retry selects.
 #[derive(Debug, Clone)]
@@ -73,12 +74,12 @@ fn entry(r: &postgres::Row) -> OutboxEntry {
         aggregateid: r.get("aggregateid"),
         r#type: r.get("type"),
         topic: r.get("topic"),
-        occurred_at: r.get("occurred_at"),
-        published_at: r.get("published_at"),
-        failed_at: r.get("failed_at"),
+        occurred_at: timestamp::get(r, "occurred_at"),
+        published_at: timestamp::get_opt(r, "published_at"),
+        failed_at: timestamp::get_opt(r, "failed_at"),
         attempts: r.get("attempts"),
         failures: r.get("failures"),
-        next_attempt_at: r.get("next_attempt_at"),
+        next_attempt_at: timestamp::get_opt(r, "next_attempt_at"),
         last_error: r.get("last_error"),
         partition: r.get("delivered_partition"),
         offset: r.get("delivered_offset"),
