@@ -216,10 +216,10 @@ fn read_after_run(db: &DbConfig, types: &OutboxTypes, step: Step) -> Option<Back
     let read = || -> Result<Backlog> {
         let mut quick = db.clone();
         let connect = quick
-            .pg
-            .get_connect_timeout()
-            .map_or(READ_TIMEOUT, |t| (*t).min(READ_TIMEOUT));
-        quick.pg.connect_timeout(connect);
+            .conninfo
+            .connect_timeout()
+            .map_or(READ_TIMEOUT, |t| t.min(READ_TIMEOUT));
+        quick.conninfo.set_connect_timeout(connect);
         quick.statement_timeout = quick.statement_timeout.min(READ_TIMEOUT);
         quick.lock_timeout = quick.lock_timeout.min(READ_TIMEOUT / 2);
         let mut session = store::connect(&quick)?;

@@ -140,7 +140,7 @@ pub fn to_micros(at: DateTime<Utc>) -> DateTime<Utc> {
 }
 
 /// A span in seconds with microsecond precision, for JSON and metrics. The one place
-/// this is done.
+/// this is done above the store (whose hygiene read binds its threshold so, on its own).
 pub fn seconds(d: TimeDelta) -> f64 {
     d.num_microseconds()
         .map_or(d.num_seconds() as f64, |us| us as f64 / 1e6)

@@ -5,6 +5,8 @@
 use std::fmt;
 use std::process::ExitCode;
 
+use crate::store;
+
 /// What went wrong, in the terms an operator or a CronJob acts on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failure {
@@ -124,15 +126,26 @@ pub fn exit_code_after(err: &anyhow::Error, signal: Option<i32>) -> ExitCode {
     }
 }
 
-/// The failure an error stands for: the outermost explicit classification wins, then
-/// the kind of a PostgreSQL error, else 70 (a bug).
+/// The failure an error stands for: the outermost explicit classification wins (the
+/// program's, then the store's), then the kind of a PostgreSQL error, else 70 (a bug).
 pub fn failure_of(err: &anyhow::Error) -> Failure {
     if let Some(c) = err.downcast_ref::<Classified>() {
         c.failure
-    } else if let Some(e) = err.downcast_ref::<postgres::Error>() {
-        database_failure(e)
+    } else if let Some(e) = err.downcast_ref::<store::StoreError>() {
+        of_fault(e.fault)
+    } else if let Some(fault) = store::database_fault(err) {
+        of_fault(fault)
     } else {
         Failure::Internal
+    }
+}
+
+/// What a store's fault is for the run.
+pub fn of_fault(fault: store::Fault) -> Failure {
+    match fault {
+        store::Fault::Unavailable => Failure::Unavailable,
+        store::Fault::Temporary => Failure::Temporary,
+        store::Fault::Config => Failure::Config,
     }
 }
 
@@ -185,19 +198,6 @@ pub fn signalled(signal: i32) -> ! {
     std::process::exit(i32::from(Failure::Interrupted(signal).code()))
 }
 
-/// How a PostgreSQL error met during work (not while connecting) is to be treated.
-pub fn database_failure(e: &postgres::Error) -> Failure {
-    use crate::sqlstate::Class;
-    match crate::sqlstate::class(e) {
-        // The deployment is wrong (missing table/column, insufficient privilege, a
-        // feature the server lacks): a retry will not help.
-        Some(Class::Deployment | Class::Unsupported) => Failure::Config,
-        // I/O, a closed connection, a timeout on the socket, a lock or statement
-        // timeout: worth a retry.
-        _ => Failure::Temporary,
-    }
-}
-
 /// Makes any panic, on any thread, print one line on stderr (a JSON line when `json`)
 /// and end the process with 70, as `--help` documents, instead of Rust's default 101
 /// and backtrace hint. An open transaction rolls back when the connection drops.
@@ -243,5 +243,27 @@ mod tests {
             ExitCode::from(130)
         );
         assert_eq!(exit_code(&anyhow::anyhow!("a bug")), ExitCode::from(70));
+    }
+
+    #[test]
+    fn the_stores_faults_have_their_codes_and_an_outer_classification_wins() {
+        use crate::store::Fault;
+        for (fault, code) in [
+            (Fault::Unavailable, 69),
+            (Fault::Temporary, 75),
+            (Fault::Config, 78),
+        ] {
+            let e = crate::store::fail(fault, "from the store");
+            assert_eq!(exit_code(&e), ExitCode::from(code), "{fault:?}");
+            assert_eq!(format!("{e:#}"), "from the store");
+        }
+        let below = crate::store::ClassifyExt::classify(
+            Err::<(), _>(anyhow::anyhow!("io")),
+            Fault::Unavailable,
+            "store",
+        );
+        let e = ClassifyExt::classify(below, Failure::Config, "program").unwrap_err();
+        assert_eq!(exit_code(&e), ExitCode::from(78));
+        assert_eq!(format!("{e:#}"), "program: store: io");
     }
 }

@@ -10,7 +10,6 @@ pub mod clock;
 pub mod config;
 pub mod cycle;
 pub mod domain;
-pub mod duration;
 pub mod exit;
 pub mod kafka;
 pub mod obs;
@@ -23,5 +22,4 @@ pub mod report;
 pub mod shutdown;
 #[cfg(test)]
 mod source;
-pub mod sqlstate;
 pub mod store;

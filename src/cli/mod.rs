@@ -24,8 +24,8 @@ pub use self::usage::usage_error;
 pub use self::values::{IdArg, parse_as_of};
 pub use self::work::*;
 pub use crate::domain::AsOf;
-pub use crate::duration::{parse_duration, show_duration};
 use crate::exit::EXIT_CODES_HELP;
+pub use crate::store::duration::{parse_duration, show_duration};
 
 /// What `--version` prints after the program's name: the version, the commit it was
 /// built from and the schema version it expects (the highest migration built in).
@@ -363,6 +363,15 @@ pub enum Command {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn the_version_line_names_the_schema_built_in() {
+        assert_eq!(
+            env!("SCHEMA_VERSION_BUILT_IN"),
+            crate::store::migrate::latest().to_string(),
+            "build.rs counts other files than the store's list"
+        );
+    }
 
     #[test]
     fn the_command_line_definition_is_consistent() {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::builder::TypedValueParser;
 
 use crate::domain::{AsOf, OutboxTypes};
-use crate::duration::{parse_duration, show_duration};
+use crate::store::duration::{parse_duration, show_duration};
 
 const AS_OF_EXPECTED: &str = "expected RFC 3339 with an offset, e.g. 2026-11-29T18:00:00Z \
                               or 2026-11-29T21:00:00+03:00, or now";

@@ -255,9 +255,9 @@ mod tests {
         );
         assert_eq!(ssl.root_cert, Some(PathBuf::from("/etc/my certs/ca.pem")));
         assert_eq!(ssl.mode.as_deref(), Some("verify-full"));
-        let pg = postgres::Config::from_str(&rest).unwrap();
-        assert_eq!(pg.get_password(), Some(&b"a  b'c"[..]));
-        assert_eq!(pg.get_application_name(), Some("x y"));
+        let pg = crate::store::Conninfo::from_str(&rest).unwrap();
+        assert_eq!(pg.password(), Some(&b"a  b'c"[..]));
+        assert_eq!(pg.application_name(), Some("x y"));
     }
 
     #[test]

@@ -1,8 +1,7 @@
-//! How to reach PostgreSQL: the URL (or key=value string) with libpq's TLS parameters
-//! taken out, the CA file, the session's timeouts. The password never shows.
+//! How to reach PostgreSQL, built from the flags: the URL (or key=value string) with
+//! libpq's TLS parameters taken out, the CA file, the session's timeouts, as the
+//! store's `DbConfig`. The password never shows.
 
-use std::fmt;
-use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -11,178 +10,120 @@ use anyhow::Result;
 use super::conninfo::split_ssl_params;
 use crate::cli::{ConnectionArgs, DatabaseArgs};
 use crate::exit::{Failure, fail};
+use crate::store::Conninfo;
+pub use crate::store::{DbConfig, SslMode};
 
-/// libpq's `sslmode` values. tokio-postgres only knows the first three, so the verify
-/// modes are implemented by the TLS connector (`store::connect`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SslMode {
-    Disable,
-    Prefer,
-    Require,
-    VerifyCa,
-    VerifyFull,
+/// The connection and its session's timeouts, from the jobs' and reports' flags.
+pub fn from_args(args: &DatabaseArgs) -> Result<DbConfig> {
+    from_connection(&args.connection, args.statement_timeout, args.lock_timeout)
 }
 
-impl FromStr for SslMode {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(match s {
-            "disable" => SslMode::Disable,
-            "prefer" => SslMode::Prefer,
-            "require" => SslMode::Require,
-            "verify-ca" => SslMode::VerifyCa,
-            "verify-full" => SslMode::VerifyFull,
-            _ => {
-                return Err(format!(
-                    "sslmode={s:?} is not allowed: use disable, prefer, require, verify-ca or verify-full"
-                ));
-            }
-        })
-    }
-}
-
-/// How to reach PostgreSQL. `Debug` never shows the password (tokio-postgres's own
-/// `Config` prints it as `_`).
-#[derive(Clone)]
-pub struct DbConfig {
-    pub pg: postgres::Config,
-    pub ssl_mode: SslMode,
-    /// PEM bytes of an extra trusted CA, and where they came from.
-    pub root_cert: Option<(PathBuf, Vec<u8>)>,
-    pub statement_timeout: Duration,
-    pub lock_timeout: Duration,
-}
-
-impl fmt::Debug for DbConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DbConfig")
-            .field("pg", &self.pg)
-            .field("ssl_mode", &self.ssl_mode)
-            .field("root_cert", &self.root_cert.as_ref().map(|(p, _)| p))
-            .field("statement_timeout", &self.statement_timeout)
-            .field("lock_timeout", &self.lock_timeout)
-            .finish()
-    }
-}
-
-impl DbConfig {
-    pub fn from_args(args: &DatabaseArgs) -> Result<Self> {
-        Self::from_connection(&args.connection, args.statement_timeout, args.lock_timeout)
-    }
-
-    /// The connection, with the session's statement and lock timeouts given apart
-    /// (`migrate`'s are its own flags).
-    pub fn from_connection(
-        args: &ConnectionArgs,
-        statement_timeout: Duration,
-        lock_timeout: Duration,
-    ) -> Result<Self> {
-        let Some(url) = args
-            .database_url
-            .as_deref()
-            .filter(|u| !u.trim().is_empty())
-        else {
-            return Err(fail(
-                Failure::Config,
-                "no database: set --database-url or DATABASE_URL \
+/// The connection, with the session's statement and lock timeouts given apart
+/// (`migrate`'s are its own flags).
+pub fn from_connection(
+    args: &ConnectionArgs,
+    statement_timeout: Duration,
+    lock_timeout: Duration,
+) -> Result<DbConfig> {
+    let Some(url) = args
+        .database_url
+        .as_deref()
+        .filter(|u| !u.trim().is_empty())
+    else {
+        return Err(fail(
+            Failure::Config,
+            "no database: set --database-url or DATABASE_URL \
                  (e.g. postgres://user:password@host:5432/crm)",
-            ));
-        };
-        let (rest, ssl) = split_ssl_params(url)?;
-        let mut pg = postgres::Config::from_str(&rest).map_err(|e| {
-            // The parser's message names the option, never the value: no secret leaks.
+        ));
+    };
+    let (rest, ssl) = split_ssl_params(url)?;
+    let mut pg = Conninfo::from_str(&rest).map_err(|e| {
+        // The parser's message names the option, never the value: no secret leaks.
+        fail(
+            Failure::Config,
+            format!("invalid --database-url / DATABASE_URL: {e}"),
+        )
+    })?;
+    if pg.host_count() == 0 {
+        return Err(fail(
+            Failure::Config,
+            "invalid --database-url / DATABASE_URL: no host given",
+        ));
+    }
+    if !pg.has_user() {
+        return Err(fail(
+            Failure::Config,
+            "invalid --database-url / DATABASE_URL: no user given",
+        ));
+    }
+    let ssl_mode = match ssl.mode.as_deref() {
+        None => SslMode::Prefer,
+        Some(m) => m.parse().map_err(|e: String| {
             fail(
                 Failure::Config,
                 format!("invalid --database-url / DATABASE_URL: {e}"),
             )
-        })?;
-        if pg.get_hosts().is_empty() {
-            return Err(fail(
-                Failure::Config,
-                "invalid --database-url / DATABASE_URL: no host given",
-            ));
-        }
-        if pg.get_user().is_none() {
-            return Err(fail(
-                Failure::Config,
-                "invalid --database-url / DATABASE_URL: no user given",
-            ));
-        }
-        let ssl_mode = match ssl.mode.as_deref() {
-            None => SslMode::Prefer,
-            Some(m) => m.parse().map_err(|e: String| {
+        })?,
+    };
+    let root_cert_path = args.database_ca_file.clone().or(ssl.root_cert);
+    let root_cert = match root_cert_path {
+        None => None,
+        Some(path) => {
+            let pem = std::fs::read(&path).map_err(|e| {
                 fail(
                     Failure::Config,
-                    format!("invalid --database-url / DATABASE_URL: {e}"),
-                )
-            })?,
-        };
-        let root_cert_path = args.database_ca_file.clone().or(ssl.root_cert);
-        let root_cert = match root_cert_path {
-            None => None,
-            Some(path) => {
-                let pem = std::fs::read(&path).map_err(|e| {
-                    fail(
-                        Failure::Config,
-                        format!(
-                            "cannot read the database CA file {} (--database-ca-file, \
+                    format!(
+                        "cannot read the database CA file {} (--database-ca-file, \
                              PGSSLROOTCERT or sslrootcert): {e}",
-                            path.display()
-                        ),
-                    )
-                })?;
-                native_tls::Certificate::from_pem(&pem).map_err(|e| {
-                    fail(
-                        Failure::Config,
-                        format!(
-                            "the database CA file {} is not a PEM certificate: {e}",
-                            path.display()
-                        ),
-                    )
-                })?;
-                Some((path, pem))
-            }
-        };
-        if matches!(ssl_mode, SslMode::VerifyCa | SslMode::VerifyFull) && root_cert.is_none() {
-            log::info!(
-                SslMode:? = ssl_mode;
-                "no sslrootcert given: the server certificate is verified against the system's CAs"
-            );
-        }
-        pg.ssl_mode(match ssl_mode {
-            SslMode::Disable => postgres::config::SslMode::Disable,
-            SslMode::Prefer => postgres::config::SslMode::Prefer,
-            _ => postgres::config::SslMode::Require,
-        });
-        match pg.get_connect_timeout() {
-            None => {
-                pg.connect_timeout(args.connect_timeout);
-            }
-            Some(t) if *t > MAX_URL_TIMEOUT => {
-                return Err(fail(
+                        path.display()
+                    ),
+                )
+            })?;
+            crate::store::check_ca_pem(&pem).map_err(|e| {
+                fail(
                     Failure::Config,
                     format!(
-                        "invalid --database-url / DATABASE_URL: connect_timeout={} is too large \
-                         (at most {} seconds; or leave it out and use --connect-timeout)",
-                        t.as_secs(),
-                        MAX_URL_TIMEOUT.as_secs()
+                        "the database CA file {} is not a PEM certificate: {e}",
+                        path.display()
                     ),
-                ));
-            }
-            Some(_) => {}
+                )
+            })?;
+            Some((path, pem))
         }
-        if pg.get_application_name().is_none() {
-            pg.application_name("booking-expire");
-        }
-        Ok(DbConfig {
-            pg,
-            ssl_mode,
-            root_cert,
-            statement_timeout,
-            lock_timeout,
-        })
+    };
+    if matches!(ssl_mode, SslMode::VerifyCa | SslMode::VerifyFull) && root_cert.is_none() {
+        log::info!(
+            SslMode:? = ssl_mode;
+            "no sslrootcert given: the server certificate is verified against the system's CAs"
+        );
     }
+    match pg.connect_timeout() {
+        None => {
+            pg.set_connect_timeout(args.connect_timeout);
+        }
+        Some(t) if t > MAX_URL_TIMEOUT => {
+            return Err(fail(
+                Failure::Config,
+                format!(
+                    "invalid --database-url / DATABASE_URL: connect_timeout={} is too large \
+                         (at most {} seconds; or leave it out and use --connect-timeout)",
+                    t.as_secs(),
+                    MAX_URL_TIMEOUT.as_secs()
+                ),
+            ));
+        }
+        Some(_) => {}
+    }
+    if pg.application_name().is_none() {
+        pg.set_application_name("booking-expire");
+    }
+    Ok(DbConfig::new(
+        pg,
+        ssl_mode,
+        root_cert,
+        statement_timeout,
+        lock_timeout,
+    ))
 }
 
 /// The largest `connect_timeout` a URL may set: larger values overflow the connection's
@@ -192,14 +133,6 @@ const MAX_URL_TIMEOUT: Duration = Duration::from_secs(3600);
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ssl_modes_parse_like_libpq() {
-        assert_eq!("verify-full".parse(), Ok(SslMode::VerifyFull));
-        let err = "allow-all".parse::<SslMode>().unwrap_err();
-        assert!(err.contains("\"allow-all\""), "{err}");
-        assert!(err.contains("verify-full"), "{err}");
-    }
 
     #[test]
     fn target_session_attrs_and_several_hosts_reach_the_driver() {
@@ -215,13 +148,13 @@ mod tests {
             statement_timeout: Duration::from_secs(5),
             lock_timeout: Duration::from_secs(1),
         };
-        let cfg = DbConfig::from_args(&args).unwrap();
+        let cfg = from_args(&args).unwrap();
         assert_eq!(
-            cfg.pg.get_target_session_attrs(),
-            postgres::config::TargetSessionAttrs::ReadWrite
+            cfg.conninfo.target_session_attrs(),
+            crate::store::TargetSessionAttrs::ReadWrite
         );
-        assert_eq!(cfg.pg.get_hosts().len(), 2);
-        assert_eq!(cfg.pg.get_ports(), [5432, 5433]);
+        assert_eq!(cfg.conninfo.host_count(), 2);
+        assert_eq!(cfg.conninfo.ports(), [5432, 5433]);
     }
 
     #[test]
@@ -235,7 +168,7 @@ mod tests {
             statement_timeout: Duration::from_secs(5),
             lock_timeout: Duration::from_secs(1),
         };
-        let cfg = DbConfig::from_args(&args).unwrap();
+        let cfg = from_args(&args).unwrap();
         let shown = format!("{cfg:?}");
         assert!(!shown.contains("hunter2-secret"), "{shown}");
         assert_eq!(cfg.ssl_mode, SslMode::Prefer);

@@ -67,7 +67,7 @@ impl MigrateConfig {
 /// The connection as every command resolves it, with the runner's limits as the
 /// session's.
 fn db_config(args: &ConnectionArgs, limits: &MigrateLimits) -> Result<DbConfig> {
-    DbConfig::from_connection(args, limits.statement_timeout, limits.lock_timeout)
+    super::db::from_connection(args, limits.statement_timeout, limits.lock_timeout)
 }
 
 #[cfg(test)]

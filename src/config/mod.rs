@@ -169,7 +169,7 @@ pub struct DryRunConfig {
 impl DryRunConfig {
     pub fn from_args(args: &DryRunArgs) -> Result<Self> {
         Ok(DryRunConfig {
-            db: DbConfig::from_args(&args.database)?,
+            db: db::from_args(&args.database)?,
             batch: Batch::from(&args.batch),
             as_of: args.as_of,
             all: args.all,
@@ -202,7 +202,7 @@ pub struct BacklogConfig {
 impl BacklogConfig {
     pub fn from_args(args: &BacklogArgs) -> Result<Self> {
         Ok(BacklogConfig {
-            db: DbConfig::from_args(&args.database)?,
+            db: db::from_args(&args.database)?,
             format: if args.json {
                 ReportFormat::Json
             } else {
@@ -246,7 +246,7 @@ impl From<&BatchArgs> for Batch {
 impl RunOnceConfig {
     pub fn from_args(args: &RunOnceArgs) -> Result<Self> {
         Ok(RunOnceConfig {
-            db: DbConfig::from_args(&args.database)?,
+            db: db::from_args(&args.database)?,
             batch: Batch::from(&args.batch),
             deadline: args.deadline,
             max_clock_skew: args.max_clock_skew,
@@ -277,7 +277,7 @@ pub struct RelayConfig {
 impl RelayConfig {
     pub fn from_args(args: &RelayArgs) -> Result<Self> {
         Ok(RelayConfig {
-            db: DbConfig::from_args(&args.database)?,
+            db: db::from_args(&args.database)?,
             kafka: KafkaConfig {
                 max_message_bytes: args.max_message_bytes as usize,
                 ..kafka::from_args(&args.kafka, args.message_timeout)?

@@ -105,7 +105,7 @@ pub struct ExplainConfig {
 
 impl ExplainConfig {
     pub fn from_args(args: &ExplainArgs) -> Result<Self> {
-        let db = DbConfig::from_args(&args.database)?;
+        let db = super::db::from_args(&args.database)?;
         let kafka = match args.kafka.brokers.as_deref().map(str::trim) {
             Some(b) if !b.is_empty() => {
                 Some(super::kafka::from_args(&args.kafka, READ_BACK_TIMEOUT)?)
@@ -146,7 +146,7 @@ impl SwitchConfig {
     /// `resume`.
     pub fn resume(args: &PauseArgs) -> Result<Self> {
         Ok(SwitchConfig {
-            db: DbConfig::from_args(&args.database)?,
+            db: super::db::from_args(&args.database)?,
             command: args.command.into(),
             actor: Actor::from(&args.actor),
             json: args.json,
@@ -188,7 +188,7 @@ impl RequeueConfig {
             ));
         }
         Ok(RequeueConfig {
-            db: DbConfig::from_args(&args.database)?,
+            db: super::db::from_args(&args.database)?,
             failed_only,
             ids: args.ids.iter().map(TypedId::from).collect(),
             booking: args.booking.as_ref().map(TypedId::from),

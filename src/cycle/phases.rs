@@ -13,9 +13,9 @@
 //! lost connection stop everything. Running out of budget with rows left is a normal
 //! end: the rest waits for the next cycle, and how much is left is logged.
 
+use crate::store::Session;
 use anyhow::Result;
 use log::error;
-use postgres::Client;
 
 use super::batch::{self, Batch};
 use super::schedule::{self, Budget, Gate, PhaseFailed, Turn};
@@ -40,7 +40,7 @@ pub(super) struct Drained {
 /// One session's chain of batch transactions (see `store::begin_chain`), and the pause
 /// switch as its last round trip read it.
 pub(super) struct Lane<'s> {
-    pub(super) client: &'s mut Client,
+    pub(super) client: &'s mut Session,
     pub(super) stmts: &'s CycleStatements,
     pub(super) switch: Switch,
 }
@@ -48,7 +48,7 @@ pub(super) struct Lane<'s> {
 impl<'s> Lane<'s> {
     /// Begins the session's chain, reading the pause switch in the same round trip.
     pub(super) fn begin(
-        client: &'s mut Client,
+        client: &'s mut Session,
         stmts: &'s CycleStatements,
         cycle: &Cycle,
     ) -> Result<Self> {
@@ -224,7 +224,7 @@ pub(super) fn drain(
                     // session is gone.
                     let remembered =
                         (!fatal && !budget.left(cycle.now()).is_zero()).then(|| PhaseFailed {
-                            sqlstate: crate::sqlstate::code_in(&e).map(|c| c.code().to_owned()),
+                            sqlstate: store::code_in(&e).map(str::to_owned),
                             error: format!("{e:#}"),
                         });
                     turn.batch_failed(remembered);

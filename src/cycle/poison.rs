@@ -1,9 +1,9 @@
 //! What a refused row becomes: the poison entry of an update the database dropped
 //! without an error, and the quarantine of a booking whose own transaction fails.
 
+use crate::store::Session;
 use anyhow::Result;
 use log::error;
-use postgres::Client;
 use uuid::Uuid;
 
 use super::batch::{Batch, BatchOutcome};
@@ -59,7 +59,7 @@ pub const UPDATE_DROPPED: &str = "update_dropped";
 /// the cycle's deadline has not passed (a statement the cycle cancelled says nothing
 /// about the row). Anything else is the phase's failure.
 pub(super) fn alone_refusal(
-    client: &Client,
+    client: &Session,
     b: &Batch,
     e: &anyhow::Error,
 ) -> Option<store::DbRejection> {
@@ -67,14 +67,7 @@ pub(super) fn alone_refusal(
     if client.is_closed() || b.cycle.signal().is_some() || passed {
         return None;
     }
-    let db = e
-        .chain()
-        .find_map(|c| c.downcast_ref::<postgres::Error>())?
-        .as_db_error()?;
-    Some(store::DbRejection {
-        sqlstate: db.code().code().to_owned(),
-        message: db.message().to_owned(),
-    })
+    store::refusal_in(e)
 }
 
 /// Quarantines the booking `row` whose own transaction failed with `refusal` (the

@@ -1,8 +1,8 @@
 //! What a cycle tells once a batch committed (each expiry and quarantined row, as log
 //! lines and span events) and when its budget ran out with bookings left.
 
+use crate::store::Session;
 use log::{error, info, warn};
-use postgres::Client;
 use uuid::Uuid;
 
 use super::Cycle;
@@ -100,7 +100,7 @@ const LEFT_COUNT_CAP: i64 = 1_000_000;
 /// Logs how many overdue bookings the cycle leaves for the next one (a normal end after
 /// an outage: exit 0). The count is bounded, and a failed count is only a warning.
 pub(super) fn report_left(
-    client: &mut Client,
+    client: &mut Session,
     stmts: &CycleStatements,
     cycle: &Cycle,
     budget: &Budget,

@@ -2,9 +2,9 @@
 //! take their bookings one by one), recording this cycle's failures for the next, and
 //! releasing quarantine entries whose booking changed since.
 
+use crate::store::Session;
 use chrono::{DateTime, Utc};
 use log::{error, info, warn};
-use postgres::Client;
 use uuid::Uuid;
 
 use super::schedule::{Budget, Turn};
@@ -17,7 +17,7 @@ use crate::store::{self, CycleStatements};
 /// booking per transaction; `None` when the record cannot be read (migration 12 not
 /// applied, no grant: the phases run as they would without it, and it is logged).
 pub(super) fn read_failures(
-    client: &mut Client,
+    client: &mut Session,
     cfg: &RunOnceConfig,
     turns: &mut [Turn; 2],
 ) -> Option<Vec<store::PhaseFailure>> {
@@ -51,7 +51,7 @@ pub(super) fn read_failures(
 /// the failure of a phase that ran its bookings one by one without failing. Two rows
 /// at most; a failure to record is logged (the next cycle then runs in batches).
 pub(super) fn remember_failures(
-    client: &mut Client,
+    client: &mut Session,
     before: &[store::PhaseFailure],
     turns: &[Turn; 2],
     as_of: DateTime<Utc>,
@@ -82,7 +82,7 @@ pub(super) fn remember_failures(
 /// deleted): they no longer describe the row, and a changed row is judged afresh.
 /// Bounded per cycle; a failure here is reported like a phase's, after the phases ran.
 pub(super) fn release_stale_quarantine(
-    client: &mut Client,
+    client: &mut Session,
     stmts: &CycleStatements,
     cycle: &Cycle,
     budget: &Budget,

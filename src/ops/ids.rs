@@ -1,8 +1,8 @@
 //! Ids as operators type them: a whole UUID, or its start as the tables show it
 //! (`bb7f5ae6`), resolved when exactly one row's id starts with it.
 
+use crate::store::Conn;
 use anyhow::Result;
-use postgres::GenericClient;
 use uuid::Uuid;
 
 use crate::config::TypedId;
@@ -17,7 +17,7 @@ const SHOWN: u32 = 10;
 /// ambiguous start is a usage error (64) listing the candidates; `flag` names the
 /// input in it.
 pub fn resolve(
-    client: &mut impl GenericClient,
+    client: &mut impl Conn,
     table: IdTable,
     arg: &TypedId,
     flag: &str,

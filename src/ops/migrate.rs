@@ -59,6 +59,15 @@ fn policy(limits: &MigrateLimits) -> Policy {
     }
 }
 
+/// What the binary's build calls itself in the history: its version and commit.
+fn release() -> String {
+    format!(
+        "{} (commit {})",
+        env!("CARGO_PKG_VERSION"),
+        env!("BOOKING_EXPIRE_COMMIT")
+    )
+}
+
 fn apply(db: &mut Db, cfg: &MigrateConfig, target: i32, shutdown: &Shutdown) -> Result<()> {
     let started = SystemMonotonic.now();
     db.require_writable(&cfg.db, "migrate")?;
@@ -71,6 +80,7 @@ fn apply(db: &mut Db, cfg: &MigrateConfig, target: i32, shutdown: &Shutdown) -> 
         &mut db.client,
         watcher.as_mut().map(|w| &mut w.client),
         &policy(&cfg.limits),
+        &release(),
         target,
         &stopped,
     )?;

@@ -8,8 +8,8 @@ pub mod migrate;
 pub mod pause;
 pub mod republish;
 
+use crate::store::Conn;
 use anyhow::Result;
-use postgres::GenericClient;
 
 use crate::config::Actor;
 use crate::exit::ClassifyExt;
@@ -17,7 +17,7 @@ use crate::exit::Failure;
 
 /// Who does an operator's action, for the trail: the name given (`--actor`, else the
 /// operator's login name) and the database user, which the database vouches for.
-pub fn actor(client: &mut impl GenericClient, actor: &Actor) -> Result<String> {
+pub fn actor(client: &mut impl Conn, actor: &Actor) -> Result<String> {
     let db_user = crate::store::ops::session_user(client)
         .classify(Failure::Temporary, "cannot read the database user")?;
     Ok(match actor.name.clone() {

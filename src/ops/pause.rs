@@ -6,19 +6,19 @@
 
 use std::time::Duration;
 
+use crate::store::Session;
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use log::info;
-use postgres::Client;
 use serde::Serialize;
 
 use crate::clock::{Clock, Monotonic, SystemClock, SystemMonotonic};
 use crate::config::{Pausable, SwitchConfig};
 use crate::domain::rfc3339;
-use crate::duration::show_duration;
 use crate::exit::{ClassifyExt, Failure, fail};
 use crate::preflight::Paused;
 use crate::render::duration;
+use crate::store::duration::show_duration;
 use crate::store::ops::{self, Operation};
 use crate::store::running::{self, Working};
 use crate::store::{self, Need};
@@ -48,7 +48,7 @@ struct StillWorking {
 }
 
 /// Waits, at most `wait`, until no run of `command` works on this database.
-fn wait_for_work(client: &mut Client, command: Pausable, wait: Duration) -> Result<WorkOutcome> {
+fn wait_for_work(client: &mut Session, command: Pausable, wait: Duration) -> Result<WorkOutcome> {
     let started = SystemMonotonic.now();
     let mut working = working_now(client, command)?;
     let at_pause = working.len();
@@ -73,7 +73,7 @@ fn wait_for_work(client: &mut Client, command: Pausable, wait: Duration) -> Resu
     })
 }
 
-fn working_now(client: &mut Client, command: Pausable) -> Result<Vec<Working>> {
+fn working_now(client: &mut Session, command: Pausable) -> Result<Vec<Working>> {
     running::working(client, command.as_str()).classify(
         Failure::Temporary,
         "the switch is on, but cannot read which runs are still working",

@@ -30,7 +30,7 @@ pub(super) fn check(skew: &ClockSkew, max: Duration) -> Result<()> {
             "system clock and database clock differ by {:.1}s (the system clock is {direction}, \
              allowed {}): refusing to expire bookings; fix the node's time sync",
             measured.as_secs_f64(),
-            crate::duration::show_duration(max),
+            crate::store::duration::show_duration(max),
         ),
     ))
 }

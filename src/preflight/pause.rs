@@ -3,10 +3,10 @@
 //! batch boundary ([`PauseWatch`]), so a pause stops the runs working now too; and the
 //! working lock `pause --wait` waits on.
 
+use crate::store::Session;
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use log::info;
-use postgres::Client;
 
 use super::{Paused, Writer};
 use crate::exit::{ClassifyExt, Failure};
@@ -52,7 +52,7 @@ impl PauseWatch {
     }
 
     /// The pause, if the switch is on now: one round trip.
-    pub fn check(&self, client: &mut Client, now: DateTime<Utc>) -> Result<Option<Paused>> {
+    pub fn check(&self, client: &mut Session, now: DateTime<Utc>) -> Result<Option<Paused>> {
         let Some(command) = self.command() else {
             return Ok(None);
         };
@@ -76,7 +76,7 @@ pub fn stopped_mid_run(writer: Writer, paused: &Paused, done: &str) {
 
 /// Marks this session as a working run of `writer` until it ends, at the latest at
 /// `ends` (see [`running`]): what `pause --wait` waits for.
-pub fn announce_working(client: &mut Client, writer: Writer, ends: DateTime<Utc>) -> Result<()> {
+pub fn announce_working(client: &mut Session, writer: Writer, ends: DateTime<Utc>) -> Result<()> {
     running::announce_working(client, writer.as_str(), ends)
         .classify(Failure::Temporary, "cannot mark this run as working")
 }

@@ -5,8 +5,8 @@
 //! keeps one server session: a second session of its own must get another backend, and
 //! this one must keep its backend while the second holds a transaction open.
 
+use crate::store::Session;
 use anyhow::Result;
-use postgres::Client;
 
 use crate::exit::{Failure, fail};
 use crate::store::{self, Db};
@@ -18,7 +18,7 @@ use crate::store::{self, Db};
 /// alone: its backend must stay the same across transactions (a weaker proof, logged);
 /// otherwise that refusal is the command's error.
 pub(super) fn require_session(
-    client: &mut Client,
+    client: &mut Session,
     first: i32,
     second: Result<Db>,
     command: &str,

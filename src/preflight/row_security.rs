@@ -57,7 +57,7 @@ fn hidden<'a>(wanted: &'a OutboxTypes, listed: &[String]) -> Vec<&'a str> {
 /// Reads and logs how the defence stands for `command`, whose outbox types are
 /// `wanted`. Fails with 78 when row security is on for this role and hides some of them.
 pub fn check(
-    client: &mut postgres::Client,
+    client: &mut crate::store::Session,
     command: &str,
     wanted: &OutboxTypes,
 ) -> Result<Defence> {

@@ -3,9 +3,9 @@
 //! own state they are exceptions (and, with the legacy marks on, also the columns the
 //! release before reads); on the columns' queue only the columns, as before.
 
+use crate::store::Session;
 use anyhow::Result;
 use chrono::{DateTime, TimeDelta, Utc};
-use postgres::Client;
 use uuid::Uuid;
 
 use crate::domain::OutboxTypes;
@@ -35,7 +35,7 @@ pub(super) enum Marks {
 
 /// Records the rows; returns the refused ones given up on (now failed).
 pub(super) fn record(
-    client: &mut Client,
+    client: &mut Session,
     marks: Marks,
     now: DateTime<Utc>,
     rows: &NotSent,

@@ -19,10 +19,10 @@ mod upkeep;
 
 use std::time::{Duration, Instant};
 
+use crate::store::Session;
 use anyhow::Result;
 use chrono::{DateTime, TimeDelta, Utc};
 use log::{info, warn};
-use postgres::Client;
 use serde::Serialize;
 use uuid::Uuid;
 
@@ -256,7 +256,7 @@ fn relay(cfg: &RelayConfig, driver: Driver, result: &mut RelayResult) -> Result<
 }
 
 fn drain(
-    client: &mut Client,
+    client: &mut Session,
     producer: &mut KafkaProducer,
     topics: &mut TopicWaits,
     run: &Run,
@@ -293,7 +293,7 @@ fn drain(
 /// A mark refused because the server turned read-only mid-run (SQLSTATE 25006, a
 /// failover under way): the run stopped at once; say so in one line, and where to point.
 fn turned_read_only(e: anyhow::Error) -> anyhow::Error {
-    if crate::sqlstate::code_in(&e) != Some(postgres::error::SqlState::READ_ONLY_SQL_TRANSACTION) {
+    if store::code_in(&e) != Some(store::sqlstate::READ_ONLY_SQL_TRANSACTION) {
         return e;
     }
     e.context(crate::exit::Classified {

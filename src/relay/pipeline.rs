@@ -7,9 +7,8 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use crate::store::Session;
 use anyhow::Result;
-use postgres::Client;
-use postgres::fallible_iterator::FallibleIterator;
 
 use super::marker::Marker;
 use super::queue::Queue;
@@ -30,7 +29,7 @@ const ENQUEUED_BATCHES: usize = 2;
 const IN_FLIGHT_BATCHES: usize = 3;
 
 pub(super) fn pipeline(
-    client: &mut Client,
+    client: &mut Session,
     queue: &mut Queue,
     marker: &mut Marker,
     producer: &mut KafkaProducer,
@@ -178,19 +177,16 @@ pub(super) fn interrupted(run: &Run) -> Result<()> {
 /// for can take them now (asked between slices), the run's window ends, or a signal
 /// comes.
 fn wait_for_outbox(
-    client: &mut Client,
+    client: &mut Session,
     run: &Run,
-    came_free: &mut dyn FnMut(&mut Client) -> Result<bool>,
+    came_free: &mut dyn FnMut(&mut Session) -> Result<bool>,
 ) -> Result<()> {
     while !run.left().is_zero() && run.driver.shutdown.requested().is_none() {
         if came_free(client)? {
             return Ok(());
         }
         let slice = run.left().min(Duration::from_millis(250));
-        let mut notifications = client.notifications();
-        if notifications.timeout_iter(slice).next()?.is_some() {
-            // Several commits may have notified: one drain serves them all.
-            while notifications.iter().next()?.is_some() {}
+        if client.wait_for_notification(slice)? {
             return Ok(());
         }
     }

@@ -9,10 +9,10 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use crate::store::{Prepared, Session};
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use log::info;
-use postgres::{Client, Statement};
 
 use super::failures::{self, Marks};
 use super::outgoing::one_per_key;
@@ -25,7 +25,7 @@ pub(super) const GAP_CHECK_EVERY: Duration = Duration::from_secs(3);
 
 /// The relay's own state for its run.
 pub(super) struct Own {
-    fetch: Statement,
+    fetch: Prepared,
     /// The highest `seq` dealt with by this run's fetches (in flight included).
     high: i64,
     pub(super) floor: i64,
@@ -36,7 +36,7 @@ pub(super) struct Own {
 /// The queue of a run.
 pub(super) enum Queue {
     /// The release before's queue: no migration 16.
-    Columns(Statement),
+    Columns(Prepared),
     Own(Own),
 }
 
@@ -55,7 +55,7 @@ impl Queue {
     /// `at` = the run's monotonic now: the gap check's pace is kept on it, so a step of
     /// the wall clock neither hurries nor delays it.
     pub(super) fn open(
-        client: &mut Client,
+        client: &mut Session,
         cfg: &RelayConfig,
         now: DateTime<Utc>,
         at: Instant,
@@ -98,7 +98,7 @@ impl Queue {
     /// rows to send.
     pub(super) fn check_gap_if_due(
         &mut self,
-        client: &mut Client,
+        client: &mut Session,
         cfg: &RelayConfig,
         now: DateTime<Utc>,
         at: Instant,
@@ -126,7 +126,7 @@ impl Queue {
     /// topics that cannot take their rows.
     pub(super) fn next(
         &mut self,
-        client: &mut Client,
+        client: &mut Session,
         cfg: &RelayConfig,
         now: DateTime<Utc>,
         in_flight: &[&str],
@@ -168,7 +168,7 @@ pub(super) fn log_gap(checked: &store::GapCheck) {
 impl Own {
     fn next(
         &mut self,
-        client: &mut Client,
+        client: &mut Session,
         cfg: &RelayConfig,
         now: DateTime<Utc>,
         in_flight: &[&str],

@@ -21,23 +21,7 @@ const MAX_PAUSE: Duration = Duration::from_secs(2);
 /// Whether `e` says the session itself is gone (closed, I/O, the server shutting down
 /// or terminating it: SQLSTATE 57P01..57P03, 57P05 idle_session_timeout, class 08), not that a statement failed.
 pub(super) fn session_lost(e: &anyhow::Error) -> bool {
-    e.chain()
-        .filter_map(|c| c.downcast_ref::<postgres::Error>())
-        .any(|pe| {
-            if pe.is_closed() {
-                return true;
-            }
-            match pe.code().map(|c| c.code()) {
-                Some(code) => {
-                    matches!(code, "57P01" | "57P02" | "57P03" | "57P05") || code.starts_with("08")
-                }
-                None => std::iter::successors(
-                    std::error::Error::source(pe),
-                    |s: &&(dyn std::error::Error + 'static)| s.source(),
-                )
-                .any(|s| s.is::<std::io::Error>()),
-            }
-        })
+    store::session_lost(e)
 }
 
 /// Lets go of the relay lock on the old main session when it is still open (it was the

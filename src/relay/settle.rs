@@ -7,9 +7,9 @@ use std::collections::{HashMap, HashSet};
 
 use opentelemetry::trace::TraceContextExt;
 
+use crate::store::Session;
 use anyhow::Result;
 use log::info;
-use postgres::Client;
 
 use super::failures::{self, Marks, NotSent};
 use super::marker::Marker;
@@ -160,7 +160,7 @@ pub(super) fn enqueue(
 
 /// What settling a batch needs.
 pub(super) struct Settle<'a, 'm> {
-    pub client: &'a mut Client,
+    pub client: &'a mut Session,
     pub marker: &'a mut Marker<'m>,
     pub producer: &'a mut KafkaProducer,
     pub topics: &'a mut TopicWaits,

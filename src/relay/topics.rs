@@ -9,10 +9,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use crate::store::Session;
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use log::{error, info, warn};
-use postgres::Client;
 
 use crate::exit::{Failure, fail};
 use crate::kafka::{Classify, KafkaProducer, Kind, TopicCheck};
@@ -44,7 +44,7 @@ struct Wait {
 impl TopicWaits {
     /// The facts a run before left; a session that cannot read or write them (the
     /// schema before migration 14, or no grant) keeps this run's to itself, and says so.
-    pub(super) fn load(client: &mut Client) -> Result<Self> {
+    pub(super) fn load(client: &mut Session) -> Result<Self> {
         let stored = store::topic_waits(client, true)?;
         if stored.is_none() {
             warn!(
@@ -158,7 +158,7 @@ impl TopicWaits {
 
     /// Writes the facts changed since the last sync (nothing when none changed, or
     /// when the table cannot be written).
-    pub(super) fn sync(&mut self, client: &mut Client, now: DateTime<Utc>) -> Result<()> {
+    pub(super) fn sync(&mut self, client: &mut Session, now: DateTime<Utc>) -> Result<()> {
         if !self.stored {
             self.to_record.clear();
             self.to_end.clear();

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
+use crate::store::Session;
 use anyhow::Result;
 use log::{info, warn};
-use postgres::Client;
 
 use super::pipeline::interrupted;
 use super::topics::TopicWaits;
@@ -20,7 +20,7 @@ use crate::store;
 /// are why nothing was published. A failed read leaves the counts at 0 and returns
 /// `None`: it is a report, not the run's work.
 pub(super) fn count_waiting(
-    client: &mut Client,
+    client: &mut Session,
     clock: &dyn Clock,
     cfg: &RelayConfig,
     topics: &TopicWaits,
@@ -60,7 +60,7 @@ const PURGE_FOR: Duration = Duration::from_secs(1);
 
 /// Deletes published rows older than the retention, in bounded batches, for at most
 /// [`PURGE_FOR`] plus the batch in flight then; the rest goes next run.
-pub(super) fn purge(client: &mut Client, run: &Run, result: &mut RelayResult) -> Result<()> {
+pub(super) fn purge(client: &mut Session, run: &Run, result: &mut RelayResult) -> Result<()> {
     let (cfg, monotonic) = (run.cfg, run.driver.monotonic);
     let now = run.driver.clock.now();
     let began = monotonic.now();

@@ -60,7 +60,7 @@ pub fn seconds_since(as_of: DateTime<Utc>, at: Timestamp) -> f64 {
 }
 
 /// A duration for people: `2d 3h 0m 5s`, `4m 10s`, `45s`, `250ms`.
-pub use crate::duration::show_elapsed as duration;
+pub use crate::store::duration::show_elapsed as duration;
 
 pub use crate::clock::seconds;
 

@@ -3,9 +3,8 @@
 //! statement timeout) get a message saying what happened and that nothing changed; any
 //! other error passes through as it is.
 
-use postgres::error::SqlState;
-
 use crate::exit::{Classified, Failure};
+use crate::store::sqlstate;
 
 /// Says in an operator's words why a report's query failed, when the reason is one a
 /// report is expected to meet during an incident: a table lock held by someone else
@@ -17,14 +16,14 @@ pub(super) fn in_operator_words(
     db: &crate::config::DbConfig,
     shutdown: &crate::shutdown::Shutdown,
 ) -> anyhow::Error {
-    let message = match crate::sqlstate::code_in(&e) {
-        Some(SqlState::LOCK_NOT_AVAILABLE) => format!(
+    let message = match crate::store::code_in(&e) {
+        Some(sqlstate::LOCK_NOT_AVAILABLE) => format!(
             "{command}: another session holds a lock on a table the report reads (a \
              migration? ALTER TABLE, VACUUM FULL, LOCK TABLE){}; gave up after \
              --lock-timeout instead of waiting; nothing was changed, retry later",
             lock_holders(db)
         ),
-        Some(SqlState::QUERY_CANCELED) if shutdown.requested().is_none() => format!(
+        Some(sqlstate::QUERY_CANCELED) if shutdown.requested().is_none() => format!(
             "{command}: a query took longer than --statement-timeout and was cancelled; \
              nothing was changed"
         ),

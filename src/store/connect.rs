@@ -4,13 +4,14 @@
 use anyhow::Result;
 use postgres::Client;
 
+use super::session::Session;
 use super::tls::{LazyTls, tls_connector};
-use crate::config::{DbConfig, SslMode};
-use crate::exit::{ClassifyExt, Failure, fail};
+use crate::store::error::{ClassifyExt, Fault, fail};
+use crate::store::settings::{DbConfig, SslMode};
 
 /// An open session and what is needed to interrupt its statement in flight.
 pub struct Db {
-    pub client: Client,
+    pub client: Session,
     pub tls: LazyTls,
     /// Whether the session may write, as read when it was opened.
     pub writable: Writable,
@@ -32,7 +33,7 @@ pub struct Writable {
 impl Db {
     /// A closure that cancels the statement in flight on this session, if any.
     pub fn interrupter(&self) -> impl Fn() + Send + 'static {
-        let token = self.client.cancel_token();
+        let token = self.client.pg_ref().cancel_token();
         let tls = self.tls.clone();
         move || {
             if let Err(e) = token.cancel_query(tls.clone()) {
@@ -60,7 +61,7 @@ impl Db {
              on the server, database or role, as on a demoted primary during a failover)"
         };
         Err(fail(
-            Failure::Temporary,
+            Fault::Temporary,
             format!(
                 "{command} writes, but {server} {what}; nothing was done: point \
                  --database-url / DATABASE_URL at the primary, or list every server with \
@@ -146,7 +147,7 @@ fn open(cfg: &DbConfig, patience: std::time::Duration) -> Result<Db> {
                 if attempts < SETUP_ATTEMPTS
                     && e.code() == Some(&postgres::error::SqlState::QUERY_CANCELED) => {}
             other => {
-                break other.classify(Failure::Temporary, "cannot set the session's timeouts")?;
+                break other.classify(Fault::Temporary, "cannot set the session's timeouts")?;
             }
         }
     };
@@ -169,12 +170,12 @@ fn open(cfg: &DbConfig, patience: std::time::Duration) -> Result<Db> {
         })
         .ok_or_else(|| {
             fail(
-                Failure::Temporary,
+                Fault::Temporary,
                 "cannot set the session's timeouts: the server returned no row",
             )
         })?;
     Ok(Db {
-        client,
+        client: Session::new(client),
         tls,
         writable,
     })
@@ -183,7 +184,7 @@ fn open(cfg: &DbConfig, patience: std::time::Duration) -> Result<Db> {
 /// Whether a connection was refused for too many connections (SQLSTATE 53300: the
 /// role's `CONNECTION LIMIT`, the database's, or `max_connections`).
 pub fn too_many_connections(e: &anyhow::Error) -> bool {
-    crate::sqlstate::code_in(e) == Some(postgres::error::SqlState::TOO_MANY_CONNECTIONS)
+    super::error::code_in(e) == Some(postgres::error::SqlState::TOO_MANY_CONNECTIONS.code())
 }
 
 /// Why a connection could not be opened. A refused login or an unknown database is
@@ -195,12 +196,12 @@ pub fn too_many_connections(e: &anyhow::Error) -> bool {
 fn connect_failure(cfg: &DbConfig, e: postgres::Error) -> anyhow::Error {
     let context = cannot_connect(cfg);
     if refused_for_read_only(&e) {
-        return fail(Failure::Temporary, no_server_writable(cfg));
+        return fail(Fault::Temporary, no_server_writable(cfg));
     }
-    if let Some(class) = crate::sqlstate::class(&e) {
+    if let Some(class) = crate::store::sqlstate::class(&e) {
         let failure = match class {
-            crate::sqlstate::Class::Deployment => Failure::Config,
-            _ => Failure::Unavailable,
+            crate::store::sqlstate::Class::Deployment => Fault::Config,
+            _ => Fault::Unavailable,
         };
         return Err::<(), _>(e).classify(failure, context).unwrap_err();
     }
@@ -208,7 +209,7 @@ fn connect_failure(cfg: &DbConfig, e: postgres::Error) -> anyhow::Error {
     if let Some(tls) = find_in_chain::<native_tls::Error>(&e).filter(|_| !io) {
         // One flat line: native-tls repeats the OpenSSL error in its sources.
         return fail(
-            Failure::Config,
+            Fault::Config,
             format!(
                 "{context}: TLS handshake failed ({}): {tls}",
                 tls_expectation(cfg)
@@ -216,9 +217,9 @@ fn connect_failure(cfg: &DbConfig, e: postgres::Error) -> anyhow::Error {
         );
     }
     let failure = if io || e.is_closed() {
-        Failure::Unavailable
+        Fault::Unavailable
     } else {
-        Failure::Config
+        Fault::Config
     };
     Err::<(), _>(e).classify(failure, context).unwrap_err()
 }
@@ -256,8 +257,9 @@ fn cannot_connect(cfg: &DbConfig) -> String {
 
 /// Each host of the URL with its port; a unix socket by its path.
 fn targets(cfg: &DbConfig) -> Vec<String> {
-    let ports = cfg.pg.get_ports();
-    cfg.pg
+    let ports = cfg.conninfo.0.get_ports();
+    cfg.conninfo
+        .0
         .get_hosts()
         .iter()
         .enumerate()
@@ -288,7 +290,8 @@ fn tls_expectation(cfg: &DbConfig) -> String {
         None => "the system's trusted CAs".to_owned(),
     };
     let hosts: Vec<String> = cfg
-        .pg
+        .conninfo
+        .0
         .get_hosts()
         .iter()
         .map(|h| match h {
@@ -340,25 +343,26 @@ fn has_io_error(e: &(dyn std::error::Error + 'static)) -> bool {
 /// tokio-postgres applies it to the TCP connect only, so a server that accepts and
 /// then never answers would otherwise hang the run past every deadline.
 fn connect_within(cfg: &DbConfig, tls: LazyTls) -> Result<Client> {
-    let hosts = cfg.pg.get_hosts().len().max(1) as u32;
+    let hosts = cfg.conninfo.0.get_hosts().len().max(1) as u32;
     let limit = cfg
-        .pg
+        .conninfo
+        .0
         .get_connect_timeout()
         .copied()
         .unwrap_or(std::time::Duration::from_secs(5))
         * hosts;
     let (done, result) = std::sync::mpsc::channel();
-    let pg = cfg.pg.clone();
+    let pg = cfg.conninfo.0.clone();
     std::thread::Builder::new()
         .name("connect".into())
         .spawn(move || {
             let _ = done.send(pg.connect(tls));
         })
-        .classify(Failure::Temporary, "cannot start the connecting thread")?;
+        .classify(Fault::Temporary, "cannot start the connecting thread")?;
     match result.recv_timeout(limit) {
         Ok(connected) => connected.map_err(|e| connect_failure(cfg, e)),
         Err(_) => Err(fail(
-            Failure::Unavailable,
+            Fault::Unavailable,
             format!(
                 "{}: no answer within {}ms (--connect-timeout)",
                 cannot_connect(cfg),

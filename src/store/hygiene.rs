@@ -17,6 +17,7 @@
 //! (`sql/011_xmin_holders_function.sql`): a `SECURITY DEFINER` function that returns
 //! what the report needs and never a query text.
 
+use crate::store::Conn;
 use anyhow::{Context, Result};
 use chrono::{DateTime, TimeDelta, Utc};
 use postgres::GenericClient;
@@ -265,10 +266,11 @@ fn session(r: &postgres::Row) -> SessionHolder {
 /// Reads the upkeep figures at `as_of`, naming what holds the horizon back longer
 /// than `threshold`.
 pub fn hygiene(
-    client: &mut impl GenericClient,
+    client: &mut impl Conn,
     as_of: DateTime<Utc>,
     threshold: TimeDelta,
 ) -> Result<Hygiene> {
+    let client = client.pg();
     let r = client
         .query_one(OUTBOX_HEALTH_SQL, &[])
         .context("cannot read the outbox's statistics")?;
@@ -300,7 +302,10 @@ pub fn hygiene(
     } else {
         HOLDERS_VIEW
     };
-    let seconds = crate::clock::seconds(threshold);
+    // In seconds, to the microsecond (as the clock's durations are shown).
+    let seconds = threshold
+        .num_microseconds()
+        .map_or(threshold.num_seconds() as f64, |us| us as f64 / 1e6);
     let rows = client
         .query(&old_sessions_sql(source), &[&as_of, &seconds, &SHOWN])
         .context("cannot read the sessions holding the xmin horizon")?;

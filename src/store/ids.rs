@@ -9,6 +9,7 @@ use postgres::types::ToSql;
 use uuid::Uuid;
 
 use crate::domain::OutboxTypes;
+use crate::store::Conn;
 
 /// Which ids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,11 +56,12 @@ pub struct Matches {
 /// The ids of `table` that start with `prefix`: at most `limit` of them, and their
 /// number (counted only when there are more than `limit`, on the same index range).
 pub fn with_prefix(
-    client: &mut impl GenericClient,
+    client: &mut impl Conn,
     table: IdTable,
     prefix: &str,
     limit: u32,
 ) -> Result<Matches> {
+    let client = client.pg();
     let (low, high) = prefix_range(prefix)?;
     let most = i64::from(limit) + 1;
     let types: &[String] = match table {

@@ -2,8 +2,8 @@
 //! `pg_locks` and `pg_stat_activity` on a session of its own, which needs no privilege
 //! (other users' query texts stay hidden and are never read).
 
+use crate::store::Session;
 use anyhow::{Context, Result};
-use postgres::Client;
 
 /// A session holding a lock on a table of the `crm` schema that blocks readers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,7 +22,8 @@ const SHOWN: i64 = 3;
 
 /// The sessions holding `ACCESS EXCLUSIVE` (the one lock a plain SELECT waits for) on a
 /// table of `crm` in this database, longest-held first, at most [`SHOWN`].
-pub fn table_lock_holders(client: &mut Client) -> Result<Vec<TableLockHolder>> {
+pub fn table_lock_holders(client: &mut Session) -> Result<Vec<TableLockHolder>> {
+    let client = client.pg();
     let rows = client
         .query(
             "SELECT l.pid, a.usename::text, a.application_name, l.mode,

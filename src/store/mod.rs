@@ -6,6 +6,8 @@
 
 mod clock;
 mod connect;
+pub mod duration;
+mod error;
 mod expiration;
 mod hygiene;
 pub mod ids;
@@ -22,6 +24,9 @@ mod report;
 mod row_security;
 pub mod running;
 mod schema;
+mod session;
+mod settings;
+pub mod sqlstate;
 mod timestamp;
 mod tls;
 mod topic_wait;
@@ -31,8 +36,11 @@ mod watermark;
 
 pub use clock::ClockSkew;
 pub use connect::{Db, Writable, connect, connect_another, too_many_connections};
+pub use error::{
+    ClassifyExt, Fault, StoreError, code_in, database_fault, fail, refusal_in, session_lost,
+};
 pub use expiration::{
-    BatchWrite, Claim, ClaimKey, CycleStatements, DbRejection, Poison, WriteOutcome, booking_row,
+    BatchWrite, Claim, ClaimKey, CycleStatements, DbRejection, Poison, WriteOutcome,
     candidates_sql, claim, claim_counting_sql, claim_sql, count_left, left_sql, quarantine,
     release_stale_quarantine, write_direct, write_isolating,
 };
@@ -65,6 +73,8 @@ pub use row_security::{
     OWN_TYPES_POLICY, ROW_SECURITY_MIGRATION, RowSecurity, outbox_type_listing, row_security,
 };
 pub use schema::{Need, status_type};
+pub use session::{Conn, Prepared, Session, Sql, Tx};
+pub use settings::{Conninfo, DbConfig, SslMode, TargetSessionAttrs, check_ca_pem};
 pub use topic_wait::{
     TOPIC_WAIT_MIGRATION, TopicWait, end_topic_waits, record_topic_waits, topic_waits,
 };

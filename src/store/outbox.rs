@@ -9,10 +9,10 @@ use std::time::Duration;
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use postgres::GenericClient;
-use postgres::ToStatement;
 use uuid::Uuid;
 
 use crate::domain::OutboxTypes;
+use crate::store::{Conn, Prepared, Sql};
 
 /// The advisory lock key that makes the relay a singleton per database
 /// (ASCII "bkexrlay").
@@ -77,20 +77,23 @@ pub enum Fetch {
 pub const FETCH_BYTES: i64 = 2 * 1024 * 1024;
 
 /// Takes the relay's session-level advisory lock; false when another relay holds it.
-pub fn try_relay_lock(client: &mut impl GenericClient) -> Result<bool> {
+pub fn try_relay_lock(client: &mut impl Conn) -> Result<bool> {
+    let client = client.pg();
     Ok(client
         .query_one("SELECT pg_try_advisory_lock($1) AS locked", &[&RELAY_LOCK])?
         .get("locked"))
 }
 
 /// Lets go of every advisory lock this session holds (the relay lock among them).
-pub fn release_advisory_locks(client: &mut impl GenericClient) -> Result<()> {
+pub fn release_advisory_locks(client: &mut impl Conn) -> Result<()> {
+    let client = client.pg();
     client.batch_execute("SELECT pg_advisory_unlock_all()")?;
     Ok(())
 }
 
 /// Subscribes this session to outbox notifications.
-pub fn listen(client: &mut impl GenericClient) -> Result<()> {
+pub fn listen(client: &mut impl Conn) -> Result<()> {
+    let client = client.pg();
     client.batch_execute(&format!("LISTEN {OUTBOX_CHANNEL}"))?;
     Ok(())
 }
@@ -200,14 +203,16 @@ pub struct LeftOut<'a> {
 /// relay prepares it once per session, so its 200 fetches of a 100k-row backlog are
 /// neither parsed nor, once the plan is cached, planned again.
 pub fn pending(
-    client: &mut impl GenericClient,
-    sql: &(impl ToStatement + ?Sized),
+    client: &mut impl Conn,
+    sql: &(impl Sql + ?Sized),
     now: DateTime<Utc>,
     limit: u32,
     left_out: LeftOut,
     max_bytes: usize,
     types: &OutboxTypes,
 ) -> Result<Vec<OutboxRow>> {
+    let client = client.pg();
+    let sql = sql.stmt();
     let max_bytes = i64::try_from(max_bytes).unwrap_or(i64::MAX);
     let rows = client.query(
         sql,
@@ -251,13 +256,15 @@ pub fn pending(
 
 /// [`PENDING_SQL`] prepared on the session that fetches: its plan is the same custom or
 /// generic (`tests/it/design.rs` checks both).
-pub fn prepare_pending(client: &mut impl GenericClient) -> Result<postgres::Statement> {
-    Ok(client.prepare(PENDING_SQL)?)
+pub fn prepare_pending(client: &mut impl Conn) -> Result<Prepared> {
+    let client = client.pg();
+    Ok(Prepared(client.prepare(PENDING_SQL)?))
 }
 
 /// [`MARK_PUBLISHED_SQL`] prepared on the session that marks.
-pub fn prepare_mark_published(client: &mut impl GenericClient) -> Result<postgres::Statement> {
-    Ok(client.prepare(MARK_PUBLISHED_SQL)?)
+pub fn prepare_mark_published(client: &mut impl Conn) -> Result<Prepared> {
+    let client = client.pg();
+    Ok(Prepared(client.prepare(MARK_PUBLISHED_SQL)?))
 }
 
 /// Marks acknowledged rows published at `now`, in one statement, each with its
@@ -268,13 +275,15 @@ pub fn prepare_mark_published(client: &mut impl GenericClient) -> Result<postgre
 /// `sql` is [`MARK_PUBLISHED_SQL`] or the statement prepared from it
 /// ([`prepare_mark_published`]), as the relay's mark session does once.
 pub fn mark_published(
-    client: &mut impl GenericClient,
-    sql: &(impl ToStatement + ?Sized),
+    client: &mut impl Conn,
+    sql: &(impl Sql + ?Sized),
     now: DateTime<Utc>,
     acked: &[Receipt],
     span: (i64, i64),
     types: &OutboxTypes,
 ) -> Result<u64> {
+    let client = client.pg();
+    let sql = sql.stmt();
     if acked.is_empty() {
         return Ok(0);
     }
@@ -310,11 +319,12 @@ fn receipts(acked: &[Receipt]) -> serde_json::Value {
 
 /// Rows the broker can never take (too large, invalid): marked failed at `now`.
 pub fn mark_failed(
-    client: &mut impl GenericClient,
+    client: &mut impl Conn,
     now: DateTime<Utc>,
     failures: &[(Uuid, String)],
     types: &OutboxTypes,
 ) -> Result<u64> {
+    let client = client.pg();
     if failures.is_empty() {
         return Ok(0);
     }
@@ -333,10 +343,11 @@ pub fn mark_failed(
 /// A failed attempt that says nothing about the rows (the brokers were unreachable):
 /// counted and explained, the rows stay due and go first next run.
 pub fn mark_attempted(
-    client: &mut impl GenericClient,
+    client: &mut impl Conn,
     failures: &[(Uuid, String)],
     types: &OutboxTypes,
 ) -> Result<u64> {
+    let client = client.pg();
     if failures.is_empty() {
         return Ok(0);
     }
@@ -366,11 +377,12 @@ pub const MAX_FAILURES: i32 = 20;
 /// [`MAX_FAILURES`] of them it is marked failed with the last error. Returns the ids
 /// given up on. Neither counter nor back-off can overflow.
 pub fn mark_retry(
-    client: &mut impl GenericClient,
+    client: &mut impl Conn,
     now: DateTime<Utc>,
     failures: &[(Uuid, String)],
     types: &OutboxTypes,
 ) -> Result<Vec<Uuid>> {
+    let client = client.pg();
     if failures.is_empty() {
         return Ok(Vec::new());
     }
@@ -407,12 +419,13 @@ fn split(failures: &[(Uuid, String)]) -> (Vec<Uuid>, Vec<&str>) {
 /// before `now` (served by `ix_outbox_published_at`, the type a filter on it); returns
 /// how many. Another producer's published row is never deleted, however old.
 pub fn purge_published(
-    client: &mut impl GenericClient,
+    client: &mut impl Conn,
     now: DateTime<Utc>,
     older_than: Duration,
     limit: u32,
     types: &OutboxTypes,
 ) -> Result<u64> {
+    let client = client.pg();
     let seconds = older_than.as_secs_f64();
     Ok(client.execute(
         "DELETE FROM crm.outbox

@@ -7,7 +7,9 @@
 use anyhow::{Context, Result};
 use postgres::GenericClient;
 
+use super::timestamp;
 use crate::domain::{OutboxTypes, Timestamp};
+use crate::store::Conn;
 
 /// The relay's queue (partial index `ix_outbox_pending`) and its oldest row: the job's
 /// rows only, `$1` its outbox types (a filter on the index).
@@ -105,10 +107,11 @@ pub struct OutboxLag {
 /// The job's own rows of the outbox: those of `types`; `topic_waits` = the topics that
 /// cannot take their rows.
 pub fn outbox_lag(
-    client: &mut impl GenericClient,
+    client: &mut impl Conn,
     types: &OutboxTypes,
     topic_waits: &[&str],
 ) -> Result<OutboxLag> {
+    let client = client.pg();
     if let Some(own) = super::relay_state::own_watermark(client, types)? {
         return own_lag(client, types, topic_waits, own);
     }
@@ -127,7 +130,7 @@ pub fn outbox_lag(
         .context("cannot count the outbox rows waiting for their topic")?;
     Ok(OutboxLag {
         pending: pending.get::<_, i64>("pending").max(0) as u64,
-        oldest_pending_at: pending.get("oldest_pending_at"),
+        oldest_pending_at: timestamp::get_opt(&pending, "oldest_pending_at"),
         failed: failed.get::<_, i64>("failed").max(0) as u64,
         waiting_for_topic: waiting.get::<_, i64>("waiting").max(0) as u64,
     })
@@ -155,14 +158,15 @@ fn own_lag(
         .context("cannot count the outbox rows waiting for their topic")?;
     Ok(OutboxLag {
         pending: pending.get::<_, i64>("pending").max(0) as u64,
-        oldest_pending_at: pending.get("oldest_pending_at"),
+        oldest_pending_at: timestamp::get_opt(&pending, "oldest_pending_at"),
         failed: failed.get::<_, i64>("failed").max(0) as u64,
         waiting_for_topic: waiting.get::<_, i64>("waiting").max(0) as u64,
     })
 }
 
 /// The other producers' rows of the outbox: of no type in `types`.
-pub fn other_rows(client: &mut impl GenericClient, types: &OutboxTypes) -> Result<OtherRows> {
+pub fn other_rows(client: &mut impl Conn, types: &OutboxTypes) -> Result<OtherRows> {
+    let client = client.pg();
     let row = client
         .query_one(OUTBOX_OTHERS_SQL, &[&types.as_slice()])
         .context("cannot count the other producers' outbox rows")?;

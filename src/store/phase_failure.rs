@@ -7,6 +7,7 @@ use postgres::GenericClient;
 use uuid::Uuid;
 
 use crate::domain::Phase;
+use crate::store::Conn;
 
 /// How a phase's batch failed in the cycle before.
 #[derive(Debug, Clone, PartialEq)]
@@ -20,7 +21,8 @@ pub struct PhaseFailure {
 
 /// The phases whose batch failed last cycle; `None` when this session cannot read them
 /// (migration 12 not applied, or the role lacks the grant).
-pub fn phase_failures(client: &mut impl GenericClient) -> Result<Option<Vec<PhaseFailure>>> {
+pub fn phase_failures(client: &mut impl Conn) -> Result<Option<Vec<PhaseFailure>>> {
+    let client = client.pg();
     let readable: bool = client
         .query_one(
             // Each privilege on its own: a list is true when any one of them is held.
@@ -67,13 +69,14 @@ pub fn phase_failures(client: &mut impl GenericClient) -> Result<Option<Vec<Phas
 /// Records that `phase`'s batch failed in run `run_id` at `at` (one more consecutive
 /// failure when it failed last cycle too).
 pub fn record_phase_failure(
-    client: &mut impl GenericClient,
+    client: &mut impl Conn,
     phase: Phase,
     sqlstate: Option<&str>,
     error: &str,
     at: DateTime<Utc>,
     run_id: Uuid,
 ) -> Result<()> {
+    let client = client.pg();
     client
         .execute(
             "INSERT INTO crm.booking_expiration_phase_failure AS f
@@ -90,7 +93,8 @@ pub fn record_phase_failure(
 }
 
 /// Forgets `phase`'s failure: it ran clean.
-pub fn clear_phase_failure(client: &mut impl GenericClient, phase: Phase) -> Result<()> {
+pub fn clear_phase_failure(client: &mut impl Conn, phase: Phase) -> Result<()> {
+    let client = client.pg();
     client
         .execute(
             "DELETE FROM crm.booking_expiration_phase_failure WHERE phase = $1",

@@ -15,7 +15,8 @@ use super::ops::PauseRow;
 use super::privileges;
 use super::running::{pause_row, pause_statement};
 use super::schema::{self, Need};
-use crate::exit::{ClassifyExt, Failure};
+use crate::store::Session;
+use crate::store::error::{ClassifyExt, Fault};
 
 /// What one preflight read found.
 #[derive(Debug)]
@@ -46,7 +47,8 @@ impl Facts {
     clippy::disallowed_methods,
     reason = "the clock guard reads the system clock beside the database's, on purpose; the round trip's time is real"
 )]
-pub fn read_facts(client: &mut Client, need: Need, command: &'static str) -> Result<Facts> {
+pub fn read_facts(client: &mut Session, need: Need, command: &'static str) -> Result<Facts> {
+    let client = client.pg();
     let head = "SELECT pg_backend_pid()::text AS pid,
                        (extract(epoch FROM clock_timestamp()) * 1000000)::int8::text AS database_now_us,
                        (to_regclass('crm.booking_expiration_pause') IS NOT NULL
@@ -70,10 +72,10 @@ pub fn read_facts(client: &mut Client, need: Need, command: &'static str) -> Res
             let mut batch = vec![head];
             batch.extend(checks);
             let answers = run(client, &batch)
-                .classify(Failure::Temporary, "preflight: cannot read the catalog")?;
+                .classify(Fault::Temporary, "preflight: cannot read the catalog")?;
             (answers, false)
         }
-        Err(e) => return Err(e).classify(Failure::Temporary, "preflight: cannot read the catalog"),
+        Err(e) => return Err(e).classify(Fault::Temporary, "preflight: cannot read the catalog"),
     };
     let round_trip = started.elapsed();
     let leading = if pause_read { 2 } else { 1 };
@@ -86,7 +88,9 @@ pub fn read_facts(client: &mut Client, need: Need, command: &'static str) -> Res
     let database_now = field("database_now_us")
         .and_then(|us| us.parse().ok())
         .and_then(DateTime::from_timestamp_micros)
-        .ok_or_else(|| crate::exit::fail(Failure::Temporary, "cannot read the database clock"))?;
+        .ok_or_else(|| {
+            crate::store::error::fail(Fault::Temporary, "cannot read the database clock")
+        })?;
     let half = TimeDelta::from_std(round_trip / 2).unwrap_or(TimeDelta::zero());
     let pause_readable = pause_read && field("pause_readable") == Some("true");
     Ok(Facts {
@@ -137,22 +141,24 @@ pub(super) fn run(
 
 /// Fails with "schema not migrated: …" naming every missing table and column, then with
 /// "role … lacks privileges …" naming every missing grant: one round trip.
-pub fn check_schema(client: &mut Client, need: Need) -> Result<()> {
+pub fn check_schema(client: &mut Session, need: Need) -> Result<()> {
+    let client = client.pg();
     let answers = run(client, &statements(need))
-        .classify(Failure::Temporary, "cannot read the schema catalog")?;
+        .classify(Fault::Temporary, "cannot read the schema catalog")?;
     judge(need, &answers)
 }
 
 /// `pg_backend_pid()` of `client`'s session, in one round trip; `begin` first opens a
 /// transaction (the pooler check's second session holds one while the first is asked).
-pub fn backend_pid(client: &mut Client, begin: bool) -> Result<i32> {
+pub fn backend_pid(client: &mut Session, begin: bool) -> Result<i32> {
+    let client = client.pg();
     let sql = if begin {
         "BEGIN; SELECT pg_backend_pid()::text AS pid"
     } else {
         "SELECT pg_backend_pid()::text AS pid"
     };
     let answers = run(client, &[sql.to_owned()]).classify(
-        Failure::Temporary,
+        Fault::Temporary,
         "pooler check: cannot read the backend PID",
     )?;
     Ok(answers

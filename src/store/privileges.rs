@@ -6,7 +6,7 @@ use anyhow::Result;
 use postgres::SimpleQueryRow;
 
 use super::schema::{AUDIT, BOOKING_READ, Need, TIMELINE, text_array};
-use crate::exit::{Failure, fail};
+use crate::store::error::{Fault, fail};
 
 /// A privilege on a table of `crm`: on the whole table, or on the listed columns.
 #[derive(Debug, Clone, Copy)]
@@ -185,7 +185,7 @@ pub(super) fn judge(need: Need, rows: &[SimpleQueryRow]) -> Result<()> {
         .collect();
     let (who, role) = need.who();
     Err(fail(
-        Failure::Config,
+        Fault::Config,
         format!(
             "role {user} lacks privileges for {who}: {} \
              (GRANT {role} TO {user}; see {})",

@@ -14,6 +14,7 @@ use postgres::GenericClient;
 use uuid::Uuid;
 
 use crate::domain::OutboxTypes;
+use crate::store::{Conn, Session};
 
 /// The migration that makes the tables, named when they are missing.
 pub const RELAY_STATE_MIGRATION: &str = "sql/016_relay_receipts.sql";
@@ -86,7 +87,8 @@ SELECT CASE WHEN to_regclass('crm.booking_expiration_relay_state') IS NULL
 
 /// Whether the relay's own tables are there (and, with `write`, writable): a database
 /// at the schema before has none, and every reader then reads `crm.outbox`'s columns.
-pub fn relay_state_usable(client: &mut impl GenericClient, write: bool) -> Result<bool> {
+pub fn relay_state_usable(client: &mut impl Conn, write: bool) -> Result<bool> {
+    let client = client.pg();
     Ok(client
         .query_one(USABLE_SQL, &[&write])
         .context("cannot look up crm.booking_expiration_relay_state")?
@@ -97,10 +99,8 @@ pub fn relay_state_usable(client: &mut impl GenericClient, write: bool) -> Resul
 /// marks (`--legacy-marks off`): then the columns of `crm.outbox` say nothing of the
 /// rows it relayed, and the figures are read from its own state. `None` when the
 /// columns tell the truth (the legacy marks on, no relay run yet, or no migration 16).
-pub fn own_watermark(
-    client: &mut impl GenericClient,
-    types: &OutboxTypes,
-) -> Result<Option<Watermark>> {
+pub fn own_watermark(client: &mut impl Conn, types: &OutboxTypes) -> Result<Option<Watermark>> {
+    let client = client.pg();
     if !relay_state_usable(client, false)? {
         return Ok(None);
     }
@@ -147,11 +147,12 @@ pub struct Watermark {
 /// there (`ORDER BY seq LIMIT 1`, not `min()`, which the planner answers with a scan of
 /// the whole outbox).
 pub fn load_watermark(
-    client: &mut impl GenericClient,
+    client: &mut impl Conn,
     types: &OutboxTypes,
     legacy_marks: bool,
     now: DateTime<Utc>,
 ) -> Result<Watermark> {
+    let client = client.pg();
     let key = types_key(types);
     let row = client
         .query_opt(
@@ -235,12 +236,13 @@ pub enum GapWindow {
 ///
 /// A long transaction elsewhere holds back step 2 only: the fetch reads above `high`.
 pub fn check_gap(
-    client: &mut postgres::Client,
+    client: &mut Session,
     types: &OutboxTypes,
     legacy_marks: bool,
     now: DateTime<Utc>,
     window: GapWindow,
 ) -> Result<GapCheck> {
+    let client = client.pg();
     let key = types_key(types);
     let mut tx = client
         .transaction()
@@ -361,10 +363,11 @@ pub struct Exception {
 
 /// The exceptions of `types` the fetch needs (see [`Exception`]).
 pub fn exceptions(
-    client: &mut impl GenericClient,
+    client: &mut impl Conn,
     types: &OutboxTypes,
     high: i64,
 ) -> Result<Vec<Exception>> {
+    let client = client.pg();
     let rows = client
         .query(
             "SELECT seq, key, topic, attempts, failures, next_attempt_at,
@@ -408,10 +411,11 @@ pub struct NewException<'a> {
 /// Writes exceptions in one statement: a row already there takes the new state (its
 /// counters as given), a new one is added. Returns how many were written.
 pub fn put_exceptions(
-    client: &mut impl GenericClient,
+    client: &mut impl Conn,
     rows: &[NewException],
     now: DateTime<Utc>,
 ) -> Result<u64> {
+    let client = client.pg();
     if rows.is_empty() {
         return Ok(0);
     }

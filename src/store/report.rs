@@ -9,21 +9,25 @@
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use postgres::types::ToSql;
-use postgres::{Client, GenericClient, IsolationLevel, Row, Transaction};
+use postgres::{GenericClient, IsolationLevel, Row, Transaction};
 
 use super::expiration::{
     BOOKING_COLUMNS, booking_row, candidates_sql, deadline_column, overdue_predicate,
 };
+use super::timestamp;
 use crate::domain::{BookingRow, OutboxTypes, Phase, Timestamp};
+use crate::store::{Conn, Session, Tx};
 
 /// A READ ONLY, REPEATABLE READ transaction: every query of a report sees one snapshot,
 /// and the server refuses any write in it.
-pub fn begin_read_only(client: &mut Client) -> Result<Transaction<'_>, postgres::Error> {
-    client
+pub fn begin_read_only(client: &mut Session) -> Result<Tx<'_>> {
+    let client = client.pg();
+    let tx = client
         .build_transaction()
         .isolation_level(IsolationLevel::RepeatableRead)
         .read_only(true)
-        .start()
+        .start()?;
+    Ok(Tx::new(tx))
 }
 
 /// Rows a streaming report reads per round trip: enough to amortise the round trip,
@@ -73,13 +77,14 @@ impl ChunkError {
 /// `run-once` selects them (the same SQL, without the lock); `None` = no limit. They
 /// come `chunk` rows at a time (see [`in_chunks`]), in claim order.
 pub fn candidates_in_chunks(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     phase: Phase,
     as_of: DateTime<Utc>,
     limit: Option<i64>,
     chunk: i32,
     mut each: impl FnMut(Vec<BookingRow>) -> Result<bool>,
 ) -> Result<()> {
+    let tx = tx.pg();
     in_chunks(
         tx,
         &candidates_sql(phase),
@@ -91,11 +96,8 @@ pub fn candidates_in_chunks(
 }
 
 /// How many candidates `phase` has at `as_of` in all (the candidate query, unlimited).
-pub fn count_candidates(
-    client: &mut impl GenericClient,
-    phase: Phase,
-    as_of: DateTime<Utc>,
-) -> Result<u64> {
+pub fn count_candidates(client: &mut impl Conn, phase: Phase, as_of: DateTime<Utc>) -> Result<u64> {
+    let client = client.pg();
     let sql = format!(
         "SELECT count(*) AS candidates FROM ({}) c",
         candidates_sql(phase)
@@ -136,13 +138,14 @@ pub fn quarantined_sql(phase: Phase) -> String {
 /// The quarantined bookings of [`quarantined_sql`], `chunk` rows at a time (see
 /// [`in_chunks`]), each chunk with the total there is; returns the total (0 = none).
 pub fn quarantined_in_chunks(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     phase: Phase,
     as_of: DateTime<Utc>,
     limit: Option<i64>,
     chunk: i32,
     mut each: impl FnMut(Vec<Quarantined>) -> Result<bool>,
 ) -> Result<u64> {
+    let tx = tx.pg();
     let mut total = 0;
     in_chunks(
         tx,
@@ -158,7 +161,7 @@ pub fn quarantined_in_chunks(
                         reason: r.get("reason"),
                         error: r.get("error"),
                         attempts: r.get("attempts"),
-                        retry_at: r.get("retry_at"),
+                        retry_at: timestamp::get(r, "retry_at"),
                     })
                     .collect(),
             )
@@ -204,21 +207,19 @@ pub struct Overdue {
     pub oldest_deadline: Option<Timestamp>,
 }
 
-pub fn overdue(
-    client: &mut impl GenericClient,
-    phase: Phase,
-    as_of: DateTime<Utc>,
-) -> Result<Overdue> {
+pub fn overdue(client: &mut impl Conn, phase: Phase, as_of: DateTime<Utc>) -> Result<Overdue> {
+    let client = client.pg();
     let row = client
         .query_one(&overdue_sql(phase), &[&as_of])
         .with_context(|| format!("cannot count the overdue {phase} bookings"))?;
     Ok(Overdue {
         count: row.get::<_, i64>("overdue").max(0) as u64,
-        oldest_deadline: row.get("oldest_deadline"),
+        oldest_deadline: timestamp::get_opt(&row, "oldest_deadline"),
     })
 }
 
-pub fn poison_count(client: &mut impl GenericClient) -> Result<u64> {
+pub fn poison_count(client: &mut impl Conn) -> Result<u64> {
+    let client = client.pg();
     let row = client
         .query_one(&poison_sql(), &[])
         .context("cannot count the poison rows")?;
@@ -276,10 +277,11 @@ pub struct NextClaim {
 /// phase's partial index from the oldest deadline and stops at the first row not in
 /// quarantine.
 pub fn next_claim(
-    client: &mut impl GenericClient,
+    client: &mut impl Conn,
     phase: Phase,
     as_of: DateTime<Utc>,
 ) -> Result<Option<NextClaim>> {
+    let client = client.pg();
     let row = client
         .query_opt(&candidates_sql(phase), &[&as_of, &Some(1_i64)])
         .with_context(|| format!("cannot read the oldest {phase} candidate"))?;
@@ -298,7 +300,7 @@ pub fn next_claim(
 /// report and for the metrics pushed after a run.
 /// The outbox's figures count the rows of `types` only.
 pub fn read_backlog(
-    client: &mut Client,
+    client: &mut Session,
     as_of: DateTime<Utc>,
     figures: Figures,
     types: &OutboxTypes,
@@ -311,15 +313,15 @@ pub fn read_backlog(
 /// longer than `threshold`, and the other producers' rows of the outbox apart; all in
 /// the one snapshot.
 pub fn read_report(
-    client: &mut Client,
+    client: &mut Session,
     as_of: DateTime<Utc>,
     figures: Figures,
     types: &OutboxTypes,
     hygiene: Option<chrono::TimeDelta>,
 ) -> Result<Backlog> {
-    use crate::exit::{ClassifyExt, Failure};
+    use crate::store::error::{ClassifyExt, Fault};
     let mut tx = begin_read_only(client)
-        .classify(Failure::Temporary, "cannot begin a read-only transaction")?;
+        .classify(Fault::Temporary, "cannot begin a read-only transaction")?;
     let mut backlog = Backlog {
         as_of,
         overdue: None,
@@ -368,7 +370,7 @@ pub fn read_report(
         backlog.hygiene = Some(super::hygiene::hygiene(&mut tx, as_of, threshold)?);
     }
     tx.commit()
-        .classify(Failure::Temporary, "cannot end the read-only transaction")?;
+        .classify(Fault::Temporary, "cannot end the read-only transaction")?;
     Ok(backlog)
 }
 

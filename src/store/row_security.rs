@@ -4,6 +4,7 @@
 //! once the table's owner enabled row security on `crm.outbox`. Read from the catalog,
 //! so that a database without migration 15 is no error (the defence is then off).
 
+use crate::store::Conn;
 use anyhow::{Context, Result};
 use postgres::GenericClient;
 
@@ -54,7 +55,8 @@ SELECT current_user::text AS role_name,
   LEFT JOIN pg_catalog.pg_class c ON c.oid = o.oid";
 
 /// Reads the facts: one round trip, and one more for the types when they are readable.
-pub fn row_security(client: &mut impl GenericClient) -> Result<RowSecurity> {
+pub fn row_security(client: &mut impl Conn) -> Result<RowSecurity> {
+    let client = client.pg();
     let row = client
         .query_one(FACTS_SQL, &[&OWN_TYPES_POLICY])
         .context("cannot read the row security of crm.outbox")?;

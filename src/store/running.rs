@@ -10,9 +10,10 @@
 
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
-use postgres::{Client, GenericClient, SimpleQueryMessage, SimpleQueryRow};
+use postgres::{GenericClient, SimpleQueryMessage, SimpleQueryRow};
 
 use super::ops::PauseRow;
+use crate::store::{Conn, Session};
 
 /// The first key of the working lock of `command` (ASCII "bkx1", "bkx2").
 pub fn working_key(command: &str) -> i32 {
@@ -25,7 +26,8 @@ pub fn working_key(command: &str) -> i32 {
 /// Holds the working lock of `command` until this session ends; `ends` is the latest
 /// moment the run can end. Shared: runs of the same command never wait for each other.
 /// One round trip (the simple query protocol: the keys are numbers of ours).
-pub fn announce_working(client: &mut Client, command: &str, ends: DateTime<Utc>) -> Result<()> {
+pub fn announce_working(client: &mut Session, command: &str, ends: DateTime<Utc>) -> Result<()> {
+    let client = client.pg();
     // Rounded up to the second: the lock never says a run ends before it can.
     let up = i64::from(ends.timestamp_subsec_nanos() > 0);
     let ends = u32::try_from((ends.timestamp() + up).max(0)).unwrap_or(u32::MAX);
@@ -47,7 +49,8 @@ pub struct Working {
 }
 
 /// The runs of `command` working now on this database, latest end first.
-pub fn working(client: &mut impl GenericClient, command: &str) -> Result<Vec<Working>> {
+pub fn working(client: &mut impl Conn, command: &str) -> Result<Vec<Working>> {
+    let client = client.pg();
     let rows = client
         .query(
             "SELECT l.pid, l.objid::int8 AS ends FROM pg_catalog.pg_locks l
@@ -85,7 +88,7 @@ pub fn pause_statement(command: &'static str) -> String {
 }
 
 /// The pause switch in the rows [`pause_statement`] returned, if it is on.
-pub fn pause_row(rows: &[SimpleQueryRow]) -> Option<PauseRow> {
+pub(crate) fn pause_row(rows: &[SimpleQueryRow]) -> Option<PauseRow> {
     let row = rows.first()?;
     let micros: i64 = row.get("paused_at_us")?.parse().ok()?;
     Some(PauseRow {
@@ -99,7 +102,8 @@ pub fn pause_row(rows: &[SimpleQueryRow]) -> Option<PauseRow> {
 /// The pause switch of `command`, if it is on: one round trip while it is off (the
 /// cheapest read there is: `SELECT 1`), a second for the switch's row when it is on.
 /// Runs in whatever transaction the session has open.
-pub fn pause_switch(client: &mut Client, command: &'static str) -> Result<Option<PauseRow>> {
+pub fn pause_switch(client: &mut Session, command: &'static str) -> Result<Option<PauseRow>> {
+    let client = client.pg();
     debug_assert!(command.bytes().all(|b| b.is_ascii_lowercase() || b == b'-'));
     let on = client
         .simple_query(&format!(
@@ -125,7 +129,8 @@ pub fn pause_switch(client: &mut Client, command: &'static str) -> Result<Option
 
 /// Wakes a following relay waiting for outbox rows (it listens on the outbox channel),
 /// so it reads its pause switch now; delivered when the caller's transaction commits.
-pub fn wake_relay(client: &mut impl GenericClient) -> Result<()> {
+pub fn wake_relay(client: &mut impl Conn) -> Result<()> {
+    let client = client.pg();
     client
         .execute(
             "SELECT pg_notify($1, '')",

@@ -9,7 +9,8 @@ use anyhow::Result;
 use postgres::{GenericClient, SimpleQueryRow};
 
 use super::privileges::Privilege;
-use crate::exit::{ClassifyExt, Failure, fail};
+use crate::store::Conn;
+use crate::store::error::{ClassifyExt, Fault, fail};
 
 /// What a subcommand needs of the schema. Later migrations' tables a database at the
 /// schema before may lack (`booking_expiration_phase_failure` of 12,
@@ -287,7 +288,7 @@ fn judge_tables(rows: &[SimpleQueryRow]) -> Result<()> {
         Ok(())
     } else {
         Err(fail(
-            Failure::Config,
+            Fault::Config,
             format!(
                 "schema not migrated: missing {} (run `booking-expire migrate`)",
                 missing.join(", ")
@@ -316,7 +317,7 @@ fn judge_not_null(rows: &[SimpleQueryRow]) -> Result<()> {
         return Ok(());
     }
     Err(fail(
-        Failure::Config,
+        Fault::Config,
         format!(
             "schema not as expected: {} may hold NULL; the job needs NOT NULL there",
             nullable.join(", ")
@@ -384,7 +385,7 @@ fn judge_types(rows: &[SimpleQueryRow]) -> Result<()> {
         return Ok(());
     }
     Err(fail(
-        Failure::Config,
+        Fault::Config,
         format!(
             "schema not as expected: {} (the job cannot read or write these types)",
             wrong.join("; ")
@@ -394,7 +395,8 @@ fn judge_types(rows: &[SimpleQueryRow]) -> Result<()> {
 
 /// The declared type of `crm.bookings.status`, as SQL can name it (quoted and
 /// schema-qualified where needed): the cycle casts the new status to it.
-pub fn status_type(client: &mut impl GenericClient) -> Result<String> {
+pub fn status_type(client: &mut impl Conn) -> Result<String> {
+    let client = client.pg();
     let row = client
         .query_one(
             "SELECT format_type(a.atttypid, NULL) AS declared
@@ -404,7 +406,7 @@ pub fn status_type(client: &mut impl GenericClient) -> Result<String> {
             &[],
         )
         .classify(
-            Failure::Temporary,
+            Fault::Temporary,
             "cannot read the type of crm.bookings.status",
         )?;
     Ok(row.get("declared"))

@@ -10,8 +10,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::config::{DbConfig, SslMode};
-use crate::exit::{ClassifyExt, Failure};
+use crate::store::error::{ClassifyExt, Fault};
+use crate::store::settings::{DbConfig, SslMode};
 
 /// The TLS settings `cfg`'s `sslmode` and CA file ask for.
 pub(super) fn tls_connector(cfg: &DbConfig) -> Result<LazyTls> {
@@ -26,7 +26,7 @@ pub(super) fn tls_connector(cfg: &DbConfig) -> Result<LazyTls> {
     };
     let root = match &cfg.root_cert {
         Some((_, pem)) => Some(native_tls::Certificate::from_pem(pem).classify(
-            Failure::Config,
+            Fault::Config,
             "the database CA file is not a PEM certificate",
         )?),
         None => None,

@@ -8,7 +8,9 @@ use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use postgres::GenericClient;
 
+use super::timestamp;
 use crate::domain::Timestamp;
+use crate::store::Conn;
 
 /// The migration that makes the table, named in the warning when it is missing.
 pub const TOPIC_WAIT_MIGRATION: &str = "sql/014_outbox_topic_waits.sql";
@@ -40,7 +42,8 @@ SELECT CASE WHEN to_regclass('crm.booking_expiration_topic_wait') IS NULL THEN f
 /// The topics rows wait for, in topic order; `None` when this session cannot read them
 /// (or, with `write`, write them): migration 14 not applied, or the role lacks the
 /// grant.
-pub fn topic_waits(client: &mut impl GenericClient, write: bool) -> Result<Option<Vec<TopicWait>>> {
+pub fn topic_waits(client: &mut impl Conn, write: bool) -> Result<Option<Vec<TopicWait>>> {
+    let client = client.pg();
     let usable: bool = client
         .query_one(USABLE_SQL, &[&write])
         .context("cannot look up crm.booking_expiration_topic_wait")?
@@ -60,8 +63,8 @@ pub fn topic_waits(client: &mut impl GenericClient, write: bool) -> Result<Optio
             .map(|r| TopicWait {
                 topic: r.get("topic"),
                 reason: r.get("reason"),
-                since: r.get("since"),
-                checked_at: r.get("checked_at"),
+                since: timestamp::get(r, "since"),
+                checked_at: timestamp::get(r, "checked_at"),
             })
             .collect(),
     ))
@@ -70,10 +73,11 @@ pub fn topic_waits(client: &mut impl GenericClient, write: bool) -> Result<Optio
 /// Records that each topic of `waits` (topic, reason) cannot take its rows, as checked
 /// at `now`: one row per topic, its `since` kept when it waited already.
 pub fn record_topic_waits(
-    client: &mut impl GenericClient,
+    client: &mut impl Conn,
     waits: &[(&str, &str)],
     now: DateTime<Utc>,
 ) -> Result<()> {
+    let client = client.pg();
     if waits.is_empty() {
         return Ok(());
     }
@@ -91,7 +95,8 @@ pub fn record_topic_waits(
 }
 
 /// Forgets the facts of `topics`: they can take their rows again, or none waits.
-pub fn end_topic_waits(client: &mut impl GenericClient, topics: &[&str]) -> Result<()> {
+pub fn end_topic_waits(client: &mut impl Conn, topics: &[&str]) -> Result<()> {
+    let client = client.pg();
     if topics.is_empty() {
         return Ok(());
     }

@@ -9,6 +9,7 @@ use postgres::{Client, SimpleQueryMessage, SimpleQueryRow};
 
 use super::ops::PauseRow;
 use super::running::{pause_row, pause_statement};
+use crate::store::Session;
 
 /// Every batch's transaction checks each constraint at the statement that breaks it,
 /// also those the CRM declared `DEFERRABLE INITIALLY DEFERRED`: a refused row then
@@ -29,15 +30,13 @@ pub type Switch = Option<Option<PauseRow>>;
 
 /// Begins the first transaction of a session's chain; with `pause`, reads that
 /// command's switch in the same round trip.
-pub fn begin_chain(
-    client: &mut Client,
-    pause: Option<&'static str>,
-) -> Result<Switch, postgres::Error> {
+pub fn begin_chain(client: &mut Session, pause: Option<&'static str>) -> anyhow::Result<Switch> {
+    let client = client.pg();
     let mut sql = format!("BEGIN; {IMMEDIATE}");
     if let Some(command) = pause {
         sql = format!("{sql}; {}", pause_statement(command));
     }
-    read(client, &sql, pause.is_some())
+    Ok(read(client, &sql, pause.is_some())?)
 }
 
 /// Ends a batch's transaction with `end` and sets the chained one's constraints
@@ -48,10 +47,11 @@ pub fn begin_chain(
 /// whatever state the failure left it in, so the next batch never runs its claim and
 /// write in autocommit.
 pub fn end_and_chain(
-    client: &mut Client,
+    client: &mut Session,
     end: End,
     pause: Option<&'static str>,
-) -> Result<Switch, postgres::Error> {
+) -> anyhow::Result<Switch> {
+    let client = client.pg();
     let read_pause = pause.map(pause_statement);
     let sql = match (end, &read_pause) {
         (End::Commit, Some(read)) => format!("{read}; COMMIT AND CHAIN; {IMMEDIATE}"),
@@ -63,12 +63,13 @@ pub fn end_and_chain(
     if ended.is_err() && !client.is_closed() {
         let _ = client.batch_execute(&format!("ROLLBACK; BEGIN; {IMMEDIATE}"));
     }
-    ended
+    Ok(ended?)
 }
 
 /// Ends the empty transaction the last batch chained (nothing in it: no statement ran
 /// since). A lost connection shows in `client.is_closed()`.
-pub fn end_chain(client: &mut Client) {
+pub fn end_chain(client: &mut Session) {
+    let client = client.pg();
     if !client.is_closed() {
         let _ = client.batch_execute("ROLLBACK");
     }

@@ -8,7 +8,9 @@ use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use postgres::GenericClient;
 
+use super::timestamp;
 use crate::domain::{OutboxTypes, Timestamp};
+use crate::store::Conn;
 
 /// The rows waiting at `$1`, per topic; `$2` = the `last_error` prefix of a row the
 /// release before marked waiting for its topic; `$3` = the job's outbox types (a filter
@@ -78,11 +80,12 @@ pub struct TopicWaiting {
 /// The rows waiting at `now`, per topic, in topic order (empty when none waits);
 /// `topic_waits` = the topics that cannot take their rows.
 pub fn waiting(
-    client: &mut impl GenericClient,
+    client: &mut impl Conn,
     now: DateTime<Utc>,
     types: &OutboxTypes,
     topic_waits: &[&str],
 ) -> Result<Vec<TopicWaiting>> {
+    let client = client.pg();
     let own = super::relay_state::own_watermark(client, types)?;
     let (prefix, types) = (super::outbox::WAITING_FOR_TOPIC, types.as_slice());
     let rows = match own {
@@ -99,7 +102,7 @@ pub fn waiting(
             topic: r.get("topic"),
             waiting: r.get::<_, i64>("waiting").max(0) as u64,
             waiting_for_topic: r.get::<_, i64>("waiting_for_topic").max(0) as u64,
-            next_due: r.get("next_due"),
+            next_due: timestamp::get_opt(r, "next_due"),
         })
         .collect())
 }

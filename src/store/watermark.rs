@@ -9,12 +9,12 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use postgres::GenericClient;
-use postgres::ToStatement;
 use uuid::Uuid;
 
 use super::outbox::{FETCH_BYTES, Fetch, OutboxRow, Receipt, RowExtra};
 use super::relay_state::types_key;
 use crate::domain::OutboxTypes;
+use crate::store::{Conn, Prepared, Session, Sql};
 
 /// The rows to send next, in `seq` order: the own rows above `$8` (`high`) that the
 /// release before did not mark (its columns; a filter on the same range), none of
@@ -57,8 +57,9 @@ UNION ALL
  ORDER BY seq";
 
 /// [`PENDING_ABOVE_SQL`] prepared on the session that fetches.
-pub fn prepare_pending_above(client: &mut impl GenericClient) -> Result<postgres::Statement> {
-    Ok(client.prepare(PENDING_ABOVE_SQL)?)
+pub fn prepare_pending_above(client: &mut impl Conn) -> Result<Prepared> {
+    let client = client.pg();
+    Ok(Prepared(client.prepare(PENDING_ABOVE_SQL)?))
 }
 
 /// What one fetch above the watermark asks for.
@@ -75,14 +76,16 @@ pub struct Above<'a> {
 /// the exceptions (`due`).
 #[allow(clippy::too_many_arguments)]
 pub fn pending_above(
-    client: &mut impl GenericClient,
-    sql: &(impl ToStatement + ?Sized),
+    client: &mut impl Conn,
+    sql: &(impl Sql + ?Sized),
     now: DateTime<Utc>,
     limit: u32,
     above: Above,
     max_bytes: usize,
     types: &OutboxTypes,
 ) -> Result<Vec<OutboxRow>> {
+    let client = client.pg();
+    let sql = sql.stmt();
     let max_bytes = i64::try_from(max_bytes).unwrap_or(i64::MAX);
     let rows = client.query(
         sql,
@@ -150,8 +153,9 @@ SELECT t.seq, t.id, $5, t.partition, t.off
   FROM unnest($1::int8[], $2::uuid[], $3::int4[], $4::int8[]) AS t(seq, id, partition, off)";
 
 /// [`MARK_RECEIPTS_SQL`] prepared on the session that marks.
-pub fn prepare_mark_receipts(client: &mut impl GenericClient) -> Result<postgres::Statement> {
-    Ok(client.prepare(MARK_RECEIPTS_SQL)?)
+pub fn prepare_mark_receipts(client: &mut impl Conn) -> Result<Prepared> {
+    let client = client.pg();
+    Ok(Prepared(client.prepare(MARK_RECEIPTS_SQL)?))
 }
 
 /// A delivered row as its receipt names it.
@@ -167,14 +171,16 @@ pub struct Delivered {
 /// exceptions delivered are deleted in the same transaction. Returns the receipts
 /// written.
 pub fn mark_receipts(
-    client: &mut postgres::Client,
-    sql: &(impl ToStatement + ?Sized),
+    client: &mut Session,
+    sql: &(impl Sql + ?Sized),
     now: DateTime<Utc>,
     delivered: &[Delivered],
     high: i64,
     types: &OutboxTypes,
-    legacy: Option<(&(impl ToStatement + ?Sized), (i64, i64))>,
+    legacy: Option<(&(impl Sql + ?Sized), (i64, i64))>,
 ) -> Result<u64> {
+    let client = client.pg();
+    let sql = sql.stmt();
     let seqs: Vec<i64> = delivered.iter().map(|d| d.receipt.seq).collect();
     let ids: Vec<Uuid> = delivered.iter().map(|d| d.id).collect();
     let partitions: Vec<i32> = delivered.iter().map(|d| d.receipt.partition).collect();
@@ -215,7 +221,8 @@ pub fn mark_receipts(
 
 /// Deletes the exceptions of rows the release before published meanwhile (legacy
 /// marks on: it sent them from its own queue).
-pub fn drop_exceptions(client: &mut impl GenericClient, seqs: &[i64]) -> Result<u64> {
+pub fn drop_exceptions(client: &mut impl Conn, seqs: &[i64]) -> Result<u64> {
+    let client = client.pg();
     if seqs.is_empty() {
         return Ok(0);
     }
@@ -237,7 +244,7 @@ pub fn drop_exceptions(client: &mut impl GenericClient, seqs: &[i64]) -> Result<
 /// `ux_outbox_seq` and one of the receipts' key; another producer's row is never
 /// deleted. Returns the outbox rows deleted and the receipts the range spanned.
 pub fn purge_range(
-    client: &mut postgres::Client,
+    client: &mut Session,
     now: DateTime<Utc>,
     older_than: Duration,
     limit: u32,
@@ -245,6 +252,7 @@ pub fn purge_range(
     types: &OutboxTypes,
     legacy_marks: bool,
 ) -> Result<(u64, u64)> {
+    let client = client.pg();
     let cutoff = now - chrono::TimeDelta::from_std(older_than).unwrap_or(chrono::TimeDelta::MAX);
     let range = client
         .query_one(

@@ -791,6 +791,7 @@ impl Sim {
                 .unwrap();
             self.db
                 .client
+                .driver_for_tests()
                 .batch_execute("SET statement_timeout = '100ms'")
                 .unwrap();
             fault = true;

@@ -1,9 +1,9 @@
 //! The read: everything the judgement and the report need about one booking, in one
 //! READ ONLY transaction of plain SELECTs (no lock taken, none waited on).
 
+use crate::store::Session;
 use anyhow::Result;
 use chrono::{DateTime, Utc};
-use postgres::Client;
 use uuid::Uuid;
 
 use crate::domain::{BookingRow, OutboxTypes};
@@ -26,7 +26,7 @@ pub(super) struct Facts {
 
 /// The booking's outbox rows read are those of `types` (the job's).
 pub(super) fn read(
-    client: &mut Client,
+    client: &mut Session,
     id: Uuid,
     as_of: DateTime<Utc>,
     types: &OutboxTypes,

@@ -12,10 +12,10 @@ mod table;
 
 use std::collections::HashMap;
 
+use crate::store::{Session, Tx};
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use log::info;
-use postgres::{Client, Transaction};
 use uuid::Uuid;
 
 use crate::clock::Clock;
@@ -89,7 +89,7 @@ pub fn dry_run(
 /// `domain::decide` and printed before the next is read; the guard's refusals (rare)
 /// are held until the phase's expiries are out; the quarantined rows follow.
 fn stream(
-    client: &mut Client,
+    client: &mut Session,
     scope: &Scope,
     report: &mut dyn Report,
     out: &mut Stdout,
@@ -116,7 +116,7 @@ fn stream(
 }
 
 fn stream_phase(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     scope: &Scope,
     phase: Phase,
     report: &mut dyn Report,

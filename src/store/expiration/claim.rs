@@ -10,6 +10,8 @@ use uuid::Uuid;
 
 use super::{CycleStatements, index};
 use crate::domain::{BookingRow, Phase, Timestamp};
+use crate::store::Conn;
+use crate::store::timestamp::{self, PgTimestamp};
 
 /// The overdue predicate of a phase, with `$1` = AsOf. The statuses are written as
 /// literals (from the domain's list) so the planner can match them to the partial
@@ -143,16 +145,16 @@ pub fn left_sql(phase: Phase) -> String {
 }
 
 /// A booking read with [`BOOKING_COLUMNS`], by column name.
-pub fn booking_row(row: &postgres::Row) -> BookingRow {
+pub(crate) fn booking_row(row: &postgres::Row) -> BookingRow {
     BookingRow {
         id: row.get("id"),
         tenant_id: row.get("tenant_id"),
         deal_id: row.get("deal_id"),
         property_object_id: row.get("property_object_id"),
         status: row.get("status"),
-        reserve_expires_at: row.get("reserve_expires_at"),
-        booking_expires_at: row.get("booking_expires_at"),
-        expired_at: row.get("expired_at"),
+        reserve_expires_at: timestamp::get_opt(row, "reserve_expires_at"),
+        booking_expires_at: timestamp::get_opt(row, "booking_expires_at"),
+        expired_at: timestamp::get_opt(row, "expired_at"),
         version: row.get("version"),
         version_max: row.get("version_max"),
     }
@@ -182,14 +184,15 @@ impl Claim {
 /// last key; `None` from the head), locked until the transaction ends, and counts the
 /// rows it skipped because someone else holds them, in one statement.
 pub fn claim(
-    tx: &mut impl GenericClient,
+    tx: &mut impl Conn,
     stmts: &CycleStatements,
     phase: Phase,
     as_of: DateTime<Utc>,
     limit: u32,
     after: Option<ClaimKey>,
 ) -> Result<Claim> {
-    let (deadline, id) = (after.map(|k| k.0), after.map(|k| k.1));
+    let tx = tx.pg();
+    let (deadline, id) = (after.map(|k| PgTimestamp(k.0)), after.map(|k| k.1));
     let rows = tx.query(
         &stmts.claim[index(phase)],
         &[&as_of, &i64::from(limit), &deadline, &id],
@@ -209,12 +212,13 @@ pub fn claim(
 
 /// Overdue bookings of `phase` at `as_of` (quarantined ones included), up to `cap`.
 pub fn count_left(
-    client: &mut impl GenericClient,
+    client: &mut impl Conn,
     stmts: &CycleStatements,
     phase: Phase,
     as_of: DateTime<Utc>,
     cap: i64,
 ) -> Result<u64> {
+    let client = client.pg();
     let row = client.query_one(&stmts.left[index(phase)], &[&as_of, &cap])?;
     Ok(row.get::<_, i64>("left").max(0) as u64)
 }

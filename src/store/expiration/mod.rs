@@ -9,13 +9,13 @@ mod isolation;
 mod quarantine;
 mod write;
 
+use crate::store::Session;
 use anyhow::Result;
-use postgres::{Client, Statement};
+use postgres::Statement;
 
-pub(crate) use claim::{BOOKING_COLUMNS, deadline_column, overdue_predicate};
+pub(crate) use claim::{BOOKING_COLUMNS, booking_row, deadline_column, overdue_predicate};
 pub use claim::{
-    Claim, ClaimKey, booking_row, candidates_sql, claim, claim_counting_sql, claim_sql, count_left,
-    left_sql,
+    Claim, ClaimKey, candidates_sql, claim, claim_counting_sql, claim_sql, count_left, left_sql,
 };
 pub use quarantine::{quarantine, release_stale_quarantine};
 pub use write::{DbRejection, WriteOutcome, write_direct, write_isolating};
@@ -54,11 +54,14 @@ pub struct CycleStatements {
 }
 
 impl CycleStatements {
-    pub fn prepare(client: &mut Client) -> Result<Self> {
+    pub fn prepare(client: &mut Session) -> Result<Self> {
+        let client = client.pg();
         let status_type = super::schema::status_type(client)?;
         let mut prepare = |sql: &str| {
             client.prepare(sql).map_err(|e| match rule_in_the_way(&e) {
-                Some(refusal) => crate::exit::fail(crate::exit::Failure::Config, refusal),
+                Some(refusal) => {
+                    crate::store::error::fail(crate::store::error::Fault::Config, refusal)
+                }
                 None => anyhow::Error::new(e).context("cannot prepare the cycle's statements"),
             })
         };

@@ -8,6 +8,7 @@ use postgres::GenericClient;
 use uuid::Uuid;
 
 use super::{CycleStatements, Poison};
+use crate::store::Conn;
 
 /// Records poison rows with the version and status they were seen with. A repeat on
 /// the same version doubles the back-off (1 min, 2, 4, … capped at 1 h); a row seen
@@ -62,12 +63,13 @@ DELETE FROM crm.booking_expiration_poison
 
 /// Puts poison rows in quarantine (or extends their back-off), in one statement.
 pub fn quarantine(
-    tx: &mut impl GenericClient,
+    tx: &mut impl Conn,
     stmts: &CycleStatements,
     run_id: Uuid,
     as_of: DateTime<Utc>,
     poison: &[Poison],
 ) -> Result<()> {
+    let tx = tx.pg();
     if poison.is_empty() {
         return Ok(());
     }
@@ -90,10 +92,8 @@ pub fn quarantine(
 }
 
 /// Removes quarantine entries that no longer describe their booking; returns how many.
-pub fn release_stale_quarantine(
-    client: &mut impl GenericClient,
-    stmts: &CycleStatements,
-) -> Result<u64> {
+pub fn release_stale_quarantine(client: &mut impl Conn, stmts: &CycleStatements) -> Result<u64> {
+    let client = client.pg();
     Ok(client.execute(&stmts.release_stale, &[])?)
 }
 

@@ -12,6 +12,7 @@ use uuid::Uuid;
 use super::CycleStatements;
 use super::isolation::{Isolated, Keep, Probe, isolate};
 use crate::domain::{AGGREGATE_TYPE, BatchWrite, EVENT_TYPE};
+use crate::store::Conn;
 
 /// Who the audit trail names as the actor of an expiry.
 const ACTOR: &str = "system:booking-expiration";
@@ -201,13 +202,14 @@ pub struct WriteOutcome {
 /// PostgreSQL's per-session cache overflows and every session's snapshots slow down).
 /// Infrastructure errors (lost connection, timeouts, cancellation) are returned and
 /// roll the whole batch back.
-pub fn write_isolating<C: GenericClient>(
+pub fn write_isolating<C: Conn>(
     tx: &mut C,
     stmts: &CycleStatements,
     run_id: Uuid,
     as_of: DateTime<Utc>,
     batch: &[BatchWrite],
 ) -> Result<WriteOutcome> {
+    let tx = tx.pg();
     let mut savepoints = Savepoints {
         tx,
         stmts,
@@ -228,12 +230,13 @@ pub fn write_isolating<C: GenericClient>(
 /// [`write_isolating`], which finds the refused rows and writes the rest. Infrastructure
 /// errors are returned as errors, as there.
 pub fn write_direct(
-    tx: &mut impl GenericClient,
+    tx: &mut impl Conn,
     stmts: &CycleStatements,
     run_id: Uuid,
     as_of: DateTime<Utc>,
     batch: &[BatchWrite],
 ) -> Result<std::result::Result<Vec<Uuid>, DbRejection>> {
+    let tx = tx.pg();
     if batch.is_empty() {
         return Ok(Ok(Vec::new()));
     }
@@ -258,7 +261,7 @@ fn rejection(e: &postgres::Error) -> DbRejection {
 
 /// A refusal caused by one row's data, not by the infrastructure.
 fn is_row_rejection(e: &postgres::Error) -> bool {
-    crate::sqlstate::class(e) == Some(crate::sqlstate::Class::RowRejection)
+    crate::store::sqlstate::class(e) == Some(crate::store::sqlstate::Class::RowRejection)
 }
 
 const SAVEPOINT: &str = "expire_write";

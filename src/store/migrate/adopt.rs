@@ -6,7 +6,7 @@
 use anyhow::Result;
 use postgres::Client;
 
-use crate::exit::{ClassifyExt, Failure};
+use crate::store::error::{ClassifyExt, Fault};
 
 /// The probe of baseline file `version`: one boolean SQL expression, true when what
 /// 0.1.0's file made is all there. `CASE` keeps a privilege function from being asked
@@ -118,7 +118,7 @@ pub fn present(client: &mut Client, version: i32) -> Result<Option<bool>> {
     let sql = format!("SELECT ({})", expand(probe));
     let row = client
         .query_one(&sql, &[])
-        .classify(Failure::Temporary, "cannot read the catalog for adoption")?;
+        .classify(Fault::Temporary, "cannot read the catalog for adoption")?;
     Ok(Some(row.get(0)))
 }
 

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use postgres::Client;
 use sha2::{Digest, Sha256};
 
-use crate::exit::{ClassifyExt, Failure};
+use crate::store::error::{ClassifyExt, Fault};
 
 pub const TABLE: &str = "crm.booking_expiration_migrations";
 
@@ -47,7 +47,7 @@ pub fn ensure(client: &mut Client) -> Result<()> {
                     to_regclass('crm.booking_expiration_migrations') IS NOT NULL",
             &[],
         )
-        .classify(Failure::Temporary, "cannot read the catalog")?;
+        .classify(Fault::Temporary, "cannot read the catalog")?;
     let (schema, table): (bool, bool) = (row.get(0), row.get(1));
     if table {
         return Ok(());
@@ -55,7 +55,7 @@ pub fn ensure(client: &mut Client) -> Result<()> {
     if !schema {
         client
             .batch_execute("CREATE SCHEMA IF NOT EXISTS crm")
-            .classify(Failure::Config, "cannot create the schema crm")?;
+            .classify(Fault::Config, "cannot create the schema crm")?;
     }
     client
         .batch_execute(
@@ -71,7 +71,7 @@ pub fn ensure(client: &mut Client) -> Result<()> {
              )",
         )
         .classify(
-            Failure::Config,
+            Fault::Config,
             format!("cannot create the history table {TABLE}"),
         )?;
     Ok(())
@@ -93,7 +93,7 @@ pub fn grant_readers(client: &mut Client) -> Result<()> {
              $$",
         )
         .classify(
-            Failure::Config,
+            Fault::Config,
             format!("cannot grant SELECT on {TABLE} to crm_booking_expiration_readonly"),
         )
 }
@@ -105,7 +105,7 @@ pub fn read(client: &mut Client) -> Result<Option<Vec<Applied>>> {
             "SELECT to_regclass('crm.booking_expiration_migrations') IS NOT NULL",
             &[],
         )
-        .classify(Failure::Temporary, "cannot read the catalog")?
+        .classify(Fault::Temporary, "cannot read the catalog")?
         .get(0);
     if !exists {
         return Ok(None);
@@ -118,7 +118,7 @@ pub fn read(client: &mut Client) -> Result<Option<Vec<Applied>>> {
               ORDER BY version",
             &[],
         )
-        .classify(Failure::Config, format!("cannot read the history {TABLE}"))?;
+        .classify(Fault::Config, format!("cannot read the history {TABLE}"))?;
     Ok(Some(
         rows.iter()
             .map(|r| Applied {
@@ -153,7 +153,7 @@ pub fn record(
             &[&version, &name, &checksum, &release, &duration_ms, &adopted],
         )
         .classify(
-            Failure::Temporary,
+            Fault::Temporary,
             format!("cannot record {name} in the history {TABLE}"),
         )?;
     Ok(())

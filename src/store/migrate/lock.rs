@@ -10,7 +10,7 @@ use anyhow::Result;
 use log::info;
 use postgres::Client;
 
-use crate::exit::{ClassifyExt, Failure, fail};
+use crate::store::error::{ClassifyExt, Fault, fail};
 
 /// The advisory lock key of the migrators (ASCII "bkexmigr").
 pub const MIGRATE_LOCK: i64 = 0x626b_6578_6d69_6772;
@@ -33,10 +33,7 @@ pub fn take(client: &mut Client, wait: Duration, stopped: &dyn Fn() -> bool) -> 
     loop {
         let locked: bool = client
             .query_one("SELECT pg_try_advisory_lock($1)", &[&MIGRATE_LOCK])
-            .classify(
-                Failure::Temporary,
-                "cannot take the migrators' advisory lock",
-            )?
+            .classify(Fault::Temporary, "cannot take the migrators' advisory lock")?
             .get(0);
         if locked {
             if logged.is_some() {
@@ -48,12 +45,12 @@ pub fn take(client: &mut Client, wait: Duration, stopped: &dyn Fn() -> bool) -> 
         let holder = holder(client)?;
         if started.elapsed() >= wait {
             return Err(fail(
-                Failure::Temporary,
+                Fault::Temporary,
                 format!(
                     "another migrator ({}) held the migrators' advisory lock for longer \
                      than --lock-wait {}; nothing was done",
                     holder.map_or("PID unknown".to_owned(), |p| format!("PID {p}")),
-                    crate::duration::show_duration(wait)
+                    crate::store::duration::show_duration(wait)
                 ),
             ));
         }
@@ -83,7 +80,7 @@ fn holder(client: &mut Client) -> Result<Option<i32>> {
             &[&MIGRATE_LOCK],
         )
         .classify(
-            Failure::Temporary,
+            Fault::Temporary,
             "cannot read who holds the migrators' lock",
         )?;
     Ok(row.map(|r| r.get(0)))

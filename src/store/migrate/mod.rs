@@ -18,6 +18,7 @@ mod split;
 
 use std::time::Instant;
 
+use crate::store::Session;
 use anyhow::Result;
 use log::info;
 use postgres::Client;
@@ -28,16 +29,7 @@ pub use lock::MIGRATE_LOCK;
 pub use policy::{Policy, backoff};
 pub use split::{first_line, statements};
 
-use crate::exit::{Failure, fail};
-
-/// What the binary's build calls itself in the history: its version and commit.
-pub fn release() -> String {
-    format!(
-        "{} (commit {})",
-        env!("CARGO_PKG_VERSION"),
-        env!("BOOKING_EXPIRE_COMMIT")
-    )
-}
+use crate::store::error::{Fault, fail};
 
 /// One step of a plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,7 +73,8 @@ pub type Status = (Vec<(&'static Migration, State)>, Vec<Applied>);
 
 /// Every built-in migration with its state; then the history's rows no built-in file
 /// has (a newer release's). Reads only; nothing is made.
-pub fn status(client: &mut Client) -> Result<Status> {
+pub fn status(client: &mut Session) -> Result<Status> {
+    let client = client.pg();
     let history = history::read(client)?.unwrap_or_default();
     let states = MIGRATIONS
         .iter()
@@ -104,14 +97,18 @@ pub fn status(client: &mut Client) -> Result<Status> {
 
 /// What a run up to `target` would do now, read without changing anything. Fails
 /// with 78 when an applied file's checksum differs from the built-in one.
-pub fn plan(client: &mut Client, target: i32) -> Result<Plan> {
+pub fn plan(client: &mut Session, target: i32) -> Result<Plan> {
+    plan_on(client.pg(), target)
+}
+
+fn plan_on(client: &mut Client, target: i32) -> Result<Plan> {
     let history = history::read(client)?.unwrap_or_default();
     for a in &history {
         if let Some(m) = MIGRATIONS.iter().find(|m| m.version == a.version) {
             let built_in = checksum(m.sql);
             if built_in != a.checksum {
                 return Err(fail(
-                    Failure::Config,
+                    Fault::Config,
                     format!(
                         "migration {} was applied with checksum {} but this binary's file has \
                          checksum {built_in}: a shipped migration was edited; nothing was done \
@@ -147,7 +144,7 @@ pub fn plan(client: &mut Client, target: i32) -> Result<Plan> {
 /// The error of a run a signal stopped (its exit code is the signal's).
 pub(super) fn stopped_error() -> anyhow::Error {
     fail(
-        Failure::Temporary,
+        Fault::Temporary,
         "migrate: stopped by a signal; what committed stays, the next run goes on from there",
     )
 }
@@ -161,16 +158,20 @@ fn probe(client: &mut Client, version: i32) -> Result<bool> {
 
 /// Applies the built-in migrations up to `target` on `client`, under the migrators'
 /// lock; `watcher`, a second session, names the lock a statement waits for; `stopped`
-/// says when a signal asks the run to end (between statements and waits).
+/// says when a signal asks the run to end (between statements and waits). `release`
+/// is what the history records as the release that applied each file.
 pub fn apply(
-    client: &mut Client,
-    watcher: Option<&mut Client>,
+    client: &mut Session,
+    watcher: Option<&mut Session>,
     policy: &Policy,
+    release: &str,
     target: i32,
     stopped: &dyn Fn() -> bool,
 ) -> Result<Outcome> {
+    let client = client.pg();
+    let watcher = watcher.map(|w| w.pg());
     lock::take(client, policy.lock_wait, stopped)?;
-    let outcome = apply_locked(client, watcher, policy, target, stopped);
+    let outcome = apply_locked(client, watcher, policy, release, target, stopped);
     lock::release(client);
     outcome
 }
@@ -183,11 +184,12 @@ fn apply_locked(
     client: &mut Client,
     mut watcher: Option<&mut Client>,
     policy: &Policy,
+    release: &str,
     target: i32,
     stopped: &dyn Fn() -> bool,
 ) -> Result<Outcome> {
     history::ensure(client)?;
-    let plan = plan(client, target)?;
+    let plan = plan_on(client, target)?;
     for a in &plan.unknown {
         log::warn!(Migration = a.name.as_str(), Release = a.release.as_str();
                    "migrate: the history holds a migration this binary does not know (applied by a newer release); left as it is");
@@ -195,7 +197,6 @@ fn apply_locked(
     if plan.steps.is_empty() {
         info!("migrate: nothing to do");
     }
-    let release = release();
     let mut outcome = Outcome {
         schema_version: 0,
         applied: Vec::new(),
@@ -209,7 +210,7 @@ fn apply_locked(
                     m.version,
                     m.file,
                     &checksum(m.sql),
-                    &release,
+                    release,
                     0,
                     true,
                 )?;
@@ -241,7 +242,7 @@ fn apply_locked(
                     m.version,
                     m.file,
                     &checksum(m.sql),
-                    &release,
+                    release,
                     took,
                     false,
                 )?;
@@ -263,12 +264,14 @@ fn apply_locked(
 /// Runs one statement as the statements of a migration run (its policy, the check for
 /// an INVALID index before a concurrent build), as the only statement of `file`.
 pub fn run_one(
-    client: &mut Client,
-    watcher: Option<&mut Client>,
+    client: &mut Session,
+    watcher: Option<&mut Session>,
     statement: &str,
     file: &'static str,
     policy: &Policy,
 ) -> Result<()> {
+    let client = client.pg();
+    let watcher = watcher.map(|w| w.pg());
     let at = run::At { file, k: 1, n: 1 };
     run::statement(client, watcher, statement, &at, policy, &|| false)
 }

@@ -14,8 +14,8 @@ use postgres::error::SqlState;
 
 use super::policy::{self, Kind, Policy};
 use super::split::first_line;
-use crate::duration::show_duration;
-use crate::exit::{ClassifyExt, Failure, fail};
+use crate::store::duration::show_duration;
+use crate::store::error::{ClassifyExt, Fault, fail};
 
 /// Where a statement is: its file, and its place there (k of n).
 pub struct At {
@@ -74,7 +74,7 @@ pub fn statement(
         );
         let lock = waited_for.unwrap_or_else(|| "a lock the watcher did not see".to_owned());
         if !retryable {
-            let failure = crate::exit::database_failure(&error);
+            let failure = crate::store::error::db_fault(&error);
             return Err(error).classify(
                 failure,
                 format!(
@@ -90,7 +90,7 @@ pub fn statement(
         let delay = policy::backoff(attempt, policy::jitter());
         if since.elapsed() + delay > policy.retry_for {
             return Err(fail(
-                Failure::Temporary,
+                Fault::Temporary,
                 format!(
                     "migration {} statement {} ({}) could not get its lock within \
                      --lock-timeout {} in {attempt} tries over --retry-for {}: it waited for \
@@ -122,13 +122,13 @@ fn set_timeouts(client: &mut Client, lock: Duration, statement: Duration) -> Res
             lock.as_millis(),
             statement.as_millis()
         ))
-        .classify(Failure::Temporary, "cannot set the migration's timeouts")
+        .classify(Fault::Temporary, "cannot set the migration's timeouts")
 }
 
 fn backend_pid(client: &mut Client) -> Result<i32> {
     Ok(client
         .query_one("SELECT pg_backend_pid()", &[])
-        .classify(Failure::Temporary, "cannot read the session's backend PID")?
+        .classify(Fault::Temporary, "cannot read the session's backend PID")?
         .get(0))
 }
 
@@ -213,7 +213,7 @@ fn drop_invalid(
                 AND NOT i.indisvalid",
             &[&index, &schema],
         )
-        .classify(Failure::Temporary, "cannot read whether the index is valid")?;
+        .classify(Fault::Temporary, "cannot read whether the index is valid")?;
     let Some(row) = row else {
         return Ok(());
     };
@@ -229,7 +229,7 @@ fn drop_invalid(
             quote(index)
         ))
         .classify(
-            Failure::Temporary,
+            Fault::Temporary,
             format!(
                 "cannot drop the invalid index {schema}.{index} of {}",
                 at.file

@@ -8,20 +8,24 @@ use uuid::Uuid;
 
 use super::requeue::{OutboxEntry, Selection, select_outbox};
 use crate::domain::{BookingRow, OutboxTypes, Timestamp};
+use crate::store::Conn;
 use crate::store::expiration::{BOOKING_COLUMNS, booking_row};
+use crate::store::timestamp;
 
 /// The outbox rows of one booking (its aggregate id) of the job's outbox types, in write
 /// order: another contract's rows of the same aggregate are not the job's.
 pub fn outbox_of_booking(
-    client: &mut impl GenericClient,
+    client: &mut impl Conn,
     id: Uuid,
     types: &OutboxTypes,
 ) -> Result<Vec<OutboxEntry>> {
+    let client = client.pg();
     select_outbox(client, &Selection::Booking(id), types)
 }
 
 /// One booking as the cycle reads it, and whether it exists.
-pub fn booking(client: &mut impl GenericClient, id: Uuid) -> Result<Option<BookingRow>> {
+pub fn booking(client: &mut impl Conn, id: Uuid) -> Result<Option<BookingRow>> {
+    let client = client.pg();
     let row = client
         .query_opt(
             &format!("SELECT {BOOKING_COLUMNS} FROM crm.bookings b WHERE b.id = $1"),
@@ -46,7 +50,8 @@ pub struct PoisonEntry {
     pub matches_booking: bool,
 }
 
-pub fn poison_of(client: &mut impl GenericClient, id: Uuid) -> Result<Option<PoisonEntry>> {
+pub fn poison_of(client: &mut impl Conn, id: Uuid) -> Result<Option<PoisonEntry>> {
+    let client = client.pg();
     let row = client
         .query_opt(
             "SELECT p.phase, p.reason, p.error, p.sqlstate, p.attempts, p.first_seen_at,
@@ -65,9 +70,9 @@ pub fn poison_of(client: &mut impl GenericClient, id: Uuid) -> Result<Option<Poi
         error: r.get("error"),
         sqlstate: r.get("sqlstate"),
         attempts: r.get("attempts"),
-        first_seen_at: r.get("first_seen_at"),
-        last_seen_at: r.get("last_seen_at"),
-        retry_at: r.get("retry_at"),
+        first_seen_at: timestamp::get(&r, "first_seen_at"),
+        last_seen_at: timestamp::get(&r, "last_seen_at"),
+        retry_at: timestamp::get(&r, "retry_at"),
         matches_booking: r.get("matches_booking"),
     }))
 }
@@ -87,7 +92,8 @@ pub struct RowLock {
 /// Who holds the booking's row locked now. A row lock lives in the tuple (its `xmax`
 /// is the locking transaction), not in `pg_locks`; the transaction's own lock there
 /// names the session. Read without locking: a report never waits.
-pub fn row_lock(client: &mut impl GenericClient, id: Uuid) -> Result<Option<RowLock>> {
+pub fn row_lock(client: &mut impl Conn, id: Uuid) -> Result<Option<RowLock>> {
+    let client = client.pg();
     let row = client
         .query_opt(
             "SELECT l.pid, a.application_name, a.usename::text AS usename, a.state, a.xact_start,
@@ -123,7 +129,8 @@ pub struct AuditEntry {
     pub run_id: Option<Uuid>,
 }
 
-pub fn audit_of(client: &mut impl GenericClient, id: Uuid) -> Result<Vec<AuditEntry>> {
+pub fn audit_of(client: &mut impl Conn, id: Uuid) -> Result<Vec<AuditEntry>> {
+    let client = client.pg();
     let rows = client
         .query(
             "SELECT at, from_status, to_status, version::int8 AS version, actor, run_id
@@ -134,7 +141,7 @@ pub fn audit_of(client: &mut impl GenericClient, id: Uuid) -> Result<Vec<AuditEn
     Ok(rows
         .iter()
         .map(|r| AuditEntry {
-            at: r.get("at"),
+            at: timestamp::get(r, "at"),
             from_status: r.get("from_status"),
             to_status: r.get("to_status"),
             version: r.get("version"),
@@ -152,11 +159,8 @@ pub struct TimelineEntry {
     pub correlation_id: Option<Uuid>,
 }
 
-pub fn timeline_of(
-    client: &mut impl GenericClient,
-    deal_id: Uuid,
-    id: Uuid,
-) -> Result<Vec<TimelineEntry>> {
+pub fn timeline_of(client: &mut impl Conn, deal_id: Uuid, id: Uuid) -> Result<Vec<TimelineEntry>> {
+    let client = client.pg();
     let rows = client
         .query(
             "SELECT occurred_at, kind, correlation_id FROM crm.deal_timeline
@@ -167,7 +171,7 @@ pub fn timeline_of(
     Ok(rows
         .iter()
         .map(|r| TimelineEntry {
-            occurred_at: r.get("occurred_at"),
+            occurred_at: timestamp::get(r, "occurred_at"),
             kind: r.get("kind"),
             correlation_id: r.get("correlation_id"),
         })

@@ -1,6 +1,7 @@
 //! The pause switches (`sql/009_operations.sql`): which halves of the job are paused,
 //! by whom and why; turning one on or off.
 
+use crate::store::Conn;
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use postgres::GenericClient;
@@ -32,7 +33,8 @@ fn pause_row(r: &postgres::Row) -> PauseRow {
 /// Whether this session can read the pause switches: the table exists (migration 9)
 /// and the role may read it. A job on an older schema, or under a role without the
 /// grant, is simply not paused; the schema check names what is missing.
-pub fn pauses_readable(client: &mut impl GenericClient) -> Result<bool> {
+pub fn pauses_readable(client: &mut impl Conn) -> Result<bool> {
+    let client = client.pg();
     let row = client
         .query_one(
             "SELECT to_regclass('crm.booking_expiration_pause') IS NOT NULL
@@ -44,7 +46,8 @@ pub fn pauses_readable(client: &mut impl GenericClient) -> Result<bool> {
 }
 
 /// Every pause switch that is on, by command; empty when they cannot be read.
-pub fn pauses(client: &mut impl GenericClient) -> Result<Vec<PauseRow>> {
+pub fn pauses(client: &mut impl Conn) -> Result<Vec<PauseRow>> {
+    let client = client.pg();
     if !pauses_readable(client)? {
         return Ok(Vec::new());
     }
@@ -60,12 +63,13 @@ pub fn pauses(client: &mut impl GenericClient) -> Result<Vec<PauseRow>> {
 /// Turns the switch of `command` on, unless it is on already; returns the switch as it
 /// is now and whether this call turned it on.
 pub fn pause(
-    client: &mut impl GenericClient,
+    client: &mut impl Conn,
     command: &str,
     by: &str,
     reason: &str,
     now: DateTime<Utc>,
 ) -> Result<(PauseRow, bool)> {
+    let client = client.pg();
     let inserted = client
         .query_opt(
             "INSERT INTO crm.booking_expiration_pause (command, paused_at, paused_by, reason)
@@ -88,7 +92,8 @@ pub fn pause(
 }
 
 /// Turns the switch of `command` off; returns the pause it ended, if it was on.
-pub fn resume(client: &mut impl GenericClient, command: &str) -> Result<Option<PauseRow>> {
+pub fn resume(client: &mut impl Conn, command: &str) -> Result<Option<PauseRow>> {
+    let client = client.pg();
     let row = client
         .query_opt(
             &format!(

@@ -10,6 +10,8 @@ use postgres::GenericClient;
 use uuid::Uuid;
 
 use crate::domain::{OutboxTypes, Timestamp};
+use crate::store::Conn;
+use crate::store::timestamp;
 
 /// Which outbox rows a republish or retry selects.
 #[derive(Debug, Clone)]
@@ -72,12 +74,12 @@ fn entry(r: &postgres::Row) -> OutboxEntry {
         aggregateid: r.get("aggregateid"),
         r#type: r.get("type"),
         topic: r.get("topic"),
-        occurred_at: r.get("occurred_at"),
-        published_at: r.get("published_at"),
-        failed_at: r.get("failed_at"),
+        occurred_at: timestamp::get(r, "occurred_at"),
+        published_at: timestamp::get_opt(r, "published_at"),
+        failed_at: timestamp::get_opt(r, "failed_at"),
         attempts: r.get("attempts"),
         failures: r.get("failures"),
-        next_attempt_at: r.get("next_attempt_at"),
+        next_attempt_at: timestamp::get_opt(r, "next_attempt_at"),
         last_error: r.get("last_error"),
         partition: r.get("delivered_partition"),
         offset: r.get("delivered_offset"),
@@ -180,11 +182,12 @@ fn next_param(sel: &Selection) -> usize {
 /// How many rows of a selection a re-queue takes, and how many it leaves alone;
 /// counted without loading or locking any.
 pub fn count_selection(
-    client: &mut impl GenericClient,
+    client: &mut impl Conn,
     sel: &Selection,
     which: Requeue,
     types: &OutboxTypes,
 ) -> Result<(u64, u64)> {
+    let client = client.pg();
     let source = Source::of(client)?;
     let sql = format!(
         "SELECT count(*) FILTER (WHERE {p}) AS take, count(*) FILTER (WHERE NOT {p}) AS leave
@@ -203,7 +206,7 @@ pub fn count_selection(
 /// write order, with their `seq`; locked when `lock` (only these: the selection's
 /// pending rows never are).
 pub fn requeue_batch(
-    client: &mut impl GenericClient,
+    client: &mut impl Conn,
     sel: &Selection,
     which: Requeue,
     after: i64,
@@ -211,6 +214,7 @@ pub fn requeue_batch(
     lock: bool,
     types: &OutboxTypes,
 ) -> Result<Vec<(i64, OutboxEntry)>> {
+    let client = client.pg();
     let n = next_param(sel);
     let source = Source::of(client)?;
     // The derived table has no rows of its own to lock: the re-queue is one statement there,
@@ -233,12 +237,13 @@ pub fn requeue_batch(
 /// The first `limit` rows of a selection that a re-queue leaves alone, in write order;
 /// never locked.
 pub fn left_alone(
-    client: &mut impl GenericClient,
+    client: &mut impl Conn,
     sel: &Selection,
     which: Requeue,
     limit: i64,
     types: &OutboxTypes,
 ) -> Result<Vec<OutboxEntry>> {
+    let client = client.pg();
     let source = Source::of(client)?;
     let sql = format!(
         "SELECT {ENTRY_COLUMNS} FROM {}
@@ -255,10 +260,11 @@ pub fn left_alone(
 
 /// Which of `ids` name an outbox row of the job's types.
 pub fn existing_ids(
-    client: &mut impl GenericClient,
+    client: &mut impl Conn,
     ids: &[Uuid],
     types: &OutboxTypes,
 ) -> Result<Vec<Uuid>> {
+    let client = client.pg();
     Ok(client
         .query(
             "SELECT id FROM crm.outbox WHERE id = ANY($1) AND type = ANY($2::text[])",
@@ -291,7 +297,8 @@ pub(super) fn select_outbox(
 /// goes out again and consumers dedupe): the delivery marks and the receipt are cleared,
 /// nothing is inserted. Returns how many rows changed. A relay following the outbox
 /// is notified on the insert trigger's channel, delivered when the caller commits.
-pub fn requeue(client: &mut impl GenericClient, ids: &[Uuid], types: &OutboxTypes) -> Result<u64> {
+pub fn requeue(client: &mut impl Conn, ids: &[Uuid], types: &OutboxTypes) -> Result<u64> {
+    let client = client.pg();
     let source = Source::of(client)?;
     let changed = match source {
         Source::Columns => requeue_columns(client, ids, types)?,

@@ -1,6 +1,7 @@
 //! The operations trail (`crm.booking_expiration_operations`): who did what to which
 //! rows, and the database user who vouches for the actor.
 
+use crate::store::Conn;
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use postgres::GenericClient;
@@ -18,7 +19,8 @@ pub struct Operation<'a> {
 }
 
 /// Appends to the operations trail; returns the entry's id.
-pub fn record(client: &mut impl GenericClient, op: &Operation<'_>) -> Result<i64> {
+pub fn record(client: &mut impl Conn, op: &Operation<'_>) -> Result<i64> {
+    let client = client.pg();
     let rows = i32::try_from(op.outbox_ids.len()).unwrap_or(i32::MAX);
     let row = client
         .query_one(
@@ -41,6 +43,7 @@ pub fn record(client: &mut impl GenericClient, op: &Operation<'_>) -> Result<i64
 
 /// The database user of this session, which the database vouches for: the trail names
 /// it next to the actor an operator gives.
-pub fn session_user(client: &mut impl GenericClient) -> Result<String, postgres::Error> {
+pub fn session_user(client: &mut impl Conn) -> Result<String> {
+    let client = client.pg();
     Ok(client.query_one("SELECT session_user::text", &[])?.get(0))
 }

@@ -1,7 +1,8 @@
 //! The one place that reads SQLSTATE classes: what a PostgreSQL error says about the
 //! deployment, the data of one row, or the moment. By class (the first two characters
-//! of the code), never by message text. A leaf: it imports nothing of the crate, so
-//! both `store` and `exit` may ask it.
+//! of the code), never by message text. The store decides by them (a row's refusal, a
+//! refused connection); the program reads a chain's code through `store::code_in` and
+//! names the codes it acts on by the constants below.
 
 /// What a PostgreSQL server error means for the job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,7 +24,7 @@ pub enum Class {
 
 /// The class of a server error; `None` when the error did not come from the server
 /// (I/O, a closed connection).
-pub fn class(e: &postgres::Error) -> Option<Class> {
+pub(crate) fn class(e: &postgres::Error) -> Option<Class> {
     e.as_db_error().map(|db| of_code(db.code().code()))
 }
 
@@ -37,17 +38,27 @@ fn of_code(code: &str) -> Class {
     }
 }
 
-/// The SQLSTATE of the first PostgreSQL error in an `anyhow` chain.
-pub fn code_in(e: &anyhow::Error) -> Option<postgres::error::SqlState> {
-    e.chain()
-        .find_map(|c| c.downcast_ref::<postgres::Error>())
-        .and_then(|e| e.code())
-        .cloned()
-}
+/// A write refused as the server is read-only (a standby, a primary during a failover).
+pub const READ_ONLY_SQL_TRANSACTION: &str = "25006";
+/// `lock_timeout` ran out, or `NOWAIT` met a lock.
+pub const LOCK_NOT_AVAILABLE: &str = "55P03";
+/// `statement_timeout` ran out, or a cancel request came.
+pub const QUERY_CANCELED: &str = "57014";
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_named_codes_are_the_drivers() {
+        use postgres::error::SqlState;
+        assert_eq!(
+            READ_ONLY_SQL_TRANSACTION,
+            SqlState::READ_ONLY_SQL_TRANSACTION.code()
+        );
+        assert_eq!(LOCK_NOT_AVAILABLE, SqlState::LOCK_NOT_AVAILABLE.code());
+        assert_eq!(QUERY_CANCELED, SqlState::QUERY_CANCELED.code());
+    }
 
     #[test]
     fn classes_are_read_from_the_first_two_characters() {
