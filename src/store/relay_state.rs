@@ -3,10 +3,8 @@
 //! outbox types a watermark: `floor` (every own row at or below it is settled) and
 //! `high` (the highest `seq` dealt with). Nothing here updates `crm.outbox`; the legacy
 //! marks (the columns the release before reads) are written by [`super::outbox`]'s
-//! statements, beside these, while they are on.
-//!
-//! docs/design.md ("The relay's state") gives the argument that the watermark loses no
-//! row although transactions commit out of `seq` order.
+//! statements, beside these, while they are on. docs/design.md ("The relay's state")
+//! argues that the watermark loses no row although commits come out of `seq` order.
 
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
@@ -88,8 +86,8 @@ SELECT CASE WHEN to_regclass('crm.booking_expiration_relay_state') IS NULL
 /// Whether the relay's own tables are there (and, with `write`, writable): a database
 /// at the schema before has none, and every reader then reads `crm.outbox`'s columns.
 pub fn relay_state_usable(client: &mut impl Conn, write: bool) -> Result<bool> {
-    let client = client.pg();
     Ok(client
+        .pg()
         .query_one(USABLE_SQL, &[&write])
         .context("cannot look up crm.booking_expiration_relay_state")?
         .get("usable"))
