@@ -39,6 +39,12 @@ if [[ -n ${CI:-} && -z ${CARGO_TARGET_DIR:-} ]]; then
     export CARGO_TARGET_DIR=/var/tmp/booking-expire-target
 fi
 
+# libtest's threads for both passes (a `--test-threads` given after `--` wins): the
+# tests wait for what they assert, never for time, and share nothing but the suite's
+# server and broker, so 8 threads on 2 cores keep the cores busy while tests wait on
+# servers; docs/guides/development.md ("At any thread count") has the runs.
+export RUST_TEST_THREADS=${RUST_TEST_THREADS:-8}
+
 readonly JAEGER_VERSION=v1.76.0
 readonly RUST_MIN_MINOR=85 # edition 2024
 readonly GO_MIN_MINOR=24   # `go get -tool`, scripts/go-tool.sh

@@ -59,6 +59,26 @@ fn rows(c: &mut postgres::Client) -> BTreeMap<i64, (String, String)> {
     .collect()
 }
 
+/// How many receipts and exceptions the relay's own state holds.
+fn own_state(c: &mut postgres::Client) -> (i64, i64) {
+    (
+        count(c, "SELECT count(*) FROM crm.booking_expiration_receipt"),
+        count(c, "SELECT count(*) FROM crm.booking_expiration_exception"),
+    )
+}
+
+/// Only the other producer's row `theirs` is left in the outbox, byte for byte as it
+/// was `before`.
+fn assert_theirs_alone(
+    c: &mut postgres::Client,
+    before: &BTreeMap<i64, (String, String)>,
+    theirs: i64,
+) {
+    let left = rows(c);
+    assert_eq!(left.len(), 1, "only theirs: {left:?}");
+    assert_eq!(left.get(&theirs), before.get(&theirs), "theirs untouched");
+}
+
 fn count(c: &mut postgres::Client, sql: &str) -> i64 {
     c.query_one(sql, &[]).unwrap().get(0)
 }
@@ -155,20 +175,7 @@ fn a_lower_seq_committed_after_a_higher_one_was_relayed_is_published_exactly_onc
     assert_eq!(ce_ids(&got), want, "each row exactly once");
     assert_eq!(records_on(&brokers, &topic, 6), 2);
     // Receipts for both; not one outbox row written by the relay.
-    assert_eq!(
-        count(
-            &mut c,
-            "SELECT count(*) FROM crm.booking_expiration_receipt"
-        ),
-        2
-    );
-    assert_eq!(
-        count(
-            &mut c,
-            "SELECT count(*) FROM crm.booking_expiration_exception"
-        ),
-        0
-    );
+    assert_eq!(own_state(&mut c), (2, 0), "receipts and exceptions");
     assert_eq!(rows(&mut c), before, "no outbox row updated");
     // The receipt explain reads: the partition and offset the broker acknowledged.
     let sent = got
@@ -205,13 +212,7 @@ fn without_legacy_marks_no_outbox_row_is_written_republish_resends_and_the_purge
     assert_eq!(backlog(&db), (Value::from(0), Value::from(0)));
     assert_eq!(first["Published"], 5, "{first}");
     assert_eq!(rows(&mut c), before, "no outbox row updated");
-    assert_eq!(
-        count(
-            &mut c,
-            "SELECT count(*) FROM crm.booking_expiration_receipt"
-        ),
-        5
-    );
+    assert_eq!(own_state(&mut c).0, 5, "receipts");
 
     // republish: the same ce_id again, through an exception; the row stays as it is.
     let run = db.run(&[
@@ -247,20 +248,8 @@ fn without_legacy_marks_no_outbox_row_is_written_republish_resends_and_the_purge
     candidate_reached(&mut c);
     let purged = relay(&db, &brokers, &[]);
     assert_eq!(purged["Purged"], 5, "{purged}");
-    assert_eq!(
-        count(
-            &mut c,
-            "SELECT count(*) FROM crm.booking_expiration_receipt"
-        ),
-        0
-    );
-    let left = rows(&mut c);
-    assert_eq!(left.len(), 1, "{left:?}");
-    assert_eq!(
-        left.get(&theirs.1),
-        before.get(&theirs.1),
-        "theirs untouched"
-    );
+    assert_eq!(own_state(&mut c).0, 0, "receipts");
+    assert_theirs_alone(&mut c, &before, theirs.1);
 }
 
 #[test]
@@ -520,27 +509,8 @@ fn without_legacy_marks_the_run_after_the_relaying_one_purges_all_it_relayed_lea
     assert_eq!(purged["Purged"], 2 * ROWS, "{purged}");
     assert_eq!(purged["Published"], 0, "{purged}");
     assert_eq!(watermark(&mut c), (newest, newest));
-    assert_eq!(
-        count(
-            &mut c,
-            "SELECT count(*) FROM crm.booking_expiration_receipt"
-        ),
-        0
-    );
-    assert_eq!(
-        count(
-            &mut c,
-            "SELECT count(*) FROM crm.booking_expiration_exception"
-        ),
-        0
-    );
-    let left = rows(&mut c);
-    assert_eq!(left.len(), 1, "only theirs: {left:?}");
-    assert_eq!(
-        left.get(&theirs.1),
-        before.get(&theirs.1),
-        "theirs untouched"
-    );
+    assert_eq!(own_state(&mut c), (0, 0), "receipts and exceptions");
+    assert_theirs_alone(&mut c, &before, theirs.1);
 }
 
 #[test]

@@ -278,25 +278,33 @@ mod tests {
     use super::*;
     use crate::settings::DEFAULT_MAX_MESSAGE_BYTES;
 
+    /// A producer of brokers nobody serves (a port nothing listens on).
+    fn unreachable(message_timeout: Duration) -> KafkaProducer {
+        KafkaProducer::new(&KafkaConfig {
+            brokers: "127.0.0.1:1".to_owned(),
+            security: KafkaSecurity::Plaintext,
+            message_timeout,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+        })
+        .unwrap()
+    }
+
+    fn one_message() -> [OutMessage<'static>; 1] {
+        [OutMessage {
+            topic: "t",
+            key: "k",
+            payload: b"{}".to_vec(),
+            headers: Vec::new(),
+        }]
+    }
+
     /// The wait ends when the batch's last report comes in, not at its deadline: here
     /// the report of a message that timed out (nothing listens), taken from the poll
     /// thread while the wait's deadline is still far.
     #[test]
     fn the_wait_ends_when_the_last_report_comes_in() {
-        let mut producer = KafkaProducer::new(&KafkaConfig {
-            brokers: "127.0.0.1:1".to_owned(),
-            security: KafkaSecurity::Plaintext,
-            message_timeout: Duration::from_secs(1),
-            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
-        })
-        .unwrap();
-        let messages = [OutMessage {
-            topic: "t",
-            key: "k",
-            payload: b"{}".to_vec(),
-            headers: Vec::new(),
-        }];
-        let mut batch = producer.enqueue(&messages);
+        let mut producer = unreachable(Duration::from_secs(1));
+        let mut batch = producer.enqueue(&one_message());
         let deadline = Duration::from_secs(60);
         batch.until = Instant::now() + deadline;
         let started = Instant::now();
@@ -314,21 +322,9 @@ mod tests {
     /// would, while a message waits in the producer's queue.
     #[test]
     fn a_fatal_producer_error_ends_the_wait_at_once_with_nothing_acknowledged() {
-        let mut producer = KafkaProducer::new(&KafkaConfig {
-            // Nothing listens there: the message stays queued.
-            brokers: "127.0.0.1:1".to_owned(),
-            security: KafkaSecurity::Plaintext,
-            message_timeout: Duration::from_secs(60),
-            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
-        })
-        .unwrap();
-        let messages = [OutMessage {
-            topic: "t",
-            key: "k",
-            payload: b"{}".to_vec(),
-            headers: Vec::new(),
-        }];
-        let batch = producer.enqueue(&messages);
+        // Nothing listens there: the message stays queued.
+        let mut producer = unreachable(Duration::from_secs(60));
+        let batch = producer.enqueue(&one_message());
         assert_eq!(producer.fatal_error(), None);
         let reason = std::ffi::CString::new("a sequence gap, raised for the test").unwrap();
         let raised = unsafe {
