@@ -9,7 +9,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod cycle;
-pub mod domain;
+pub use booking_expire_domain as domain;
 pub mod exit;
 pub mod kafka;
 pub mod obs;

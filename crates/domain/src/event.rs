@@ -223,7 +223,7 @@ impl Phase {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{Status, payload_in_contract_order};
+    use crate::{Status, payload_in_contract_order};
     use chrono::{TimeZone, Utc};
 
     fn value(text: &RawValue) -> serde_json::Value {

@@ -6,7 +6,7 @@
 //! identities (run id, message id) come in as arguments, so `run-once` and `dry-run`
 //! reach exactly the same decision for the same row and the same moment.
 
-pub(crate) mod booking;
+pub mod booking;
 mod event;
 pub mod json;
 mod outbox_types;
