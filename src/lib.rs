@@ -22,4 +22,4 @@ pub mod report;
 pub mod shutdown;
 #[cfg(test)]
 mod source;
-pub mod store;
+pub use booking_expire_store as store;
