@@ -9,7 +9,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod cycle;
-pub mod domain;
+pub use booking_expire_domain as domain;
 pub mod exit;
 pub mod kafka;
 pub mod obs;
@@ -22,4 +22,4 @@ pub mod report;
 pub mod shutdown;
 #[cfg(test)]
 mod source;
-pub mod store;
+pub use booking_expire_store as store;

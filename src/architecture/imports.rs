@@ -83,12 +83,15 @@ fn group_heads(tokens: &[(usize, Token)], mut i: usize) -> Vec<(usize, String)> 
     heads
 }
 
-/// The paths of the file `path` (relative to `src/`) into other rooms, into the
-/// crates in `crates`, and its literals of SQL.
+/// The paths of the file `path` (relative to `src/`) into other rooms (its `crate::`
+/// and `super::` paths into `rooms`, a member crate's library by its name, in a path
+/// or a `use … as`, into `members`), into the crates in `crates`, and its literals of
+/// SQL.
 pub(super) fn uses_of(
     path: &str,
     source: &str,
     rooms: &BTreeSet<String>,
+    members: &BTreeSet<String>,
     crates: &BTreeSet<String>,
 ) -> Vec<Use> {
     let module = module_of(path);
@@ -140,7 +143,9 @@ pub(super) fn uses_of(
                     });
                 }
             }
-            Token::Ident(name) if !after_path && is(i + 1, &Token::Path) => {
+            Token::Ident(name)
+                if !after_path && (is(i + 1, &Token::Path) || ident(i + 1) == Some("as")) =>
+            {
                 let root = match name.as_str() {
                     "crate" => true,
                     "booking_expire" => room == "main",
@@ -169,10 +174,16 @@ pub(super) fn uses_of(
                         reach(&mut uses, *line, next, format!("{written}{next}"));
                     }
                 } else if let Some(member) = name.strip_prefix("booking_expire_")
-                    && rooms.contains(member)
+                    && members.contains(member)
                 {
                     // A member crate by its library's name: its room.
-                    reach(&mut uses, *line, member, format!("{name}::"));
+                    if member != room {
+                        uses.push(Use {
+                            line: *line,
+                            target: member.to_owned(),
+                            text: format!("{name}::"),
+                        });
+                    }
                 } else if crates.contains(name) {
                     uses.push(Use {
                         line: *line,

@@ -9,9 +9,11 @@
 //! a member crate (`crates/x/`, whose files are all its room's). An import is every
 //! path into another room: `crate::x` (in `use` trees too), `booking_expire::x` (the
 //! binary's), `booking_expire_x::` (a member crate's), a `super::` that climbs out of
-//! its room, and the external crates the rules name (`rdkafka::…`). A member crate's own
-//! `crate::` and `super::` paths stay in its room: what it may import at all is its
-//! manifest's to say, and the compiler's to hold. Comments and string literals are left
+//! its room, and the external crates the rules name (`rdkafka::…`; a `use NAME as …`
+//! too). A member crate's own `crate::` and `super::` paths stay in its room (what it
+//! may import at all is its manifest's to say, and the compiler's to hold), and its
+//! `booking_expire_x::` paths (or `use booking_expire_x as …`) are imports of the
+//! member crate `x`'s room, as the application's are. Comments and string literals are left
 //! out; a string literal that opens with an SQL statement is what `holds SQL` means.
 //!
 //! A rule is one line: `SUBJECT never imports OBJECT`, `SUBJECT never holds SQL`, or
@@ -179,10 +181,17 @@ fn violations(files: &BTreeMap<String, String>, rules: &[Rule], pending: &[Rule]
         if room == "lib" {
             continue;
         }
-        // A member crate's paths are its own: only its SQL and the named crates count.
+        // A member crate's `crate::` and `super::` paths are its own: only its SQL, the
+        // other member crates it names and the named crates count.
         let uses = match app {
-            Some(app) => uses_of(app, source, &rooms, &crates),
-            None => uses_of(&format!("{room}/{path}"), source, &no_rooms, &crates),
+            Some(app) => uses_of(app, source, &rooms, &rooms, &crates),
+            None => uses_of(
+                &format!("{room}/{path}"),
+                source,
+                &no_rooms,
+                &rooms,
+                &crates,
+            ),
         };
         for u in uses {
             let place = format!("{path}:{}: `{}`", u.line, u.text);

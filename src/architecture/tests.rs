@@ -207,7 +207,7 @@ fn sql_outside_its_room_is_found_in_string_literals() {
 }
 
 #[test]
-fn a_member_crate_is_a_room_whose_own_paths_stay_in_it_but_whose_sql_counts() {
+fn a_member_crate_is_a_room_whose_own_paths_stay_in_it_but_whose_sql_and_crates_count() {
     let sources = files(&[
         (
             "crates/kafka/src/topic.rs",
@@ -217,19 +217,34 @@ fn a_member_crate_is_a_room_whose_own_paths_stay_in_it_but_whose_sql_counts() {
         ("store/mod.rs", ""),
         ("relay.rs", ""),
         ("cycle.rs", "use booking_expire_kafka::KafkaProducer;\n"),
+        (
+            "crates/store/src/lib.rs",
+            "use booking_expire_domain as domain;\nfn f() { booking_expire_kafka::g(); }\n",
+        ),
+        (
+            "crates/domain/src/lib.rs",
+            "use booking_expire_store as s;\n",
+        ),
     ]);
     let never = rules(&[
         "kafka never imports store relay",
         "cycle never imports kafka",
+        "store never imports anything but domain",
         "anything but store never holds SQL",
+        "no import cycles",
     ]);
     assert_eq!(
         violations(&sources, &never, &[]),
         [
             "crates/kafka/src/topic.rs:3: `\"SELECT 1…\"` (kafka → SQL) breaks \"anything \
              but store never holds SQL\"",
+            "crates/store/src/lib.rs:2: `booking_expire_kafka::` (store → kafka) breaks \
+             \"store never imports anything but domain\"",
             "src/cycle.rs:1: `booking_expire_kafka::` (cycle → kafka) breaks \"cycle never \
              imports kafka\"",
+            "domain → store → domain breaks \"no import cycles\": domain → store at \
+             crates/domain/src/lib.rs:1: `booking_expire_store::`; store → domain at \
+             crates/store/src/lib.rs:1: `booking_expire_domain::`",
         ]
     );
 }

@@ -1,0 +1,107 @@
+//! The expiration cycle's SQL, one room per step: the claim per phase with its
+//! skipped-locked count (`claim`), the set-based batch write, bookings + audit +
+//! timeline + outbox in one statement (`write`), the isolation of the rows the
+//! database refuses (`isolation`, pure), and the quarantine of poison rows
+//! (`quarantine`). Here: the statements, prepared once per session.
+
+mod claim;
+mod isolation;
+mod quarantine;
+mod write;
+
+use crate::Session;
+use anyhow::Result;
+use postgres::Statement;
+
+pub(crate) use claim::{BOOKING_COLUMNS, booking_row, deadline_column, overdue_predicate};
+pub use claim::{
+    Claim, ClaimKey, candidates_sql, claim, claim_counting_sql, claim_sql, count_left, left_sql,
+};
+pub use quarantine::{quarantine, release_stale_quarantine};
+pub use write::{DbRejection, WriteOutcome, write_direct, write_isolating};
+
+use crate::domain::Phase;
+pub use crate::domain::{BatchWrite, Poison};
+
+/// PostgreSQL runs no rule inside a data-modifying `WITH`: a rule on a table the
+/// cycle's write touches (a conditional `DO INSTEAD` one refuses every `UPDATE …
+/// RETURNING`, a `DO ALSO` one every data-modifying `WITH`) refuses the statement
+/// itself, for every row (0A000). The operator's words for that, naming what PostgreSQL
+/// refused and how to fix it; any other error is left as it is.
+fn rule_in_the_way(e: &postgres::Error) -> Option<String> {
+    let db = e.as_db_error()?;
+    (db.code() == &postgres::error::SqlState::FEATURE_NOT_SUPPORTED).then(|| {
+        format!(
+            "cannot prepare the cycle's write: PostgreSQL says \"{}\": a rule on \
+             crm.bookings, crm.booking_audit, crm.deal_timeline or crm.outbox rewrites the \
+             write, which PostgreSQL cannot run under a rule; nothing was done. Ask the \
+             database's owners to replace the rule by a trigger (a BEFORE UPDATE trigger \
+             that drops an update has it quarantined as update_dropped; an AFTER trigger \
+             can log changes); list the rules with \
+             SELECT * FROM pg_rules WHERE schemaname = 'crm'",
+            db.message()
+        )
+    })
+}
+
+/// The cycle's statements, prepared once per session.
+pub struct CycleStatements {
+    claim: [Statement; 2],
+    left: [Statement; 2],
+    write: Statement,
+    quarantine: Statement,
+    release_stale: Statement,
+}
+
+impl CycleStatements {
+    pub fn prepare(client: &mut Session) -> Result<Self> {
+        let client = client.pg();
+        let status_type = super::schema::status_type(client)?;
+        let mut prepare = |sql: &str| {
+            client.prepare(sql).map_err(|e| match rule_in_the_way(&e) {
+                Some(refusal) => crate::error::fail(crate::error::Fault::Config, refusal),
+                None => anyhow::Error::new(e).context("cannot prepare the cycle's statements"),
+            })
+        };
+        Ok(CycleStatements {
+            claim: [
+                prepare(&claim_counting_sql(Phase::Reserve))?,
+                prepare(&claim_counting_sql(Phase::Booking))?,
+            ],
+            left: [
+                prepare(&left_sql(Phase::Reserve))?,
+                prepare(&left_sql(Phase::Booking))?,
+            ],
+            write: prepare(&write::write_sql(&status_type))?,
+            quarantine: prepare(quarantine::QUARANTINE_SQL)?,
+            release_stale: prepare(quarantine::RELEASE_STALE_SQL)?,
+        })
+    }
+}
+
+/// A phase's statement in [`CycleStatements`]' pairs.
+fn index(phase: Phase) -> usize {
+    match phase {
+        Phase::Reserve => 0,
+        Phase::Booking => 1,
+    }
+}
+
+/// The numbers of a statement's parameters (`$n`), each once, in the order they first
+/// appear.
+#[cfg(test)]
+fn parameters(sql: &str) -> Vec<u32> {
+    let mut seen = Vec::new();
+    for (i, _) in sql.match_indices('$') {
+        let digits: String = sql[i + 1..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        if let Ok(n) = digits.parse::<u32>()
+            && !seen.contains(&n)
+        {
+            seen.push(n);
+        }
+    }
+    seen
+}

@@ -1,0 +1,88 @@
+//! All SQL and transaction control live here: connecting (TLS, session timeouts), the
+//! preflight's one read (schema, privileges, clock, pause switch), the claim, the batch
+//! transactions' chain,
+//! the set-based batch write and poison tracking, the outbox relay's queue, and the
+//! reports' reads (the backlog figures are read here once, for `backlog` and the push).
+
+use booking_expire_domain as domain;
+
+mod clock;
+mod connect;
+pub mod duration;
+mod error;
+mod expiration;
+mod hygiene;
+pub mod ids;
+pub mod locks;
+pub mod migrate;
+pub mod ops;
+mod outbox;
+mod outbox_lag;
+mod phase_failure;
+mod preflight;
+mod privileges;
+mod relay_state;
+mod report;
+mod row_security;
+pub mod running;
+mod schema;
+mod session;
+mod settings;
+pub mod sqlstate;
+mod timestamp;
+mod tls;
+mod topic_wait;
+mod transaction;
+mod waiting;
+mod watermark;
+
+pub use clock::ClockSkew;
+pub use connect::{Db, Writable, connect, connect_another, too_many_connections};
+pub use error::{
+    ClassifyExt, Fault, StoreError, code_in, database_fault, fail, refusal_in, session_lost,
+};
+pub use expiration::{
+    BatchWrite, Claim, ClaimKey, CycleStatements, DbRejection, Poison, WriteOutcome,
+    candidates_sql, claim, claim_counting_sql, claim_sql, count_left, left_sql, quarantine,
+    release_stale_quarantine, write_direct, write_isolating,
+};
+pub use hygiene::{
+    Hygiene, IndexSize, Listed, PreparedHolder, SessionHolder, SlotHolder, TableHealth, XminHorizon,
+};
+pub use outbox::{
+    FETCH_BYTES, Fetch, LeftOut, MARK_PUBLISHED_SQL, MAX_FAILURES, OUTBOX_CHANNEL, OutboxRow,
+    PENDING_SQL, Receipt, RowExtra, WAITING_FOR_TOPIC, listen, mark_attempted, mark_failed,
+    mark_published, mark_retry, pending, prepare_mark_published, prepare_pending, purge_published,
+    release_advisory_locks, try_relay_lock,
+};
+pub use outbox_lag::{
+    OUTBOX_FAILED_SQL, OUTBOX_OTHERS_SQL, OUTBOX_PENDING_SQL, OUTBOX_WAITING_FOR_TOPIC_SQL,
+    OtherRows, OutboxLag, other_rows, outbox_lag,
+};
+pub use phase_failure::{PhaseFailure, clear_phase_failure, phase_failures, record_phase_failure};
+pub use preflight::{Facts, backend_pid, check_schema, read_facts};
+pub use relay_state::GapWindow;
+pub use relay_state::{
+    Exception, GapCheck, NewException, OUTBOX_STATE_SQL, RELAY_STATE_MIGRATION, Watermark,
+    check_gap, exceptions, load_watermark, put_exceptions, relay_state_usable, types_key,
+};
+pub use report::{
+    Backlog, CHUNK_ROWS, Figures, NextClaim, Overdue, Quarantined, begin_read_only,
+    candidates_in_chunks, count_candidates, overdue, overdue_sql, poison_count, poison_sql,
+    quarantined_in_chunks, quarantined_sql, read_backlog, read_report,
+};
+pub use row_security::{
+    OWN_TYPES_POLICY, ROW_SECURITY_MIGRATION, RowSecurity, outbox_type_listing, row_security,
+};
+pub use schema::{Need, status_type};
+pub use session::{Conn, Prepared, Session, Sql, Tx};
+pub use settings::{Conninfo, DbConfig, SslMode, TargetSessionAttrs, check_ca_pem};
+pub use topic_wait::{
+    TOPIC_WAIT_MIGRATION, TopicWait, end_topic_waits, record_topic_waits, topic_waits,
+};
+pub use transaction::{End, Switch, begin_chain, end_and_chain, end_chain};
+pub use waiting::{TopicWaiting, WAITING_SQL, waiting, waiting_total};
+pub use watermark::{
+    Above, Delivered, MARK_RECEIPTS_SQL, PENDING_ABOVE_SQL, drop_exceptions, mark_receipts,
+    pending_above, prepare_mark_receipts, prepare_pending_above, purge_range,
+};

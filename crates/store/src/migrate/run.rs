@@ -1,0 +1,238 @@
+//! One statement of a migration, run as the policy says: its own transaction
+//! (autocommit), the runner's `lock_timeout` and `statement_timeout` set before it, a
+//! lock given up (55P03) or a deadlock (40P01) tried again after a back-off until
+//! `--retry-for` is spent; a concurrent index build under the patient limits, an
+//! INVALID leftover of an earlier build dropped first.
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use log::{info, warn};
+use postgres::Client;
+use postgres::error::SqlState;
+
+use super::policy::{self, Kind, Policy};
+use super::split::first_line;
+use crate::duration::show_duration;
+use crate::error::{ClassifyExt, Fault, fail};
+
+/// Where a statement is: its file, and its place there (k of n).
+pub struct At {
+    pub file: &'static str,
+    pub k: usize,
+    pub n: usize,
+}
+
+impl At {
+    fn statement(&self) -> String {
+        format!("{}/{}", self.k, self.n)
+    }
+}
+
+/// Runs `statement` of `at` under `policy`; `watcher` (a second session) reads which
+/// lock it waits for while it runs.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the runner's back-off between lock retries is real time, bounded by --retry-for"
+)]
+pub fn statement(
+    client: &mut Client,
+    mut watcher: Option<&mut Client>,
+    statement: &str,
+    at: &At,
+    policy: &Policy,
+    stopped: &dyn Fn() -> bool,
+) -> Result<()> {
+    if stopped() {
+        return Err(super::stopped_error());
+    }
+    let kind = policy::kind(statement);
+    info!(Migration = at.file, Statement = at.statement().as_str();
+          "migrate: statement {}/{}: {}", at.k, at.n, first_line(statement));
+    let (lock_timeout, statement_timeout) = kind.timeouts(policy);
+    let mut attempt = 0u32;
+    let mut first_failure: Option<Instant> = None;
+    loop {
+        attempt += 1;
+        // Before every try: a build that failed (also this statement's last try, given
+        // up or deadlocked) leaves an INVALID index that IF NOT EXISTS would skip.
+        if let Kind::IndexBuild { schema, index } = &kind {
+            drop_invalid(client, schema.as_deref(), index, at, policy)?;
+        }
+        set_timeouts(client, lock_timeout, statement_timeout)?;
+        let pid = backend_pid(client)?;
+        let (result, waited_for) =
+            watched(client, watcher.as_deref_mut(), pid, statement, lock_timeout);
+        let error = match result {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        let retryable = matches!(
+            error.code(),
+            Some(&SqlState::LOCK_NOT_AVAILABLE | &SqlState::T_R_DEADLOCK_DETECTED)
+        );
+        let lock = waited_for.unwrap_or_else(|| "a lock the watcher did not see".to_owned());
+        if !retryable {
+            let failure = crate::error::db_fault(&error);
+            return Err(error).classify(
+                failure,
+                format!(
+                    "migration {} failed at statement {} ({}); the statements before it \
+                     stay applied, the file runs again whole next time",
+                    at.file,
+                    at.statement(),
+                    first_line(statement)
+                ),
+            );
+        }
+        let since = *first_failure.get_or_insert_with(Instant::now);
+        let delay = policy::backoff(attempt, policy::jitter());
+        if since.elapsed() + delay > policy.retry_for {
+            return Err(fail(
+                Fault::Temporary,
+                format!(
+                    "migration {} statement {} ({}) could not get its lock within \
+                     --lock-timeout {} in {attempt} tries over --retry-for {}: it waited for \
+                     {lock}; nothing after it ran, the next run tries again",
+                    at.file,
+                    at.statement(),
+                    first_line(statement),
+                    show_duration(lock_timeout),
+                    show_duration(policy.retry_for)
+                ),
+            ));
+        }
+        warn!(Migration = at.file, Statement = at.statement().as_str(), Attempt = attempt,
+              RetryInMs = delay.as_millis() as u64, Lock = lock.as_str(), SqlState = error.code().map_or("", SqlState::code);
+              "migrate: gave up waiting for a lock after {} (so that nobody queues behind it); retry {attempt} in {}",
+              show_duration(lock_timeout), show_duration(delay));
+        std::thread::sleep(delay);
+        if stopped() {
+            return Err(super::stopped_error());
+        }
+    }
+}
+
+/// Sets the statement's limits on the session, in a round trip of its own.
+fn set_timeouts(client: &mut Client, lock: Duration, statement: Duration) -> Result<()> {
+    client
+        .batch_execute(&format!(
+            "SET lock_timeout = {}; SET statement_timeout = {}",
+            lock.as_millis(),
+            statement.as_millis()
+        ))
+        .classify(Fault::Temporary, "cannot set the migration's timeouts")
+}
+
+fn backend_pid(client: &mut Client) -> Result<i32> {
+    Ok(client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .classify(Fault::Temporary, "cannot read the session's backend PID")?
+        .get(0))
+}
+
+/// Runs `statement` on `client` while `watcher`, if any, looks at what the session
+/// waits for, from half the lock timeout on; returns the statement's result and the
+/// last lock seen waited for ("AccessExclusiveLock on relation crm.outbox, held by
+/// PID 123").
+fn watched(
+    client: &mut Client,
+    watcher: Option<&mut Client>,
+    pid: i32,
+    statement: &str,
+    lock_timeout: Duration,
+) -> (Result<(), postgres::Error>, Option<String>) {
+    let Some(watcher) = watcher else {
+        return (client.batch_execute(statement), None);
+    };
+    let (done, finished) = mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        let seen = scope.spawn(move || {
+            let first = (lock_timeout / 2).max(Duration::from_millis(20));
+            let every = (lock_timeout / 4).clamp(Duration::from_millis(20), Duration::from_secs(1));
+            let mut wait = first;
+            let mut seen = None;
+            while let Err(mpsc::RecvTimeoutError::Timeout) = finished.recv_timeout(wait) {
+                if let Some(lock) = waiting_for(watcher, pid) {
+                    seen = Some(lock);
+                }
+                wait = every;
+            }
+            seen
+        });
+        let result = client.batch_execute(statement);
+        let _ = done.send(());
+        (result, seen.join().ok().flatten())
+    })
+}
+
+/// The lock `pid` waits for right now, and who holds it, as one phrase.
+fn waiting_for(watcher: &mut Client, pid: i32) -> Option<String> {
+    let row = watcher
+        .query_opt(
+            "SELECT l.mode, l.locktype,
+                    coalesce(l.relation::regclass::text, ''),
+                    array_to_string(pg_blocking_pids($1), ', ')
+               FROM pg_catalog.pg_locks l
+              WHERE l.pid = $1 AND NOT l.granted
+              LIMIT 1",
+            &[&pid],
+        )
+        .ok()??;
+    let (mode, locktype, relation, holders): (String, String, String, String) =
+        (row.get(0), row.get(1), row.get(2), row.get(3));
+    let what = if relation.is_empty() {
+        format!("{mode} ({locktype})")
+    } else {
+        format!("{mode} on {relation}")
+    };
+    Some(if holders.is_empty() {
+        what
+    } else {
+        format!("{what}, held by PID {holders}")
+    })
+}
+
+/// Drops the index `index` when an earlier build left it INVALID, so that `IF NOT
+/// EXISTS` does not skip the build; the drop is concurrent too, under the same limits.
+fn drop_invalid(
+    client: &mut Client,
+    schema: Option<&str>,
+    index: &str,
+    at: &At,
+    policy: &Policy,
+) -> Result<()> {
+    let row = client
+        .query_opt(
+            "SELECT n.nspname::text
+               FROM pg_catalog.pg_index i
+               JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+               JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+              WHERE c.relname = $1 AND n.nspname = coalesce($2, current_schema())
+                AND NOT i.indisvalid",
+            &[&index, &schema],
+        )
+        .classify(Fault::Temporary, "cannot read whether the index is valid")?;
+    let Some(row) = row else {
+        return Ok(());
+    };
+    let schema: String = row.get(0);
+    warn!(Migration = at.file, Statement = at.statement().as_str();
+          "migrate: index {schema}.{index} is INVALID (an earlier build failed): dropping it to build it again");
+    set_timeouts(client, policy.index_timeout, policy.index_timeout)?;
+    let quote = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
+    client
+        .batch_execute(&format!(
+            "DROP INDEX CONCURRENTLY IF EXISTS {}.{}",
+            quote(&schema),
+            quote(index)
+        ))
+        .classify(
+            Fault::Temporary,
+            format!(
+                "cannot drop the invalid index {schema}.{index} of {}",
+                at.file
+            ),
+        )
+}

@@ -1,0 +1,167 @@
+//! The facts a writing command's preflight asks the database, in one round trip: one
+//! simple-query batch reads the session's backend, the database clock, the command's
+//! pause switch, the schema and the role's privileges. `preflight` judges them, in its
+//! own order; the reports check the schema alone the same way ([`check_schema`]).
+
+use std::time::Instant;
+
+use anyhow::Result;
+use chrono::{DateTime, TimeDelta, Utc};
+use postgres::error::SqlState;
+use postgres::{Client, SimpleQueryMessage, SimpleQueryRow};
+
+use super::clock::ClockSkew;
+use super::ops::PauseRow;
+use super::privileges;
+use super::running::{pause_row, pause_statement};
+use super::schema::{self, Need};
+use crate::Session;
+use crate::error::{ClassifyExt, Fault};
+
+/// What one preflight read found.
+#[derive(Debug)]
+pub struct Facts {
+    /// `pg_backend_pid()` of the session: the pooler check compares it.
+    pub backend_pid: i32,
+    /// The database clock against the system clock, around the batch's round trip.
+    pub skew: ClockSkew,
+    /// Whether the role can read the pause switches (a schema not yet migrated, or a
+    /// role without the grant, pauses nothing; the schema check names what is missing).
+    pub pause_readable: bool,
+    /// The command's pause switch, when it is on.
+    pub pause: Option<PauseRow>,
+    need: Need,
+    answers: Vec<Vec<SimpleQueryRow>>,
+}
+
+impl Facts {
+    /// The schema check, then the privilege check, as [`check_schema`] judges them.
+    pub fn judge_schema(&self) -> Result<()> {
+        judge(self.need, &self.answers)
+    }
+}
+
+/// Reads the facts of `command`'s preflight for `need` in one round trip. Where the
+/// pause switches cannot be read (no table, no grant), a second batch reads the rest.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the clock guard reads the system clock beside the database's, on purpose; the round trip's time is real"
+)]
+pub fn read_facts(client: &mut Session, need: Need, command: &'static str) -> Result<Facts> {
+    let client = client.pg();
+    let head = "SELECT pg_backend_pid()::text AS pid,
+                       (extract(epoch FROM clock_timestamp()) * 1000000)::int8::text AS database_now_us,
+                       (to_regclass('crm.booking_expiration_pause') IS NOT NULL
+                        AND has_table_privilege('crm.booking_expiration_pause', 'SELECT'))::text
+                        AS pause_readable"
+        .to_owned();
+    let checks = statements(need);
+    let mut batch = vec![head.clone(), pause_statement(command)];
+    batch.extend(checks.iter().cloned());
+    let system_before = Utc::now();
+    let started = Instant::now();
+    let (mut answers, pause_read) = match run(client, &batch) {
+        Ok(answers) => (answers, true),
+        // The switch's table is missing or not granted: the rest, without it.
+        Err(e)
+            if matches!(
+                e.code(),
+                Some(&SqlState::UNDEFINED_TABLE | &SqlState::INSUFFICIENT_PRIVILEGE)
+            ) =>
+        {
+            let mut batch = vec![head];
+            batch.extend(checks);
+            let answers = run(client, &batch)
+                .classify(Fault::Temporary, "preflight: cannot read the catalog")?;
+            (answers, false)
+        }
+        Err(e) => return Err(e).classify(Fault::Temporary, "preflight: cannot read the catalog"),
+    };
+    let round_trip = started.elapsed();
+    let leading = if pause_read { 2 } else { 1 };
+    let mut rest = answers.drain(..leading.min(answers.len()));
+    let head = rest.next().unwrap_or_default();
+    let pause = rest.next().unwrap_or_default();
+    drop(rest);
+    let first = head.first();
+    let field = |name: &str| first.and_then(|r| r.get(name));
+    let database_now = field("database_now_us")
+        .and_then(|us| us.parse().ok())
+        .and_then(DateTime::from_timestamp_micros)
+        .ok_or_else(|| crate::error::fail(Fault::Temporary, "cannot read the database clock"))?;
+    let half = TimeDelta::from_std(round_trip / 2).unwrap_or(TimeDelta::zero());
+    let pause_readable = pause_read && field("pause_readable") == Some("true");
+    Ok(Facts {
+        backend_pid: field("pid")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_default(),
+        skew: ClockSkew {
+            system_ahead_by: (system_before + half) - database_now,
+            round_trip,
+        },
+        pause_readable,
+        pause: pause_row(&pause).filter(|_| pause_readable),
+        need,
+        answers,
+    })
+}
+
+/// The schema statements, then the privileges statement, of `need`.
+fn statements(need: Need) -> Vec<String> {
+    let mut out = schema::statements(need);
+    out.push(privileges::statement(need));
+    out
+}
+
+fn judge(need: Need, answers: &[Vec<SimpleQueryRow>]) -> Result<()> {
+    let (schema_answers, privilege_answers) = answers.split_at(answers.len().saturating_sub(1));
+    schema::judge(need, schema_answers)?;
+    privileges::judge(need, privilege_answers.first().map_or(&[], Vec::as_slice))
+}
+
+/// Runs `statements` as one simple-query batch; the rows of each, in order.
+pub(super) fn run(
+    client: &mut Client,
+    statements: &[String],
+) -> Result<Vec<Vec<SimpleQueryRow>>, postgres::Error> {
+    let messages = client.simple_query(&statements.join(";\n"))?;
+    let mut answers = Vec::with_capacity(statements.len());
+    let mut rows = Vec::new();
+    for m in messages {
+        match m {
+            SimpleQueryMessage::Row(row) => rows.push(row),
+            SimpleQueryMessage::CommandComplete(_) => answers.push(std::mem::take(&mut rows)),
+            _ => {}
+        }
+    }
+    Ok(answers)
+}
+
+/// Fails with "schema not migrated: …" naming every missing table and column, then with
+/// "role … lacks privileges …" naming every missing grant: one round trip.
+pub fn check_schema(client: &mut Session, need: Need) -> Result<()> {
+    let client = client.pg();
+    let answers = run(client, &statements(need))
+        .classify(Fault::Temporary, "cannot read the schema catalog")?;
+    judge(need, &answers)
+}
+
+/// `pg_backend_pid()` of `client`'s session, in one round trip; `begin` first opens a
+/// transaction (the pooler check's second session holds one while the first is asked).
+pub fn backend_pid(client: &mut Session, begin: bool) -> Result<i32> {
+    let client = client.pg();
+    let sql = if begin {
+        "BEGIN; SELECT pg_backend_pid()::text AS pid"
+    } else {
+        "SELECT pg_backend_pid()::text AS pid"
+    };
+    let answers = run(client, &[sql.to_owned()]).classify(
+        Fault::Temporary,
+        "pooler check: cannot read the backend PID",
+    )?;
+    Ok(answers
+        .iter()
+        .flatten()
+        .find_map(|r| r.get("pid").and_then(|p| p.parse().ok()))
+        .unwrap_or_default())
+}

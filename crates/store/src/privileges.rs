@@ -1,0 +1,245 @@
+//! "May this role do what the subcommand does?", answered from the catalog before any
+//! work, so a role without the grants fails with 78 naming every missing grant and the
+//! group role of `sql/` that gives it, instead of a mid-cycle error.
+
+use anyhow::Result;
+use postgres::SimpleQueryRow;
+
+use super::schema::{AUDIT, BOOKING_READ, Need, TIMELINE, text_array};
+use crate::error::{Fault, fail};
+
+/// A privilege on a table of `crm`: on the whole table, or on the listed columns.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Privilege {
+    pub(super) privilege: &'static str,
+    pub(super) table: &'static str,
+    pub(super) columns: &'static [&'static str],
+}
+
+const fn on(privilege: &'static str, table: &'static str) -> Privilege {
+    Privilege {
+        privilege,
+        table,
+        columns: &[],
+    }
+}
+
+const fn on_columns(
+    privilege: &'static str,
+    table: &'static str,
+    columns: &'static [&'static str],
+) -> Privilege {
+    Privilege {
+        privilege,
+        table,
+        columns,
+    }
+}
+
+/// What `run-once` does: claim (read and row-lock) and expire bookings, append audit,
+/// timeline and outbox rows, keep the quarantine. As granted in `sql/007_roles.sql`.
+pub(super) const CYCLE: &[Privilege] = &[
+    on_columns("SELECT", "bookings", BOOKING_READ),
+    on_columns(
+        "UPDATE",
+        "bookings",
+        &["status", "expired_at", "updated_at", "version"],
+    ),
+    // The audit and timeline columns checked above are exactly those the cycle writes.
+    on_columns("INSERT", "booking_audit", AUDIT.1),
+    on_columns("INSERT", "deal_timeline", TIMELINE.1),
+    on_columns(
+        "INSERT",
+        "outbox",
+        &[
+            "id",
+            "aggregatetype",
+            "aggregateid",
+            "type",
+            "topic",
+            "payload",
+            "headers",
+            "occurred_at",
+        ],
+    ),
+    on("SELECT", "booking_expiration_poison"),
+    on("INSERT", "booking_expiration_poison"),
+    on("UPDATE", "booking_expiration_poison"),
+    on("DELETE", "booking_expiration_poison"),
+    on("SELECT", "booking_expiration_pause"),
+];
+
+/// What `relay-outbox` does: read the outbox, mark rows, purge published ones.
+pub(super) const RELAY: &[Privilege] = &[
+    on("SELECT", "outbox"),
+    on_columns(
+        "UPDATE",
+        "outbox",
+        &[
+            "published_at",
+            "attempts",
+            "last_error",
+            "failed_at",
+            "next_attempt_at",
+            "failures",
+            "delivered_partition",
+            "delivered_offset",
+        ],
+    ),
+    on("DELETE", "outbox"),
+    on("SELECT", "booking_expiration_pause"),
+];
+
+/// What `dry-run` and `backlog` read.
+pub(super) const REPORT: &[Privilege] = &[
+    on_columns("SELECT", "bookings", BOOKING_READ),
+    on("SELECT", "booking_expiration_poison"),
+    on("SELECT", "outbox"),
+];
+
+/// What `explain` reads.
+pub(super) const EXPLAIN: &[Privilege] = &[
+    on_columns("SELECT", "bookings", BOOKING_READ),
+    on("SELECT", "booking_expiration_poison"),
+    on("SELECT", "outbox"),
+    on("SELECT", "booking_audit"),
+    on("SELECT", "deal_timeline"),
+];
+
+/// What `pause` and `resume` do.
+pub(super) const OPERATE: &[Privilege] = &[
+    on("SELECT", "booking_expiration_pause"),
+    on("INSERT", "booking_expiration_pause"),
+    on("DELETE", "booking_expiration_pause"),
+    on("INSERT", "booking_expiration_operations"),
+];
+
+/// What `republish` and `retry-failed` do: re-queue outbox rows (never insert any).
+pub(super) const REQUEUE: &[Privilege] = &[
+    on("SELECT", "outbox"),
+    on_columns(
+        "UPDATE",
+        "outbox",
+        &[
+            "published_at",
+            "failed_at",
+            "next_attempt_at",
+            "failures",
+            "last_error",
+            "delivered_partition",
+            "delivered_offset",
+        ],
+    ),
+    on("INSERT", "booking_expiration_operations"),
+];
+
+/// The statement listing each privilege `need` asks for that the current role lacks
+/// (directly, through a group role, or as superuser). A table or column that does not
+/// exist is skipped, never an error: the schema check, judged first, names it.
+pub(super) fn statement(need: Need) -> String {
+    let (mut privileges, mut tables, mut columns) = (Vec::new(), Vec::new(), Vec::new());
+    for p in need.privileges() {
+        if p.columns.is_empty() {
+            privileges.push(p.privilege);
+            tables.push(p.table);
+            columns.push("");
+        }
+        for col in p.columns {
+            privileges.push(p.privilege);
+            tables.push(p.table);
+            columns.push(*col);
+        }
+    }
+    format!(
+        "SELECT w.priv, w.tbl, w.col, current_user::text AS role_name
+           FROM unnest({}, {}, {}) WITH ORDINALITY AS w(priv, tbl, col, n)
+          WHERE NOT CASE WHEN to_regclass(format('crm.%I', w.tbl)) IS NULL THEN true
+                         WHEN w.col = ''
+                         THEN has_table_privilege(format('crm.%I', w.tbl), w.priv)
+                         WHEN NOT EXISTS (
+                              SELECT 1 FROM pg_catalog.pg_attribute a
+                               WHERE a.attrelid = to_regclass(format('crm.%I', w.tbl))
+                                 AND a.attname = w.col AND a.attnum > 0 AND NOT a.attisdropped)
+                         THEN true
+                         ELSE has_column_privilege(format('crm.%I', w.tbl), w.col, w.priv)
+                    END
+          ORDER BY w.n",
+        text_array(privileges),
+        text_array(tables),
+        text_array(columns),
+    )
+}
+
+/// Fails with "role … lacks privileges …" naming each privilege [`statement`] found
+/// missing.
+pub(super) fn judge(need: Need, rows: &[SimpleQueryRow]) -> Result<()> {
+    let Some(user) = rows.first().and_then(|r| r.get("role_name")) else {
+        return Ok(());
+    };
+    let missing: Vec<(String, String, String)> = rows
+        .iter()
+        .map(|r| {
+            let get = |c: &str| r.get(c).unwrap_or("").to_owned();
+            (get("priv"), get("tbl"), get("col"))
+        })
+        .collect();
+    let (who, role) = need.who();
+    Err(fail(
+        Fault::Config,
+        format!(
+            "role {user} lacks privileges for {who}: {} \
+             (GRANT {role} TO {user}; see {})",
+            describe_missing(&missing),
+            need.grants()
+        ),
+    ))
+}
+
+/// "UPDATE on crm.bookings (status, version), DELETE on crm.outbox", in the given order.
+fn describe_missing(missing: &[(String, String, String)]) -> String {
+    let mut parts: Vec<(String, Vec<&str>)> = Vec::new();
+    for (privilege, table, column) in missing {
+        let what = format!("{privilege} on crm.{table}");
+        let columns = match parts.last_mut() {
+            Some((last, columns)) if *last == what => columns,
+            _ => {
+                parts.push((what, Vec::new()));
+                &mut parts.last_mut().expect("just pushed").1
+            }
+        };
+        if !column.is_empty() {
+            columns.push(column);
+        }
+    }
+    parts
+        .into_iter()
+        .map(|(what, columns)| {
+            if columns.is_empty() {
+                what
+            } else {
+                format!("{what} ({})", columns.join(", "))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_privileges_are_grouped_by_table_in_order() {
+        let row = |p: &str, t: &str, c: &str| (p.to_owned(), t.to_owned(), c.to_owned());
+        assert_eq!(
+            describe_missing(&[
+                row("UPDATE", "bookings", "status"),
+                row("UPDATE", "bookings", "version"),
+                row("INSERT", "outbox", "id"),
+                row("DELETE", "booking_expiration_poison", ""),
+            ]),
+            "UPDATE on crm.bookings (status, version), INSERT on crm.outbox (id), \
+             DELETE on crm.booking_expiration_poison"
+        );
+    }
+}

@@ -1,0 +1,450 @@
+//! The relay's own state (`sql/016_relay_receipts.sql`): a receipt per delivered row,
+//! the exceptions (rows backing off, failed, waiting or re-queued), and per set of
+//! outbox types a watermark: `floor` (every own row at or below it is settled) and
+//! `high` (the highest `seq` dealt with). Nothing here updates `crm.outbox`; the legacy
+//! marks (the columns the release before reads) are written by [`super::outbox`]'s
+//! statements, beside these, while they are on. docs/design.md ("The relay's state")
+//! argues that the watermark loses no row although commits come out of `seq` order.
+
+use anyhow::{Context, Result};
+use chrono::{DateTime, Utc};
+use postgres::GenericClient;
+use uuid::Uuid;
+
+use crate::domain::OutboxTypes;
+use crate::{Conn, Session};
+
+/// The migration that makes the tables, named when they are missing.
+pub const RELAY_STATE_MIGRATION: &str = "sql/016_relay_receipts.sql";
+
+/// A row's delivery state as operators read it (explain, republish, retry-failed), a
+/// derived table to name in a FROM (`(…) o`) with the columns of `crm.outbox` the
+/// operators' statements read: its exception, else its receipt, else what the release
+/// before wrote in the columns; but a failure written in the columns after the
+/// exception or the receipt (by the release before, or an operator) is the row's
+/// latest word and wins. Not a view: nothing of the job's may depend on the CRM's
+/// columns (a view would keep the CRM from changing them). A filter on `o.id`,
+/// `o.aggregateid` or `o.seq` reaches `crm.outbox`'s index through it.
+pub const OUTBOX_STATE_SQL: &str = "\
+SELECT s.id, s.aggregateid, s.type, s.topic, s.occurred_at, s.seq,
+       CASE WHEN s.src = 'exception' THEN NULL
+            WHEN s.src = 'receipt' THEN s.r_published_at
+            ELSE s.published_at END AS published_at,
+       CASE WHEN s.src = 'exception' THEN s.e_failed_at
+            WHEN s.src = 'receipt' THEN NULL
+            ELSE s.failed_at END AS failed_at,
+       CASE WHEN s.src = 'exception' THEN s.e_attempts
+            WHEN s.src = 'receipt' THEN greatest(s.attempts, 1)
+            ELSE s.attempts END AS attempts,
+       CASE WHEN s.src = 'exception' THEN s.e_failures
+            WHEN s.src = 'receipt' THEN 0
+            ELSE s.failures END AS failures,
+       CASE WHEN s.src = 'exception' THEN s.e_next_attempt_at
+            WHEN s.src = 'receipt' THEN NULL
+            ELSE s.next_attempt_at END AS next_attempt_at,
+       CASE WHEN s.src = 'exception' THEN s.e_last_error
+            WHEN s.src = 'receipt' THEN NULL
+            ELSE s.last_error END AS last_error,
+       CASE WHEN s.src = 'exception' THEN NULL
+            WHEN s.src = 'receipt' THEN s.r_partition
+            ELSE s.delivered_partition END AS delivered_partition,
+       CASE WHEN s.src = 'exception' THEN NULL
+            WHEN s.src = 'receipt' THEN s.r_offset
+            ELSE s.delivered_offset END AS delivered_offset,
+       s.e_reason AS exception
+  FROM (SELECT o.id, o.aggregateid, o.type, o.topic, o.occurred_at, o.seq, o.published_at,
+               o.failed_at, o.attempts, o.failures, o.next_attempt_at, o.last_error,
+               o.delivered_partition, o.delivered_offset,
+               r.published_at AS r_published_at, r.partition AS r_partition,
+               r.\"offset\" AS r_offset,
+               e.reason AS e_reason, e.attempts AS e_attempts, e.failures AS e_failures,
+               e.next_attempt_at AS e_next_attempt_at, e.last_error AS e_last_error,
+               e.failed_at AS e_failed_at,
+               CASE WHEN o.failed_at IS NOT NULL AND o.published_at IS NULL
+                         AND o.failed_at > coalesce(e.since, r.published_at, '-infinity')
+                    THEN 'columns'
+                    WHEN e.seq IS NOT NULL THEN 'exception'
+                    WHEN r.seq IS NOT NULL THEN 'receipt'
+                    ELSE 'columns' END AS src
+          FROM crm.outbox o
+          LEFT JOIN crm.booking_expiration_receipt r ON r.seq = o.seq
+          LEFT JOIN crm.booking_expiration_exception e ON e.seq = o.seq) s";
+
+/// Whether the tables of migration 16 exist and this session may write them (`write`)
+/// or read them.
+const USABLE_SQL: &str = "\
+SELECT CASE WHEN to_regclass('crm.booking_expiration_relay_state') IS NULL
+              OR to_regclass('crm.booking_expiration_receipt') IS NULL
+              OR to_regclass('crm.booking_expiration_exception') IS NULL THEN false
+            ELSE has_table_privilege('crm.booking_expiration_receipt', 'SELECT')
+             AND has_table_privilege('crm.booking_expiration_exception', 'SELECT')
+             AND (NOT $1 OR (has_table_privilege('crm.booking_expiration_relay_state', 'UPDATE')
+                        AND has_table_privilege('crm.booking_expiration_receipt', 'INSERT')
+                        AND has_table_privilege('crm.booking_expiration_exception', 'INSERT')))
+       END AS usable";
+
+/// Whether the relay's own tables are there (and, with `write`, writable): a database
+/// at the schema before has none, and every reader then reads `crm.outbox`'s columns.
+pub fn relay_state_usable(client: &mut impl Conn, write: bool) -> Result<bool> {
+    Ok(client
+        .pg()
+        .query_one(USABLE_SQL, &[&write])
+        .context("cannot look up crm.booking_expiration_relay_state")?
+        .get("usable"))
+}
+
+/// The watermark of `types` when the relay keeps its state apart and writes no legacy
+/// marks (`--legacy-marks off`): then the columns of `crm.outbox` say nothing of the
+/// rows it relayed, and the figures are read from its own state. `None` when the
+/// columns tell the truth (the legacy marks on, no relay run yet, or no migration 16).
+pub fn own_watermark(client: &mut impl Conn, types: &OutboxTypes) -> Result<Option<Watermark>> {
+    let client = client.pg();
+    if !relay_state_usable(client, false)? {
+        return Ok(None);
+    }
+    let row = client
+        .query_opt(
+            "SELECT floor, high FROM crm.booking_expiration_relay_state
+              WHERE types = $1 AND NOT legacy_marks",
+            &[&types_key(types)],
+        )
+        .context("cannot read the relay's watermark")?;
+    Ok(row.map(|r| Watermark {
+        floor: r.get("floor"),
+        high: r.get("high"),
+    }))
+}
+
+/// The key of a set of outbox types in the state table: sorted, comma-separated.
+pub fn types_key(types: &OutboxTypes) -> String {
+    let mut names: Vec<&str> = types.as_slice().iter().map(String::as_str).collect();
+    names.sort_unstable();
+    names.join(",")
+}
+
+/// The watermark of a set of outbox types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Watermark {
+    pub floor: i64,
+    pub high: i64,
+}
+
+/// The watermark of `types`, made on the first start: the floor just below the oldest
+/// own row pending by the columns with neither receipt nor exception, or the newest row
+/// when there is none (everything below is settled). `high` is the floor while the
+/// legacy marks are on (the columns are the truth then, and the fetch's filter on them
+/// skips what was settled); with them off it is the newest receipt's `seq` when that
+/// is above the floor, and the first gap check ([`check_gap`]) takes the unsettled rows
+/// of that window as exceptions: the columns of rows delivered under another set of
+/// types, with the marks off, say pending, and every such row has a receipt, so none
+/// lies above the newest one. Above it the fetch takes the rows as they come: a
+/// backlog never relayed is not turned into exceptions row by row. `legacy_marks` is
+/// recorded for the operators' commands. Rows of
+/// transactions still open at that moment that commit below the start are found by
+/// the gap check. The oldest unsettled row is found in `seq` order and the search stops
+/// there (`ORDER BY seq LIMIT 1`, not `min()`, which the planner answers with a scan of
+/// the whole outbox).
+pub fn load_watermark(
+    client: &mut impl Conn,
+    types: &OutboxTypes,
+    legacy_marks: bool,
+    now: DateTime<Utc>,
+) -> Result<Watermark> {
+    let client = client.pg();
+    let key = types_key(types);
+    let row = client
+        .query_opt(
+            "UPDATE crm.booking_expiration_relay_state
+                SET legacy_marks = $2, updated_at = $3
+              WHERE types = $1 RETURNING floor, high",
+            &[&key, &legacy_marks, &now],
+        )
+        .context("cannot read the relay's watermark")?;
+    let row = match row {
+        Some(row) => row,
+        None => client
+            .query_one(
+                "INSERT INTO crm.booking_expiration_relay_state AS s
+                        (types, floor, high, legacy_marks, updated_at)
+                 SELECT $1, f, CASE WHEN $3 THEN f ELSE greatest(f, coalesce(d, f)) END, $3, $4
+                   FROM (SELECT coalesce((SELECT o.seq FROM crm.outbox o
+                                           WHERE o.published_at IS NULL AND o.failed_at IS NULL
+                                             AND o.type = ANY($2::text[])
+                                             AND NOT EXISTS (
+                                                 SELECT 1 FROM crm.booking_expiration_receipt r
+                                                  WHERE r.seq = o.seq)
+                                             AND o.seq NOT IN (
+                                                 SELECT seq FROM crm.booking_expiration_exception)
+                                           ORDER BY o.seq LIMIT 1) - 1,
+                                         (SELECT max(seq) FROM crm.outbox), 0) AS f,
+                                (SELECT max(r.seq) FROM crm.booking_expiration_receipt r) AS d) x
+                 ON CONFLICT (types) DO UPDATE SET updated_at = EXCLUDED.updated_at
+                 RETURNING s.floor, s.high",
+                &[&key, &types.as_slice(), &legacy_marks, &now],
+            )
+            .context("cannot make the relay's watermark")?,
+    };
+    Ok(Watermark {
+        floor: row.get("floor"),
+        high: row.get("high"),
+    })
+}
+
+/// What a gap check did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GapCheck {
+    pub watermark: Watermark,
+    /// Rows found below `high` with neither a receipt nor an exception (committed after
+    /// newer rows were relayed, or re-queued by the release before): now exceptions,
+    /// due at once.
+    pub late: u64,
+}
+
+/// How far a gap check looks ([`check_gap`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GapWindow {
+    /// Every own row in (floor, high]: the check at a run's start and, following,
+    /// every few seconds; late rows anywhere below `high` are found.
+    Full,
+    /// At a run's end: only (floor, candidate], and only once the candidate is reached,
+    /// so that the floor moves up to it; then the run's `high` is proposed. The rows
+    /// the run relayed are not read: the next run's first check (a [`GapWindow::Full`])
+    /// reads them once, moves the floor past them, and its purge reaches them.
+    Promote,
+}
+
+/// The gap check, in one transaction of its own (`window`: how far step 1 looks):
+/// 1. every own row in (floor, high] that is pending by `crm.outbox`'s columns and has
+///    neither a receipt nor an exception becomes an exception ('late'), due at once.
+///    The two `seq` ranges (the outbox's, the receipts') are scanned once each and
+///    joined without a loop (nested loops are off for this transaction), so the check
+///    costs the window, never a probe per row. With `legacy_marks` the rows the release
+///    before left or made pending at or below `high` (its pending index, small while
+///    the legacy marks are written) are taken as well, and its failed rows become
+///    failed exceptions ('legacy');
+/// 2. the floor moves up to its candidate once `pg_snapshot_xmin` of now has passed
+///    the `xmax` of the snapshot the candidate was proposed with: every transaction
+///    that could still hold a lower `seq` has ended, so step 1 saw its rows;
+/// 3. a floor that moved (or none proposed, or one at or below the floor) proposes
+///    `high` as the next candidate, with the snapshot of now.
+///
+/// With [`GapWindow::Promote`] (a run's end) step 1 looks at (floor, candidate] only,
+/// and only when step 2 will move the floor there: each row is read by one check after
+/// its candidate was reached, not once per run.
+///
+/// A long transaction elsewhere holds back step 2 only: the fetch reads above `high`.
+pub fn check_gap(
+    client: &mut Session,
+    types: &OutboxTypes,
+    legacy_marks: bool,
+    now: DateTime<Utc>,
+    window: GapWindow,
+) -> Result<GapCheck> {
+    let client = client.pg();
+    let key = types_key(types);
+    let mut tx = client
+        .transaction()
+        .context("cannot begin the relay's gap check")?;
+    let state = tx
+        .query_one(
+            "SELECT floor, high, candidate,
+                    coalesce(pg_snapshot_xmin(pg_current_snapshot())
+                             >= pg_snapshot_xmax(candidate_snapshot), false) AS reached
+               FROM crm.booking_expiration_relay_state WHERE types = $1",
+            &[&key],
+        )
+        .context("cannot read the relay's watermark")?;
+    let (floor, high): (i64, i64) = (state.get("floor"), state.get("high"));
+    let candidate: Option<i64> = state.get("candidate");
+    let reached: bool = state.get("reached");
+    // The top of step 1's window: none when a run's end has no floor to move.
+    let upto = match window {
+        GapWindow::Full => Some(high),
+        GapWindow::Promote => candidate.filter(|&c| reached && c > floor),
+    };
+    let late = match upto {
+        None => 0,
+        Some(upto) if legacy_marks => tx
+            .execute(
+                LEGACY_SWEEP_SQL,
+                &[
+                    &types.as_slice(),
+                    &upto,
+                    &now,
+                    &super::outbox::WAITING_FOR_TOPIC,
+                ],
+            )
+            .context("cannot take over the outbox rows pending by their columns")?,
+        Some(upto) => {
+            // The window and the receipts are joined by merge or hash, never by a loop.
+            tx.batch_execute("SET LOCAL enable_nestloop = off")?;
+            tx.execute(GAP_SQL, &[&types.as_slice(), &floor, &upto, &now])
+                .context("cannot check the relay's gap")?
+        }
+    };
+    // A candidate at or below the floor holds nothing back: a new one replaces it at
+    // once, reached or not (its snapshot is the newer, so reaching it implies the old
+    // one's).
+    let propose = reached || candidate.is_none_or(|c| c <= floor);
+    let floor = match (candidate, reached) {
+        (Some(c), true) => c.max(floor),
+        _ => floor,
+    };
+    tx.execute(
+        "UPDATE crm.booking_expiration_relay_state
+            SET floor = $2,
+                candidate = CASE WHEN $3 THEN high ELSE candidate END,
+                candidate_snapshot = CASE WHEN $3 THEN pg_current_snapshot()
+                                          ELSE candidate_snapshot END,
+                updated_at = $4
+          WHERE types = $1",
+        &[&key, &floor, &propose, &now],
+    )
+    .context("cannot move the relay's floor")?;
+    tx.commit().context("cannot commit the relay's gap check")?;
+    Ok(GapCheck {
+        watermark: Watermark { floor, high },
+        late,
+    })
+}
+
+/// Step 1 of [`check_gap`] without the legacy marks: `$1` types, `$2` floor, `$3` high.
+const GAP_SQL: &str = "\
+INSERT INTO crm.booking_expiration_exception
+       (seq, id, key, topic, type, reason, attempts, failures, since)
+SELECT o.seq, o.id, o.aggregateid, o.topic, o.type, 'late', 0, 0, $4
+  FROM crm.outbox o
+  LEFT JOIN crm.booking_expiration_receipt r ON r.seq = o.seq AND r.seq > $2 AND r.seq <= $3
+ WHERE o.seq > $2 AND o.seq <= $3 AND o.type = ANY($1::text[])
+   AND o.published_at IS NULL AND o.failed_at IS NULL AND r.seq IS NULL
+   AND o.seq NOT IN (SELECT seq FROM crm.booking_expiration_exception)
+ON CONFLICT (seq) DO NOTHING";
+
+/// Step 1 of [`check_gap`] with the legacy marks on: every own row pending by the
+/// columns at or below `$2` (`ix_outbox_pending`: the rows this relay holds as
+/// exceptions, late rows, rows of transactions open when the watermark was made) that
+/// has no receipt (a row delivered while the legacy marks were off keeps its columns
+/// pending: it is not taken again), and the release before's failed rows
+/// (`ix_outbox_failed`) that are neither delivered since nor exceptions.
+const LEGACY_SWEEP_SQL: &str = "\
+INSERT INTO crm.booking_expiration_exception AS e
+       (seq, id, key, topic, type, reason, attempts, failures, next_attempt_at, last_error,
+        failed_at, since)
+SELECT o.seq, o.id, o.aggregateid, o.topic, o.type, 'legacy', least(o.attempts, 2147483646),
+       least(o.failures, 2147483646),
+       CASE WHEN NOT coalesce(starts_with(o.last_error, $4), false) THEN o.next_attempt_at END,
+       o.last_error, o.failed_at, $3
+  FROM (SELECT * FROM crm.outbox
+         WHERE published_at IS NULL AND failed_at IS NULL AND seq <= $2
+           AND type = ANY($1::text[])
+           AND NOT EXISTS (SELECT 1 FROM crm.booking_expiration_receipt r
+                            WHERE r.seq = crm.outbox.seq)
+        UNION ALL
+        SELECT * FROM crm.outbox p
+         WHERE failed_at IS NOT NULL AND published_at IS NULL AND type = ANY($1::text[])
+           AND NOT EXISTS (SELECT 1 FROM crm.booking_expiration_receipt r WHERE r.seq = p.seq)) o
+ WHERE o.seq NOT IN (SELECT seq FROM crm.booking_expiration_exception)
+ON CONFLICT (seq) DO NOTHING";
+
+/// An exception row as the relay reads it each batch: the rows of its types still to
+/// be settled, and the failed ones above `high` (so that no fetch takes them anew).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Exception {
+    pub seq: i64,
+    pub key: String,
+    pub topic: String,
+    pub attempts: i32,
+    pub failures: i32,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    pub failed: bool,
+}
+
+/// The exceptions of `types` the fetch needs (see [`Exception`]).
+pub fn exceptions(
+    client: &mut impl Conn,
+    types: &OutboxTypes,
+    high: i64,
+) -> Result<Vec<Exception>> {
+    let client = client.pg();
+    let rows = client
+        .query(
+            "SELECT seq, key, topic, attempts, failures, next_attempt_at,
+                    failed_at IS NOT NULL AS failed
+               FROM crm.booking_expiration_exception
+              WHERE type = ANY($1::text[]) AND (failed_at IS NULL OR seq > $2)
+              ORDER BY seq",
+            &[&types.as_slice(), &high],
+        )
+        .context("cannot read the relay's exceptions")?;
+    Ok(rows
+        .iter()
+        .map(|r| Exception {
+            seq: r.get("seq"),
+            key: r.get("key"),
+            topic: r.get("topic"),
+            attempts: r.get("attempts"),
+            failures: r.get("failures"),
+            next_attempt_at: r.get("next_attempt_at"),
+            failed: r.get("failed"),
+        })
+        .collect())
+}
+
+/// An exception as the relay writes it: the row, why, and its counters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewException<'a> {
+    pub seq: i64,
+    pub id: Uuid,
+    pub key: &'a str,
+    pub topic: &'a str,
+    pub r#type: &'a str,
+    pub reason: &'static str,
+    pub attempts: i32,
+    pub failures: i32,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    pub last_error: Option<&'a str>,
+    pub failed_at: Option<DateTime<Utc>>,
+}
+
+/// Writes exceptions in one statement: a row already there takes the new state (its
+/// counters as given), a new one is added. Returns how many were written.
+pub fn put_exceptions(
+    client: &mut impl Conn,
+    rows: &[NewException],
+    now: DateTime<Utc>,
+) -> Result<u64> {
+    let client = client.pg();
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    let seqs: Vec<i64> = rows.iter().map(|r| r.seq).collect();
+    let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
+    let keys: Vec<&str> = rows.iter().map(|r| r.key).collect();
+    let topics: Vec<&str> = rows.iter().map(|r| r.topic).collect();
+    let types: Vec<&str> = rows.iter().map(|r| r.r#type).collect();
+    let reasons: Vec<&str> = rows.iter().map(|r| r.reason).collect();
+    let attempts: Vec<i32> = rows.iter().map(|r| r.attempts).collect();
+    let failures: Vec<i32> = rows.iter().map(|r| r.failures).collect();
+    let next: Vec<Option<DateTime<Utc>>> = rows.iter().map(|r| r.next_attempt_at).collect();
+    let errors: Vec<Option<&str>> = rows.iter().map(|r| r.last_error).collect();
+    let failed: Vec<Option<DateTime<Utc>>> = rows.iter().map(|r| r.failed_at).collect();
+    client
+        .execute(
+            "INSERT INTO crm.booking_expiration_exception AS e
+                    (seq, id, key, topic, type, reason, attempts, failures, next_attempt_at,
+                     last_error, failed_at, since)
+             SELECT t.*, $12::timestamptz
+               FROM unnest($1::int8[], $2::uuid[], $3::text[], $4::text[], $5::text[],
+                           $6::text[], $7::int4[], $8::int4[], $9::timestamptz[],
+                           $10::text[], $11::timestamptz[]) AS t
+             ON CONFLICT (seq) DO UPDATE
+                SET reason = EXCLUDED.reason, attempts = EXCLUDED.attempts,
+                    failures = EXCLUDED.failures, next_attempt_at = EXCLUDED.next_attempt_at,
+                    last_error = EXCLUDED.last_error, failed_at = EXCLUDED.failed_at",
+            &[
+                &seqs, &ids, &keys, &topics, &types, &reasons, &attempts, &failures, &next,
+                &errors, &failed, &now,
+            ],
+        )
+        .context("cannot record the relay's exceptions")
+}

@@ -1,0 +1,450 @@
+//! "Is the schema migrated?", answered from the catalog before any work, so a database
+//! without the schema fails with 78 and a list of what is missing instead of a
+//! mid-cycle error: the tables and columns each subcommand needs, the columns of
+//! `crm.bookings` read as never NULL, and the types the job can read them as. What the
+//! role may do is [`super::privileges`]'s; both are read in one round trip
+//! ([`super::preflight`]).
+
+use anyhow::Result;
+use postgres::{GenericClient, SimpleQueryRow};
+
+use super::privileges::Privilege;
+use crate::Conn;
+use crate::error::{ClassifyExt, Fault, fail};
+
+/// What a subcommand needs of the schema. Later migrations' tables a database at the
+/// schema before may lack (`booking_expiration_phase_failure` of 12,
+/// `booking_expiration_topic_wait` of 14) are probed where used instead: a warning.
+#[derive(Debug, Clone, Copy)]
+pub enum Need {
+    /// run-once: bookings, outbox, audit, timeline, poison.
+    Cycle,
+    /// relay-outbox: the outbox only.
+    Relay,
+    /// dry-run and backlog: bookings, poison, outbox.
+    Report,
+    /// explain: what the reports read, and the booking's audit and timeline rows.
+    Explain,
+    /// pause and resume: the pause switches and the operations trail.
+    Operate,
+    /// republish and retry-failed: the outbox and the operations trail.
+    Requeue,
+}
+
+const BOOKINGS: (&str, &[&str]) = (
+    "bookings",
+    &[
+        "id",
+        "tenant_id",
+        "deal_id",
+        "property_object_id",
+        "status",
+        "reserve_expires_at",
+        "booking_expires_at",
+        "expired_at",
+        "created_at",
+        "updated_at",
+        "version",
+    ],
+);
+const OUTBOX: (&str, &[&str]) = (
+    "outbox",
+    &[
+        "id",
+        "aggregatetype",
+        "aggregateid",
+        "type",
+        "topic",
+        "payload",
+        "headers",
+        "occurred_at",
+        "published_at",
+        "attempts",
+        "last_error",
+        "seq",
+        "failed_at",
+        "next_attempt_at",
+        "failures",
+        "delivered_partition",
+        "delivered_offset",
+    ],
+);
+const PAUSE: (&str, &[&str]) = (
+    "booking_expiration_pause",
+    &["command", "paused_at", "paused_by", "reason"],
+);
+const OPERATIONS: (&str, &[&str]) = (
+    "booking_expiration_operations",
+    &[
+        "at",
+        "actor",
+        "action",
+        "target",
+        "reason",
+        "rows",
+        "outbox_ids",
+    ],
+);
+pub(super) const AUDIT: (&str, &[&str]) = (
+    "booking_audit",
+    &[
+        "booking_id",
+        "tenant_id",
+        "from_status",
+        "to_status",
+        "version",
+        "actor",
+        "run_id",
+        "at",
+    ],
+);
+pub(super) const TIMELINE: (&str, &[&str]) = (
+    "deal_timeline",
+    &[
+        "deal_id",
+        "tenant_id",
+        "booking_id",
+        "kind",
+        "occurred_at",
+        "correlation_id",
+        "details",
+    ],
+);
+const POISON: (&str, &[&str]) = (
+    "booking_expiration_poison",
+    &[
+        "booking_id",
+        "tenant_id",
+        "phase",
+        "reason",
+        "error",
+        "sqlstate",
+        "attempts",
+        "first_seen_at",
+        "last_seen_at",
+        "retry_at",
+        "last_run_id",
+        "booking_version",
+        "booking_status",
+    ],
+);
+
+/// The columns of a booking the claim and the reports read.
+pub(super) const BOOKING_READ: &[&str] = &[
+    "id",
+    "tenant_id",
+    "deal_id",
+    "property_object_id",
+    "status",
+    "reserve_expires_at",
+    "booking_expires_at",
+    "expired_at",
+    "version",
+];
+
+impl Need {
+    pub(super) fn tables(self) -> &'static [(&'static str, &'static [&'static str])] {
+        match self {
+            Need::Cycle => &[BOOKINGS, OUTBOX, AUDIT, TIMELINE, POISON, PAUSE],
+            Need::Relay => &[OUTBOX, PAUSE],
+            Need::Report => &[BOOKINGS, POISON, OUTBOX],
+            Need::Explain => &[BOOKINGS, POISON, OUTBOX, AUDIT, TIMELINE],
+            Need::Operate => &[PAUSE, OPERATIONS],
+            Need::Requeue => &[OUTBOX, OPERATIONS],
+        }
+    }
+
+    pub(super) fn privileges(self) -> &'static [Privilege] {
+        match self {
+            Need::Cycle => super::privileges::CYCLE,
+            Need::Relay => super::privileges::RELAY,
+            Need::Report => super::privileges::REPORT,
+            Need::Explain => super::privileges::EXPLAIN,
+            Need::Operate => super::privileges::OPERATE,
+            Need::Requeue => super::privileges::REQUEUE,
+        }
+    }
+
+    /// Who needs it, and the group role of `sql/007_roles.sql` that grants it.
+    pub(super) fn who(self) -> (&'static str, &'static str) {
+        match self {
+            Need::Cycle => ("run-once", "crm_booking_expiration_worker"),
+            Need::Relay => ("relay-outbox", "crm_outbox_relay"),
+            Need::Report => ("dry-run and backlog", "crm_booking_expiration_readonly"),
+            Need::Explain => ("explain", "crm_booking_expiration_readonly"),
+            Need::Operate => ("pause and resume", "crm_booking_expiration_operator"),
+            Need::Requeue => (
+                "republish and retry-failed",
+                "crm_booking_expiration_operator",
+            ),
+        }
+    }
+
+    /// The migration that grants the group role what this subcommand needs.
+    pub(super) fn grants(self) -> &'static str {
+        match self {
+            Need::Cycle | Need::Relay | Need::Report => "sql/007_roles.sql",
+            Need::Explain | Need::Operate | Need::Requeue => "sql/009_operations.sql",
+        }
+    }
+
+    /// Whether the subcommand reads `crm.bookings` (and so needs its columns' nullability
+    /// and types checked).
+    fn reads_bookings(self) -> bool {
+        !matches!(self, Need::Relay | Need::Operate | Need::Requeue)
+    }
+}
+
+/// A text literal of SQL (the tables' and columns' names are the job's own constants).
+pub(super) fn literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+/// A `text[]` literal of SQL.
+pub(super) fn text_array<'a>(items: impl IntoIterator<Item = &'a str>) -> String {
+    let items: Vec<String> = items.into_iter().map(literal).collect();
+    format!("ARRAY[{}]::text[]", items.join(", "))
+}
+
+/// The statements of the schema check for `need`, for one simple-query batch: the
+/// missing tables and columns, then (when it reads bookings) the nullable columns, then
+/// the columns' types. Reads `pg_catalog`, which (unlike `information_schema`) lists
+/// columns whatever the role's privileges are.
+pub(super) fn statements(need: Need) -> Vec<String> {
+    let (mut tables, mut columns) = (Vec::new(), Vec::new());
+    for (table, cols) in need.tables() {
+        for col in *cols {
+            tables.push(*table);
+            columns.push(*col);
+        }
+    }
+    let mut out = vec![format!(
+        "SELECT w.tbl, w.col, (c.oid IS NOT NULL)::text AS table_exists
+           FROM unnest({}, {}) WITH ORDINALITY AS w(tbl, col, n)
+           LEFT JOIN pg_catalog.pg_namespace s ON s.nspname = 'crm'
+           LEFT JOIN pg_catalog.pg_class c
+                  ON c.relnamespace = s.oid AND c.relname = w.tbl AND c.relkind IN ('r', 'p')
+           LEFT JOIN pg_catalog.pg_attribute a
+                  ON a.attrelid = c.oid AND a.attname = w.col AND a.attnum > 0 AND NOT a.attisdropped
+          WHERE a.attname IS NULL
+          ORDER BY w.n",
+        text_array(tables),
+        text_array(columns),
+    )];
+    if need.reads_bookings() {
+        out.push(format!(
+            "SELECT a.attname::text AS column_name FROM pg_catalog.pg_attribute a
+               JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
+               JOIN pg_catalog.pg_namespace s ON s.oid = c.relnamespace
+              WHERE s.nspname = 'crm' AND c.relname = 'bookings'
+                AND a.attname::text = ANY({}) AND NOT a.attnotnull
+              ORDER BY a.attnum",
+            text_array(BOOKINGS_NOT_NULL.iter().copied()),
+        ));
+        out.push(
+            "SELECT a.attname::text AS column_name,
+                    CASE WHEN t.typtype = 'e' THEN 'enum' ELSE t.typname::text END AS kind,
+                    format_type(a.atttypid, a.atttypmod) AS declared
+               FROM pg_catalog.pg_attribute a
+               JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
+               JOIN pg_catalog.pg_namespace s ON s.oid = c.relnamespace
+               JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+              WHERE s.nspname = 'crm' AND c.relname = 'bookings'
+                AND a.attnum > 0 AND NOT a.attisdropped
+              ORDER BY a.attnum"
+                .to_owned(),
+        );
+    }
+    out
+}
+
+/// Judges the answers to [`statements`] (one row set each, in order): fails with
+/// "schema not migrated: …" naming every missing table and column, then with "schema
+/// not as expected: …" for nullable columns, then for wrong types.
+pub(super) fn judge(need: Need, answers: &[Vec<SimpleQueryRow>]) -> Result<()> {
+    let mut answers = answers.iter();
+    judge_tables(answers.next().map_or(&[], Vec::as_slice))?;
+    if need.reads_bookings() {
+        judge_not_null(answers.next().map_or(&[], Vec::as_slice))?;
+        judge_types(answers.next().map_or(&[], Vec::as_slice))?;
+    }
+    Ok(())
+}
+
+fn judge_tables(rows: &[SimpleQueryRow]) -> Result<()> {
+    let mut missing: Vec<String> = Vec::new();
+    for row in rows {
+        let (table, column) = (row.get("tbl").unwrap_or(""), row.get("col").unwrap_or(""));
+        let what = if row.get("table_exists") == Some("true") {
+            format!("column crm.{table}.{column}")
+        } else {
+            format!("table crm.{table}")
+        };
+        if !missing.contains(&what) {
+            missing.push(what);
+        }
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(fail(
+            Fault::Config,
+            format!(
+                "schema not migrated: missing {} (run `booking-expire migrate`)",
+                missing.join(", ")
+            ),
+        ))
+    }
+}
+
+/// The columns of `crm.bookings` the job reads as never NULL: a schema that allows NULL
+/// there would make a row unreadable mid-cycle, so it is refused up front.
+const BOOKINGS_NOT_NULL: &[&str] = &[
+    "id",
+    "tenant_id",
+    "deal_id",
+    "property_object_id",
+    "status",
+    "version",
+];
+
+fn judge_not_null(rows: &[SimpleQueryRow]) -> Result<()> {
+    let nullable: Vec<String> = rows
+        .iter()
+        .map(|r| format!("crm.bookings.{}", r.get("column_name").unwrap_or("")))
+        .collect();
+    if nullable.is_empty() {
+        return Ok(());
+    }
+    Err(fail(
+        Fault::Config,
+        format!(
+            "schema not as expected: {} may hold NULL; the job needs NOT NULL there",
+            nullable.join(", ")
+        ),
+    ))
+}
+
+/// The types the job can read each column of `crm.bookings` as, by the catalog's type
+/// name (`pg_type.typname`); `enum` stands for any enum type.
+const BOOKING_TYPES: &[(&str, &[&str], &str)] = &[
+    ("id", &["uuid"], "uuid"),
+    ("tenant_id", &["uuid"], "uuid"),
+    ("deal_id", &["uuid"], "uuid"),
+    ("property_object_id", &["uuid"], "uuid"),
+    (
+        "status",
+        &["text", "varchar", "bpchar", "enum"],
+        "text, varchar or an enum",
+    ),
+    (
+        "reserve_expires_at",
+        &["timestamptz"],
+        "timestamptz (timestamp with time zone)",
+    ),
+    (
+        "booking_expires_at",
+        &["timestamptz"],
+        "timestamptz (timestamp with time zone)",
+    ),
+    (
+        "expired_at",
+        &["timestamptz"],
+        "timestamptz (timestamp with time zone)",
+    ),
+    (
+        "updated_at",
+        &["timestamptz", "timestamp"],
+        "timestamptz or timestamp",
+    ),
+    (
+        "version",
+        &["int2", "int4", "int8"],
+        "smallint, integer or bigint",
+    ),
+];
+
+/// Refuses a `crm.bookings` whose columns have types the job cannot read or write,
+/// naming each column, its type and what is expected: a CRM with another column type
+/// fails here with 78 instead of mid-cycle.
+fn judge_types(rows: &[SimpleQueryRow]) -> Result<()> {
+    let mut wrong = Vec::new();
+    for row in rows {
+        let column = row.get("column_name").unwrap_or("");
+        let kind = row.get("kind").unwrap_or("");
+        let declared = row.get("declared").unwrap_or("");
+        if let Some((_, allowed, expected)) = BOOKING_TYPES.iter().find(|(c, _, _)| *c == column)
+            && !allowed.contains(&kind)
+        {
+            wrong.push(format!(
+                "crm.bookings.{column} is {declared}, expected {expected}"
+            ));
+        }
+    }
+    if wrong.is_empty() {
+        return Ok(());
+    }
+    Err(fail(
+        Fault::Config,
+        format!(
+            "schema not as expected: {} (the job cannot read or write these types)",
+            wrong.join("; ")
+        ),
+    ))
+}
+
+/// The declared type of `crm.bookings.status`, as SQL can name it (quoted and
+/// schema-qualified where needed): the cycle casts the new status to it.
+pub fn status_type(client: &mut impl Conn) -> Result<String> {
+    let client = client.pg();
+    let row = client
+        .query_one(
+            "SELECT format_type(a.atttypid, NULL) AS declared
+               FROM pg_catalog.pg_attribute a
+              WHERE a.attrelid = 'crm.bookings'::regclass AND a.attname = 'status'
+                AND NOT a.attisdropped",
+            &[],
+        )
+        .classify(
+            Fault::Temporary,
+            "cannot read the type of crm.bookings.status",
+        )?;
+    Ok(row.get("declared"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_privilege_names_a_table_the_subcommand_checks() {
+        for need in [
+            Need::Cycle,
+            Need::Relay,
+            Need::Report,
+            Need::Explain,
+            Need::Operate,
+            Need::Requeue,
+        ] {
+            for p in need.privileges() {
+                let (_, cols) = need
+                    .tables()
+                    .iter()
+                    .find(|(t, _)| *t == p.table)
+                    .unwrap_or_else(|| panic!("{need:?}: {} is not checked", p.table));
+                for c in p.columns {
+                    assert!(
+                        cols.contains(c),
+                        "{need:?}: crm.{}.{c} is not checked",
+                        p.table
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn names_are_quoted_as_sql_literals() {
+        assert_eq!(text_array(["a", "it's"]), "ARRAY['a', 'it''s']::text[]");
+    }
+}
