@@ -1,7 +1,8 @@
 //! The imports of one file: its paths into other rooms (`crate::x`, `use crate::{…}`,
 //! the binary's `booking_expire::x`, a member crate's `booking_expire_x::`, a `super::`
-//! that leaves the room), into the external crates the rules name, and its string
-//! literals of SQL.
+//! that leaves the room), into the external crates the rules name, into a room's
+//! `driver` module (`ROOM::driver`, a member crate's re-exported drivers), and its
+//! string literals of SQL.
 
 use std::collections::BTreeSet;
 
@@ -116,6 +117,21 @@ pub(super) fn uses_of(
             });
         }
     };
+    // Whether the `::` at `tokens[i]` opens a room's `driver` module (`…::driver`, or
+    // `…::{driver, …}`): the drivers a member crate re-exports for the tests.
+    let driver_at = |i: usize| {
+        is(i, &Token::Path)
+            && (ident(i + 1) == Some("driver")
+                || is(i + 1, &Token::Punct('{'))
+                    && group_heads(&tokens, i + 1)
+                        .iter()
+                        .any(|(_, head)| head == "driver"))
+    };
+    let driver_use = |line: usize, room: &str, text: String| Use {
+        line,
+        target: format!("{room}::driver"),
+        text: format!("{text}::driver"),
+    };
     for i in 0..tokens.len() {
         let (line, token) = &tokens[i];
         let after_path = i > 0 && is(i - 1, &Token::Path);
@@ -154,6 +170,9 @@ pub(super) fn uses_of(
                 if root {
                     if let Some(next) = ident(i + 2) {
                         reach(&mut uses, *line, next, format!("{name}::{next}"));
+                        if next != room && rooms.contains(next) && driver_at(i + 3) {
+                            uses.push(driver_use(*line, next, format!("{name}::{next}")));
+                        }
                     } else if is(i + 2, &Token::Punct('{')) {
                         for (l, head) in group_heads(&tokens, i + 2) {
                             reach(&mut uses, l, &head, format!("{name}::{{{head}, …}}"));
@@ -183,6 +202,9 @@ pub(super) fn uses_of(
                             target: member.to_owned(),
                             text: format!("{name}::"),
                         });
+                        if driver_at(i + 1) {
+                            uses.push(driver_use(*line, member, name.clone()));
+                        }
                     }
                 } else if crates.contains(name) {
                     uses.push(Use {

@@ -1,7 +1,9 @@
 //! The crates' boundaries as the manifests draw them, read from `cargo metadata`: the
 //! one crate that may list `rdkafka`, the one that may list `postgres`, and the pure
 //! crates that list no I/O crate at all. The compiler then refuses every import across
-//! them; this test refuses the manifest line that would open one.
+//! them; this test refuses the manifest line that would open one, of any kind: the
+//! integration tests reach the drivers through the owners' `driver` feature (their
+//! re-exports), so a dev-dependency on a driver has no exception either.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -12,18 +14,6 @@ use serde_json::Value;
 const OWNERS: &[(&str, &str)] = &[
     ("rdkafka", "booking-expire-kafka"),
     ("postgres", "booking-expire-store"),
-];
-
-/// The listings allowed besides the owners', each with its reason: (package, crate,
-/// the dependency's kind as cargo metadata names it: "normal", "dev", "build").
-const ALSO_ALLOWED: &[(&str, &str, &str)] = &[
-    // The integration tests' own client (tests/it/common/kafka.rs: topics, a consumer),
-    // apart from the code under test; a dev-dependency reaches no build of the binary.
-    ("booking-expire", "rdkafka", "dev"),
-    // The integration harness's own PostgreSQL client (tests/it/common: the fixtures,
-    // the TLS connector), apart from the code under test in crates/store; likewise a
-    // dev-dependency, which reaches no build of the binary.
-    ("booking-expire", "postgres", "dev"),
 ];
 
 /// The pure crates: they do no I/O, so they list no crate that does (or logs).
@@ -59,7 +49,6 @@ fn violations(metadata: &Value) -> Vec<String> {
             let kind = dependency["kind"].as_str().unwrap_or("normal");
             if let Some((_, owner)) = OWNERS.iter().find(|(c, _)| *c == krate)
                 && name != *owner
-                && !ALSO_ALLOWED.contains(&(name, krate, kind))
             {
                 found.push(format!(
                     "{name} lists {krate} ({kind}): only {owner} may (crates/*/Cargo.toml, \
@@ -142,7 +131,11 @@ fn a_crate_listed_outside_its_owner_or_io_in_a_pure_crate_is_named() {
         [
             "booking-expire lists rdkafka (normal): only booking-expire-kafka may \
              (crates/*/Cargo.toml, docs/architecture.md's \"The crates\")",
+            "booking-expire lists rdkafka (dev): only booking-expire-kafka may \
+             (crates/*/Cargo.toml, docs/architecture.md's \"The crates\")",
             "booking-expire lists postgres (normal): only booking-expire-store may \
+             (crates/*/Cargo.toml, docs/architecture.md's \"The crates\")",
+            "booking-expire lists postgres (dev): only booking-expire-store may \
              (crates/*/Cargo.toml, docs/architecture.md's \"The crates\")",
             "booking-expire-kafka lists postgres (dev): only booking-expire-store may \
              (crates/*/Cargo.toml, docs/architecture.md's \"The crates\")",

@@ -13,7 +13,9 @@
 //! too). A member crate's own `crate::` and `super::` paths stay in its room (what it
 //! may import at all is its manifest's to say, and the compiler's to hold), and its
 //! `booking_expire_x::` paths (or `use booking_expire_x as …`) are imports of the
-//! member crate `x`'s room, as the application's are. Comments and string literals are left
+//! member crate `x`'s room, as the application's are. A path on into the room's `driver`
+//! module (`crate::store::driver`, `booking_expire_kafka::{driver, …}`) is an import of
+//! `ROOM::driver` as well, a name the rules can forbid. Comments and string literals are left
 //! out; a string literal that opens with an SQL statement is what `holds SQL` means.
 //!
 //! A rule is one line: `SUBJECT never imports OBJECT`, `SUBJECT never holds SQL`, or

@@ -59,9 +59,16 @@ fn the_code_keeps_the_rules_of_the_architecture_page() {
     let (never, pending) = page_rules();
     assert!(never.iter().any(|r| r.kind == Kind::NoCycles), "{never:?}");
     let sources = crate::source::files();
-    // Every name is a room or a dependency: a misspelt one would forbid nothing.
+    // Every name is a room, a dependency or a member crate's `driver` feature (its
+    // `ROOM::driver` module): a misspelt one would forbid nothing.
     let rooms = rooms_of(&sources);
     let manifest_text = fs::read_to_string(manifest().join("Cargo.toml")).unwrap();
+    let has_driver = |name: &str| {
+        name.strip_suffix("::driver").is_some_and(|room| {
+            let member = manifest().join("crates").join(room).join("Cargo.toml");
+            fs::read_to_string(member).is_ok_and(|t| t.contains("\n[features]\ndriver = "))
+        })
+    };
     for rule in never.iter().chain(&pending) {
         let names = match &rule.kind {
             Kind::Never { subject, object } => vec![subject, object],
@@ -72,7 +79,9 @@ fn the_code_keeps_the_rules_of_the_architecture_page() {
             let (Names::Only(listed) | Names::AllBut(listed)) = set;
             for name in listed {
                 assert!(
-                    rooms.contains(name) || manifest_text.contains(&format!("\n{name} = ")),
+                    rooms.contains(name)
+                        || manifest_text.contains(&format!("\n{name} = "))
+                        || has_driver(name),
                     "{PAGE}: \"{}\" names {name}, neither a room nor a dependency",
                     rule.text
                 );
@@ -245,6 +254,36 @@ fn a_member_crate_is_a_room_whose_own_paths_stay_in_it_but_whose_sql_and_crates_
             "domain → store → domain breaks \"no import cycles\": domain → store at \
              crates/domain/src/lib.rs:1: `booking_expire_store::`; store → domain at \
              crates/store/src/lib.rs:1: `booking_expire_domain::`",
+        ]
+    );
+}
+
+#[test]
+fn a_use_of_a_member_crates_driver_module_is_an_import_of_it() {
+    let sources = files(&[
+        (
+            "relay/mod.rs",
+            "use crate::store::driver::postgres::Client;\n\
+             use booking_expire_kafka::{driver, Stop};\n\
+             use crate::store::Db;\n",
+        ),
+        (
+            "main.rs",
+            "fn f() { booking_expire::store::driver::native_tls::TlsConnector::new(); }\n",
+        ),
+        ("store/mod.rs", ""),
+        ("crates/kafka/src/lib.rs", ""),
+    ]);
+    let never = rules(&["anything never imports store::driver kafka::driver"]);
+    assert_eq!(
+        violations(&sources, &never, &[]),
+        [
+            "src/main.rs:1: `booking_expire::store::driver` (main → store::driver) breaks \
+             \"anything never imports store::driver kafka::driver\"",
+            "src/relay/mod.rs:1: `crate::store::driver` (relay → store::driver) breaks \
+             \"anything never imports store::driver kafka::driver\"",
+            "src/relay/mod.rs:2: `booking_expire_kafka::driver` (relay → kafka::driver) \
+             breaks \"anything never imports store::driver kafka::driver\"",
         ]
     );
 }

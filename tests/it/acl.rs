@@ -5,6 +5,7 @@
 //! read; a reader cannot write, and a consumer cannot use another team's group.
 
 use crate::common;
+use crate::rdkafka;
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -3,6 +3,7 @@
 //! a read-only role.
 
 use crate::common;
+use crate::postgres;
 
 use std::collections::BTreeMap;
 

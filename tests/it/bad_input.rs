@@ -5,6 +5,7 @@
 //! version at its limit, handled as the docs describe, never a crash.
 
 use crate::common;
+use crate::postgres;
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;

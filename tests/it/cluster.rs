@@ -5,6 +5,7 @@
 //! events), copies are only of the same `ce_id`, and no row is failed or counted.
 
 use crate::common;
+use crate::postgres;
 
 use std::collections::HashMap;
 use std::time::Duration;

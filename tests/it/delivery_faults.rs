@@ -3,6 +3,7 @@
 //! a real Apache Kafka broker.
 
 use crate::common;
+use crate::postgres;
 
 use std::time::Duration;
 

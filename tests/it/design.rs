@@ -3,6 +3,7 @@
 //! a batch costs a fixed number of statements whatever its size.
 
 use crate::common;
+use crate::postgres;
 
 use booking_expire::domain::Phase;
 use booking_expire::store::{

@@ -3,6 +3,7 @@
 //! the same selection and decision as run-once, and never writes or waits on a lock.
 
 use crate::common;
+use crate::postgres;
 
 use std::collections::{BTreeMap, BTreeSet};
 

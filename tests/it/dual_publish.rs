@@ -11,6 +11,7 @@
 //! watermarks say at once what was, and was not, sent.
 
 use crate::common;
+use crate::postgres;
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;

@@ -1,6 +1,7 @@
 //! Exit codes, bad input, secrets, timeouts and signals of `run-once`.
 
 use crate::common;
+use crate::postgres;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -6,6 +6,7 @@
 //! needed a manual step.
 
 use crate::common;
+use crate::postgres;
 
 use std::collections::HashSet;
 use std::process::Command;

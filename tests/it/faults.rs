@@ -4,6 +4,7 @@
 //! killed mid-relay are in `exit_codes.rs` and `relay.rs`.)
 
 use crate::common;
+use crate::postgres;
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};

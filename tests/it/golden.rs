@@ -8,6 +8,7 @@
 //! the relay sent (review the diff before committing it).
 
 use crate::common;
+use crate::postgres;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

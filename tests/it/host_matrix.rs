@@ -11,6 +11,7 @@
 //! so that settings on the role touch only this case.
 
 use crate::common;
+use crate::postgres;
 
 use std::collections::HashMap;
 use std::sync::Arc;

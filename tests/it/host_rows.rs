@@ -5,6 +5,7 @@
 //! booking is quarantined with a reason naming it.
 
 use crate::common;
+use crate::postgres;
 
 use common::*;
 use serde_json::Value;

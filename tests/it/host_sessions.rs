@@ -4,6 +4,7 @@
 //! connection; output to a closed pipe never aborts.
 
 use crate::common;
+use crate::postgres;
 
 use std::time::Duration;
 

@@ -6,6 +6,7 @@
 //! and what a role without it is shown instead.
 
 use crate::common;
+use crate::postgres;
 
 use std::time::Duration;
 

@@ -5,6 +5,7 @@
 //! bookings table uses other column types.
 
 use crate::common;
+use crate::postgres;
 
 use std::time::Duration;
 

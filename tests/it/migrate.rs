@@ -9,6 +9,7 @@
 //! old way stays the old way whatever sql/ becomes.
 
 use crate::common;
+use crate::postgres;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

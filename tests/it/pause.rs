@@ -3,6 +3,7 @@
 //! run work; every switch is in the operations trail.
 
 use crate::common;
+use crate::postgres;
 
 use common::kafka::{consume, create_topic, shared_brokers, unique_topic};
 use common::*;

@@ -1,6 +1,7 @@
 //! Poison isolation, parallel instances and races with managers, on a real PostgreSQL.
 
 use crate::common;
+use crate::postgres;
 
 use std::collections::HashSet;
 

@@ -3,6 +3,7 @@
 //! through session pooling they run as usual.
 
 use crate::common;
+use crate::postgres;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

@@ -4,6 +4,7 @@
 //! Regenerate the generated files with `UPDATE_REFERENCE=1 cargo test --test it reference::`.
 
 use crate::common;
+use crate::postgres;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;

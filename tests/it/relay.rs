@@ -1,6 +1,7 @@
 //! `relay-outbox` against a real Apache Kafka 4.x broker, read back by a real consumer.
 
 use crate::common;
+use crate::postgres;
 
 use std::time::{Duration, Instant};
 

@@ -6,6 +6,7 @@
 //! holds across the wait. Against a real Apache Kafka broker.
 
 use crate::common;
+use crate::postgres;
 
 use std::collections::HashSet;
 

@@ -5,6 +5,7 @@
 //! the mark. Against a real Apache Kafka broker.
 
 use crate::common;
+use crate::postgres;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};

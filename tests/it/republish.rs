@@ -3,6 +3,7 @@
 //! operations trail says who, when, why and how many.
 
 use crate::common;
+use crate::postgres;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -4,6 +4,7 @@
 //! up front with exit 78 naming the missing privileges.
 
 use crate::common;
+use crate::postgres;
 
 use std::sync::{Arc, Barrier};
 use std::time::Duration;

@@ -9,6 +9,7 @@
 //! run whose outbox types the policies hide from it.
 
 use crate::common;
+use crate::postgres;
 
 use std::io::Write;
 use std::path::PathBuf;

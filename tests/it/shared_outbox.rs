@@ -7,6 +7,7 @@
 //! the whole outbox names every type it publishes.
 
 use crate::common;
+use crate::postgres;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -5,6 +5,7 @@
 //! on the primary key's index, never a scan of the table.
 
 use crate::common;
+use crate::postgres;
 
 use common::*;
 use uuid::Uuid;

@@ -7,6 +7,7 @@
 //! `exit_codes.rs`; SIGTERM while the relay follows is in `relay.rs`.)
 
 use crate::common;
+use crate::postgres;
 
 use std::collections::HashSet;
 use std::io::Read;

@@ -18,6 +18,7 @@
 //! on purpose (see [`Sabotage`]), to show the checks catch it.
 
 use crate::common;
+use crate::postgres;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io::Write;

@@ -7,6 +7,7 @@
 //! length; the counts are printed (`cargo test --test it soak:: -- --nocapture`).
 
 use crate::common;
+use crate::postgres;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};

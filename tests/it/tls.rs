@@ -4,6 +4,7 @@
 //! password never shows.
 
 use crate::common;
+use crate::postgres;
 
 use std::time::Duration;
 

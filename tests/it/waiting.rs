@@ -5,6 +5,7 @@
 //! run once it exists, or within a second or so under `--follow`.
 
 use crate::common;
+use crate::postgres;
 
 use common::kafka::*;
 use common::*;

@@ -5,6 +5,7 @@
 //! the exceptions with the same `ce_id`. Against a real Apache Kafka broker.
 
 use crate::common;
+use crate::postgres;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -4,6 +4,18 @@
 //! nothing of the outbox, the database or the exit codes: its settings are its own
 //! ([`KafkaConfig`]), its errors say what they mean for the run ([`Error`], [`Kind`]),
 //! and a signal reaches its waits through a [`Stop`] the caller hands it.
+//!
+//! With the `driver` feature, `driver` re-exports rdkafka: the integration tests' own
+//! consumer and topic admin, never the program's. Only the application's
+//! `[dev-dependencies]` enable it, so no build of the binary sees it, and the
+//! architecture rules refuse a use of it in the program's code.
+
+/// The Kafka client crate, for the integration tests' own consumer and topic admin
+/// only (the `driver` feature; the crate's doc says why).
+#[cfg(feature = "driver")]
+pub mod driver {
+    pub use rdkafka;
+}
 
 mod error;
 mod fault;

@@ -3,8 +3,22 @@
 //! transactions' chain,
 //! the set-based batch write and poison tracking, the outbox relay's queue, and the
 //! reports' reads (the backlog figures are read here once, for `backlog` and the push).
+//!
+//! With the `driver` feature, `driver` re-exports the driver crates: the integration
+//! tests' own client (their fixtures, their TLS connector), never the program's. Only
+//! the application's `[dev-dependencies]` enable it, so no build of the binary sees it,
+//! and the architecture rules refuse a use of it in the program's code.
 
 use booking_expire_domain as domain;
+
+/// The driver crates, for the integration tests' own client only (the `driver`
+/// feature; the crate's doc says why).
+#[cfg(feature = "driver")]
+pub mod driver {
+    pub use native_tls;
+    pub use postgres;
+    pub use postgres_native_tls;
+}
 
 mod clock;
 mod connect;

@@ -4,6 +4,7 @@
 //! itself, a read-only operator role. What it makes on the suite's server is on the
 //! harness's record (`leftovers`), so a killed run's leftovers are swept by the next.
 
+use crate::postgres;
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};

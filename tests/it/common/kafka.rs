@@ -2,6 +2,7 @@
 //! brokers of a test's own (to stop, kill and restart), topics, a real consumer, and
 //! Java's murmur2 partitioner to check where keys land.
 
+use crate::rdkafka;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;

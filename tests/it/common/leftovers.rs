@@ -19,6 +19,7 @@
 //! never made there, e.g. one of a broker of a test's own, is simply forgotten). So a
 //! run's topics go at the next run's start, a killed run's included.
 
+use crate::postgres;
 use std::sync::{Mutex, OnceLock};
 
 use postgres::error::SqlState;

@@ -1,6 +1,7 @@
 //! Locks and gates: holding one statement of the job on an advisory lock, and what the
 //! job's sessions wait for, hold and leave behind.
 
+use crate::postgres;
 use std::time::Duration;
 
 use postgres::{Client, NoTls};

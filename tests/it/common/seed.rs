@@ -1,6 +1,7 @@
 //! Seeding bookings, quarantine entries and outbox rows, and reading back what the job
 //! wrote (bookings as stored, digests, the invariants of the expiry write).
 
+use crate::postgres;
 use chrono::{DateTime, Utc};
 use postgres::Client;
 use uuid::Uuid;

@@ -1,6 +1,7 @@
 //! Servers of a test's own: a PostgreSQL to restart, stop or configure at the server
 //! level (pg_stat_statements preloaded), and a listener that never answers.
 
+use crate::postgres;
 use std::ffi::OsStr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};

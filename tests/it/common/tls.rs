@@ -2,6 +2,7 @@
 //! server of the test's own that accepts TCP clients only over TLS, and a Kafka broker
 //! of its own with SSL and SASL_SSL (SCRAM-SHA-512) listeners besides PLAINTEXT.
 
+use crate::{native_tls, postgres, postgres_native_tls};
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
