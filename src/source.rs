@@ -5,7 +5,15 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// The workspace's root: cargo's `CARGO_MANIFEST_DIR` when it runs the tests (the
+/// checkout they run in), else the one they were built in. A test binary that cargo
+/// finds fresh in a target directory shared by two checkouts keeps the first's path.
+pub fn root() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), Into::into)
+}
 
 /// Where the member crates live, each in a folder of its own with its `src/`.
 pub const CRATES: &str = "crates";
@@ -13,12 +21,12 @@ pub const CRATES: &str = "crates";
 /// The files of `src/` and `crates/*/src/`, by their path relative to the workspace's
 /// root (`src/obs/log.rs`, `crates/kafka/src/producer.rs`).
 pub fn files() -> BTreeMap<String, String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = root();
     let mut files = BTreeMap::new();
-    read_sources(root, &root.join("src"), &mut files);
+    read_sources(&root, &root.join("src"), &mut files);
     for member in member_crates() {
         read_sources(
-            root,
+            &root,
             &root.join(CRATES).join(member).join("src"),
             &mut files,
         );
@@ -28,7 +36,7 @@ pub fn files() -> BTreeMap<String, String> {
 
 /// The folder names of the member crates under `crates/` (`kafka`), sorted.
 pub fn member_crates() -> Vec<String> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(CRATES);
+    let dir = root().join(CRATES);
     let mut names: Vec<String> = match fs::read_dir(&dir) {
         Ok(entries) => entries
             .map(|e| e.unwrap().path())

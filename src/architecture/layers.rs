@@ -75,7 +75,7 @@ fn only_the_kafka_crate_lists_rdkafka_only_the_store_postgres_and_the_pure_crate
             "1",
             "--offline",
         ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(crate::source::root())
         .output()
         .expect("cargo metadata runs");
     assert!(

@@ -78,9 +78,7 @@ mod tests {
 
     #[test]
     fn the_module_map_names_every_file_of_src_and_no_other() {
-        let page =
-            std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(PAGE))
-                .unwrap();
+        let page = std::fs::read_to_string(crate::source::root().join(PAGE)).unwrap();
         let mapped = files_in_map(&page).unwrap();
         let files: BTreeSet<String> = crate::source::files().into_keys().collect();
         let missing: Vec<&String> = files.difference(&mapped).collect();

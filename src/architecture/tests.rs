@@ -2,12 +2,12 @@
 //! size limit, and each kind of import and rule on small sources of their own.
 
 use std::fs;
-use std::path::Path;
+use std::path::PathBuf;
 
 use super::*;
 
-fn manifest() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+fn manifest() -> PathBuf {
+    crate::source::root()
 }
 
 fn page_rules() -> (Vec<Rule>, Vec<Rule>) {

@@ -137,7 +137,7 @@ fn a_key_out_of_the_vocabulary_fails_naming_its_place() {
 
 #[test]
 fn the_reference_lists_the_vocabulary() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = crate::source::root();
     let page = std::fs::read_to_string(root.join(PAGE)).unwrap();
     let start = page
         .find(TABLE_HEADER)
