@@ -60,6 +60,17 @@ fn rows(c: &mut postgres::Client) -> BTreeMap<i64, (String, String)> {
     .collect()
 }
 
+/// `n` rows of the job's own type for `topic`, in one statement.
+fn insert_own(c: &mut postgres::Client, topic: &str, n: i64) {
+    c.execute(
+        "INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload)
+         SELECT gen_random_uuid(), 'Booking', gen_random_uuid()::text, $1, $2, '{}'
+           FROM generate_series(1, $3::int8)",
+        &[&OWN_TYPE, &topic, &n],
+    )
+    .unwrap();
+}
+
 /// How many receipts and exceptions the relay's own state holds.
 fn own_state(c: &mut postgres::Client) -> (i64, i64) {
     (
@@ -333,13 +344,7 @@ fn without_legacy_marks_a_relay_and_its_purge_cost_under_a_tenth_of_an_index_sca
     let db = TestDb::new();
     let mut c = db.client();
     assert_eq!(relay(&db, &brokers, &[])["Published"], 0);
-    c.execute(
-        "INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload)
-         SELECT gen_random_uuid(), 'Booking', gen_random_uuid()::text, $1, $2, '{}'
-           FROM generate_series(1, $3::int8)",
-        &[&OWN_TYPE, &topic, &ROWS],
-    )
-    .unwrap();
+    insert_own(&mut c, &topic, ROWS);
     let (scans, updates) = footprint(&db, &mut c);
     assert_eq!(relay(&db, &brokers, &[])["Published"], ROWS);
     // The next run moves the floor past them (their transactions long ended).
@@ -467,22 +472,10 @@ fn without_legacy_marks_the_run_after_the_relaying_one_purges_all_it_relayed_lea
     create_topic(&brokers, &topic, 6, &[]);
     let db = TestDb::new();
     let mut c = db.client();
-    c.execute(
-        "INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload)
-         SELECT gen_random_uuid(), 'Booking', gen_random_uuid()::text, $1, $2, '{}'
-           FROM generate_series(1, $3::int8)",
-        &[&OWN_TYPE, &topic, &ROWS],
-    )
-    .unwrap();
+    insert_own(&mut c, &topic, ROWS);
     // Another producer's row in the middle of the range the purge deletes.
     let theirs = insert(&mut c, &topic, "crm.deal-won");
-    c.execute(
-        "INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload)
-         SELECT gen_random_uuid(), 'Booking', gen_random_uuid()::text, $1, $2, '{}'
-           FROM generate_series(1, $3::int8)",
-        &[&OWN_TYPE, &topic, &ROWS],
-    )
-    .unwrap();
+    insert_own(&mut c, &topic, ROWS);
     let before = rows(&mut c);
     assert_eq!(relay(&db, &brokers, &[])["Published"], 2 * ROWS);
     // The run's end proposed its high: the floor is still where the run found it.
@@ -522,13 +515,7 @@ fn a_first_start_on_a_backlog_reads_no_row_of_the_outbox_by_a_sequential_scan() 
     create_topic(&brokers, &topic, 6, &[]);
     let db = TestDb::new();
     let mut c = db.client();
-    c.execute(
-        "INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload)
-         SELECT gen_random_uuid(), 'Booking', gen_random_uuid()::text, $1, $2, '{}'
-           FROM generate_series(1, $3::int8)",
-        &[&OWN_TYPE, &topic, &ROWS],
-    )
-    .unwrap();
+    insert_own(&mut c, &topic, ROWS);
     c.batch_execute("ANALYZE crm.outbox").unwrap();
     let read = |c: &mut postgres::Client| -> i64 {
         footprint(&db, c);
