@@ -36,6 +36,20 @@ const fn on_columns(
     }
 }
 
+impl Need {
+    /// The grants the subcommand needs, each on a table [`Need::tables`] checks.
+    pub(super) fn privileges(self) -> &'static [Privilege] {
+        match self {
+            Need::Cycle => CYCLE,
+            Need::Relay => RELAY,
+            Need::Report => REPORT,
+            Need::Explain => EXPLAIN,
+            Need::Operate => OPERATE,
+            Need::Requeue => REQUEUE,
+        }
+    }
+}
+
 /// What `run-once` does: claim (read and row-lock) and expire bookings, append audit,
 /// timeline and outbox rows, keep the quarantine. As granted in `sql/007_roles.sql`.
 pub(super) const CYCLE: &[Privilege] = &[
@@ -227,6 +241,33 @@ fn describe_missing(missing: &[(String, String, String)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_privilege_names_a_table_the_subcommand_checks() {
+        for need in [
+            Need::Cycle,
+            Need::Relay,
+            Need::Report,
+            Need::Explain,
+            Need::Operate,
+            Need::Requeue,
+        ] {
+            for p in need.privileges() {
+                let (_, cols) = need
+                    .tables()
+                    .iter()
+                    .find(|(t, _)| *t == p.table)
+                    .unwrap_or_else(|| panic!("{need:?}: {} is not checked", p.table));
+                for c in p.columns {
+                    assert!(
+                        cols.contains(c),
+                        "{need:?}: crm.{}.{c} is not checked",
+                        p.table
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn missing_privileges_are_grouped_by_table_in_order() {

@@ -8,7 +8,6 @@
 use anyhow::Result;
 use postgres::{GenericClient, SimpleQueryRow};
 
-use super::privileges::Privilege;
 use crate::Conn;
 use crate::error::{ClassifyExt, Fault, fail};
 
@@ -151,17 +150,6 @@ impl Need {
             Need::Explain => &[BOOKINGS, POISON, OUTBOX, AUDIT, TIMELINE],
             Need::Operate => &[PAUSE, OPERATIONS],
             Need::Requeue => &[OUTBOX, OPERATIONS],
-        }
-    }
-
-    pub(super) fn privileges(self) -> &'static [Privilege] {
-        match self {
-            Need::Cycle => super::privileges::CYCLE,
-            Need::Relay => super::privileges::RELAY,
-            Need::Report => super::privileges::REPORT,
-            Need::Explain => super::privileges::EXPLAIN,
-            Need::Operate => super::privileges::OPERATE,
-            Need::Requeue => super::privileges::REQUEUE,
         }
     }
 
@@ -415,33 +403,6 @@ pub fn status_type(client: &mut impl Conn) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_privilege_names_a_table_the_subcommand_checks() {
-        for need in [
-            Need::Cycle,
-            Need::Relay,
-            Need::Report,
-            Need::Explain,
-            Need::Operate,
-            Need::Requeue,
-        ] {
-            for p in need.privileges() {
-                let (_, cols) = need
-                    .tables()
-                    .iter()
-                    .find(|(t, _)| *t == p.table)
-                    .unwrap_or_else(|| panic!("{need:?}: {} is not checked", p.table));
-                for c in p.columns {
-                    assert!(
-                        cols.contains(c),
-                        "{need:?}: crm.{}.{c} is not checked",
-                        p.table
-                    );
-                }
-            }
-        }
-    }
 
     #[test]
     fn names_are_quoted_as_sql_literals() {
