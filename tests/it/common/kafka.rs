@@ -266,12 +266,37 @@ pub fn consume(
 fn high_watermarks(consumer: &BaseConsumer, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
     (0..partitions)
         .map(|p| {
-            let (_, high) = consumer
-                .fetch_watermarks(topic, p, Duration::from_secs(30))
-                .unwrap_or_else(|e| panic!("watermarks of {topic}/{p}: {e}"));
+            let (_, high) = watermarks(consumer, topic, p);
             (p, high)
         })
         .collect()
+}
+
+/// A partition's low and high watermarks. A partition whose leadership is still
+/// settling (just created, on a loaded broker) answers with a retriable error for a
+/// moment: asked again until it answers, for at most 60 s.
+fn watermarks(consumer: &BaseConsumer, topic: &str, p: i32) -> (i64, i64) {
+    use rdkafka::types::RDKafkaErrorCode as Code;
+    let started = Instant::now();
+    loop {
+        match consumer.fetch_watermarks(topic, p, Duration::from_secs(30)) {
+            Ok(marks) => return marks,
+            Err(e)
+                if matches!(
+                    e.rdkafka_error_code(),
+                    Some(
+                        Code::NotLeaderForPartition
+                            | Code::LeaderNotAvailable
+                            | Code::UnknownTopicOrPartition
+                    )
+                ) && started.elapsed() < Duration::from_secs(60) =>
+            {
+                // The poll interval of a bounded wait for the partition's leader.
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("watermarks of {topic}/{p}: {e}"),
+        }
+    }
 }
 
 /// How many records `topic` holds now, from its partitions' watermarks (no control
@@ -284,9 +309,7 @@ pub fn records_on(brokers: &str, topic: &str, partitions: i32) -> i64 {
         .unwrap();
     (0..partitions)
         .map(|p| {
-            let (low, high) = consumer
-                .fetch_watermarks(topic, p, Duration::from_secs(30))
-                .unwrap_or_else(|e| panic!("watermarks of {topic}/{p}: {e}"));
+            let (low, high) = watermarks(&consumer, topic, p);
             high - low
         })
         .sum()
