@@ -277,10 +277,12 @@ fn high_watermarks(consumer: &BaseConsumer, topic: &str, partitions: i32) -> BTr
 /// moment: asked again until it answers, for at most 60 s.
 fn watermarks(consumer: &BaseConsumer, topic: &str, p: i32) -> (i64, i64) {
     use rdkafka::types::RDKafkaErrorCode as Code;
-    let started = Instant::now();
-    loop {
-        match consumer.fetch_watermarks(topic, p, Duration::from_secs(30)) {
-            Ok(marks) => return marks,
+    let last = std::cell::RefCell::new(String::new());
+    super::wait_for(
+        Duration::from_secs(60),
+        &format!("the watermarks of {topic}/{p}"),
+        || match consumer.fetch_watermarks(topic, p, Duration::from_secs(30)) {
+            Ok(marks) => Some(marks),
             Err(e)
                 if matches!(
                     e.rdkafka_error_code(),
@@ -289,14 +291,15 @@ fn watermarks(consumer: &BaseConsumer, topic: &str, p: i32) -> (i64, i64) {
                             | Code::LeaderNotAvailable
                             | Code::UnknownTopicOrPartition
                     )
-                ) && started.elapsed() < Duration::from_secs(60) =>
+                ) =>
             {
-                // The poll interval of a bounded wait for the partition's leader.
-                std::thread::sleep(Duration::from_millis(100));
+                *last.borrow_mut() = e.to_string();
+                None
             }
             Err(e) => panic!("watermarks of {topic}/{p}: {e}"),
-        }
-    }
+        },
+        || last.borrow().clone(),
+    )
 }
 
 /// How many records `topic` holds now, from its partitions' watermarks (no control
