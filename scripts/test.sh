@@ -45,6 +45,13 @@ fi
 # servers; docs/guides/development.md ("At any thread count") has the runs.
 export RUST_TEST_THREADS=${RUST_TEST_THREADS:-8}
 
+# The commit --version names, for every build of the run: the tests' build, clippy's and
+# scripts/check-deploy.sh's (whose image build passes it, as a release build does) then
+# see the same value and none rebuilds the binary the others built (build.rs reads the
+# same commit from git when it is unset, but an unset and a set variable are two builds).
+BOOKING_EXPIRE_COMMIT=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+export BOOKING_EXPIRE_COMMIT
+
 readonly JAEGER_VERSION=v1.76.0
 readonly RUST_MIN_MINOR=85 # edition 2024
 readonly GO_MIN_MINOR=24   # `go get -tool`, scripts/go-tool.sh
@@ -53,8 +60,9 @@ readonly GO_MIN_MINOR=24   # `go get -tool`, scripts/go-tool.sh
 
 STARTED=$SECONDS
 # Every stage, in the order of the table; those not reached are listed as not run.
-PLANNED=(prerequisites fmt clippy check-deploy build-tests light-checks jaeger previous-release first-pass)
+PLANNED=(prerequisites fmt build-tests clippy check-deploy light-checks jaeger previous-release first-pass)
 test_second_pass && PLANNED+=(second-pass)
+(($#)) || PLANNED+=(long-tests) # split_first_pass below
 STAGE_NAMES=()
 STAGE_RESULTS=()
 STAGE_SECONDS=()
@@ -75,7 +83,7 @@ report() { # the time table and the verdict line; $1 the exit status
         # Ours, not yet joined, in a process group of its own (its builds with it).
         [[ -z $pid ]] || kill -- "-$pid" 2>/dev/null || true
     done
-    echo "== stages (seconds of wall time; jaeger, previous-release and light-checks run beside the others)" >&2
+    echo "== stages (seconds of wall time; jaeger, previous-release, light-checks, check-deploy and long-tests run beside the others)" >&2
     for i in "${!STAGE_NAMES[@]}"; do
         printf '   %-18s %-4s %6s\n' "${STAGE_NAMES[$i]}" "${STAGE_RESULTS[$i]}" "${STAGE_SECONDS[$i]}" >&2
         case ${STAGE_RESULTS[$i]} in
@@ -339,11 +347,39 @@ second_pass() {
     )
 }
 
+# The modules whose tests are the longest (three-node clusters one after another, days
+# simulated, servers of their own with TLS and ACLs): run by a test process of their own
+# from the moment the tests are built, beside the checks, the rest of the first pass and
+# the second pass, instead of last (libtest takes tests in name order, so these came at
+# the end and the run waited for them alone). None needs Jaeger or the release before.
+# Each process starts its own throwaway server and broker (or shares DATABASE_URL /
+# KAFKA_BROKERS, whose runs never touch each other's objects). Per-test times
+# measured at 8 threads: cluster 121 + 77 + 55 s (one cluster at a time), simulation
+# 150 + 51 + 41 s, tls 4 x 40 s, acl 63 s; the other 300 tests about 930 s together.
+long_modules=(cluster simulation tls acl)
+long_threads=6
+# With extra cargo test arguments (a filter, say), the first pass runs as one process.
+split_first_pass() { [[ $# -eq 0 ]]; }
+long_tests() {
+    cargo test --locked --test it -- --test-threads="$long_threads" "${long_modules[@]/%/::}"
+}
+
 previous_release=$LOGS/previous-release
 first_pass() {
     BOOKING_EXPIRE_PREVIOUS_BIN=$(cat "$previous_release")
     export BOOKING_EXPIRE_PREVIOUS_BIN
-    cargo test --locked --workspace --all-targets "$@"
+    if split_first_pass "$@"; then
+        # The unit tests of every package, then every integration test the long process
+        # does not run ("--skip NAME" leaves out the tests whose name contains NAME, as
+        # a filter NAME selects them: the two are complements). tests/it is the one
+        # integration test target (the suite is one binary: tests/it/main.rs).
+        local skips=() module
+        for module in "${long_modules[@]}"; do skips+=(--skip "$module::"); done
+        cargo test --locked --workspace --lib --bins --benches --examples
+        cargo test --locked --test it -- "${skips[@]}"
+    else
+        cargo test --locked --workspace --all-targets "$@"
+    fi
 }
 
 ALWAYS=1 stage prerequisites "everything the suite needs, checked first (all that is missing, and how to get it)" \
@@ -364,10 +400,15 @@ stage_bg light-checks "scripts/contract-check.sh, squawk over sql/, scripts/chan
     light_checks
 
 stage fmt "cargo fmt --check" cargo fmt --all -- --check
-stage clippy "cargo clippy -D warnings" cargo clippy --workspace --all-targets --locked -- -D warnings
-stage check-deploy "scripts/check-deploy.sh: manifests, Dockerfile, runtime libraries, alert rules, dashboard, the image" \
-    scripts/check-deploy.sh
 stage build-tests "cargo test --no-run: the tests' build" cargo test --locked --workspace --all-targets --no-run
+if split_first_pass "$@"; then
+    stage_bg long-tests "the first pass's longest modules (${long_modules[*]}), beside the rest" long_tests
+fi
+stage clippy "cargo clippy -D warnings" cargo clippy --workspace --all-targets --locked -- -D warnings
+# Its cargo build finds the binary the tests' build made (the same commit in the
+# environment, see above), so it runs beside the tests without replacing theirs.
+stage_bg check-deploy "scripts/check-deploy.sh: manifests, Dockerfile, runtime libraries, alert rules, dashboard, the image" \
+    scripts/check-deploy.sh
 join light-checks
 join jaeger
 join previous-release
@@ -379,3 +420,5 @@ if test_second_pass; then
 else
     echo "== second pass left out (TEST_SECOND_PASS=0)" >&2
 fi
+join check-deploy
+if split_first_pass "$@"; then join long-tests; fi
