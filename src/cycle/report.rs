@@ -112,9 +112,9 @@ pub(super) fn report_left(
     let mut left = [Some(0), Some(0)];
     for &phase in unfinished {
         match store::count_left(client, stmts, phase, as_of, LEFT_COUNT_CAP) {
-            Ok(n) => left[phase_slot(phase)] = Some(n),
+            Ok(n) => left[phase.slot()] = Some(n),
             Err(e) => {
-                left[phase_slot(phase)] = None;
+                left[phase.slot()] = None;
                 warn!(Phase:% = phase, Error:% = format!("{e:#}");
                       "cannot count the overdue bookings left");
             }
@@ -125,18 +125,12 @@ pub(super) fn report_left(
         Some(n) => n.to_string(),
         None => "unknown".to_owned(),
     };
-    warn!(ReserveLeft = shown(left[0]).as_str(), BookingLeft = shown(left[1]).as_str(),
+    warn!(ReserveLeft = shown(left[Phase::Reserve.slot()]).as_str(),
+          BookingLeft = shown(left[Phase::Booking.slot()]).as_str(),
           DeadlineMs = cfg.deadline.as_millis() as u64,
           SlowestBatchMs = budget.slowest.as_millis() as u64,
           ElapsedMs = budget.elapsed(cycle.now()).as_millis() as u64;
           "cycle budget spent with overdue bookings left; the next cycle goes on with them");
-}
-
-pub(super) fn phase_slot(phase: Phase) -> usize {
-    match phase {
-        Phase::Reserve => 0,
-        Phase::Booking => 1,
-    }
 }
 
 /// A per-item event on the batch's span: the row is poison.

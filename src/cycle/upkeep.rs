@@ -7,8 +7,8 @@ use chrono::{DateTime, Utc};
 use log::{error, info, warn};
 use uuid::Uuid;
 
+use super::Cycle;
 use super::schedule::{Budget, Turn};
-use super::{Cycle, report};
 use crate::config::RunOnceConfig;
 use crate::domain::rfc3339;
 use crate::store::{self, CycleStatements};
@@ -37,7 +37,7 @@ pub(super) fn read_failures(
         }
     };
     for f in &failures {
-        let turn = &mut turns[report::phase_slot(f.phase)];
+        let turn = &mut turns[f.phase.slot()];
         turn.alone = cfg.batch.size;
         warn!(Phase:% = f.phase, Failures = f.failures,
               SqlState = f.sqlstate.as_deref().unwrap_or("-"), Error = f.error.as_str();
