@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, TimeDelta, Utc};
 
 use crate::domain::Phase;
+use crate::exit::{Classified, Failure};
 use crate::store::ClaimKey;
 
 /// A phase between its batches in a cycle.
@@ -156,6 +157,17 @@ impl Budget {
 /// Whether the hard end `ends` (see [`Budget::ends`]) has passed at `now`.
 pub(super) fn passed(ends: Option<Instant>, now: Instant) -> bool {
     ends.is_some_and(|ends| now >= ends)
+}
+
+/// A failure of a batch cut short by the cycle's `deadline`, told as such.
+pub(super) fn passed_mid_batch(e: anyhow::Error, deadline: Duration) -> anyhow::Error {
+    e.context(Classified {
+        failure: Failure::Temporary,
+        message: format!(
+            "the cycle deadline of {}ms passed mid-batch",
+            deadline.as_millis()
+        ),
+    })
 }
 
 /// The latest moment, by the wall clock, a cycle that started at `as_of` with `left`

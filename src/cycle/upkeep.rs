@@ -7,8 +7,8 @@ use chrono::{DateTime, Utc};
 use log::{error, info, warn};
 use uuid::Uuid;
 
-use super::Cycle;
 use super::schedule::{Budget, Turn};
+use super::types::Cycle;
 use crate::config::RunOnceConfig;
 use crate::domain::rfc3339;
 use crate::store::{self, CycleStatements};
