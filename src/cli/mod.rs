@@ -4,12 +4,14 @@
 //! generated reference show it. The rooms: the subcommands and their help (`command`),
 //! the shared connection flags (`connect`), the jobs' and reports' flags (`work`), the
 //! operator commands' (`operate`), the migration runner's (`migrate`), value parsers
-//! (`values`), usage errors (`usage`).
+//! (`values`), usage errors (`usage`), and the reference generated from them
+//! (`reference`: the CLI reference, the man pages, the completion scripts).
 
 mod command;
 mod connect;
 mod migrate;
 mod operate;
+pub mod reference;
 mod usage;
 mod values;
 mod work;
