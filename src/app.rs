@@ -100,7 +100,12 @@ pub fn run(config: Config, run_id: Uuid, shutdown: &Shutdown) -> Result<()> {
         Config::Switch(cfg) => crate::ops::pause::switch(&cfg),
         Config::Requeue(cfg) => crate::ops::republish::republish(&cfg),
         Config::Migrate(cfg) => crate::ops::migrate::migrate(&cfg, shutdown),
-        Config::Completions(shell) => crate::reference::print_completions(shell),
+        Config::Completions(script) => {
+            let mut stdout = std::io::stdout().lock();
+            stdout.write_all(&script)?;
+            stdout.flush()?;
+            Ok(())
+        }
     }
 }
 

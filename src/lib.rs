@@ -15,7 +15,6 @@ pub mod kafka;
 pub mod obs;
 pub mod ops;
 pub mod preflight;
-pub mod reference;
 pub mod relay;
 pub mod render;
 pub mod report;

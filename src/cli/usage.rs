@@ -5,7 +5,7 @@
 
 use std::ffi::OsString;
 
-use super::Cli;
+use super::command::Cli;
 use crate::exit::Failure;
 
 /// What a usage error says besides clap's message, and how it is written.

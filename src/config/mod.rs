@@ -45,8 +45,9 @@ pub enum Config {
     Requeue(RequeueConfig),
     /// `migrate`, `migrate --dry-run`, `migrate status`.
     Migrate(MigrateConfig),
-    /// `completions`: a shell script on stdout.
-    Completions(crate::reference::CompletionShell),
+    /// `completions`: the shell's script for stdout, rendered from cli's definitions
+    /// (`cli::reference`).
+    Completions(Vec<u8>),
 }
 
 /// Log line format on stderr.
@@ -142,11 +143,9 @@ impl Config {
             Command::Migrate(ref args) => {
                 Config::Migrate(MigrateConfig::from_args(args).map_err(refused(None))?)
             }
-            Command::Completions(ref args) => Config::Completions(match args.shell {
-                cli::Shell::Bash => crate::reference::CompletionShell::Bash,
-                cli::Shell::Zsh => crate::reference::CompletionShell::Zsh,
-                cli::Shell::Fish => crate::reference::CompletionShell::Fish,
-            }),
+            Command::Completions(ref args) => {
+                Config::Completions(cli::reference::completions(args.shell))
+            }
         })
     }
 }

@@ -3,48 +3,16 @@
 //! database refuses a row), the quarantine of the poison, the commit that chains the
 //! next batch's transaction. SQL and transaction control are `store`'s.
 
-use std::time::Instant;
-
 use anyhow::Result;
 use log::info;
 use uuid::Uuid;
 
-use super::phases::Lane;
-use super::report::Staged;
-use super::{Cycle, CycleResult, poison};
+use super::types::{Batch, BatchOutcome, CycleResult, Lane, Staged};
+use super::{logbook, poison};
 use crate::domain::{self, Phase};
 use crate::exit::{ClassifyExt, Failure};
 use crate::obs::trace::{self, Attr};
 use crate::store::{self, ClaimKey, End, Poison};
-
-/// What one batch did.
-#[derive(Debug, Default)]
-pub(super) struct BatchOutcome {
-    pub(super) claimed: usize,
-    /// The key of the last row claimed: where the phase's next batch starts.
-    pub(super) last: Option<ClaimKey>,
-    pub(super) expired: u64,
-    pub(super) skipped: u64,
-    pub(super) poison: u64,
-    /// Seconds from deadline to AsOf of each committed expiry (at most the batch size).
-    pub(super) lateness: Vec<f64>,
-}
-
-/// What a batch of a phase in a cycle is given: the cycle, the phase, and the key the
-/// phase's previous batch in this cycle ended at.
-pub(super) struct Batch<'a> {
-    pub(super) cycle: &'a Cycle<'a>,
-    pub(super) phase: Phase,
-    pub(super) after: Option<ClaimKey>,
-    /// How many bookings it claims: the batch size, or 1 when `alone`.
-    pub(super) limit: u32,
-    /// One booking in its own transaction: a failure of any kind, at any statement or
-    /// at COMMIT, quarantines the booking (see `poison::quarantine_alone`).
-    pub(super) alone: bool,
-    /// The cycle's hard end (`None`: past what an `Instant` holds): a statement
-    /// cancelled after it was cancelled by the cycle.
-    pub(super) ends: Option<Instant>,
-}
 
 /// What a batch's attempt left to know when it failed.
 #[derive(Default)]
@@ -164,7 +132,7 @@ fn run_batch(
         format!("{phase} batch: {what}; the batch rolled back"),
     )?;
     // Committed: only now are its expiries and quarantined rows logged and counted.
-    Ok(staged.map(|s| s.report(phase)))
+    Ok(staged.map(|s| logbook::committed(s, phase)))
 }
 
 /// The batch's statements, in the transaction `run_batch` ends. Nothing is logged or
@@ -234,7 +202,7 @@ fn batch_in_transaction(
     // again every minute.
     let dropped = poison::dropped_updates(&writes, &written, phase);
     // The guard's refusals and the database's, quarantined in this transaction; they
-    // are logged once it commits (`Staged::report`).
+    // are logged once it commits (`logbook::committed`).
     let mut poison = refused.clone();
     poison.extend(dropped.iter().cloned());
     for (index, rejection) in &written.rejected {

@@ -6,9 +6,8 @@ use anyhow::Result;
 use log::error;
 use uuid::Uuid;
 
-use super::batch::{Batch, BatchOutcome};
-use super::phases::Lane;
-use super::report;
+use super::types::{Batch, BatchOutcome, Lane};
+use super::{logbook, schedule};
 use crate::domain::{self, Phase};
 use crate::exit::{ClassifyExt, Failure};
 use crate::store::{self, End, Poison};
@@ -63,7 +62,7 @@ pub(super) fn alone_refusal(
     b: &Batch,
     e: &anyhow::Error,
 ) -> Option<store::DbRejection> {
-    let passed = super::schedule::passed(b.ends, b.cycle.now());
+    let passed = schedule::passed(b.ends, b.cycle.now());
     if client.is_closed() || b.cycle.signal().is_some() || passed {
         return None;
     }
@@ -117,7 +116,7 @@ pub(super) fn quarantine_alone(
     error!(BookingId:% = poison.booking_id, TenantId:% = poison.tenant_id, Phase:% = phase,
            SqlState = refusal.sqlstate.as_str(), Error = poison.error.as_str();
            "item failed: the booking's write fails on its own, quarantined");
-    report::item_failed(poison.booking_id, poison.tenant_id, &poison.error);
+    logbook::item_failed(poison.booking_id, poison.tenant_id, &poison.error);
     Ok(BatchOutcome {
         claimed: 1,
         last: row.deadline(phase).map(|d| (d, row.id)),

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, TimeDelta, Utc};
 
 use crate::domain::Phase;
+use crate::exit::{Classified, Failure};
 use crate::store::ClaimKey;
 
 /// A phase between its batches in a cycle.
@@ -22,7 +23,7 @@ pub(super) struct Turn {
     pub(super) after: Option<ClaimKey>,
     /// Bookings still to take one per transaction: the phase's batch failed last
     /// cycle (see `upkeep::remember_failures`).
-    pub(super) alone: u32,
+    pub(super) alone_left: u32,
     /// How its batch failed in this cycle, if it did.
     pub(super) failed: Option<PhaseFailed>,
 }
@@ -41,14 +42,14 @@ impl Turn {
             taken: 0,
             open: true,
             after: None,
-            alone: 0,
+            alone_left: 0,
             failed: None,
         }
     }
 
     /// Whether its next batch takes one booking in a transaction of its own.
     pub(super) fn is_alone(&self) -> bool {
-        self.alone > 0
+        self.alone_left > 0
     }
 
     /// How many bookings its next batch claims: `size`, or 1 when alone.
@@ -59,7 +60,7 @@ impl Turn {
     /// After a batch of this phase committed, having claimed `claimed` bookings up to
     /// `last`: a short batch means the phase's queue is drained (for us), and the
     /// phase stops at `max_batches`; taken alone, one booking a transaction until none
-    /// is left or `alone` is spent.
+    /// is left or `alone_left` is spent.
     pub(super) fn batch_done(
         &mut self,
         claimed: usize,
@@ -69,9 +70,9 @@ impl Turn {
     ) {
         self.after = last.or(self.after);
         if self.is_alone() {
-            self.alone -= 1;
+            self.alone_left -= 1;
             if claimed == 0 {
-                self.alone = 0;
+                self.alone_left = 0;
                 self.open = false;
             }
         } else {
@@ -101,7 +102,7 @@ pub(super) fn next_in_round(turns: &[Turn], from: usize) -> Option<usize> {
 /// Whether the first round found both phases with a backlog (both open, neither
 /// taking bookings alone): the Booking phase then goes on on a second session.
 pub(super) fn both_have_a_backlog(turns: &[Turn]) -> bool {
-    turns.iter().all(|t| t.open && t.alone == 0)
+    turns.iter().all(|t| t.open && t.alone_left == 0)
 }
 
 /// The cycle's time budget for starting batches. `--deadline` is the hard end (a
@@ -156,6 +157,17 @@ impl Budget {
 /// Whether the hard end `ends` (see [`Budget::ends`]) has passed at `now`.
 pub(super) fn passed(ends: Option<Instant>, now: Instant) -> bool {
     ends.is_some_and(|ends| now >= ends)
+}
+
+/// A failure of a batch cut short by the cycle's `deadline`, told as such.
+pub(super) fn passed_mid_batch(e: anyhow::Error, deadline: Duration) -> anyhow::Error {
+    e.context(Classified {
+        failure: Failure::Temporary,
+        message: format!(
+            "the cycle deadline of {}ms passed mid-batch",
+            deadline.as_millis()
+        ),
+    })
 }
 
 /// The latest moment, by the wall clock, a cycle that started at `as_of` with `left`
@@ -336,20 +348,20 @@ mod tests {
     #[test]
     fn alone_the_phase_takes_one_booking_a_transaction_until_none_is_left() {
         let mut turn = Turn::new(Phase::Reserve);
-        turn.alone = 3;
+        turn.alone_left = 3;
         assert_eq!(turn.limit(100), 1);
         turn.batch_done(1, None, 100, 1);
         turn.batch_done(1, None, 100, 1);
         assert!(turn.open, "max batches do not count alone");
-        assert_eq!((turn.alone, turn.taken), (1, 0));
+        assert_eq!((turn.alone_left, turn.taken), (1, 0));
         turn.batch_done(1, None, 100, 1);
         assert!(turn.open && !turn.is_alone());
         assert_eq!(turn.limit(100), 100);
         let mut turn = Turn::new(Phase::Reserve);
-        turn.alone = 3;
+        turn.alone_left = 3;
         turn.batch_done(0, None, 100, 1);
         assert!(!turn.open);
-        assert_eq!(turn.alone, 0);
+        assert_eq!(turn.alone_left, 0);
     }
 
     #[test]

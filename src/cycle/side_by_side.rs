@@ -7,9 +7,9 @@
 
 use log::{info, warn};
 
-use super::phases::{self, Drained, Lane};
-use super::schedule::{Budget, Turn};
-use super::{Cycle, CycleResult, passed_mid_batch};
+use super::drain::drain;
+use super::schedule::{self, Budget, Turn};
+use super::types::{Cycle, CycleResult, Drained, Lane};
 use crate::obs::trace;
 use crate::shutdown;
 use crate::store::{self, CycleStatements, Db, Switch};
@@ -78,7 +78,7 @@ pub(super) fn side_by_side(
                 cfg.deadline.saturating_sub(cycle.elapsed()),
                 interrupt_at_deadline,
             );
-            phases::drain(
+            drain(
                 cycle,
                 &mut lane,
                 &mut other_budget,
@@ -90,7 +90,9 @@ pub(super) fn side_by_side(
             drop(lane);
             store::end_chain(&mut db2.client);
             if deadline.fired() {
-                drained.first_error = drained.first_error.map(|e| passed_mid_batch(e, cfg));
+                drained.first_error = drained
+                    .first_error
+                    .map(|e| schedule::passed_mid_batch(e, cfg.deadline));
             }
             Some(drained)
         });
@@ -99,7 +101,7 @@ pub(super) fn side_by_side(
             stmts,
             switch: switch.take(),
         };
-        phases::drain(
+        drain(
             cycle,
             &mut lane,
             on.budget,

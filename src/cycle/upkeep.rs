@@ -8,7 +8,7 @@ use log::{error, info, warn};
 use uuid::Uuid;
 
 use super::schedule::{Budget, Turn};
-use super::{Cycle, report};
+use super::types::Cycle;
 use crate::config::RunOnceConfig;
 use crate::domain::rfc3339;
 use crate::store::{self, CycleStatements};
@@ -37,8 +37,8 @@ pub(super) fn read_failures(
         }
     };
     for f in &failures {
-        let turn = &mut turns[report::phase_slot(f.phase)];
-        turn.alone = cfg.batch.size;
+        let turn = &mut turns[f.phase.slot()];
+        turn.alone_left = cfg.batch.size;
         warn!(Phase:% = f.phase, Failures = f.failures,
               SqlState = f.sqlstate.as_deref().unwrap_or("-"), Error = f.error.as_str();
               "the phase's batch failed last cycle: its first batch goes one booking per \
@@ -68,7 +68,7 @@ pub(super) fn remember_failures(
                 as_of,
                 run_id,
             ),
-            None if had && turn.alone == 0 => store::clear_phase_failure(client, turn.phase),
+            None if had && turn.alone_left == 0 => store::clear_phase_failure(client, turn.phase),
             None => continue,
         };
         if let Err(e) = done {

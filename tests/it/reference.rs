@@ -11,8 +11,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use booking_expire::cli::reference::{self, CLI_MARKDOWN_PATH, MAN_DIR, REGENERATE};
 use booking_expire::exit::{EXIT_CODES_HELP, Failure};
-use booking_expire::reference::{self, CLI_MARKDOWN_PATH, MAN_DIR, REGENERATE};
 
 use common::{BIN, TestDb};
 
@@ -56,7 +56,7 @@ fn check_generated(path: &Path, rendered: &[u8]) -> Option<String> {
 fn fail_on(complaints: Vec<String>) {
     assert!(
         complaints.is_empty(),
-        "{}\nthe reference is generated from src/cli.rs: regenerate it with `{REGENERATE}` \
+        "{}\nthe reference is generated from src/cli/: regenerate it with `{REGENERATE}` \
          and commit the result",
         complaints.join("\n")
     );

@@ -79,6 +79,14 @@ pub enum Phase {
 impl Phase {
     pub const ALL: [Phase; 2] = [Phase::Reserve, Phase::Booking];
 
+    /// Its place in [`Phase::ALL`]: the index of its entry in an array kept per phase.
+    pub fn slot(self) -> usize {
+        match self {
+            Phase::Reserve => 0,
+            Phase::Booking => 1,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Phase::Reserve => "Reserve",
@@ -122,6 +130,13 @@ mod tests {
             for status in phase.active_statuses() {
                 assert_eq!(status.active_phase(), Some(phase));
             }
+        }
+    }
+
+    #[test]
+    fn a_phase_s_slot_is_its_place_in_all() {
+        for (i, phase) in Phase::ALL.into_iter().enumerate() {
+            assert_eq!(phase.slot(), i, "{phase}");
         }
     }
 }

@@ -1,14 +1,15 @@
-//! Reference material generated from the clap definitions in `cli`, so it cannot drift
-//! from `--help`: the Markdown CLI reference (`docs/reference/cli.md`), the man pages
-//! (`docs/reference/man/`) and the shell completion scripts (`completions`).
+//! Reference material generated from the clap definitions of this room, so it cannot
+//! drift from `--help`: the Markdown CLI reference (`docs/reference/cli.md`), the man
+//! pages (`docs/reference/man/`) and the shell completion scripts (`completions`, which
+//! `config` renders for the command). No other file of `cli` imports this one.
 //! `tests/it/reference.rs` compares the committed files with what this renders.
 
 use std::fmt::Write as _;
-use std::io::{self, Write};
 
 use clap::{Arg, ArgAction, CommandFactory};
 
-use crate::cli::Cli;
+use super::command::Cli;
+use super::operate::Shell;
 use crate::exit::EXIT_CODES_HELP;
 
 /// The program's name as installed and completed.
@@ -21,14 +22,6 @@ pub const REGENERATE: &str = "UPDATE_REFERENCE=1 cargo test --test it reference:
 pub const CLI_MARKDOWN_PATH: &str = "docs/reference/cli.md";
 pub const MAN_DIR: &str = "docs/reference/man";
 
-/// The shells `completions` writes a script for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CompletionShell {
-    Bash,
-    Zsh,
-    Fish,
-}
-
 /// The whole command line definition, built (subcommands know their full names).
 pub fn command() -> clap::Command {
     let mut cmd = Cli::command().bin_name(BIN).disable_help_subcommand(true);
@@ -36,13 +29,13 @@ pub fn command() -> clap::Command {
     cmd
 }
 
-/// Writes the completion script for `shell`.
-pub fn write_completions(shell: CompletionShell, out: &mut dyn Write) -> io::Result<()> {
+/// The completion script for `shell`.
+pub fn completions(shell: Shell) -> Vec<u8> {
     let mut cmd = command();
     let shell = match shell {
-        CompletionShell::Bash => clap_complete::Shell::Bash,
-        CompletionShell::Zsh => clap_complete::Shell::Zsh,
-        CompletionShell::Fish => clap_complete::Shell::Fish,
+        Shell::Bash => clap_complete::Shell::Bash,
+        Shell::Zsh => clap_complete::Shell::Zsh,
+        Shell::Fish => clap_complete::Shell::Fish,
     };
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut cmd, BIN, &mut script);
@@ -55,15 +48,7 @@ pub fn write_completions(shell: CompletionShell, out: &mut dyn Write) -> io::Res
             String::from_utf8_lossy(&script).replace("booking__subcmd__expire", "booking__expire");
         script = text.into_bytes();
     }
-    out.write_all(&script)
-}
-
-/// `booking-expire completions SHELL`: the script on stdout.
-pub fn print_completions(shell: CompletionShell) -> anyhow::Result<()> {
-    let mut stdout = io::stdout().lock();
-    write_completions(shell, &mut stdout)?;
-    stdout.flush()?;
-    Ok(())
+    script
 }
 
 /// The man pages, as (file name, roff text): `booking-expire.1` and one
@@ -96,8 +81,8 @@ pub fn cli_markdown() -> String {
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "<!-- Generated from src/cli.rs by `{REGENERATE}`; do not edit by hand: change the \
-         help texts in src/cli.rs and run that command. -->"
+        "<!-- Generated from src/cli/ by `{REGENERATE}`; do not edit by hand: change the \
+         help texts in src/cli/ and run that command. -->"
     );
     md.push_str("\n# Command-line reference\n\n");
     let _ = writeln!(
