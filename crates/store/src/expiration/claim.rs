@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use postgres::GenericClient;
 use uuid::Uuid;
 
-use super::{CycleStatements, index};
+use super::CycleStatements;
 use crate::Conn;
 use crate::domain::{BookingRow, Phase, Timestamp};
 use crate::timestamp::{self, PgTimestamp};
@@ -194,7 +194,7 @@ pub fn claim(
     let tx = tx.pg();
     let (deadline, id) = (after.map(|k| PgTimestamp(k.0)), after.map(|k| k.1));
     let rows = tx.query(
-        &stmts.claim[index(phase)],
+        &stmts.claim[phase.slot()],
         &[&as_of, &i64::from(limit), &deadline, &id],
     )?;
     let skipped = rows
@@ -219,7 +219,7 @@ pub fn count_left(
     cap: i64,
 ) -> Result<u64> {
     let client = client.pg();
-    let row = client.query_one(&stmts.left[index(phase)], &[&as_of, &cap])?;
+    let row = client.query_one(&stmts.left[phase.slot()], &[&as_of, &cap])?;
     Ok(row.get::<_, i64>("left").max(0) as u64)
 }
 

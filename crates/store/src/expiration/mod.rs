@@ -79,14 +79,6 @@ impl CycleStatements {
     }
 }
 
-/// A phase's statement in [`CycleStatements`]' pairs.
-fn index(phase: Phase) -> usize {
-    match phase {
-        Phase::Reserve => 0,
-        Phase::Booking => 1,
-    }
-}
-
 /// The numbers of a statement's parameters (`$n`), each once, in the order they first
 /// appear.
 #[cfg(test)]
