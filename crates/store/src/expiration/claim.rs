@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use postgres::GenericClient;
 use uuid::Uuid;
 
-use super::{CycleStatements, index};
+use super::statements::{CycleStatements, index};
 use crate::Conn;
 use crate::domain::{BookingRow, Phase, Timestamp};
 use crate::timestamp::{self, PgTimestamp};
