@@ -38,7 +38,7 @@ pub fn files() -> BTreeMap<String, String> {
 }
 
 /// The folder names of the member crates under `crates/` (`kafka`), sorted.
-pub fn member_crates() -> Vec<String> {
+fn member_crates() -> Vec<String> {
     let dir = root().join(CRATES);
     let mut names: Vec<String> = match fs::read_dir(&dir) {
         Ok(entries) => entries
@@ -53,7 +53,7 @@ pub fn member_crates() -> Vec<String> {
 }
 
 /// Every `.rs` file under `dir`, by its path relative to `root`.
-pub fn read_sources(root: &Path, dir: &Path, files: &mut BTreeMap<String, String>) {
+fn read_sources(root: &Path, dir: &Path, files: &mut BTreeMap<String, String>) {
     for entry in fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.is_dir() {
