@@ -1,11 +1,14 @@
 //! The workspace's own source, read by tests that hold rules about it (the import
 //! rules in `architecture`, the log vocabulary in `obs::fields`): the files of `src/`
-//! and of every member crate's `crates/NAME/src/`, and a tokenizer that knows just
-//! enough Rust to tell code from comments and literals.
+//! and of every member crate's `crates/NAME/src/`, and their tokens as proc-macro2
+//! reads them (the lexer syn parses with), so that comments are no code and a literal
+//! is one token.
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
+
+use proc_macro2::{Delimiter, Group, Literal, TokenStream, TokenTree};
 
 /// The workspace's root: cargo's `CARGO_MANIFEST_DIR` when it runs the tests (the
 /// checkout they run in), else the one they were built in. A test binary that cargo
@@ -35,7 +38,7 @@ pub fn files() -> BTreeMap<String, String> {
 }
 
 /// The folder names of the member crates under `crates/` (`kafka`), sorted.
-pub fn member_crates() -> Vec<String> {
+fn member_crates() -> Vec<String> {
     let dir = root().join(CRATES);
     let mut names: Vec<String> = match fs::read_dir(&dir) {
         Ok(entries) => entries
@@ -50,7 +53,7 @@ pub fn member_crates() -> Vec<String> {
 }
 
 /// Every `.rs` file under `dir`, by its path relative to `root`.
-pub fn read_sources(root: &Path, dir: &Path, files: &mut BTreeMap<String, String>) {
+fn read_sources(root: &Path, dir: &Path, files: &mut BTreeMap<String, String>) {
     for entry in fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.is_dir() {
@@ -66,123 +69,64 @@ pub fn read_sources(root: &Path, dir: &Path, files: &mut BTreeMap<String, String
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
-pub enum Token {
-    Ident(String),
-    Str(String),
-    Punct(char),
-    /// `::`
-    Path,
+/// The source's tokens as the compiler reads them, with their lines: comments dropped,
+/// literals whole. `None` when `source` is no Rust.
+pub fn tokens(source: &str) -> Option<TokenStream> {
+    source.parse().ok()
 }
 
-/// The tokens of `source` that matter here, with their lines: comments dropped, string
-/// and char literals read whole (so a brace or a path inside one is no code).
-pub fn tokens(source: &str) -> Vec<(usize, Token)> {
-    let chars: Vec<char> = source.chars().collect();
+/// The token sequences of `stream` that are code: the stream itself and the inside of
+/// every group in it, each a flat sequence (a group stays one token in its parent's). A
+/// doc comment (`#[doc = …]`, `#![doc = …]`) is no code: its attribute is left out.
+pub fn sequences(stream: TokenStream) -> Vec<Vec<TokenTree>> {
     let mut out = Vec::new();
-    let mut line = 1;
-    let mut i = 0;
-    let at = |i: usize| chars.get(i).copied().unwrap_or('\0');
-    while i < chars.len() {
-        let c = chars[i];
-        match c {
-            '\n' => {
-                line += 1;
-                i += 1;
-            }
-            '/' if at(i + 1) == '/' => {
-                while i < chars.len() && chars[i] != '\n' {
-                    i += 1;
+    let mut pending = vec![stream];
+    while let Some(stream) = pending.pop() {
+        let mut seq: Vec<TokenTree> = Vec::new();
+        for tree in stream {
+            if let TokenTree::Group(group) = &tree
+                && group.delimiter() == Delimiter::Bracket
+                && is_doc(group)
+                && attribute_opens(&seq)
+            {
+                while matches!(seq.last(), Some(TokenTree::Punct(p)) if matches!(p.as_char(), '#' | '!'))
+                {
+                    seq.pop();
                 }
+                continue;
             }
-            '/' if at(i + 1) == '*' => {
-                let mut depth = 0;
-                while i < chars.len() {
-                    if chars[i] == '/' && at(i + 1) == '*' {
-                        depth += 1;
-                        i += 2;
-                    } else if chars[i] == '*' && at(i + 1) == '/' {
-                        depth -= 1;
-                        i += 2;
-                        if depth == 0 {
-                            break;
-                        }
-                    } else {
-                        if chars[i] == '\n' {
-                            line += 1;
-                        }
-                        i += 1;
-                    }
-                }
+            if let TokenTree::Group(group) = &tree {
+                pending.push(group.stream());
             }
-            '"' => {
-                let start_line = line;
-                let mut text = String::new();
-                i += 1;
-                while i < chars.len() && chars[i] != '"' {
-                    if chars[i] == '\\' {
-                        text.push(chars[i]);
-                        i += 1;
-                    }
-                    if at(i) == '\n' {
-                        line += 1;
-                    }
-                    text.push(at(i));
-                    i += 1;
-                }
-                i += 1;
-                out.push((start_line, Token::Str(text)));
-            }
-            'r' if at(i + 1) == '"' || (at(i + 1) == '#' && matches!(at(i + 2), '"' | '#')) => {
-                let start_line = line;
-                let mut hashes = 0;
-                i += 1;
-                while at(i) == '#' {
-                    hashes += 1;
-                    i += 1;
-                }
-                i += 1;
-                let close: String = std::iter::once('"')
-                    .chain(std::iter::repeat_n('#', hashes))
-                    .collect();
-                let rest: String = chars[i..].iter().collect();
-                let len = rest.find(&close).unwrap_or(rest.len());
-                let text = &rest[..len];
-                line += text.matches('\n').count();
-                i += text.chars().count() + close.chars().count();
-                out.push((start_line, Token::Str(text.to_owned())));
-            }
-            '\'' => {
-                // A char literal ('x', '\n', '{'), or a lifetime ('a).
-                if at(i + 1) == '\\' {
-                    i += 3;
-                    while i < chars.len() && chars[i] != '\'' {
-                        i += 1;
-                    }
-                    i += 1;
-                } else if at(i + 2) == '\'' {
-                    i += 3;
-                } else {
-                    i += 1;
-                }
-            }
-            ':' if at(i + 1) == ':' => {
-                out.push((line, Token::Path));
-                i += 2;
-            }
-            c if c.is_alphanumeric() || c == '_' => {
-                let start = i;
-                while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
-                    i += 1;
-                }
-                out.push((line, Token::Ident(chars[start..i].iter().collect())));
-            }
-            c if c.is_whitespace() => i += 1,
-            c => {
-                out.push((line, Token::Punct(c)));
-                i += 1;
-            }
+            seq.push(tree);
         }
+        out.push(seq);
     }
     out
+}
+
+/// Whether the tokens before a bracket open an attribute: `#` or `#!`.
+fn attribute_opens(seq: &[TokenTree]) -> bool {
+    let punct = |i: usize, c: char| {
+        seq.len() > i && matches!(&seq[seq.len() - 1 - i], TokenTree::Punct(p) if p.as_char() == c)
+    };
+    punct(0, '#') || (punct(0, '!') && punct(1, '#'))
+}
+
+fn is_doc(group: &Group) -> bool {
+    matches!(group.stream().into_iter().next(), Some(TokenTree::Ident(i)) if i == "doc")
+}
+
+/// The text of a string literal (`"…"`, `r#"…"#`, `b"…"`), else `None`.
+pub fn string_of(literal: &Literal) -> Option<String> {
+    match syn::Lit::new(literal.clone()) {
+        syn::Lit::Str(s) => Some(s.value()),
+        syn::Lit::ByteStr(b) => Some(String::from_utf8_lossy(&b.value()).into_owned()),
+        _ => None,
+    }
+}
+
+/// The line a token starts on.
+pub fn line_of(tree: &TokenTree) -> usize {
+    tree.span().start().line
 }

@@ -1,35 +1,35 @@
-//! The import rules of `docs/architecture.md`, held by test: the page's `never` block
-//! is parsed, every file of `src/` and of the member crates (`crates/NAME/src/`) is
-//! read, and each import that breaks a rule fails the test with the file, the line, the
-//! import and the rule. The page's `pending`
-//! block lists rules that do not hold yet: they are checked and printed, never failed
-//! on, until they move to `never`.
+//! The rules of `docs/architecture.md` that the compiler cannot hold, held by test: the
+//! page's `never` block is parsed, every file of `src/` and of the member crates
+//! (`crates/NAME/src/`) is read with syn (`graph`: each path resolved to the file that
+//! defines what it names), and each import that breaks a rule fails the test with the
+//! file, the line, the path and the rule. The page's `pending` block lists rules that
+//! do not hold yet: they are checked and printed, never failed on, until they move to
+//! `never`.
 //!
 //! A room is a top-level module (`src/x.rs` or `src/x/`, and `main` for the binary), or
-//! a member crate (`crates/x/`, whose files are all its room's). An import is every
-//! path into another room: `crate::x` (in `use` trees too), `booking_expire::x` (the
-//! binary's), `booking_expire_x::` (a member crate's), a `super::` that climbs out of
-//! its room, and the external crates the rules name (`rdkafka::…`; a `use NAME as …`
-//! too). A member crate's own `crate::` and `super::` paths stay in its room (what it
-//! may import at all is its manifest's to say, and the compiler's to hold), and its
-//! `booking_expire_x::` paths (or `use booking_expire_x as …`) are imports of the
-//! member crate `x`'s room, as the application's are. A path on into the room's `driver`
-//! module (`crate::store::driver`, `booking_expire_kafka::{driver, …}`) is an import of
-//! `ROOM::driver` as well, a name the rules can forbid. Comments and string literals are left
-//! out; a string literal that opens with an SQL statement is what `holds SQL` means.
+//! a member crate (`crates/x/`, whose files are all its room's). A file imports a room
+//! when one of its paths (or `use`s, re-exports too) names an item defined in one of
+//! the room's files, a module of it, an external crate the rules name (`clap::…`, or a
+//! name brought in from it), or a member crate's `driver` module (`ROOM::driver`, a name
+//! the rules can forbid). A string literal that opens with an SQL statement (comments
+//! and doc comments are no code) is what `holds SQL` means.
 //!
-//! A rule is one line: `SUBJECT never imports OBJECT`, `SUBJECT never holds SQL`, or
-//! `no import cycles`, where SUBJECT and OBJECT are names (rooms or crates) or
-//! `anything but NAMES` (rooms only). A cycle is reported once; edges a pending rule
-//! forbids are left out of the cycle check while they are pending.
+//! A rule is one line: `SUBJECT never imports OBJECT`, `SUBJECT never holds SQL`, `no
+//! import cycles`, or `no import cycles within NAMES`, where SUBJECT and OBJECT are
+//! names (rooms or crates) or `anything but NAMES` (rooms only). `no import cycles` is
+//! held between files (a circle of files that import each other, each tangle named by
+//! its circles: `circles`) and between rooms; `within NAMES` is the circles whose files
+//! all lie in those rooms, the form a pending rule takes for a tangle being untangled.
+//! Edges a pending `never imports` rule forbids are left out of the rooms' cycle check.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-mod imports;
+mod circles;
+mod graph;
 mod layers;
 mod map;
 
-use imports::{module_of, uses_of};
+use graph::{Graph, Res};
 
 /// Where the rules are written.
 const PAGE: &str = "docs/architecture.md";
@@ -67,9 +67,18 @@ impl Names {
 
 #[derive(Debug, Clone, PartialEq)]
 enum Kind {
-    Never { subject: Names, object: Names },
-    NoSql { subject: Names },
-    NoCycles,
+    Never {
+        subject: Names,
+        object: Names,
+    },
+    NoSql {
+        subject: Names,
+    },
+    /// Between files and between rooms; `within`: only the circles of files all in
+    /// those rooms.
+    NoCycles {
+        within: Option<Names>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -82,7 +91,11 @@ impl Rule {
     fn parse(line: &str) -> Result<Rule, String> {
         let text = line.trim().to_owned();
         let kind = if text == "no import cycles" {
-            Kind::NoCycles
+            Kind::NoCycles { within: None }
+        } else if let Some(names) = text.strip_prefix("no import cycles within ") {
+            Kind::NoCycles {
+                within: Some(Names::parse(names)),
+            }
         } else if let Some(subject) = text.strip_suffix(" never holds SQL") {
             Kind::NoSql {
                 subject: Names::parse(subject),
@@ -128,19 +141,18 @@ fn rules_in(page: &str, tag: &str) -> Result<Vec<Rule>, String> {
         .collect()
 }
 
-/// Where a file of the workspace (its path from the root) belongs: its room, and its
-/// path relative to the application's `src/` (`None` for a member crate's file).
-fn room_of(path: &str) -> (String, Option<&str>) {
-    if let Some(app) = path.strip_prefix("src/") {
-        return (module_of(app)[0].clone(), Some(app));
-    }
-    let member = path
-        .strip_prefix(crate::source::CRATES)
-        .and_then(|p| p.strip_prefix('/'))
-        .and_then(|p| p.split_once('/'))
-        .map(|(name, _)| name.to_owned())
+/// The room of a file of the workspace (its path from the root): `src/x.rs` and `src/x/`
+/// are `x`, `src/main.rs` is `main`, `src/lib.rs` is `lib`, `crates/x/src/` is `x`.
+fn room_of(path: &str) -> String {
+    let rest = path
+        .strip_prefix("src/")
+        .or_else(|| {
+            path.strip_prefix(crate::source::CRATES)
+                .and_then(|p| p.strip_prefix('/'))
+        })
         .unwrap_or_else(|| panic!("{path}: neither in src/ nor in a member crate"));
-    (member, None)
+    let first = rest.split('/').next().unwrap_or(rest);
+    first.trim_end_matches(".rs").to_owned()
 }
 
 /// The rooms of the files: the first part of each one's module path, and the member
@@ -148,7 +160,7 @@ fn room_of(path: &str) -> (String, Option<&str>) {
 fn rooms_of(files: &BTreeMap<String, String>) -> BTreeSet<String> {
     files
         .keys()
-        .map(|path| room_of(path).0)
+        .map(|path| room_of(path))
         .filter(|room| room != "lib")
         .collect()
 }
@@ -168,33 +180,137 @@ fn crates_of(rules: &[Rule], rooms: &BTreeSet<String>) -> BTreeSet<String> {
         .collect()
 }
 
-/// What breaks `rules` in `files` (path from the workspace's root → text), one message each;
-/// edges that break a rule of `pending` are left out of the cycle check.
+/// The statement keywords a string literal of SQL opens with.
+const SQL_STARTS: &[&str] = &[
+    "SELECT ",
+    "INSERT INTO ",
+    "UPDATE ",
+    "DELETE FROM ",
+    "WITH ",
+    "BEGIN",
+    "COMMIT",
+    "ROLLBACK",
+    "SAVEPOINT ",
+    "RELEASE SAVEPOINT",
+    "SET ",
+    "SHOW ",
+    "LISTEN ",
+    "NOTIFY ",
+    "LOCK TABLE",
+    "CREATE ",
+    "ALTER ",
+    "DROP ",
+    "GRANT ",
+    "REVOKE ",
+    "TRUNCATE ",
+    "VACUUM",
+];
+
+/// One import of a room, a crate or SQL by a file.
+#[derive(Debug, Clone, PartialEq)]
+struct Use {
+    line: usize,
+    /// The room or crate (`"SQL"` for a literal of SQL, `ROOM::driver`).
+    target: String,
+    /// The path as written (or the literal's opening).
+    text: String,
+}
+
+/// The string literals of `source` that open with an SQL statement.
+fn sql_of(source: &str) -> Vec<Use> {
+    use proc_macro2::TokenTree;
+    let tokens = crate::source::tokens(source).expect("Rust");
+    let mut found = Vec::new();
+    for seq in crate::source::sequences(tokens) {
+        for tree in &seq {
+            let TokenTree::Literal(literal) = tree else {
+                continue;
+            };
+            let Some(text) = crate::source::string_of(literal) else {
+                continue;
+            };
+            let text = text.trim_start();
+            if SQL_STARTS.iter().any(|s| text.starts_with(s)) {
+                let opening: String = text.chars().take(30).collect();
+                found.push(Use {
+                    line: crate::source::line_of(tree),
+                    target: "SQL".to_owned(),
+                    text: format!("\"{opening}…\""),
+                });
+            }
+        }
+    }
+    found.sort_by_key(|u| u.line);
+    found
+}
+
+/// The rooms, crates of `crates` and drivers each file of `graph` imports, each once
+/// (where it is first written), other than its own room.
+fn imports_of(
+    graph: &Graph,
+    rooms: &BTreeSet<String>,
+    crates: &BTreeSet<String>,
+) -> BTreeMap<String, Vec<Use>> {
+    let mut out = BTreeMap::new();
+    for (file, named) in &graph.named {
+        let own = room_of(file);
+        let mut first: BTreeMap<String, Use> = BTreeMap::new();
+        for n in named {
+            let mut targets = Vec::new();
+            if let Some(member) = &n.driver {
+                targets.push(format!("{member}::driver"));
+            }
+            match &n.res {
+                Res::Item(to) if !to.is_empty() => targets.push(room_of(to)),
+                Res::Module(id) => targets.push(graph.room_of_module(*id)),
+                Res::External(name) if crates.contains(name) => targets.push(name.clone()),
+                _ => {}
+            }
+            for target in targets {
+                let counts = target.ends_with("::driver")
+                    || (target != own && (rooms.contains(&target) || crates.contains(&target)));
+                if !counts || target == "lib" {
+                    continue;
+                }
+                let u = Use {
+                    line: n.line,
+                    target: target.clone(),
+                    text: n.text.clone(),
+                };
+                let kept = first.entry(target).or_insert_with(|| u.clone());
+                if u.line < kept.line {
+                    *kept = u;
+                }
+            }
+        }
+        let mut uses: Vec<Use> = first.into_values().collect();
+        uses.sort_by(|a, b| (a.line, &a.target).cmp(&(b.line, &b.target)));
+        out.insert(file.clone(), uses);
+    }
+    out
+}
+
+/// What breaks `rules` in `files` (path from the workspace's root → text), one message
+/// each; edges that break a `never imports` rule of `pending` are left out of the
+/// rooms' cycle check, and circles a `no import cycles within` rule of `pending` covers
+/// out of the files' one.
 fn violations(files: &BTreeMap<String, String>, rules: &[Rule], pending: &[Rule]) -> Vec<String> {
     let rooms = rooms_of(files);
     let all: Vec<Rule> = rules.iter().chain(pending).cloned().collect();
     let crates = crates_of(&all, &rooms);
+    let graph = graph::graph(files);
+    let imports = imports_of(&graph, &rooms, &crates);
     let mut found = Vec::new();
     // Room → room → the first place that imports it.
     let mut edges: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
-    let no_rooms = BTreeSet::new();
     for (path, source) in files {
-        let (room, app) = room_of(path);
+        let room = room_of(path);
         if room == "lib" {
             continue;
         }
-        // A member crate's `crate::` and `super::` paths are its own: only its SQL, the
-        // other member crates it names and the named crates count.
-        let uses = match app {
-            Some(app) => uses_of(app, source, &rooms, &rooms, &crates),
-            None => uses_of(
-                &format!("{room}/{path}"),
-                source,
-                &no_rooms,
-                &rooms,
-                &crates,
-            ),
-        };
+        let uses = sql_of(source)
+            .into_iter()
+            .chain(imports[path].iter().cloned());
         for u in uses {
             let place = format!("{path}:{}: `{}`", u.line, u.text);
             for rule in rules {
@@ -219,47 +335,59 @@ fn violations(files: &BTreeMap<String, String>, rules: &[Rule], pending: &[Rule]
             }
         }
     }
-    if let Some(rule) = rules.iter().find(|r| r.kind == Kind::NoCycles) {
-        for cycle in cycles(&edges) {
-            let places: Vec<String> = cycle
+    let within = |names: &Option<Names>, circle: &[String]| {
+        names
+            .as_ref()
+            .is_none_or(|n| circle.iter().all(|f| n.has(&room_of(f), &rooms)))
+    };
+    for rule in rules {
+        let Kind::NoCycles { within: names } = &rule.kind else {
+            continue;
+        };
+        if names.is_none() {
+            for cycle in circles::every_cycle(&edges) {
+                let places: Vec<String> = cycle
+                    .windows(2)
+                    .map(|w| format!("{} → {} at {}", w[0], w[1], edges[&w[0]][&w[1]]))
+                    .collect();
+                found.push(format!(
+                    "{} breaks \"{}\": {}",
+                    cycle.join(" → "),
+                    rule.text,
+                    places.join("; ")
+                ));
+            }
+        }
+        // The edges between rooms a pending rule forbids are left out, as above.
+        let mut file_edges = graph.edges();
+        for (from, to) in &mut file_edges {
+            to.retain(|to, _| {
+                let (a, b) = (room_of(from), room_of(to));
+                !pending.iter().any(|r| r.forbids(&a, &b, &rooms))
+            });
+        }
+        for circle in circles::circles(&file_edges) {
+            let pended = pending.iter().any(|p| match &p.kind {
+                Kind::NoCycles { within: Some(n) } => within(&Some(n.clone()), &circle),
+                _ => false,
+            });
+            if !within(names, &circle) || (names.is_none() && pended) {
+                continue;
+            }
+            let places: Vec<String> = circle
                 .windows(2)
-                .map(|w| format!("{} → {} at {}", w[0], w[1], edges[&w[0]][&w[1]]))
+                .map(|w| {
+                    let (line, text) = &file_edges[&w[0]][&w[1]];
+                    format!("{}:{line} `{text}`", w[0])
+                })
                 .collect();
             found.push(format!(
                 "{} breaks \"{}\": {}",
-                cycle.join(" → "),
+                circle.join(" → "),
                 rule.text,
                 places.join("; ")
             ));
         }
-    }
-    found
-}
-
-/// The import cycles among `edges`, each once, from its smallest room and back to it.
-fn cycles(edges: &BTreeMap<String, BTreeMap<String, String>>) -> Vec<Vec<String>> {
-    fn walk(
-        edges: &BTreeMap<String, BTreeMap<String, String>>,
-        start: &str,
-        path: &mut Vec<String>,
-        found: &mut Vec<Vec<String>>,
-    ) {
-        let here = path.last().unwrap().clone();
-        for next in edges.get(&here).into_iter().flat_map(|e| e.keys()) {
-            if next == start {
-                let mut cycle = path.clone();
-                cycle.push(start.to_owned());
-                found.push(cycle);
-            } else if next.as_str() > start && !path.contains(next) {
-                path.push(next.clone());
-                walk(edges, start, path, found);
-                path.pop();
-            }
-        }
-    }
-    let mut found = Vec::new();
-    for start in edges.keys() {
-        walk(edges, start, &mut vec![start.clone()], &mut found);
     }
     found
 }

@@ -9,66 +9,19 @@ mod clock;
 mod pause;
 mod pooler;
 mod row_security;
+mod writer;
 
 use std::time::Duration;
 
 use anyhow::Result;
 use chrono::{DateTime, Utc};
-use serde::Serialize;
 
 use crate::config::DbConfig;
-use crate::domain::rfc3339;
-use crate::store::ops::PauseRow;
-use crate::store::{self, Db, Need};
+use crate::store::{self, Db};
 
-pub use pause::{PauseWatch, announce_working, stopped_mid_run};
+pub use pause::{PauseWatch, Paused, announce_working, stopped_mid_run};
 pub use row_security::{Defence, check as check_row_security};
-
-/// A command that writes, and so honours a pause switch; its name is the switch's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Writer {
-    RunOnce,
-    RelayOutbox,
-}
-
-impl Writer {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Writer::RunOnce => "run-once",
-            Writer::RelayOutbox => "relay-outbox",
-        }
-    }
-
-    fn need(self) -> Need {
-        match self {
-            Writer::RunOnce => Need::Cycle,
-            Writer::RelayOutbox => Need::Relay,
-        }
-    }
-}
-
-/// A pause in force, as runs, `backlog` and `explain` show it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct Paused {
-    pub command: String,
-    pub since: String,
-    pub by: String,
-    pub reason: String,
-    pub paused_for_seconds: f64,
-}
-
-impl Paused {
-    pub fn of(row: &PauseRow, now: DateTime<Utc>) -> Self {
-        Paused {
-            command: row.command.clone(),
-            since: rfc3339(row.paused_at),
-            by: row.paused_by.clone(),
-            reason: row.reason.clone(),
-            paused_for_seconds: crate::clock::seconds(now - row.paused_at).max(0.0),
-        }
-    }
-}
+pub use writer::Writer;
 
 /// What the preflight asks of a command.
 #[derive(Debug, Clone, Copy)]

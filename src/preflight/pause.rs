@@ -7,12 +7,37 @@ use crate::store::Session;
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use log::info;
+use serde::Serialize;
 
-use super::{Paused, Writer};
+use super::writer::Writer;
+use crate::domain::rfc3339;
 use crate::exit::{ClassifyExt, Failure};
 use crate::render::duration;
 use crate::store::ops::PauseRow;
 use crate::store::running;
+
+/// A pause in force, as runs, `backlog` and `explain` show it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Paused {
+    pub command: String,
+    pub since: String,
+    pub by: String,
+    pub reason: String,
+    pub paused_for_seconds: f64,
+}
+
+impl Paused {
+    pub fn of(row: &PauseRow, now: DateTime<Utc>) -> Self {
+        Paused {
+            command: row.command.clone(),
+            since: rfc3339(row.paused_at),
+            by: row.paused_by.clone(),
+            reason: row.reason.clone(),
+            paused_for_seconds: crate::clock::seconds(now - row.paused_at).max(0.0),
+        }
+    }
+}
 
 /// The pause of `writer`, switched on as `row` says, logged as the run's one line about
 /// it: the caller then does nothing and exits 0.

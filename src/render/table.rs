@@ -112,6 +112,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn notes_go_under_their_row() {
+        let mut t = Table::new(&["A", "B"]);
+        t.row(vec!["x".into(), "y".into()]);
+        t.note(super::super::note("reason: why"));
+        t.row(vec!["long".into(), "z".into()]);
+        let mut out = String::new();
+        t.render(&mut out);
+        assert_eq!(out, "A     B\nx     y\n  ↳ reason: why\nlong  z\n");
+    }
+
+    #[test]
     fn tables_align_columns_without_trailing_blanks() {
         let mut t = Table::new(&["A", "Status", "C"]);
         t.row(vec![

@@ -3,56 +3,67 @@
 use std::collections::BTreeSet;
 
 use super::*;
-use crate::source::{Token, tokens};
+use proc_macro2::TokenTree;
+
+use crate::source::{line_of, sequences, string_of, tokens};
 
 const LEVELS: [&str; 5] = ["error", "warn", "info", "debug", "trace"];
 
 /// Every key of a `log` macro's key-values and every attribute of a span or event
 /// in `source`: (line, key).
 fn keys_of(source: &str) -> Vec<(usize, String)> {
-    let t = tokens(source);
-    let ident = |i: usize| match t.get(i) {
-        Some((_, Token::Ident(n))) => Some(n.as_str()),
-        _ => None,
-    };
-    let punct = |i: usize, c: char| matches!(t.get(i), Some((_, Token::Punct(p))) if *p == c);
     let mut keys = Vec::new();
-    for i in 0..t.len() {
-        // A log macro: `info!(k = v, k2:% = v2; "message")`.
-        if ident(i).is_some_and(|n| LEVELS.contains(&n)) && punct(i + 1, '!') && punct(i + 2, '(') {
-            let mut depth = 0;
-            let mut item_start = true;
-            let mut j = i + 3;
-            let mut items = Vec::new();
-            while j < t.len() {
-                match &t[j].1 {
-                    Token::Punct('(' | '[' | '{') => depth += 1,
-                    Token::Punct(')' | ']' | '}') if depth == 0 => break,
-                    Token::Punct(')' | ']' | '}') => depth -= 1,
-                    Token::Punct(',') if depth == 0 => item_start = true,
-                    Token::Punct(';') if depth == 0 => {
-                        keys.append(&mut items);
-                        break;
+    for t in sequences(tokens(source).expect("Rust")) {
+        let ident = |i: usize| match t.get(i) {
+            Some(TokenTree::Ident(n)) => Some(n.to_string()),
+            _ => None,
+        };
+        let punct =
+            |i: usize, c: char| matches!(t.get(i), Some(TokenTree::Punct(p)) if p.as_char() == c);
+        let parens = |i: usize| match t.get(i) {
+            Some(TokenTree::Group(g)) if g.delimiter() == proc_macro2::Delimiter::Parenthesis => {
+                Some(g.stream())
+            }
+            _ => None,
+        };
+        for i in 0..t.len() {
+            // A log macro: `info!(k = v, k2:% = v2; "message")`.
+            if ident(i).is_some_and(|n| LEVELS.contains(&n.as_str()))
+                && punct(i + 1, '!')
+                && let Some(args) = parens(i + 2)
+            {
+                let mut item_start = true;
+                let mut items = Vec::new();
+                for tree in args {
+                    match &tree {
+                        TokenTree::Punct(p) if p.as_char() == ',' => item_start = true,
+                        TokenTree::Punct(p) if p.as_char() == ';' => {
+                            keys.append(&mut items);
+                            break;
+                        }
+                        TokenTree::Ident(n) if item_start => {
+                            items.push((line_of(&tree), n.to_string()));
+                            item_start = false;
+                        }
+                        _ => item_start = false,
                     }
-                    Token::Ident(n) if depth == 0 && item_start => {
-                        items.push((t[j].0, n.clone()));
-                        item_start = false;
-                    }
-                    _ => item_start = false,
                 }
-                j += 1;
+            }
+            // A span's or an event's attribute: `Attr::new("Key", …)`.
+            if matches!(ident(i).as_deref(), Some("Attr" | "KeyValue"))
+                && punct(i + 1, ':')
+                && punct(i + 2, ':')
+                && ident(i + 3).as_deref() == Some("new")
+                && let Some(args) = parens(i + 4)
+                && let Some(first) = args.into_iter().next()
+                && let TokenTree::Literal(key) = &first
+                && let Some(key) = string_of(key)
+            {
+                keys.push((line_of(&first), key));
             }
         }
-        // A span's or an event's attribute: `Attr::new("Key", …)`.
-        if matches!(ident(i), Some("Attr" | "KeyValue"))
-            && matches!(t.get(i + 1), Some((_, Token::Path)))
-            && ident(i + 2) == Some("new")
-            && punct(i + 3, '(')
-            && let Some((line, Token::Str(key))) = t.get(i + 4)
-        {
-            keys.push((*line, key.clone()));
-        }
     }
+    keys.sort();
     keys
 }
 

@@ -4,7 +4,7 @@ use anyhow::Result;
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::{Counts, Report, Scope};
+use super::report::{Counts, Report, Scope};
 use crate::domain::{BookingRow, Phase, rfc3339};
 use crate::render::{self, Stdout};
 use crate::store::{BatchWrite, Poison, Quarantined};

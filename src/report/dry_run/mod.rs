@@ -8,44 +8,25 @@
 //! two renderings.
 
 mod json;
+mod report;
 mod table;
 
 use std::collections::HashMap;
 
 use crate::store::{Session, Tx};
 use anyhow::Result;
-use chrono::{DateTime, Utc};
 use log::info;
 use uuid::Uuid;
 
+use report::{Counts, Report, Scope};
+
 use crate::clock::Clock;
-use crate::config::{Batch, DryRunConfig, Topics};
+use crate::config::DryRunConfig;
 use crate::domain::{self, BookingRow, Phase, rfc3339};
 use crate::exit::{ClassifyExt, Failure};
 use crate::render::Stdout;
 use crate::shutdown::Shutdown;
-use crate::store::{self, BatchWrite, CHUNK_ROWS, Need, Poison, Quarantined};
-
-/// What the report is about: one cycle, or every candidate, at AsOf.
-struct Scope {
-    run_id: Uuid,
-    as_of: DateTime<Utc>,
-    /// Candidates per phase one cycle takes; `None` with `--all`.
-    limit: Option<i64>,
-    batch: Batch,
-    /// The contract versions a cycle would publish each expiry in (`--topics`).
-    topics: Topics,
-}
-
-/// What a cycle at AsOf would do in one phase, counted as it is printed.
-#[derive(Debug, Default, Clone, Copy)]
-struct Counts {
-    candidates: u64,
-    would_expire: u64,
-    rejected: u64,
-    quarantined: u64,
-    left_for_later: u64,
-}
+use crate::store::{self, CHUNK_ROWS, Need};
 
 /// `dry-run --as-of T`.
 pub fn dry_run(
@@ -172,41 +153,4 @@ fn stream_phase(
         report.phase_done(scope, phase, &counts, listed, out)?;
     }
     Ok(counts)
-}
-
-/// How the plan is printed, in the order it is read: per phase its expiries (chunk by
-/// chunk), then the guard's refusals, then the quarantined rows (chunk by chunk), then
-/// the phase's end; at last the end of the report.
-trait Report {
-    fn expiries(
-        &mut self,
-        s: &Scope,
-        phase: Phase,
-        writes: &[BatchWrite],
-        out: &mut Stdout,
-    ) -> Result<()>;
-    fn expiries_done(&mut self, s: &Scope, phase: Phase, out: &mut Stdout) -> Result<()>;
-    fn rejected(
-        &mut self,
-        s: &Scope,
-        phase: Phase,
-        rejected: &[(BookingRow, Poison)],
-        out: &mut Stdout,
-    ) -> Result<()>;
-    fn quarantined(
-        &mut self,
-        s: &Scope,
-        phase: Phase,
-        q: &[Quarantined],
-        out: &mut Stdout,
-    ) -> Result<()>;
-    fn phase_done(
-        &mut self,
-        s: &Scope,
-        phase: Phase,
-        counts: &Counts,
-        listed_in_quarantine: u64,
-        out: &mut Stdout,
-    ) -> Result<()>;
-    fn end(&mut self, s: &Scope, phases: &[(Phase, Counts)], out: &mut Stdout) -> Result<()>;
 }

@@ -3,7 +3,7 @@
 use anyhow::Result;
 use uuid::Uuid;
 
-use super::{Counts, Report, Scope};
+use super::report::{Counts, Report, Scope};
 use crate::domain::{BookingRow, Phase, rfc3339};
 use crate::render::{
     self, SHORT_ID_WIDTH, Stdout, StreamTable, TIME_S_WIDTH, TIME_WIDTH, Table, UUID_WIDTH,

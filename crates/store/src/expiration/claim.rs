@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use postgres::GenericClient;
 use uuid::Uuid;
 
-use super::CycleStatements;
+use super::statements::CycleStatements;
 use crate::Conn;
 use crate::domain::{BookingRow, Phase, Timestamp};
 use crate::timestamp::{self, PgTimestamp};

@@ -7,17 +7,18 @@
 mod claim;
 mod isolation;
 mod quarantine;
+mod statements;
 mod write;
 
 use crate::Session;
 use anyhow::Result;
-use postgres::Statement;
 
 pub(crate) use claim::{BOOKING_COLUMNS, booking_row, deadline_column, overdue_predicate};
 pub use claim::{
     Claim, ClaimKey, candidates_sql, claim, claim_counting_sql, claim_sql, count_left, left_sql,
 };
 pub use quarantine::{quarantine, release_stale_quarantine};
+pub use statements::CycleStatements;
 pub use write::{DbRejection, WriteOutcome, write_direct, write_isolating};
 
 use crate::domain::Phase;
@@ -44,15 +45,6 @@ fn rule_in_the_way(e: &postgres::Error) -> Option<String> {
     })
 }
 
-/// The cycle's statements, prepared once per session.
-pub struct CycleStatements {
-    claim: [Statement; 2],
-    left: [Statement; 2],
-    write: Statement,
-    quarantine: Statement,
-    release_stale: Statement,
-}
-
 impl CycleStatements {
     pub fn prepare(client: &mut Session) -> Result<Self> {
         let client = client.pg();
@@ -77,23 +69,4 @@ impl CycleStatements {
             release_stale: prepare(quarantine::RELEASE_STALE_SQL)?,
         })
     }
-}
-
-/// The numbers of a statement's parameters (`$n`), each once, in the order they first
-/// appear.
-#[cfg(test)]
-fn parameters(sql: &str) -> Vec<u32> {
-    let mut seen = Vec::new();
-    for (i, _) in sql.match_indices('$') {
-        let digits: String = sql[i + 1..]
-            .chars()
-            .take_while(char::is_ascii_digit)
-            .collect();
-        if let Ok(n) = digits.parse::<u32>()
-            && !seen.contains(&n)
-        {
-            seen.push(n);
-        }
-    }
-    seen
 }

@@ -7,7 +7,8 @@ use chrono::{DateTime, Utc};
 use postgres::GenericClient;
 use uuid::Uuid;
 
-use super::{CycleStatements, Poison};
+use super::Poison;
+use super::statements::CycleStatements;
 use crate::Conn;
 
 /// Records poison rows with the version and status they were seen with. A repeat on
@@ -104,9 +105,9 @@ mod tests {
     #[test]
     fn the_quarantine_numbers_its_parameters_in_the_order_they_appear() {
         assert_eq!(
-            super::super::parameters(QUARANTINE_SQL),
+            super::super::statements::parameters(QUARANTINE_SQL),
             (1..=10).collect::<Vec<_>>()
         );
-        assert!(super::super::parameters(RELEASE_STALE_SQL).is_empty());
+        assert!(super::super::statements::parameters(RELEASE_STALE_SQL).is_empty());
     }
 }

@@ -9,8 +9,8 @@ use postgres::types::{Json, ToSql};
 use serde_json::value::RawValue;
 use uuid::Uuid;
 
-use super::CycleStatements;
 use super::isolation::{Isolated, Keep, Probe, isolate};
+use super::statements::CycleStatements;
 use crate::Conn;
 use crate::domain::{AGGREGATE_TYPE, BatchWrite, EVENT_TYPE};
 
@@ -323,7 +323,10 @@ mod tests {
     #[test]
     fn the_write_numbers_its_parameters_in_the_order_they_appear() {
         let sql = write_sql("text");
-        assert_eq!(super::super::parameters(&sql), (1..=16).collect::<Vec<_>>());
+        assert_eq!(
+            super::super::statements::parameters(&sql),
+            (1..=16).collect::<Vec<_>>()
+        );
         // One field of `WriteParams` per parameter.
         assert_eq!(
             WriteParams::of(&[], Uuid::nil(), DateTime::<Utc>::MIN_UTC)

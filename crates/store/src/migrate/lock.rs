@@ -61,7 +61,7 @@ pub fn take(client: &mut Client, wait: Duration, stopped: &dyn Fn() -> bool) -> 
             logged = Some((Instant::now(), holder));
         }
         if stopped() {
-            return Err(super::stopped_error());
+            return Err(super::stopped::stopped_error());
         }
         std::thread::sleep(POLL);
     }

@@ -15,6 +15,7 @@ mod lock;
 mod policy;
 mod run;
 mod split;
+mod stopped;
 
 use std::time::Instant;
 
@@ -139,14 +140,6 @@ fn plan_on(client: &mut Client, target: i32) -> Result<Plan> {
         .filter(|a| !MIGRATIONS.iter().any(|m| m.version == a.version))
         .collect();
     Ok(Plan { steps, unknown })
-}
-
-/// The error of a run a signal stopped (its exit code is the signal's).
-pub(super) fn stopped_error() -> anyhow::Error {
-    fail(
-        Fault::Temporary,
-        "migrate: stopped by a signal; what committed stays, the next run goes on from there",
-    )
 }
 
 /// Whether what baseline file `version` made is there; 010 made nothing, and counts as

@@ -45,7 +45,7 @@ pub fn statement(
     stopped: &dyn Fn() -> bool,
 ) -> Result<()> {
     if stopped() {
-        return Err(super::stopped_error());
+        return Err(super::stopped::stopped_error());
     }
     let kind = policy::kind(statement);
     info!(Migration = at.file, Statement = at.statement().as_str();
@@ -109,7 +109,7 @@ pub fn statement(
               show_duration(lock_timeout), show_duration(delay));
         std::thread::sleep(delay);
         if stopped() {
-            return Err(super::stopped_error());
+            return Err(super::stopped::stopped_error());
         }
     }
 }

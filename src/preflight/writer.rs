@@ -1,0 +1,27 @@
+//! The commands that write, and so honour a pause switch: each one's name, the switch's,
+//! and what the preflight checks of its schema.
+
+use crate::store::Need;
+
+/// A command that writes, and so honours a pause switch; its name is the switch's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writer {
+    RunOnce,
+    RelayOutbox,
+}
+
+impl Writer {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Writer::RunOnce => "run-once",
+            Writer::RelayOutbox => "relay-outbox",
+        }
+    }
+
+    pub(super) fn need(self) -> Need {
+        match self {
+            Writer::RunOnce => Need::Cycle,
+            Writer::RelayOutbox => Need::Relay,
+        }
+    }
+}
