@@ -218,10 +218,15 @@ impl KafkaProducer {
             }
         }
         drop(arrived);
-        let missing = match fatal {
+        // A fatal error purges the producer's queue: the purged messages' reports
+        // (PurgeQueue, PurgeInflight) may all come in before the loop above looks at
+        // the producer, and they say only "purged". So a fatal error raised by now
+        // explains every message the cluster did not take, reported or not.
+        let fatal = fatal.or_else(|| self.fatal_error());
+        let missing = match &fatal {
             Some(error) => Delivery::Failed {
                 fault: Fault::Fatal,
-                error,
+                error: error.clone(),
             },
             None => Delivery::Failed {
                 fault: Fault::Cluster,
@@ -229,7 +234,14 @@ impl KafkaProducer {
             },
         };
         out.into_iter()
-            .map(|r| r.unwrap_or_else(|| missing.clone()))
+            .map(|r| match r {
+                Some(Delivery::Failed {
+                    fault: Fault::Cluster,
+                    ..
+                }) if fatal.is_some() => missing.clone(),
+                Some(delivery) => delivery,
+                None => missing.clone(),
+            })
             .collect()
     }
 
