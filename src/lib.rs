@@ -2,6 +2,9 @@
 //! per expiry through a transactional outbox. The binary (`main.rs`) only parses,
 //! resolves, runs (`app`) and exits (`exit`); everything else lives in these rooms.
 
+// No unsafe code: the compiler holds it.
+#![forbid(unsafe_code)]
+
 pub mod app;
 #[cfg(test)]
 mod architecture;

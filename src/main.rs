@@ -2,6 +2,9 @@
 //! The command line is parsed (`cli`), resolved into a validated configuration
 //! (`config`), run (`app`), and its outcome turned into an exit code (`exit`).
 
+// No unsafe code: the compiler holds it.
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use booking_expire::cli::{self, Cli, LogFormat};

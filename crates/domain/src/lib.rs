@@ -6,6 +6,9 @@
 //! identities (run id, message id) come in as arguments, so `run-once` and `dry-run`
 //! reach exactly the same decision for the same row and the same moment.
 
+// No unsafe code: the compiler holds it.
+#![forbid(unsafe_code)]
+
 pub mod booking;
 mod event;
 pub mod json;

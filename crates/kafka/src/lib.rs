@@ -10,6 +10,10 @@
 //! `[dev-dependencies]` enable it, so no build of the binary sees it, and the
 //! architecture rules refuse a use of it in the program's code.
 
+// No unsafe code in the program: the compiler holds it. Only a unit test calls
+// librdkafka's own test hook for a fatal error (producer.rs), which has no safe binding.
+#![cfg_attr(not(test), forbid(unsafe_code))]
+
 /// The Kafka client crate, for the integration tests' own consumer and topic admin
 /// only (the `driver` feature; the crate's doc says why).
 #[cfg(feature = "driver")]

@@ -9,6 +9,9 @@
 //! the application's `[dev-dependencies]` enable it, so no build of the binary sees it,
 //! and the architecture rules refuse a use of it in the program's code.
 
+// No unsafe code: the compiler holds it.
+#![forbid(unsafe_code)]
+
 use booking_expire_domain as domain;
 
 /// The driver crates, for the integration tests' own client only (the `driver`

@@ -4,8 +4,6 @@
 
 use postgres::Statement;
 
-use crate::domain::Phase;
-
 /// The cycle's statements, prepared once per session.
 pub struct CycleStatements {
     pub(super) claim: [Statement; 2],
