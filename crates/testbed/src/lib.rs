@@ -12,3 +12,4 @@
 
 pub mod postgres;
 pub mod process;
+pub mod tls;
