@@ -8,6 +8,7 @@
 mod binaries;
 mod cluster;
 mod conf;
+mod os_user;
 mod pgbouncer;
 
 pub use binaries::{Flavor, bindir, scripts_dir};
@@ -20,7 +21,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::process::{self, Owned, Signal, TempDir};
-use cluster::ensure_os_user;
+use os_user::ensure_os_user;
 
 /// The OS user PostgreSQL runs as when we are root (it refuses root).
 pub const OS_USER_WHEN_ROOT: &str = "postgres";
