@@ -25,13 +25,25 @@ pub fn admin_url() -> String {
 }
 
 /// `host:port` of the suite's Kafka broker: `KAFKA_BROKERS`, or a throwaway broker
-/// started now or earlier in this run.
+/// started now or earlier in this run (the testbed crate's, a child of this process
+/// that dies with it; its directory is removed once the process has exited).
 pub fn shared_brokers() -> String {
     if let Some(brokers) = std::env::var_os("KAFKA_BROKERS") {
         return brokers.into_string().expect("KAFKA_BROKERS is UTF-8");
     }
     static KAFKA: OnceLock<Result<String, String>> = OnceLock::new();
-    started(&KAFKA, "kafka", "KAFKA_BROKERS")
+    let outcome = KAFKA.get_or_init(|| {
+        booking_expire_testbed::kafka::Kafka::new()
+            .start()
+            .map(|broker| broker.keep_until_exit().brokers())
+    });
+    match outcome {
+        Ok(address) => address.clone(),
+        Err(e) => panic!(
+            "KAFKA_BROKERS is not set and no throwaway kafka could be started: {e}\n\
+             (scripts/test.sh installs what the tests need; or set KAFKA_BROKERS)"
+        ),
+    }
 }
 
 /// The address of the service `kind`, started on the first call (the others wait for

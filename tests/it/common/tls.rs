@@ -6,6 +6,7 @@ use crate::{native_tls, postgres, postgres_native_tls};
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+use booking_expire_testbed::kafka::{Broker, Kafka};
 use native_tls::{Certificate, TlsConnector};
 use postgres::Client;
 use postgres_native_tls::MakeTlsConnector;
@@ -190,51 +191,38 @@ pub fn run(envs: &[(&str, &str)], args: &[&str]) -> Run {
     Run::of(command(envs, args).output().expect("run the binary"))
 }
 
-/// A single-node broker of the test's own (`scripts/kafka-start.sh` with
-/// KAFKA_TLS_DIR): PLAINTEXT for the admin and the test's consumer, SSL, and SASL_SSL
-/// with one SCRAM-SHA-512 user. Killed and removed on drop.
+/// A single-node broker of the test's own (the testbed crate's, with TLS): PLAINTEXT
+/// for the admin and the test's consumer, SSL, and SASL_SSL with one SCRAM-SHA-512
+/// user. Killed and removed on drop.
 pub struct TlsBroker {
-    dir: PathBuf,
     pub plaintext: String,
     pub ssl: String,
     pub sasl_ssl: String,
     pub user: String,
     pub password: String,
+    broker: Broker,
 }
 
 impl TlsBroker {
     pub fn start(certs: &Certs) -> Self {
-        let dir = temp_dir("be-kafka-tls");
-        let out = checked(
-            "scripts/kafka-start.sh",
-            Command::new(scripts().join("kafka-start.sh"))
-                .arg(&dir)
-                .env("KAFKA_TLS_DIR", &certs.dir)
-                .output(),
-        );
-        let read = |name: &str| {
-            std::fs::read_to_string(dir.join(name))
-                .unwrap_or_else(|e| panic!("{name}: {e}"))
-                .trim()
-                .to_owned()
-        };
+        let broker = Kafka::new()
+            .tls(&certs.dir)
+            .start()
+            .unwrap_or_else(|e| panic!("a TLS broker of the test's own: {e}"));
+        let (user, password) = broker.users()[0].clone();
         TlsBroker {
-            plaintext: String::from_utf8(out.stdout).unwrap().trim().to_owned(),
-            ssl: read("kafka_ssl_brokers"),
-            sasl_ssl: read("kafka_sasl_ssl_brokers"),
-            user: read("kafka_sasl_user"),
-            password: read("kafka_sasl_password"),
-            dir,
+            plaintext: broker.brokers(),
+            ssl: broker.ssl().expect("an SSL listener"),
+            sasl_ssl: broker.sasl_ssl().expect("a SASL_SSL listener"),
+            user,
+            password,
+            broker,
         }
     }
 }
 
 impl Drop for TlsBroker {
     fn drop(&mut self) {
-        let _ = Command::new(scripts().join("kafka-stop.sh"))
-            .arg(&self.dir)
-            .arg("--kill")
-            .output();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.broker.kill();
     }
 }
