@@ -8,6 +8,7 @@
 //! version a pom of `scripts/kafka/` pins), `KAFKA_HEAP_OPTS`, `KAFKA_JVM_OPTS`,
 //! `KAFKA_CDS`, `KAFKA_START_TIMEOUT`, `KAFKA_STOP_TIMEOUT`.
 
+pub mod cli;
 mod cluster;
 pub mod config;
 pub mod jars;
