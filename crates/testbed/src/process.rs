@@ -159,11 +159,19 @@ impl Spawn {
     pub fn spawn(self) -> io::Result<Owned> {
         let child = keep(self.command()?)
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", self.command_line())))?;
-        Ok(Owned {
+        let mut owned = Owned {
             spawn: self,
             child,
             status: None,
-        })
+        };
+        // setpriv sets the death signal, then runs the program: once it has, the child
+        // dies with us (killed before that, as setpriv changes user, it would not).
+        let pid = owned.id();
+        wait_until(Duration::from_secs(10), || {
+            !fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(b"setpriv"))
+                || owned.try_wait().is_ok_and(|s| s.is_some())
+        });
+        Ok(owned)
     }
 
     fn command(&self) -> io::Result<Command> {

@@ -6,11 +6,10 @@ use std::ffi::OsStr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::str::FromStr;
 use std::time::{Duration, Instant};
 
+use booking_expire_testbed::postgres::{Postgres, Server};
 use postgres::{Client, NoTls};
-use uuid::Uuid;
 
 use super::*;
 
@@ -120,7 +119,7 @@ pub fn start_on_free_port<T>(
 /// Stops a server of a test's own when the test process ends without stopping it (a
 /// kill, SIGKILL included): a shell that waits for its stdin, a pipe only this process
 /// holds, to close, then runs the stop script, as scripts/test-service.sh does for the
-/// suite's services (a server daemonizes, so `PR_SET_PDEATHSIG` cannot reach it). In a
+/// suite's broker (a server that daemonizes cannot get a death signal). In a
 /// process group of its own, so that Ctrl-C leaves it to clean up. The server's owner
 /// stops the server itself and drops this, which kills the shell before it runs.
 pub struct StopAtExit {
@@ -153,18 +152,12 @@ impl Drop for StopAtExit {
     }
 }
 
-/// A PostgreSQL server of the test's own (scripts/pg-start.sh in a temporary
+/// A PostgreSQL server of the test's own (the testbed crate's, in a temporary
 /// directory), to restart or stop; its `postgres` database is migrated. Stopped when
-/// dropped, and when the test process dies ([`StopAtExit`]).
+/// dropped, and when the test process dies (its death signal).
 pub struct OwnPostgres {
-    pub dir: PathBuf,
     pub url: String,
-    _stop: StopAtExit,
-}
-
-/// The guard of a server in `dir`, made before it starts (a kill mid-start included).
-fn pg_stop_at_exit(dir: &Path) -> StopAtExit {
-    StopAtExit::new(&scripts_dir().join("pg-stop.sh"), &[dir.as_os_str()])
+    server: Server,
 }
 
 pub fn scripts_dir() -> PathBuf {
@@ -172,55 +165,35 @@ pub fn scripts_dir() -> PathBuf {
 }
 
 impl OwnPostgres {
+    fn of(server: Server) -> Self {
+        OwnPostgres {
+            url: server.url(),
+            server,
+        }
+    }
+
     pub fn start() -> Self {
-        let dir = std::env::temp_dir().join(format!("be-pg-{}", Uuid::new_v4().simple()));
-        let stop = pg_stop_at_exit(&dir);
-        let out = Command::new(scripts_dir().join("pg-start.sh"))
-            .arg(&dir)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "pg-start.sh failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let url = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-        let pg = OwnPostgres {
-            dir,
-            url,
-            _stop: stop,
-        };
+        let server = Postgres::new()
+            .start()
+            .unwrap_or_else(|e| panic!("a PostgreSQL of the test's own: {e}"));
+        let pg = OwnPostgres::of(server);
         migrate_url(&pg.url);
         pg
     }
 
-    /// A hot standby of `primary`, streaming from it (scripts/pg-start.sh with
-    /// `PG_STANDBY_OF`): the primary's data, read-only until [`OwnPostgres::promote`].
+    /// A hot standby of `primary`, streaming from it through a replication slot of its
+    /// own: the primary's data, read-only until [`OwnPostgres::promote`].
     pub fn standby_of(primary: &OwnPostgres) -> Self {
-        let dir = std::env::temp_dir().join(format!("be-pg-{}", Uuid::new_v4().simple()));
-        let stop = pg_stop_at_exit(&dir);
-        let out = Command::new(scripts_dir().join("pg-start.sh"))
-            .arg(&dir)
-            .env("PG_STANDBY_OF", &primary.dir)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "pg-start.sh (standby) failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let url = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-        OwnPostgres {
-            dir,
-            url,
-            _stop: stop,
-        }
+        let server = Postgres::new()
+            .standby_of(&primary.server)
+            .start()
+            .unwrap_or_else(|e| panic!("a standby of the test's own: {e}"));
+        OwnPostgres::of(server)
     }
 
     /// `host:port` of this server, for a multi-host URL.
     pub fn address(&self) -> String {
-        let port = std::fs::read_to_string(self.dir.join("port")).unwrap();
-        format!("127.0.0.1:{}", port.trim())
+        self.server.address()
     }
 
     /// Waits until `standby` has replayed everything this primary has committed so far,
@@ -299,8 +272,8 @@ impl OwnPostgres {
             Ok(s) => s,
             Err(e) => format!("{}: {e}", if primary { "primary" } else { "standby" }),
         };
-        let log = self.dir.join("postgres.log");
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let log = self.server.log_path();
+        let text = std::fs::read_to_string(log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         let tail = lines[lines.len().saturating_sub(15)..].join("\n  ");
         format!(
@@ -309,91 +282,40 @@ impl OwnPostgres {
         )
     }
 
-    /// `pg_ctl stop -m immediate`: the server dies as in a crash, nothing is flushed.
+    /// Immediate shutdown (SIGQUIT, as `pg_ctl stop -m immediate`): the server dies as
+    /// in a crash, nothing is flushed.
     pub fn stop_immediately(&self) {
-        self.pg_ctl(&["-m", "immediate", "-w", "stop"]);
+        self.server
+            .stop_immediately()
+            .unwrap_or_else(|e| panic!("an immediate stop: {e}"));
     }
 
     /// `pg_ctl promote`: a standby becomes a primary that takes writes.
     pub fn promote(&self) {
-        self.pg_ctl(&["-w", "promote"]);
+        self.server
+            .promote()
+            .unwrap_or_else(|e| panic!("promote: {e}"));
     }
 
     pub fn client(&self) -> Client {
         Client::connect(&self.url, NoTls).expect("connect to the own server")
     }
 
-    /// `pg_ctl restart -m fast`: every session is terminated, the server comes back on
-    /// the same port.
+    /// A fast shutdown and a start again: every session is terminated, the server comes
+    /// back on the same port.
     pub fn restart(&self) {
-        self.pg_ctl(&["-m", "fast", "-w", "restart"]);
+        self.server
+            .restart()
+            .unwrap_or_else(|e| panic!("restart: {e}"));
     }
 
+    /// A fast shutdown (as `pg_ctl stop -m fast`).
     pub fn stop(&self) {
-        self.pg_ctl(&["-m", "fast", "-w", "stop"]);
+        self.server.stop().unwrap_or_else(|e| panic!("stop: {e}"));
     }
 
     /// The TCP port the server listens on.
     pub fn port(&self) -> u16 {
-        postgres::Config::from_str(&self.url).unwrap().get_ports()[0]
-    }
-
-    /// As pg-stop.sh does: the cluster's tools run as its owner when we are root.
-    fn pg_ctl(&self, args: &[&str]) {
-        let bindir = std::fs::read_to_string(self.dir.join("pg_bindir")).unwrap();
-        let pg_ctl = PathBuf::from(bindir.trim()).join("pg_ctl");
-        let data = self.dir.join("pgdata");
-        let log = self.dir.join("postgres.log");
-        let mut cmd = if is_root() {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(&pg_ctl);
-            c
-        } else {
-            Command::new(&pg_ctl)
-        };
-        // -l: the restarted server logs to the file, never to our pipes.
-        let out = cmd
-            .arg("-D")
-            .arg(&data)
-            .arg("-l")
-            .arg(&log)
-            .args(args)
-            .current_dir(&self.dir)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "pg_ctl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-}
-
-pub fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
-}
-
-impl Drop for OwnPostgres {
-    fn drop(&mut self) {
-        let _ = Command::new(scripts_dir().join("pg-stop.sh"))
-            .arg(&self.dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        // A failing test keeps the server's log (not its data) for inspection.
-        if std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(self.dir.join("pgdata"));
-            eprintln!(
-                "kept the log of a server of the failed test: {}",
-                self.dir.join("postgres.log").display()
-            );
-        } else {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
+        self.server.port()
     }
 }

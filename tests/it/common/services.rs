@@ -2,10 +2,12 @@
 //! `KAFKA_BROKERS` name when set; otherwise a throwaway server and broker started once,
 //! on first use, and shared by every test of the binary.
 //!
-//! Each is started by `scripts/test-service.sh`, a process that outlives nothing: it
-//! holds the read end of a pipe whose write end only this process holds, and stops the
-//! service when that pipe closes, which happens however this process ends (libtest
-//! exits without running destructors; a panic, a signal or SIGKILL close it too).
+//! The server is the testbed crate's: a child of this process that gets its fast
+//! shutdown when this process ends, however it ends (its death signal: libtest exits
+//! without running destructors; a panic, a signal or SIGKILL end it too), its directory
+//! removed then by a guard. The broker is started by `scripts/test-service.sh`, a
+//! process that outlives nothing: it holds the read end of a pipe whose write end only
+//! this process holds, and stops the broker when that pipe closes.
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
@@ -21,7 +23,18 @@ pub fn admin_url() -> String {
         return url.into_string().expect("DATABASE_URL is UTF-8");
     }
     static POSTGRES: OnceLock<Result<String, String>> = OnceLock::new();
-    started(&POSTGRES, "postgres", "DATABASE_URL")
+    let started = POSTGRES.get_or_init(|| {
+        booking_expire_testbed::postgres::Postgres::new()
+            .start()
+            .map(|server| server.keep_until_exit().url())
+    });
+    match started {
+        Ok(url) => url.clone(),
+        Err(e) => panic!(
+            "DATABASE_URL is not set and no throwaway PostgreSQL could be started: {e}\n\
+             (scripts/test.sh installs what the tests need; or set DATABASE_URL)"
+        ),
+    }
 }
 
 /// `host:port` of the suite's Kafka broker: `KAFKA_BROKERS`, or a throwaway broker
@@ -62,7 +75,7 @@ fn started(cell: &OnceLock<Result<String, String>>, kind: &str, variable: &str) 
 static GUARDS: Mutex<Vec<ChildStdin>> = Mutex::new(Vec::new());
 
 /// `DROP DATABASE name` on the server of `admin_url` once this process has exited (with
-/// `psql`, from a process of its own that waits as `scripts/test-service.sh` does).
+/// `psql`, from a process of its own that waits for a pipe to close).
 pub fn drop_database_at_exit(admin_url: &str, name: &str) {
     let spawned = Command::new("sh")
         .args([

@@ -1,5 +1,5 @@
-//! TLS for the tests: certificates made with `openssl` for one test, a PostgreSQL
-//! server of the test's own that accepts TCP clients only over TLS, and a Kafka broker
+//! TLS for the tests: certificates made with `openssl` for one test (the testbed
+//! crate's), a PostgreSQL server of the test's own that accepts TCP clients only over TLS, and a Kafka broker
 //! of its own with SSL and SASL_SSL (SCRAM-SHA-512) listeners besides PLAINTEXT.
 
 use crate::{native_tls, postgres, postgres_native_tls};
@@ -11,6 +11,8 @@ use native_tls::{Certificate, TlsConnector};
 use postgres::Client;
 use postgres_native_tls::MakeTlsConnector;
 use uuid::Uuid;
+
+use booking_expire_testbed::postgres::{Postgres, Server};
 
 use super::{BIN, Run};
 
@@ -35,78 +37,15 @@ fn checked(what: &str, out: std::io::Result<Output>) -> Output {
     out
 }
 
-/// A CA, a server certificate it signed for `localhost` and 127.0.0.1 (SAN
-/// `DNS:localhost, IP:127.0.0.1`), and a second, unrelated CA. The directory holds
-/// `server.crt` and `server.key` as `scripts/pg-start.sh` (PG_SSL_CERT_DIR) and
-/// `scripts/kafka-start.sh` (KAFKA_TLS_DIR) expect them; removed on drop.
-pub struct Certs {
-    pub dir: PathBuf,
-    /// The CA that signed the server certificate.
-    pub ca: PathBuf,
-    /// A CA that signed nothing the servers present.
-    pub other_ca: PathBuf,
-}
+/// The certificates: the testbed crate's (a CA, a server certificate it signed for
+/// `localhost` and 127.0.0.1, an unrelated CA).
+pub use booking_expire_testbed::tls::Certs;
 
-impl Certs {
-    pub fn generate() -> Self {
-        let dir = temp_dir("be-tls");
-        std::fs::write(
-            dir.join("ca.cnf"),
-            "[req]\ndistinguished_name = dn\nprompt = no\n[dn]\nCN = booking-expire test CA\n\
-             [v3_ca]\nbasicConstraints = critical, CA:TRUE\n\
-             keyUsage = critical, keyCertSign, cRLSign\nsubjectKeyIdentifier = hash\n",
-        )
-        .unwrap();
-        std::fs::write(
-            dir.join("server.ext"),
-            "basicConstraints = CA:FALSE\nkeyUsage = critical, digitalSignature, keyEncipherment\n\
-             extendedKeyUsage = serverAuth\nsubjectAltName = DNS:localhost, IP:127.0.0.1\n",
-        )
-        .unwrap();
-        // Arguments are whitespace-separated; no file name here has a space.
-        let openssl = |args: &str| {
-            let args: Vec<&str> = args.split_whitespace().collect();
-            checked(
-                &format!("openssl {}", args.join(" ")),
-                Command::new("openssl")
-                    .args(&args)
-                    .current_dir(&dir)
-                    .output(),
-            );
-        };
-        for name in ["ca", "other-ca"] {
-            openssl(&format!(
-                "req -x509 -newkey rsa:2048 -nodes -days 2 -config ca.cnf -extensions v3_ca \
-                 -keyout {name}.key -out {name}.crt"
-            ));
-        }
-        // The key in PKCS#8, unencrypted: what PostgreSQL and Kafka's PEM keystore read.
-        openssl(
-            "req -newkey rsa:2048 -nodes -subj /CN=localhost -keyout server.key -out server.csr",
-        );
-        openssl(
-            "x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
-             -extfile server.ext -out server.crt",
-        );
-        Certs {
-            ca: dir.join("ca.crt"),
-            other_ca: dir.join("other-ca.crt"),
-            dir,
-        }
-    }
-}
-
-impl Drop for Certs {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// A throwaway PostgreSQL with `ssl = on` (`scripts/pg-start.sh` with PG_SSL_CERT_DIR):
-/// its pg_hba.conf lets TCP clients in only over TLS, so a client that connected at
-/// all used TLS. Stopped and removed on drop.
+/// A throwaway PostgreSQL with `ssl = on` (the testbed crate's, with the certificates'
+/// directory): its pg_hba.conf lets TCP clients in only over TLS, so a client that
+/// connected at all used TLS. Stopped and removed on drop.
 pub struct TlsPostgres {
-    state: PathBuf,
+    _server: Server,
     /// `postgres://postgres@127.0.0.1:PORT/postgres`, without TLS parameters.
     pub url: String,
     pub port: u16,
@@ -115,24 +54,14 @@ pub struct TlsPostgres {
 
 impl TlsPostgres {
     pub fn start(certs: &Certs) -> Self {
-        let state = temp_dir("be-pg-tls");
-        let out = checked(
-            "scripts/pg-start.sh",
-            Command::new(scripts().join("pg-start.sh"))
-                .arg(&state)
-                .env("PG_SSL_CERT_DIR", &certs.dir)
-                .output(),
-        );
-        let url = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-        let port = std::fs::read_to_string(state.join("port"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
+        let server = Postgres::new()
+            .tls(&certs.dir)
+            .start()
+            .unwrap_or_else(|e| panic!("a PostgreSQL with TLS: {e}"));
         TlsPostgres {
-            state,
-            url,
-            port,
+            url: server.url(),
+            port: server.port(),
+            _server: server,
             ca: certs.ca.clone(),
         }
     }
@@ -163,15 +92,6 @@ impl TlsPostgres {
             "sslmode=verify-ca&sslrootcert={}",
             self.ca.display()
         )));
-    }
-}
-
-impl Drop for TlsPostgres {
-    fn drop(&mut self) {
-        let _ = Command::new(scripts().join("pg-stop.sh"))
-            .arg(&self.state)
-            .output();
-        let _ = std::fs::remove_dir_all(&self.state);
     }
 }
 

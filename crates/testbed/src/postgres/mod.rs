@@ -1,2 +1,315 @@
-//! PostgreSQL servers for the tests: found, initialised and started as the scripts
-//! (scripts/pg-start.sh) did, as owned children.
+//! PostgreSQL servers for the tests, as scripts/pg-start.sh and pg-stop.sh made them,
+//! but as owned children: `postgres -D DATA` in the foreground, in a temporary
+//! directory of its own (`be-it-postgres.XXXXXX`: the data, `postgres.log`, the socket),
+//! run as `postgres` when we are root. [`Postgres`] is the builder (plain, TLS, a
+//! streaming standby with its replication slot); a [`Server`] stops (fast shutdown)
+//! when dropped, drops a standby's slot on its primary, and restarts on its port.
+
+mod binaries;
+mod cluster;
+mod conf;
+mod pgbouncer;
+
+pub use binaries::{Flavor, bindir, scripts_dir};
+pub use pgbouncer::PgBouncer;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use crate::process::{self, Owned, Signal, TempDir};
+use cluster::ensure_os_user;
+
+/// The OS user PostgreSQL runs as when we are root (it refuses root).
+pub const OS_USER_WHEN_ROOT: &str = "postgres";
+/// sun_path is 108 bytes and "/.s.PGSQL.65535" takes 15 of them; stay well below.
+const MAX_SOCKET_DIR_LEN: usize = 80;
+const PORT_ATTEMPTS: usize = 5;
+
+fn seconds_from_env(name: &str, default: u64) -> Duration {
+    Duration::from_secs(
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(default),
+    )
+}
+
+/// A server to start: plain by default.
+#[derive(Default)]
+pub struct Postgres<'a> {
+    tls: Option<PathBuf>,
+    standby_of: Option<&'a Server>,
+}
+
+impl<'a> Postgres<'a> {
+    pub fn new() -> Self {
+        Postgres::default()
+    }
+
+    /// `ssl = on` with `dir`'s server.crt and server.key; TCP clients only over TLS.
+    pub fn tls(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.tls = Some(dir.into());
+        self
+    }
+
+    /// A hot standby streaming from `primary` through a physical replication slot of
+    /// its own (dropped when the standby stops): `pg_basebackup -R -C -S`.
+    pub fn standby_of(mut self, primary: &'a Server) -> Self {
+        self.standby_of = Some(primary);
+        self
+    }
+
+    /// Starts it and waits until it accepts TCP connections (`PG_START_TIMEOUT`, 60 s).
+    pub fn start(self) -> Result<Server, String> {
+        let bindir = bindir()?;
+        if self.tls.is_some() && Flavor::from_env()? == Flavor::Embedded {
+            return Err(
+                "TLS needs a server built with OpenSSL, and PG_FLAVOR=embedded's is \
+                        not; use PG_FLAVOR=system for TLS"
+                    .into(),
+            );
+        }
+        let run_as = process::is_root().then(|| OS_USER_WHEN_ROOT.to_owned());
+        if let Some(user) = &run_as {
+            ensure_os_user(user)?;
+        }
+        let dir = TempDir::new("postgres").map_err(|e| e.to_string())?;
+        let socket = if dir.path().join("sock").as_os_str().len() > MAX_SOCKET_DIR_LEN {
+            Some(TempDir::new_in(Path::new("/tmp"), "pgsock").map_err(|e| e.to_string())?)
+        } else {
+            None
+        };
+        let mut server = Server {
+            data: dir.path().join("pgdata"),
+            log: dir.path().join("postgres.log"),
+            socket_dir: socket
+                .as_ref()
+                .map_or_else(|| dir.path().join("sock"), |s| s.path().to_owned()),
+            bindir,
+            run_as,
+            port: 0,
+            tls: self.tls.is_some(),
+            slot: None,
+            child: Mutex::new(None),
+            _socket: socket,
+            dir,
+        };
+        fs::create_dir_all(&server.socket_dir).map_err(|e| e.to_string())?;
+        server.give(server.dir.path())?;
+        server.give(&server.socket_dir)?;
+        match self.standby_of {
+            Some(primary) => server.clone_cluster(primary)?,
+            None => server.init_cluster(self.tls.as_deref())?,
+        }
+        server.start_on_free_port()?;
+        Ok(server)
+    }
+}
+
+/// A standby's slot on its primary: its name, the primary's port and data directory.
+struct Slot {
+    name: String,
+    primary_port: u16,
+    primary_data: PathBuf,
+}
+
+/// A running server of the tests: fast shutdown when dropped.
+pub struct Server {
+    dir: TempDir,
+    data: PathBuf,
+    log: PathBuf,
+    socket_dir: PathBuf,
+    bindir: PathBuf,
+    run_as: Option<String>,
+    port: u16,
+    tls: bool,
+    slot: Option<Slot>,
+    child: Mutex<Option<Owned>>,
+    _socket: Option<TempDir>,
+}
+
+impl Server {
+    /// `postgres://postgres@127.0.0.1:PORT/postgres`.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Its temporary directory (the data in `pgdata`, the log `postgres.log`).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    pub fn bindir(&self) -> &Path {
+        &self.bindir
+    }
+
+    /// Whether it serves TCP clients over TLS only.
+    pub fn is_tls(&self) -> bool {
+        self.tls
+    }
+
+    fn child(&self) -> MutexGuard<'_, Option<Owned>> {
+        self.child.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Fast shutdown (SIGINT; `PG_STOP_TIMEOUT`, 60 s, then KILL), as `pg_ctl stop -m
+    /// fast`; a standby's slot is dropped on its primary.
+    pub fn stop(&self) -> Result<(), String> {
+        if let Some(mut child) = self.child().take() {
+            child.stop().map_err(|e| e.to_string())?;
+        }
+        self.drop_slot();
+        Ok(())
+    }
+
+    /// Immediate shutdown (SIGQUIT), as in a crash: nothing is flushed.
+    pub fn stop_immediately(&self) -> Result<(), String> {
+        if let Some(mut child) = self.child().take() {
+            child
+                .stop_with(Signal::Quit, seconds_from_env("PG_STOP_TIMEOUT", 60))
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Fast shutdown, then a start on the same port.
+    pub fn restart(&self) -> Result<(), String> {
+        if let Some(mut child) = self.child().take() {
+            child.stop().map_err(|e| e.to_string())?;
+        }
+        match self.spawn_and_wait()? {
+            Ok(()) => Ok(()),
+            Err(taken) => Err(format!("port {} was taken meanwhile:\n{taken}", self.port)),
+        }
+    }
+
+    /// `pg_ctl promote -w`: a standby becomes a primary that takes writes.
+    pub fn promote(&self) -> Result<(), String> {
+        let out = self
+            .tool("pg_ctl")
+            .arg("-D")
+            .arg(&self.data)
+            .args(["-w", "promote"])
+            .output();
+        checked("pg_ctl promote", out).map(drop)
+    }
+
+    /// `sql` through psql (over TCP, as superuser), its unaligned output.
+    pub fn psql(&self, sql: &str) -> Result<String, String> {
+        let out = Command::new(binaries::tool(&self.bindir, "psql"))
+            .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d"])
+            .arg(self.conninfo())
+            .args(["-c", sql])
+            .stdin(Stdio::null())
+            .output();
+        checked("psql", out).map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    }
+
+    /// A libpq connection string of its postgres database (TLS when it wants TLS).
+    fn conninfo(&self) -> String {
+        let ssl = if self.tls { " sslmode=require" } else { "" };
+        format!(
+            "host=127.0.0.1 port={} user=postgres dbname=postgres{ssl}",
+            self.port
+        )
+    }
+
+    /// Leaves the server to this process's end (its death signal stops it; a guard
+    /// removes its directories): for the server a whole test run shares.
+    pub fn keep_until_exit(self) -> &'static Server {
+        self.dir.remove_at_exit_too();
+        if let Some(socket) = &self._socket {
+            socket.remove_at_exit_too();
+        }
+        Box::leak(Box::new(self))
+    }
+
+    /// The last `lines` lines of its log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        process::tail(&self.log, lines)
+    }
+
+    /// A command of the server's binaries, run as its OS user.
+    fn tool(&self, name: &str) -> Command {
+        let program = binaries::tool(&self.bindir, name);
+        let mut cmd = match &self.run_as {
+            Some(user) => {
+                let mut c = Command::new("runuser");
+                c.args(["-u", user, "--"]).arg(program);
+                c
+            }
+            None => Command::new(program),
+        };
+        cmd.current_dir(self.dir.path()).stdin(Stdio::null());
+        cmd
+    }
+
+    /// Makes `path` the server user's.
+    fn give(&self, path: &Path) -> Result<(), String> {
+        let Some(user) = &self.run_as else {
+            return Ok(());
+        };
+        let out = Command::new("chown").args(["-R", user]).arg(path).output();
+        checked("chown", out).map(drop)
+    }
+
+    /// Writes `text` to `path` inside the data directory, as the server's file.
+    fn write(&self, path: &Path, text: &[u8], mode: u32) -> Result<(), String> {
+        use std::os::unix::fs::PermissionsExt;
+        fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        fs::set_permissions(path, fs::Permissions::from_mode(mode))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        self.give(path)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop() {
+            eprintln!("stopping PostgreSQL in {}: {e}", self.dir.path().display());
+        }
+        // A failing test keeps the server's log (not its data) for inspection.
+        if std::thread::panicking() {
+            let _ = fs::remove_dir_all(&self.data);
+        }
+    }
+}
+
+/// A port of 127.0.0.1 the kernel says is free now (another process may take it
+/// before our server binds it: the callers retry).
+pub fn free_port() -> Result<u16, String> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("no free port on 127.0.0.1: {e}"))
+}
+
+fn checked(what: &str, out: std::io::Result<Output>) -> Result<Output, String> {
+    let out = out.map_err(|e| format!("{what}: {e} (is it installed?)"))?;
+    if out.status.success() {
+        Ok(out)
+    } else {
+        Err(format!(
+            "{what} failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}

@@ -9,6 +9,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, Command, Stdio};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A temporary directory `be-it-<kind>.XXXXXX` under TMPDIR (mode 0755, so a server run
 /// as another user reaches it): removed on drop, kept and named on stderr when the
@@ -16,15 +17,20 @@ use std::sync::Mutex;
 #[derive(Debug)]
 pub struct TempDir {
     path: PathBuf,
-    removed: bool,
+    /// Whether a guard removes it at exit instead of the drop.
+    left: AtomicBool,
 }
 
 impl TempDir {
     pub fn new(kind: &str) -> io::Result<Self> {
+        Self::new_in(&std::env::temp_dir(), kind)
+    }
+
+    /// `be-it-<kind>.XXXXXX` under `base`.
+    pub fn new_in(base: &Path, kind: &str) -> io::Result<Self> {
         use std::collections::hash_map::RandomState;
         use std::hash::{BuildHasher, Hasher};
         use std::os::unix::fs::PermissionsExt;
-        let base = std::env::temp_dir();
         for _ in 0..100 {
             let mut hasher = RandomState::new().build_hasher();
             hasher.write_u32(std::process::id());
@@ -38,7 +44,7 @@ impl TempDir {
                     fs::set_permissions(&path, fs::Permissions::from_mode(0o755))?;
                     return Ok(TempDir {
                         path,
-                        removed: false,
+                        left: AtomicBool::new(false),
                     });
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
@@ -56,16 +62,23 @@ impl TempDir {
 
     /// Leaves the directory to a guard that removes it once this process has exited
     /// ([`remove_at_exit`]): for a service that lives as long as the process.
-    pub fn remove_at_exit(mut self) -> PathBuf {
-        remove_at_exit(&self.path);
-        self.removed = true;
+    pub fn remove_at_exit(self) -> PathBuf {
+        self.remove_at_exit_too();
         self.path.clone()
+    }
+
+    /// As [`TempDir::remove_at_exit`], for a directory whose owner is kept: its drop
+    /// then leaves it to the guard.
+    pub fn remove_at_exit_too(&self) {
+        if !self.left.swap(true, Ordering::SeqCst) {
+            remove_at_exit(&self.path);
+        }
     }
 }
 
 impl Drop for TempDir {
     fn drop(&mut self) {
-        if self.removed {
+        if self.left.load(Ordering::SeqCst) {
             return;
         }
         if std::thread::panicking() {

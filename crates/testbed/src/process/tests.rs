@@ -35,6 +35,11 @@ fn death_helper() {
     })
     .join()
     .unwrap();
+    // setpriv sets the death signal before it runs sleep: once sleep runs, it is set
+    // (a parent killed before that, setpriv still changing user, would not signal).
+    assert!(wait_until(Duration::from_secs(10), || {
+        fs::read(format!("/proc/{}/cmdline", sleeper.id())).is_ok_and(|c| c.starts_with(b"sleep"))
+    }));
     let mut done = Spawn::new("true", "true").spawn().unwrap();
     assert!(
         done.wait_timeout(Duration::from_secs(10))

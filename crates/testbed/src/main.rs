@@ -1,0 +1,137 @@
+//! `testbed serve postgres [--tls DIR]`: starts a throwaway server for a script (the
+//! demo, the bench, image-test, the by-hand steps), prints its address (the URL) as
+//! the only stdout line, serves until stdin reaches end of file or SIGTERM/SIGINT
+//! arrives, then stops it and removes its directory. If this process is killed, the
+//! server gets its death signal (a fast shutdown) all the same.
+
+use std::path::PathBuf;
+use std::sync::mpsc;
+
+use booking_expire_testbed::postgres::Postgres;
+
+const USAGE: &str = "usage: testbed serve postgres [--tls DIR]";
+
+/// What to serve.
+#[derive(Debug, PartialEq, Eq)]
+enum Service {
+    Postgres { tls: Option<PathBuf> },
+}
+
+fn parse(args: &[String]) -> Result<Service, String> {
+    let mut args = args.iter().map(String::as_str);
+    if args.next() != Some("serve") {
+        return Err(USAGE.into());
+    }
+    match args.next() {
+        Some("postgres") => {
+            let mut tls = None;
+            while let Some(arg) = args.next() {
+                match arg {
+                    "--tls" => {
+                        let dir = args.next().ok_or("--tls needs a directory")?;
+                        tls = Some(PathBuf::from(dir));
+                    }
+                    other => return Err(format!("unknown argument {other}\n{USAGE}")),
+                }
+            }
+            Ok(Service::Postgres { tls })
+        }
+        Some(other) => Err(format!("unknown service {other}\n{USAGE}")),
+        None => Err(USAGE.into()),
+    }
+}
+
+/// Blocks until stdin reaches end of file or SIGTERM/SIGINT/SIGHUP arrives.
+fn wait_for_the_end() -> Result<(), String> {
+    let (done, ended) = mpsc::channel::<()>();
+    let on_eof = done.clone();
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+        let _ = on_eof.send(());
+    });
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGHUP,
+    ])
+    .map_err(|e| format!("cannot catch the signals: {e}"))?;
+    std::thread::spawn(move || {
+        if signals.forever().next().is_some() {
+            let _ = done.send(());
+        }
+    });
+    let _ = ended.recv();
+    Ok(())
+}
+
+fn serve(service: Service) -> Result<(), String> {
+    match service {
+        Service::Postgres { tls } => {
+            let mut builder = Postgres::new();
+            if let Some(dir) = tls {
+                builder = builder.tls(dir);
+            }
+            let server = builder.start()?;
+            println!("{}", server.url());
+            wait_for_the_end()?;
+            server.stop()
+        }
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let outcome = parse(&args)
+        .map_err(|e| (2, e))
+        .and_then(|service| serve(service).map_err(|e| (1, e)));
+    match outcome {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err((code, e)) => {
+            eprintln!("testbed: {e}");
+            std::process::ExitCode::from(code)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(line: &str) -> Vec<String> {
+        line.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn serve_postgres_takes_a_tls_directory() {
+        assert_eq!(
+            parse(&args("serve postgres")),
+            Ok(Service::Postgres { tls: None })
+        );
+        assert_eq!(
+            parse(&args("serve postgres --tls /c")),
+            Ok(Service::Postgres {
+                tls: Some("/c".into())
+            })
+        );
+    }
+
+    #[test]
+    fn anything_else_is_refused_with_the_usage() {
+        assert_eq!(parse(&args("")), Err(USAGE.to_owned()));
+        assert_eq!(parse(&args("serve")), Err(USAGE.to_owned()));
+        assert!(
+            parse(&args("serve mysql"))
+                .unwrap_err()
+                .starts_with("unknown service mysql")
+        );
+        assert_eq!(
+            parse(&args("serve postgres --tls")),
+            Err("--tls needs a directory".into())
+        );
+        assert!(
+            parse(&args("serve postgres -x"))
+                .unwrap_err()
+                .starts_with("unknown argument -x")
+        );
+    }
+}

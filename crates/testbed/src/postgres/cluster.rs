@@ -1,0 +1,264 @@
+//! How a server comes up, as scripts/pg-start.sh did it: initdb (or pg_basebackup -R
+//! for a standby, through a replication slot of its own), the throwaway settings, the
+//! TLS files, `postgres` spawned on a free port and waited for with pg_isready; and the
+//! standby's slot dropped on its primary when it stops.
+
+use std::ffi::OsStr;
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use super::{PORT_ATTEMPTS, Server, Slot, binaries, checked, conf, free_port, seconds_from_env};
+use crate::process::{self, Signal, Spawn};
+
+/// The statement that drops a standby's slot (psql -v slot=NAME).
+const DROP_SLOT: &str = include_str!("../../sql/drop_standby_slot.sql");
+
+impl Server {
+    pub(super) fn init_cluster(&self, tls: Option<&Path>) -> Result<(), String> {
+        // C.UTF-8 gives UTF-8 character semantics without generated locales.
+        let locales = Command::new("locale").arg("-a").output();
+        let utf8 = locales.is_ok_and(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .any(|l| l.eq_ignore_ascii_case("c.utf8") || l.eq_ignore_ascii_case("c.utf-8"))
+        });
+        let locale = if utf8 {
+            "--locale=C.UTF-8"
+        } else {
+            "--no-locale"
+        };
+        let out = self
+            .tool("initdb")
+            .arg("-D")
+            .arg(&self.data)
+            .args([
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                locale,
+                "--no-sync",
+            ])
+            .output();
+        checked("initdb", out)?;
+        let conf = self.data.join("postgresql.conf");
+        let mut text = fs::read(&conf).map_err(|e| e.to_string())?;
+        text.extend_from_slice(b"\ninclude 'throwaway.conf'\n");
+        self.write(&conf, &text, 0o600)?;
+        if let Some(certs) = tls {
+            let read = |name: &str| {
+                fs::read(certs.join(name)).map_err(|e| {
+                    format!(
+                        "the TLS directory {} has no readable {name}: {e}",
+                        certs.display()
+                    )
+                })
+            };
+            self.write(&self.data.join("server.crt"), &read("server.crt")?, 0o644)?;
+            self.write(&self.data.join("server.key"), &read("server.key")?, 0o600)?;
+            self.write(
+                &self.data.join("pg_hba.conf"),
+                conf::TLS_HBA.as_bytes(),
+                0o600,
+            )?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn clone_cluster(&mut self, primary: &Server) -> Result<(), String> {
+        if primary.bindir != self.bindir {
+            return Err(format!(
+                "the primary runs other binaries ({}) than {}",
+                primary.bindir.display(),
+                self.bindir.display()
+            ));
+        }
+        let name = self
+            .dir
+            .path()
+            .file_name()
+            .map(OsStr::to_string_lossy)
+            .unwrap_or_default()
+            .into_owned();
+        let slot = conf::slot_name(&name, std::process::id());
+        self.tls = primary.tls;
+        let out = self
+            .tool("pg_basebackup")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &primary.port.to_string(),
+                "-U",
+                "postgres",
+                "-D",
+            ])
+            .arg(&self.data)
+            .args([
+                "-R",
+                "-C",
+                "-S",
+                &slot,
+                "-X",
+                "stream",
+                "--checkpoint=fast",
+                "--no-sync",
+            ])
+            .output();
+        checked("pg_basebackup", out)?;
+        self.slot = Some(Slot {
+            name: slot,
+            primary_port: primary.port,
+            primary_data: primary.data.clone(),
+        });
+        Ok(())
+    }
+
+    /// Starts `postgres` on a port the kernel picked free, again on another one (up to
+    /// 5 times) when another process took it first.
+    pub(super) fn start_on_free_port(&mut self) -> Result<(), String> {
+        let mut taken = Vec::new();
+        for _ in 0..PORT_ATTEMPTS {
+            self.port = free_port()?;
+            let conf = conf::throwaway_conf(self.port, &self.socket_dir, self.tls);
+            self.write(&self.data.join("throwaway.conf"), conf.as_bytes(), 0o600)?;
+            match self.spawn_and_wait()? {
+                Ok(()) => return Ok(()),
+                Err(why) => taken.push(why),
+            }
+        }
+        Err(format!(
+            "no usable port after {PORT_ATTEMPTS} attempts: {taken:?}"
+        ))
+    }
+
+    /// Spawns the server and waits for it: `Ok(Err(why))` when its port was taken.
+    pub(super) fn spawn_and_wait(&self) -> Result<Result<(), String>, String> {
+        let before = fs::metadata(&self.log).map_or(0, |m| m.len()) as usize;
+        let spawn = Spawn::new("PostgreSQL", self.bindir.join("postgres"))
+            .arg("-D")
+            .arg(&self.data)
+            .run_as(self.run_as.as_deref())
+            .current_dir(self.dir.path())
+            .log(&self.log)
+            .stop_signal(Signal::Int)
+            .death_signal(Signal::Int)
+            .grace(seconds_from_env("PG_STOP_TIMEOUT", 60));
+        let mut child = spawn.spawn().map_err(|e| e.to_string())?;
+        let limit = seconds_from_env("PG_START_TIMEOUT", 60);
+        let isready = binaries::tool(&self.bindir, "pg_isready");
+        let mut exited = None;
+        let ready = process::wait_until(limit, || {
+            if let Ok(Some(status)) = child.try_wait() {
+                exited = Some(status);
+                return true;
+            }
+            Command::new(&isready)
+                .args(["-q", "-h", "127.0.0.1", "-p", &self.port.to_string()])
+                .args(["-U", "postgres", "-d", "postgres", "-t", "2"])
+                .stdin(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        });
+        if let Some(status) = exited {
+            let log = fs::read(&self.log).unwrap_or_default();
+            let since = String::from_utf8_lossy(&log[before.min(log.len())..]).into_owned();
+            if conf::port_taken(&since) {
+                return Ok(Err(format!("port {}: {status}", self.port)));
+            }
+            return Err(child.failure(&format!("exited before it was ready ({status})")));
+        }
+        if !ready {
+            let why = child.failure(&format!(
+                "did not accept connections on port {} within {} s",
+                self.port,
+                limit.as_secs()
+            ));
+            let _ = child.kill();
+            return Err(why);
+        }
+        *self.child() = Some(child);
+        Ok(Ok(()))
+    }
+
+    /// A standby's slot, dropped on its primary once the standby's WAL sender has gone
+    /// (a slot in use cannot be dropped); a primary that is gone took it with it.
+    pub(super) fn drop_slot(&self) {
+        let Some(slot) = &self.slot else { return };
+        if !slot.primary_data.join("postmaster.pid").exists() {
+            return;
+        }
+        let name = &slot.name;
+        let conninfo = format!(
+            "host=127.0.0.1 port={} user=postgres dbname=postgres{}",
+            slot.primary_port,
+            if self.tls { " sslmode=require" } else { "" }
+        );
+        let psql = binaries::tool(&self.bindir, "psql");
+        let gone = process::wait_until(Duration::from_secs(5), || {
+            let child = Command::new(&psql)
+                .args(["-X", "-q", "-A", "-t", "-d", &conninfo, "-v"])
+                .arg(format!("slot={name}"))
+                .args(["-f", "-"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn();
+            child.is_ok_and(|mut child| {
+                use std::io::Write;
+                let fed = child
+                    .stdin
+                    .take()
+                    .is_some_and(|mut i| i.write_all(DROP_SLOT.as_bytes()).is_ok());
+                let out = child.wait_with_output();
+                fed && out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "gone")
+            })
+        });
+        if !gone && slot.primary_data.join("postmaster.pid").exists() {
+            eprintln!(
+                "could not drop replication slot {name} on 127.0.0.1:{}",
+                slot.primary_port
+            );
+        }
+    }
+}
+
+/// Creates the system user `user` when missing, as scripts/pg-start.sh does.
+pub(super) fn ensure_os_user(user: &str) -> Result<(), String> {
+    let exists = |u: &str| {
+        Command::new("id")
+            .args(["-u", u])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if exists(user) {
+        return Ok(());
+    }
+    let group = Command::new("getent")
+        .args(["group", user])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    let _ = Command::new("useradd")
+        .arg("--system")
+        .args(if group {
+            vec!["--gid", user]
+        } else {
+            vec!["--user-group"]
+        })
+        .args(["--home-dir", "/var/lib/postgresql", "--no-create-home"])
+        .args(["--shell", "/usr/sbin/nologin", user])
+        .stderr(Stdio::null())
+        .status();
+    // A concurrent start may have created it first.
+    if exists(user) {
+        Ok(())
+    } else {
+        Err(format!("could not create OS user '{user}'"))
+    }
+}
