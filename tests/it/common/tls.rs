@@ -4,38 +4,16 @@
 
 use crate::{native_tls, postgres, postgres_native_tls};
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 
 use booking_expire_testbed::kafka::{Broker, Kafka};
 use native_tls::{Certificate, TlsConnector};
 use postgres::Client;
 use postgres_native_tls::MakeTlsConnector;
-use uuid::Uuid;
 
 use booking_expire_testbed::postgres::{Postgres, Server};
 
 use super::{BIN, Run};
-
-fn scripts() -> PathBuf {
-    super::repo().join("scripts")
-}
-
-fn temp_dir(prefix: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("{prefix}-{}", Uuid::new_v4().simple()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn checked(what: &str, out: std::io::Result<Output>) -> Output {
-    let out = out
-        .unwrap_or_else(|e| panic!("{what}: {e} (is it installed? scripts/test.sh installs it)"));
-    assert!(
-        out.status.success(),
-        "{what} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
 
 /// The certificates: the testbed crate's (a CA, a server certificate it signed for
 /// `localhost` and 127.0.0.1, an unrelated CA).

@@ -1,12 +1,10 @@
-//! `testbed serve kafka` and `testbed serve jaeger`: start the service, print its
-//! address (a broker's or a cluster's PLAINTEXT addresses, comma-separated; Jaeger's
-//! `OTLP_HTTP=…`, `OTLP_GRPC=…`, `QUERY=…` lines) on stdout, serve until stdin reaches
-//! end of file, then stop it and remove its directory. Ended by a signal instead, the
-//! process dies and takes the service with it (its death signal), and a guard removes
-//! the directory. The environment of `scripts/kafka-start.sh` sets the defaults; a flag
-//! overrides it.
+//! `testbed serve kafka` and `testbed serve jaeger` (the binary serves what these
+//! start until stdin's end or a signal, then drops it): the service started, and its
+//! address to print (a broker's or a cluster's PLAINTEXT addresses, comma-separated;
+//! Jaeger's `OTLP_HTTP=…`, `OTLP_GRPC=…`, `QUERY=…` lines). The environment of
+//! `scripts/kafka-start.sh` sets the defaults; a flag overrides it.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::{Kafka, config};
@@ -146,21 +144,18 @@ fn write_state(dir: &Path, files: &[(&str, String)]) -> Result<(), String> {
     Ok(())
 }
 
-/// Prints `lines` as the only stdout, then waits until stdin reaches end of file.
-fn serve_until_eof(lines: &str) -> Result<(), String> {
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{lines}")
-        .and_then(|()| out.flush())
-        .map_err(|e| format!("stdout: {e}"))?;
-    drop(out);
-    let mut sink = [0; 4096];
-    let mut stdin = std::io::stdin().lock();
-    while stdin.read(&mut sink).is_ok_and(|n| n > 0) {}
-    Ok(())
+/// A service being served: stopped, and its directory removed, when dropped.
+#[derive(Debug)]
+pub enum Served {
+    Broker(Box<super::Broker>),
+    Cluster(Box<super::Cluster>),
+    Jaeger(Box<Jaeger>),
 }
 
-/// `testbed serve kafka ARGS`.
-pub fn serve(args: &[String]) -> Result<(), String> {
+/// `testbed serve kafka ARGS`: the broker or cluster started, and what to print (its
+/// PLAINTEXT addresses). Should this process die before the value is dropped, the
+/// nodes die with it and a guard removes their directory.
+pub fn start(args: &[String]) -> Result<(String, Served), String> {
     let args = Args::parse(args, &|name| std::env::var(name).ok())?;
     let kafka = args.kafka();
     if args.nodes == 3 {
@@ -169,7 +164,7 @@ pub fn serve(args: &[String]) -> Result<(), String> {
         if let Some(state) = &args.state {
             write_state(state, &[("kafka_brokers", cluster.brokers())])?;
         }
-        return serve_until_eof(&cluster.brokers());
+        return Ok((cluster.brokers(), Served::Cluster(Box::new(cluster))));
     }
     let broker = kafka.start()?;
     remove_at_exit(broker.dir());
@@ -186,11 +181,12 @@ pub fn serve(args: &[String]) -> Result<(), String> {
         }
         write_state(state, &files)?;
     }
-    serve_until_eof(&broker.brokers())
+    Ok((broker.brokers(), Served::Broker(Box::new(broker))))
 }
 
-/// `testbed serve jaeger` (no arguments; `JAEGER_VERSION`, `JAEGER_START_TIMEOUT`).
-pub fn serve_jaeger(args: &[String]) -> Result<(), String> {
+/// `testbed serve jaeger` (no arguments; `JAEGER_VERSION`, `JAEGER_START_TIMEOUT`):
+/// Jaeger started, and its `OTLP_HTTP=`, `OTLP_GRPC=` and `QUERY=` lines.
+pub fn start_jaeger(args: &[String]) -> Result<(String, Served), String> {
     if let Some(arg) = args.first() {
         return Err(format!(
             "unknown argument {arg:?}\nusage: testbed serve jaeger"
@@ -198,10 +194,11 @@ pub fn serve_jaeger(args: &[String]) -> Result<(), String> {
     }
     let jaeger = Jaeger::start()?;
     remove_at_exit(jaeger.dir());
-    serve_until_eof(&format!(
+    let lines = format!(
         "OTLP_HTTP={}\nOTLP_GRPC={}\nQUERY=http://{}",
         jaeger.otlp_http, jaeger.otlp_grpc, jaeger.query
-    ))
+    );
+    Ok((lines, Served::Jaeger(Box::new(jaeger))))
 }
 
 #[cfg(test)]
