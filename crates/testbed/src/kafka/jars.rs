@@ -39,10 +39,9 @@ fn lib_sh(scripts: &Path, version: &str, body: &str, args: &[&OsStr]) -> Result<
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
         Err(format!(
-            "scripts/kafka/lib.sh ({}) failed ({}):\n{}",
-            body.split(';').next().unwrap_or(body).trim(),
+            "scripts/kafka/lib.sh failed ({}):\n{}",
             out.status,
-            String::from_utf8_lossy(&out.stderr)
+            String::from_utf8_lossy(&out.stderr).trim_end()
         ))
     }
 }
