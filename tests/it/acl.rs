@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use booking_expire_testbed::kafka::{Broker, Kafka};
 use common::kafka::create_topic;
 use common::tls::{Certs, run};
 use common::*;
@@ -31,45 +32,30 @@ fn secret() -> String {
 }
 
 /// A broker of the test's own with ACLs enforced: PLAINTEXT (a super user, for the
-/// admin work), and SASL_SSL with one SCRAM user per application.
+/// admin work), and SASL_SSL with one SCRAM user per application. Killed and removed
+/// on drop.
 struct AclBroker {
-    dir: PathBuf,
     plaintext: String,
     sasl_ssl: String,
     passwords: Vec<(&'static str, String)>,
+    broker: Broker,
 }
 
 impl AclBroker {
     fn start(certs: &Certs, users: &[&'static str]) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("be-kafka-acl-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&dir).unwrap();
         let passwords: Vec<(&'static str, String)> = users.iter().map(|u| (*u, secret())).collect();
-        let (first, rest) = passwords.split_first().unwrap();
-        let extra: Vec<String> = rest.iter().map(|(u, p)| format!("{u}:{p}")).collect();
-        let out = Command::new(scripts().join("kafka-start.sh"))
-            .arg(&dir)
-            .env("KAFKA_TLS_DIR", &certs.dir)
-            .env("KAFKA_AUTHORIZER", "1")
-            .env("KAFKA_SASL_USER", first.0)
-            .env("KAFKA_SASL_PASSWORD", &first.1)
-            .env("KAFKA_SASL_EXTRA_USERS", extra.join(" "))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "kafka-start.sh failed: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let kafka = passwords.iter().fold(
+            Kafka::new().tls(&certs.dir).authorizer(true),
+            |k, (u, p)| k.user(u, p),
         );
-        let sasl_ssl = std::fs::read_to_string(dir.join("kafka_sasl_ssl_brokers"))
-            .unwrap()
-            .trim()
-            .to_owned();
+        let broker = kafka
+            .start()
+            .unwrap_or_else(|e| panic!("a broker with ACLs of the test's own: {e}"));
         AclBroker {
-            plaintext: String::from_utf8(out.stdout).unwrap().trim().to_owned(),
-            sasl_ssl,
+            plaintext: broker.brokers(),
+            sasl_ssl: broker.sasl_ssl().expect("a SASL_SSL listener"),
             passwords,
-            dir,
+            broker,
         }
     }
 
@@ -80,11 +66,7 @@ impl AclBroker {
 
 impl Drop for AclBroker {
     fn drop(&mut self) {
-        let _ = Command::new(scripts().join("kafka-stop.sh"))
-            .arg(&self.dir)
-            .arg("--kill")
-            .output();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.broker.kill();
     }
 }
 

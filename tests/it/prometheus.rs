@@ -9,8 +9,9 @@ use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+
+use booking_expire_testbed::observe::{Prometheus, Pushgateway};
 
 use common::kafka::*;
 use common::*;
@@ -35,64 +36,8 @@ fn repo() -> PathBuf {
     crate::common::repo()
 }
 
-/// A process of the test's own in a temporary directory; killed when dropped.
-struct Server {
-    child: Child,
-    addr: String,
-    dir: PathBuf,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn temp_dir(prefix: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("{prefix}-{}", uuid::Uuid::new_v4().simple()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// `bin` with `args(addr)` on a free port, until it is ready.
-fn start(bin: &str, args: impl Fn(&str) -> Vec<String>, dir: PathBuf) -> Server {
-    let (child, _, addr) = start_on_free_port(
-        bin,
-        Duration::from_secs(30),
-        |port| {
-            let addr = format!("127.0.0.1:{port}");
-            let mut cmd = Command::new(bin);
-            let child = owned(&mut cmd)
-                .args(args(&addr))
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(dir.join("log")).unwrap())
-                .spawn()
-                .unwrap_or_else(|e| {
-                    panic!(
-                        "start {bin}: {e} (install Debian's prometheus and prometheus-pushgateway)"
-                    )
-                });
-            (child, addr)
-        },
-        |port| get(&format!("127.0.0.1:{port}"), "/-/ready").is_ok_and(|(status, _)| status == 200),
-    );
-    Server { child, addr, dir }
-}
-
-fn pushgateway() -> Server {
-    start(
-        "prometheus-pushgateway",
-        |addr| {
-            vec![
-                format!("--web.listen-address={addr}"),
-                "--persistence.file=".into(),
-                "--log.level=error".into(),
-            ]
-        },
-        temp_dir("be-pgw"),
-    )
+fn pushgateway() -> Pushgateway {
+    Pushgateway::start().unwrap_or_else(|e| panic!("a Pushgateway of the test's own: {e}"))
 }
 
 /// The shipped rules with every `for:` shortened to 1s.
@@ -109,33 +54,19 @@ fn test_rules() -> String {
         .join("\n")
 }
 
-fn prometheus(scrape: &str) -> Server {
-    let dir = temp_dir("be-prom");
-    std::fs::write(dir.join("rules.yml"), test_rules()).unwrap();
-    std::fs::write(
-        dir.join("prometheus.yml"),
-        format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
-             rule_files: [rules.yml]\n\
-             scrape_configs:\n  - job_name: pushgateway\n    honor_labels: true\n    \
-             static_configs:\n      - targets: ['{scrape}']\n"
-        ),
-    )
-    .unwrap();
-    let (config, data) = (dir.join("prometheus.yml"), dir.join("data"));
-    let args = move |addr: &str| {
-        vec![
-            format!("--config.file={}", config.display()),
-            format!("--storage.tsdb.path={}", data.display()),
-            format!("--web.listen-address={addr}"),
-            "--log.level=error".into(),
-        ]
-    };
-    start("prometheus", args, dir)
+fn prometheus(scrape: &str) -> Prometheus {
+    let config = format!(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+         rule_files: [rules.yml]\n\
+         scrape_configs:\n  - job_name: pushgateway\n    honor_labels: true\n    \
+         static_configs:\n      - targets: ['{scrape}']\n"
+    );
+    Prometheus::start(&config, &[("rules.yml", &test_rules())])
+        .unwrap_or_else(|e| panic!("a Prometheus of the test's own: {e}"))
 }
 
 /// The result vector of an instant query.
-fn query(prom: &Server, q: &str) -> Vec<Value> {
+fn query(prom: &Prometheus, q: &str) -> Vec<Value> {
     let (status, body) = get(&prom.addr, &format!("/api/v1/query?query={}", encode(q))).unwrap();
     assert_eq!(status, 200, "{q}: {body}");
     let json: Value = serde_json::from_str(&body).unwrap();
@@ -144,7 +75,7 @@ fn query(prom: &Server, q: &str) -> Vec<Value> {
 }
 
 /// The one value of a query that must answer with exactly one series.
-fn value(prom: &Server, q: &str) -> f64 {
+fn value(prom: &Prometheus, q: &str) -> f64 {
     let result = query(prom, q);
     assert_eq!(result.len(), 1, "{q}: {result:?}");
     result[0]["value"][1].as_str().unwrap().parse().unwrap()

@@ -7,17 +7,19 @@
 use crate::common;
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use booking_expire_testbed::observe::Pushgateway;
 use common::tls::Certs;
 use common::*;
 
 const USER: &str = "pusher";
 const PASSWORD: &str = "pw-7f3c1e9a-never-printed";
 
+/// The testbed's Pushgateway behind the web configuration of `dir/web.yml`; killed and
+/// removed when dropped.
 struct SecurePushgateway {
-    child: Child,
+    _gateway: Pushgateway,
     port: u16,
     dir: PathBuf,
 }
@@ -36,28 +38,14 @@ impl SecurePushgateway {
             ),
         )
         .unwrap();
-        let bin =
-            std::env::var("PUSHGATEWAY_BIN").unwrap_or_else(|_| "prometheus-pushgateway".into());
-        let config = dir.join("web.yml");
-        let (child, port, ()) = start_on_free_port(
-            "the TLS Pushgateway",
-            Duration::from_secs(30),
-            |port| {
-                let mut cmd = Command::new(&bin);
-                let child = owned(&mut cmd)
-                    .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-                    .arg(format!("--web.config.file={}", config.display()))
-                    .arg("--persistence.file=")
-                    .arg("--log.level=error")
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .unwrap_or_else(|e| panic!("start {bin}: {e}"));
-                (child, ())
-            },
-            |port| get_at(port, certs, "/-/ready").is_ok_and(|(status, _)| status == 200),
-        );
-        SecurePushgateway { child, port, dir }
+        let gateway = Pushgateway::start_with(Some(&dir.join("web.yml")))
+            .unwrap_or_else(|e| panic!("the TLS Pushgateway: {e}"));
+        let port = gateway.port;
+        SecurePushgateway {
+            _gateway: gateway,
+            port,
+            dir,
+        }
     }
 
     fn url(&self) -> String {
@@ -85,8 +73,7 @@ fn get_at(port: u16, certs: &Certs, path: &str) -> reqwest::Result<(u16, String)
 
 impl Drop for SecurePushgateway {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // The gateway itself is killed as the field is dropped, right after.
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

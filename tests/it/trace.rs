@@ -1,5 +1,5 @@
 //! Traces over OTLP against a real trace backend: Jaeger (all-in-one, in memory),
-//! started by `scripts/jaeger-start.sh` for each test, read back through its query API.
+//! started by the testbed crate for each test, read back through its query API.
 //! A `run-once` and a `relay-outbox` are one trace each (trace id = run id), with the
 //! spans, attributes, events and links the code promises; an unreachable backend
 //! changes nothing but a warning.
@@ -7,7 +7,6 @@
 use crate::common;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -16,40 +15,19 @@ use common::*;
 use serde_json::Value;
 use uuid::Uuid;
 
-/// A Jaeger of the test's own; stopped and removed when dropped.
+/// A Jaeger of the test's own (the testbed crate's); stopped and removed when dropped.
 struct Jaeger {
-    dir: PathBuf,
+    jaeger: booking_expire_testbed::observe::Jaeger,
     otlp_http: String,
-    query: String,
-}
-
-fn scripts() -> PathBuf {
-    crate::common::repo().join("scripts")
 }
 
 impl Jaeger {
     fn start() -> Self {
-        let dir = std::env::temp_dir().join(format!("be-jaeger-{}", Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let out = Command::new(scripts().join("jaeger-start.sh"))
-            .arg(&dir)
-            .output()
-            .expect("run scripts/jaeger-start.sh");
-        assert!(
-            out.status.success(),
-            "jaeger-start.sh failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let endpoints: BTreeMap<String, String> = String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .filter_map(|l| l.split_once('='))
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect();
+        let jaeger = booking_expire_testbed::observe::Jaeger::start()
+            .unwrap_or_else(|e| panic!("a Jaeger of the test's own: {e}"));
         Jaeger {
-            dir,
-            otlp_http: endpoints["OTLP_HTTP"].clone(),
-            query: endpoints["QUERY"].trim_start_matches("http://").to_owned(),
+            otlp_http: jaeger.otlp_http.clone(),
+            jaeger,
         }
     }
 
@@ -58,7 +36,7 @@ impl Jaeger {
     fn trace(&self, trace_id: &str, spans: usize) -> Trace {
         let mut trace = None;
         wait_until(Duration::from_secs(20), "the trace is in Jaeger", || {
-            let (status, body) = http_get(&self.query, &format!("/api/traces/{trace_id}"));
+            let (status, body) = http_get(&self.jaeger.query, &format!("/api/traces/{trace_id}"));
             if status != 200 {
                 return false;
             }
@@ -71,15 +49,6 @@ impl Jaeger {
         let trace = trace.unwrap();
         assert_eq!(trace.spans.len(), spans, "{:#?}", trace.spans);
         trace
-    }
-}
-
-impl Drop for Jaeger {
-    fn drop(&mut self) {
-        let _ = Command::new(scripts().join("jaeger-stop.sh"))
-            .arg(&self.dir)
-            .status();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -10,6 +10,8 @@
 //! front) built from the same environment the scripts read (`PG_FLAVOR`, `PG_BINDIR`,
 //! `PG_START_TIMEOUT`).
 
+pub mod kafka;
+pub mod observe;
 pub mod postgres;
 pub mod process;
 pub mod tls;

@@ -2,19 +2,29 @@
 //! demo, the bench, image-test, the by-hand steps), prints its address (the URL) as
 //! the only stdout line, serves until stdin reaches end of file or SIGTERM/SIGINT
 //! arrives, then stops it and removes its directory. If this process is killed, the
-//! server gets its death signal (a fast shutdown) all the same.
+//! server gets its death signal (a fast shutdown) all the same. `testbed serve kafka`
+//! and `testbed serve jaeger` do the same for a broker (or three nodes) and Jaeger
+//! (`kafka::cli`: their arguments, what they print).
 
 use std::path::PathBuf;
 use std::sync::mpsc;
 
+use booking_expire_testbed::kafka;
 use booking_expire_testbed::postgres::Postgres;
 
-const USAGE: &str = "usage: testbed serve postgres [--tls DIR]";
+const USAGE: &str = "usage: testbed serve postgres [--tls DIR]
+       testbed serve kafka [--nodes 3] [--tls DIR] [--authorizer] [--user NAME:PASSWORD]...
+       testbed serve jaeger";
 
 /// What to serve.
 #[derive(Debug, PartialEq, Eq)]
 enum Service {
-    Postgres { tls: Option<PathBuf> },
+    Postgres {
+        tls: Option<PathBuf>,
+    },
+    /// `serve kafka` and `serve jaeger`, parsed by `kafka::cli`.
+    Kafka(Vec<String>),
+    Jaeger(Vec<String>),
 }
 
 fn parse(args: &[String]) -> Result<Service, String> {
@@ -36,6 +46,8 @@ fn parse(args: &[String]) -> Result<Service, String> {
             }
             Ok(Service::Postgres { tls })
         }
+        Some("kafka") => Ok(Service::Kafka(args.map(str::to_owned).collect())),
+        Some("jaeger") => Ok(Service::Jaeger(args.map(str::to_owned).collect())),
         Some(other) => Err(format!("unknown service {other}\n{USAGE}")),
         None => Err(USAGE.into()),
     }
@@ -76,7 +88,18 @@ fn serve(service: Service) -> Result<(), String> {
             wait_for_the_end()?;
             server.stop()
         }
+        Service::Kafka(args) => serve_until_the_end(kafka::cli::start(&args)?),
+        Service::Jaeger(args) => serve_until_the_end(kafka::cli::start_jaeger(&args)?),
     }
+}
+
+/// Prints the address of what `kafka::cli` started, serves until the end, then stops
+/// it (the drop).
+fn serve_until_the_end((lines, served): (String, kafka::cli::Served)) -> Result<(), String> {
+    println!("{lines}");
+    wait_for_the_end()?;
+    drop(served);
+    Ok(())
 }
 
 fn main() -> std::process::ExitCode {

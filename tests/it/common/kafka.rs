@@ -4,9 +4,11 @@
 
 use crate::rdkafka;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::Command;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use booking_expire_testbed::kafka::{Broker, Cluster, Kafka};
+use booking_expire_testbed::process::Signal;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -15,7 +17,6 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::StopAtExit;
 pub use super::services::shared_brokers;
 
 /// A unique topic name for one test: every test uses topics of its own, so tests can
@@ -59,103 +60,73 @@ pub(super) fn delete_topic(brokers: &str, topic: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn scripts() -> PathBuf {
-    super::repo().join("scripts")
-}
-
-/// A single-node KRaft broker of the test's own, in a temporary directory; killed when
-/// dropped, and when the test process dies ([`StopAtExit`]).
+/// A single-node KRaft broker of the test's own (the testbed crate's, in a temporary
+/// directory): killed when dropped, and when the test process dies (its death signal).
 pub struct OwnBroker {
-    pub dir: PathBuf,
     pub brokers: String,
-    _stop: StopAtExit,
-}
-
-/// The guard of the broker(s) in `dir`, made before they start.
-fn kafka_stop_at_exit(dir: &std::path::Path) -> StopAtExit {
-    StopAtExit::new(
-        &scripts().join("kafka-stop.sh"),
-        &[dir.as_os_str(), std::ffi::OsStr::new("--kill")],
-    )
+    broker: Mutex<Broker>,
 }
 
 impl OwnBroker {
     pub fn start() -> Self {
-        let dir = std::env::temp_dir().join(format!("be-kafka-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let stop = kafka_stop_at_exit(&dir);
-        let brokers = start_script(&dir);
+        let broker = Kafka::new()
+            .start()
+            .unwrap_or_else(|e| panic!("a broker of the test's own: {e}"));
         OwnBroker {
-            dir,
-            brokers,
-            _stop: stop,
+            brokers: broker.brokers(),
+            broker: Mutex::new(broker),
         }
+    }
+
+    fn broker(&self) -> std::sync::MutexGuard<'_, Broker> {
+        self.broker.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Graceful stop (SIGTERM).
     pub fn stop(&self) {
-        self.stop_script(&[]);
+        self.broker().stop();
     }
 
     /// SIGKILL, no goodbye.
     pub fn kill(&self) {
-        self.stop_script(&["--kill"]);
+        self.broker().kill();
     }
 
     /// Starts it again on the same ports with its data.
     pub fn restart(&self) {
-        let brokers = start_script(&self.dir);
-        assert_eq!(brokers, self.brokers, "restarted on the same address");
+        let mut broker = self.broker();
+        broker
+            .restart()
+            .unwrap_or_else(|e| panic!("restart the broker: {e}"));
+        assert_eq!(
+            broker.brokers(),
+            self.brokers,
+            "restarted on the same address"
+        );
     }
 
     /// SIGSTOP: the broker keeps its connections open and answers nothing, as in a long
     /// GC pause or a frozen VM, until [`OwnBroker::resume`].
     pub fn pause(&self) {
-        self.signal("STOP");
+        self.signal(Signal::Stop);
     }
 
     /// SIGCONT after [`OwnBroker::pause`].
     pub fn resume(&self) {
-        self.signal("CONT");
+        self.signal(Signal::Cont);
     }
 
-    fn signal(&self, signal: &str) {
-        let pid = std::fs::read_to_string(self.dir.join("kafka.pid")).unwrap();
-        let status = Command::new("kill")
-            .args([&format!("-{signal}"), pid.trim()])
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill -{signal} {pid}");
-    }
-
-    fn stop_script(&self, extra: &[&str]) {
-        let status = Command::new(scripts().join("kafka-stop.sh"))
-            .arg(&self.dir)
-            .args(extra)
-            .status()
-            .unwrap();
-        assert!(status.success());
+    fn signal(&self, signal: Signal) {
+        self.broker()
+            .signal(signal)
+            .unwrap_or_else(|e| panic!("kill -{}: {e}", signal.name()));
     }
 }
 
 impl Drop for OwnBroker {
     fn drop(&mut self) {
-        self.stop_script(&["--kill"]);
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.broker().kill();
     }
-}
-
-fn start_script(dir: &std::path::Path) -> String {
-    let out = Command::new(scripts().join("kafka-start.sh"))
-        .arg(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "kafka-start.sh failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -355,57 +326,45 @@ pub fn java_partition(key: &str, partitions: i32) -> i32 {
     (java_murmur2(key.as_bytes()) & 0x7fff_ffff) % partitions
 }
 
-/// A three-node KRaft cluster of the test's own (`KAFKA_NODES=3 kafka-start.sh`):
-/// replication factor 3, min.insync.replicas 2; each node can be killed, stopped,
-/// paused and started again on its own.
+/// A three-node KRaft cluster of the test's own (the testbed crate's): replication
+/// factor 3, min.insync.replicas 2; each node can be killed, stopped and started again
+/// on its own. Killed when dropped, and when the test process dies.
 pub struct OwnCluster {
-    pub dir: PathBuf,
     /// The three brokers' addresses, comma-separated.
     pub brokers: String,
-    _stop: StopAtExit,
+    cluster: Mutex<Cluster>,
 }
 
 impl OwnCluster {
     pub fn start() -> Self {
-        let dir = std::env::temp_dir().join(format!("be-kafka3-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let stop = kafka_stop_at_exit(&dir);
-        let out = Command::new(scripts().join("kafka-start.sh"))
-            .arg(&dir)
-            .env("KAFKA_NODES", "3")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "kafka-start.sh (3 nodes) failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let brokers = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        let cluster = Kafka::new()
+            .start_cluster()
+            .unwrap_or_else(|e| panic!("a three-node cluster of the test's own: {e}"));
         OwnCluster {
-            dir,
-            brokers,
-            _stop: stop,
+            brokers: cluster.brokers(),
+            cluster: Mutex::new(cluster),
         }
     }
 
-    /// The directory of node `id` (1..=3, its node.id).
-    pub fn node(&self, id: i32) -> PathBuf {
-        self.dir.join(format!("node{id}"))
+    fn cluster(&self) -> std::sync::MutexGuard<'_, Cluster> {
+        self.cluster.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// SIGKILL node `id`.
+    /// SIGKILL node `id` (1..=3, its node.id).
     pub fn kill(&self, id: i32) {
-        self.stop_script(&self.node(id), &["--kill"]);
+        self.cluster().kill(node_id(id));
     }
 
     /// Graceful stop (SIGTERM) of node `id`.
     pub fn stop(&self, id: i32) {
-        self.stop_script(&self.node(id), &[]);
+        self.cluster().stop(node_id(id));
     }
 
     /// Starts node `id` again with its data.
     pub fn restart(&self, id: i32) {
-        start_script(&self.node(id));
+        self.cluster()
+            .restart(node_id(id))
+            .unwrap_or_else(|e| panic!("restart node {id}: {e}"));
     }
 
     /// The node.id of the leader of `partition` of `topic`, as the cluster's metadata
@@ -425,21 +384,15 @@ impl OwnCluster {
             .unwrap()
             .leader()
     }
+}
 
-    fn stop_script(&self, dir: &std::path::Path, extra: &[&str]) {
-        let status = Command::new(scripts().join("kafka-stop.sh"))
-            .arg(dir)
-            .args(extra)
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
+fn node_id(id: i32) -> u32 {
+    u32::try_from(id).unwrap_or_else(|_| panic!("node ids are 1..=3, not {id}"))
 }
 
 impl Drop for OwnCluster {
     fn drop(&mut self) {
-        self.stop_script(&self.dir.clone(), &["--kill"]);
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.cluster().kill_all();
     }
 }
 

@@ -1,48 +1,28 @@
 //! A real Prometheus Pushgateway of a test's own (Debian's `prometheus-pushgateway`, on
-//! a free port, in memory), a small HTTP/1.0 client to read it back, and a parser of
-//! the text exposition format.
+//! a free port, in memory: the testbed crate's), a small HTTP/1.0 client to read it
+//! back, and a parser of the text exposition format.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 pub const JOB: &str = "crm_booking_expiration";
 
-/// A Pushgateway of the test's own; killed when dropped.
+/// A Pushgateway of the test's own (the testbed crate's); killed when dropped.
 pub struct Pushgateway {
-    child: Child,
     pub addr: String,
+    _gateway: booking_expire_testbed::observe::Pushgateway,
 }
 
 impl Pushgateway {
     pub fn start() -> Self {
-        let bin = pushgateway_binary();
-        let (child, _, addr) = super::start_on_free_port(
-            "the Pushgateway",
-            Duration::from_secs(30),
-            |port| {
-                let addr = format!("127.0.0.1:{port}");
-                let mut cmd = Command::new(&bin);
-                let child = super::owned(&mut cmd)
-                    .arg(format!("--web.listen-address={addr}"))
-                    // In memory only: Debian's default persists to /var/lib/prometheus.
-                    .arg("--persistence.file=")
-                    .arg("--log.level=error")
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
-                (child, addr)
-            },
-            |port| {
-                http(&format!("127.0.0.1:{port}"), "GET", "/-/ready", "")
-                    .is_ok_and(|(status, _)| status == 200)
-            },
-        );
-        Pushgateway { child, addr }
+        let gateway = booking_expire_testbed::observe::Pushgateway::start()
+            .unwrap_or_else(|e| panic!("a Pushgateway of the test's own: {e}"));
+        Pushgateway {
+            addr: gateway.addr.clone(),
+            _gateway: gateway,
+        }
     }
 
     pub fn url(&self) -> String {
@@ -101,33 +81,6 @@ impl Pushgateway {
     pub fn exposition(&self) -> String {
         http(&self.addr, "GET", "/metrics", "").unwrap().1
     }
-}
-
-impl Drop for Pushgateway {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-pub fn pushgateway_binary() -> PathBuf {
-    if let Some(bin) = std::env::var_os("PUSHGATEWAY_BIN") {
-        return bin.into();
-    }
-    for name in ["prometheus-pushgateway", "pushgateway"] {
-        let found = std::env::var_os("PATH").and_then(|path| {
-            std::env::split_paths(&path)
-                .map(|dir| dir.join(name))
-                .find(|p| p.is_file())
-        });
-        if let Some(bin) = found {
-            return bin;
-        }
-    }
-    panic!(
-        "no Pushgateway: install Debian's prometheus-pushgateway (scripts/test.sh does, as \
-         root) or set PUSHGATEWAY_BIN"
-    );
 }
 
 /// One HTTP/1.0 request (so the answer is never chunked); the status and the body.

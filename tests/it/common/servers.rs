@@ -2,10 +2,6 @@
 //! level (pg_stat_statements preloaded), and a listener that never answers.
 
 use crate::postgres;
-use std::ffi::OsStr;
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use booking_expire_testbed::postgres::{Postgres, Server};
@@ -79,89 +75,12 @@ pub fn refused_port() -> RefusedPort {
     }
 }
 
-/// Starts a server of a test's own that binds a port it is told (`start(port)`), and
-/// waits until `ready(port)`. The port is one the kernel picked free a moment before,
-/// which another process may take first when many tests run at once: a server that
-/// exits before it is ready is started again on another port (up to 5 times), and one
-/// that neither exits nor gets ready within `limit` fails the test.
-pub fn start_on_free_port<T>(
-    what: &str,
-    limit: Duration,
-    mut start: impl FnMut(u16) -> (Child, T),
-    mut ready: impl FnMut(u16) -> bool,
-) -> (Child, u16, T) {
-    let mut exits = Vec::new();
-    for _ in 0..5 {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port of 127.0.0.1")
-            .port();
-        let (mut child, extra) = start(port);
-        let outcome = wait_for(
-            limit,
-            &format!("{what} to be ready on port {port}"),
-            || {
-                if ready(port) {
-                    return Some(None);
-                }
-                child.try_wait().ok().flatten().map(Some)
-            },
-            String::new,
-        );
-        match outcome {
-            None => return (child, port, extra),
-            Some(status) => exits.push(format!("port {port}: {status}")),
-        }
-    }
-    panic!("{what} exited before it was ready, 5 times: {exits:?}");
-}
-
-/// Stops a server of a test's own when the test process ends without stopping it (a
-/// kill, SIGKILL included): a shell that waits for its stdin, a pipe only this process
-/// holds, to close, then runs the stop script, as scripts/test-service.sh does for the
-/// suite's broker (a server that daemonizes cannot get a death signal). In a
-/// process group of its own, so that Ctrl-C leaves it to clean up. The server's owner
-/// stops the server itself and drops this, which kills the shell before it runs.
-pub struct StopAtExit {
-    shell: Child,
-    _pipe: ChildStdin,
-}
-
-impl StopAtExit {
-    pub fn new(script: &Path, args: &[&OsStr]) -> Self {
-        let mut shell = Command::new("sh")
-            .args(["-c", r#"cat >/dev/null; exec "$@" >/dev/null 2>&1"#, "sh"])
-            .arg(script)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .expect("start the guard that stops a server at exit");
-        let pipe = shell.stdin.take().expect("piped stdin");
-        StopAtExit { shell, _pipe: pipe }
-    }
-}
-
-impl Drop for StopAtExit {
-    fn drop(&mut self) {
-        // Not reaped yet, so the PID is still the shell's.
-        let _ = self.shell.kill();
-        let _ = self.shell.wait();
-    }
-}
-
 /// A PostgreSQL server of the test's own (the testbed crate's, in a temporary
 /// directory), to restart or stop; its `postgres` database is migrated. Stopped when
 /// dropped, and when the test process dies (its death signal).
 pub struct OwnPostgres {
     pub url: String,
     server: Server,
-}
-
-pub fn scripts_dir() -> PathBuf {
-    super::repo().join("scripts")
 }
 
 impl OwnPostgres {

@@ -5,16 +5,12 @@
 //! The server is the testbed crate's: a child of this process that gets its fast
 //! shutdown when this process ends, however it ends (its death signal: libtest exits
 //! without running destructors; a panic, a signal or SIGKILL end it too), its directory
-//! removed then by a guard. The broker is started by `scripts/test-service.sh`, a
-//! process that outlives nothing: it holds the read end of a pipe whose write end only
-//! this process holds, and stops the broker when that pipe closes.
+//! removed then by a guard. So is the broker: a child of this process that dies with it
+//! (its death signal, KILL), its directory removed by a guard once the process exited.
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::process::{ChildStdin, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
-
-use super::scripts_dir;
 
 /// The URL of the suite's PostgreSQL (its maintenance database): `DATABASE_URL`, or a
 /// throwaway server started now or earlier in this run.
@@ -38,23 +34,23 @@ pub fn admin_url() -> String {
 }
 
 /// `host:port` of the suite's Kafka broker: `KAFKA_BROKERS`, or a throwaway broker
-/// started now or earlier in this run.
+/// started now or earlier in this run (the testbed crate's, a child of this process
+/// that dies with it; its directory is removed once the process has exited).
 pub fn shared_brokers() -> String {
     if let Some(brokers) = std::env::var_os("KAFKA_BROKERS") {
         return brokers.into_string().expect("KAFKA_BROKERS is UTF-8");
     }
     static KAFKA: OnceLock<Result<String, String>> = OnceLock::new();
-    started(&KAFKA, "kafka", "KAFKA_BROKERS")
-}
-
-/// The address of the service `kind`, started on the first call (the others wait for
-/// it); a failure is kept, so every test that needs the service says why at once.
-fn started(cell: &OnceLock<Result<String, String>>, kind: &str, variable: &str) -> String {
-    match cell.get_or_init(|| start(kind)) {
+    let outcome = KAFKA.get_or_init(|| {
+        booking_expire_testbed::kafka::Kafka::new()
+            .start()
+            .map(|broker| broker.keep_until_exit().brokers())
+    });
+    match outcome {
         Ok(address) => address.clone(),
         Err(e) => panic!(
-            "{variable} is not set and no throwaway {kind} could be started: {e}\n\
-             (scripts/test.sh installs what the tests need; or set {variable})"
+            "KAFKA_BROKERS is not set and no throwaway kafka could be started: {e}\n\
+             (scripts/test.sh installs what the tests need; or set KAFKA_BROKERS)"
         ),
     }
 }
@@ -84,32 +80,4 @@ pub fn drop_database_at_exit(admin_url: &str, name: &str) {
             .unwrap()
             .push(child.stdin.take().expect("piped stdin"));
     }
-}
-
-fn start(kind: &str) -> Result<String, String> {
-    let script = scripts_dir().join("test-service.sh");
-    let mut child = Command::new(&script)
-        .arg(kind)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        // Its own process group: an interrupt of this run leaves it to clean up.
-        .process_group(0)
-        .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-    let stdin = child.stdin.take().expect("piped stdin");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("piped stdout"))
-        .read_line(&mut line)
-        .map_err(|e| format!("reading {}: {e}", script.display()))?;
-    let address = line.trim().to_owned();
-    if address.is_empty() {
-        let status = child.wait().map_err(|e| e.to_string())?;
-        return Err(format!(
-            "{} {kind} failed ({status}; its log is above)",
-            script.display()
-        ));
-    }
-    GUARDS.lock().unwrap().push(stdin);
-    Ok(address)
 }

@@ -4,37 +4,16 @@
 
 use crate::{native_tls, postgres, postgres_native_tls};
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 
+use booking_expire_testbed::kafka::{Broker, Kafka};
 use native_tls::{Certificate, TlsConnector};
 use postgres::Client;
 use postgres_native_tls::MakeTlsConnector;
-use uuid::Uuid;
 
 use booking_expire_testbed::postgres::{Postgres, Server};
 
 use super::{BIN, Run};
-
-fn scripts() -> PathBuf {
-    super::repo().join("scripts")
-}
-
-fn temp_dir(prefix: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("{prefix}-{}", Uuid::new_v4().simple()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn checked(what: &str, out: std::io::Result<Output>) -> Output {
-    let out = out
-        .unwrap_or_else(|e| panic!("{what}: {e} (is it installed? scripts/test.sh installs it)"));
-    assert!(
-        out.status.success(),
-        "{what} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
 
 /// The certificates: the testbed crate's (a CA, a server certificate it signed for
 /// `localhost` and 127.0.0.1, an unrelated CA).
@@ -110,51 +89,38 @@ pub fn run(envs: &[(&str, &str)], args: &[&str]) -> Run {
     Run::of(command(envs, args).output().expect("run the binary"))
 }
 
-/// A single-node broker of the test's own (`scripts/kafka-start.sh` with
-/// KAFKA_TLS_DIR): PLAINTEXT for the admin and the test's consumer, SSL, and SASL_SSL
-/// with one SCRAM-SHA-512 user. Killed and removed on drop.
+/// A single-node broker of the test's own (the testbed crate's, with TLS): PLAINTEXT
+/// for the admin and the test's consumer, SSL, and SASL_SSL with one SCRAM-SHA-512
+/// user. Killed and removed on drop.
 pub struct TlsBroker {
-    dir: PathBuf,
     pub plaintext: String,
     pub ssl: String,
     pub sasl_ssl: String,
     pub user: String,
     pub password: String,
+    broker: Broker,
 }
 
 impl TlsBroker {
     pub fn start(certs: &Certs) -> Self {
-        let dir = temp_dir("be-kafka-tls");
-        let out = checked(
-            "scripts/kafka-start.sh",
-            Command::new(scripts().join("kafka-start.sh"))
-                .arg(&dir)
-                .env("KAFKA_TLS_DIR", &certs.dir)
-                .output(),
-        );
-        let read = |name: &str| {
-            std::fs::read_to_string(dir.join(name))
-                .unwrap_or_else(|e| panic!("{name}: {e}"))
-                .trim()
-                .to_owned()
-        };
+        let broker = Kafka::new()
+            .tls(&certs.dir)
+            .start()
+            .unwrap_or_else(|e| panic!("a TLS broker of the test's own: {e}"));
+        let (user, password) = broker.users()[0].clone();
         TlsBroker {
-            plaintext: String::from_utf8(out.stdout).unwrap().trim().to_owned(),
-            ssl: read("kafka_ssl_brokers"),
-            sasl_ssl: read("kafka_sasl_ssl_brokers"),
-            user: read("kafka_sasl_user"),
-            password: read("kafka_sasl_password"),
-            dir,
+            plaintext: broker.brokers(),
+            ssl: broker.ssl().expect("an SSL listener"),
+            sasl_ssl: broker.sasl_ssl().expect("a SASL_SSL listener"),
+            user,
+            password,
+            broker,
         }
     }
 }
 
 impl Drop for TlsBroker {
     fn drop(&mut self) {
-        let _ = Command::new(scripts().join("kafka-stop.sh"))
-            .arg(&self.dir)
-            .arg("--kill")
-            .output();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.broker.kill();
     }
 }

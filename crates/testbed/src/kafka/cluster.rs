@@ -1,0 +1,140 @@
+//! A three-node KRaft cluster as production runs one: three combined nodes (one JVM
+//! each, in `node1`…`node3` of a temporary directory), each a broker and a voter of a
+//! static three-voter quorum, with replication factor 3 and min.insync.replicas 2 for
+//! every topic. A node is stopped, killed, frozen and started again on its own, with
+//! its data on the same ports.
+
+use std::path::Path;
+
+use super::config::{self, NodeConfig};
+use super::config::{write, write_node};
+use super::node::{self, Jvm, Node};
+use crate::process::{Signal, TempDir};
+
+/// How many nodes a cluster has.
+pub const NODES: u32 = 3;
+
+/// A cluster of its own; every node is stopped when dropped (all at once: the last
+/// node left alone would wait for a quorum to shut down) and the directory removed.
+#[derive(Debug)]
+pub struct Cluster {
+    nodes: Vec<Node>,
+    dir: TempDir,
+}
+
+impl Cluster {
+    pub(super) fn start(jvm: Jvm) -> Result<Cluster, String> {
+        let dir = TempDir::new("kafka3").map_err(|e| e.to_string())?;
+        let ports = node::free_ports(2 * NODES as usize)?;
+        let voters: Vec<String> = (1..=NODES)
+            .map(|i| format!("{i}@127.0.0.1:{}", ports[2 * i as usize - 1]))
+            .collect();
+        let id = config::cluster_id(config::random_bytes);
+        let mut nodes = Vec::new();
+        for i in 1..=NODES {
+            let home = dir.path().join(format!("node{i}"));
+            std::fs::create_dir_all(&home).map_err(|e| format!("{}: {e}", home.display()))?;
+            let node = NodeConfig {
+                id: i,
+                voters: Some(voters.join(",")),
+                replication: NODES,
+                min_insync: 2,
+                ..NodeConfig::single(ports[2 * i as usize - 2], ports[2 * i as usize - 1])
+            };
+            write_node(&home, &node)?;
+            // A static quorum: no --standalone; the nodes share the cluster's id.
+            jvm.jars
+                .format(&home.join("server.properties"), &id, false, &[])?;
+            write(&home, "kafka_version", &jvm.jars.version)?;
+            nodes.push(Node::new(&home, jvm.clone())?);
+        }
+        let mut cluster = Cluster { nodes, dir };
+        // A node is ready only once a majority of the quorum runs: launched together,
+        // waited for together.
+        let started = cluster
+            .nodes
+            .iter_mut()
+            .try_for_each(Node::launch)
+            .and_then(|()| {
+                cluster
+                    .nodes
+                    .iter_mut()
+                    .try_for_each(|n| n.wait_ready().map_err(|e| e.message()))
+            });
+        if let Err(e) = started {
+            // No half-started cluster is left behind.
+            cluster.kill_all();
+            return Err(e);
+        }
+        let brokers = cluster.brokers();
+        write(cluster.dir.path(), "kafka_brokers", &brokers)?;
+        Ok(cluster)
+    }
+
+    /// The three PLAINTEXT addresses, comma-separated.
+    pub fn brokers(&self) -> String {
+        let all: Vec<String> = self.nodes.iter().map(Node::address).collect();
+        all.join(",")
+    }
+
+    /// Its directory (`node1`…`node3`).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn node(&mut self, id: u32) -> &mut Node {
+        assert!(
+            (1..=NODES).contains(&id),
+            "node ids are 1..={NODES}, not {id}"
+        );
+        &mut self.nodes[id as usize - 1]
+    }
+
+    /// The directory of node `id` (1..=3, its node.id).
+    pub fn node_dir(&self, id: u32) -> &Path {
+        self.nodes[id as usize - 1].dir()
+    }
+
+    /// A clean stop (SIGTERM) of node `id`.
+    pub fn stop(&mut self, id: u32) {
+        self.node(id).stop();
+    }
+
+    /// SIGKILL of node `id`.
+    pub fn kill(&mut self, id: u32) {
+        self.node(id).kill();
+    }
+
+    /// Starts node `id` again with its data, and waits until it serves.
+    pub fn restart(&mut self, id: u32) -> Result<(), String> {
+        self.node(id).start()
+    }
+
+    /// Sends `signal` to node `id` (STOP and CONT: a frozen node).
+    pub fn signal(&mut self, id: u32, signal: Signal) -> Result<(), String> {
+        self.node(id).signal(signal)
+    }
+
+    /// Stops every node, all at once.
+    pub fn stop_all(&mut self) {
+        for node in &mut self.nodes {
+            node.terminate();
+        }
+        for node in &mut self.nodes {
+            node.stop();
+        }
+    }
+
+    /// Kills every node.
+    pub fn kill_all(&mut self) {
+        for node in &mut self.nodes {
+            node.kill();
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop_all();
+    }
+}

@@ -1,0 +1,284 @@
+//! One Kafka node (a combined broker and controller, `java … kafka.Kafka
+//! server.properties`) as an owned child: launched with its AppCDS flags, ready once
+//! its log says `Kafka Server started` and its PLAINTEXT port accepts a connection,
+//! stopped (SIGTERM, its grace, KILL; the archive it wrote published only after a clean
+//! exit), killed, frozen, and started again from its directory with its data on the
+//! same ports.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::jars::{Cds, Jars};
+use crate::process::{Owned, Signal, Spawn, now, pause};
+
+/// The line a broker logs once it serves.
+pub const READY_LINE: &str = "Kafka Server started";
+
+/// How a node's JVM runs and how long it is waited for.
+#[derive(Debug, Clone)]
+pub struct Jvm {
+    pub jars: Arc<Jars>,
+    /// `KAFKA_HEAP_OPTS`: split on whitespace.
+    pub heap: String,
+    /// `KAFKA_JVM_OPTS`: split on whitespace.
+    pub opts: String,
+    pub start_timeout: Duration,
+    pub stop_timeout: Duration,
+}
+
+/// Why a node did not get ready.
+#[derive(Debug)]
+pub enum NotReady {
+    /// It exited; whether its log says a port was taken.
+    Exited {
+        port_taken: bool,
+        why: String,
+    },
+    TimedOut(String),
+}
+
+impl NotReady {
+    pub fn message(self) -> String {
+        match self {
+            NotReady::Exited { why, .. } | NotReady::TimedOut(why) => why,
+        }
+    }
+}
+
+/// A node in its directory (`server.properties`, `log4j2.properties`, `data/`,
+/// `kafka.log` and the run before's `kafka.log.1`).
+#[derive(Debug)]
+pub struct Node {
+    dir: PathBuf,
+    jvm: Jvm,
+    pub broker_port: u16,
+    pub controller_port: u16,
+    /// The SSL and SASL_SSL listeners' ports, with TLS.
+    pub tls_ports: Option<(u16, u16)>,
+    child: Option<Owned>,
+    cds: Cds,
+}
+
+impl Node {
+    /// The node whose configuration `dir` holds (written and formatted already).
+    pub fn new(dir: &Path, jvm: Jvm) -> Result<Node, String> {
+        let properties = dir.join("server.properties");
+        let text = std::fs::read_to_string(&properties)
+            .map_err(|e| format!("{}: {e}", properties.display()))?;
+        let (broker_port, controller_port, tls_ports) =
+            super::config::ports_of(&text).ok_or_else(|| {
+                format!(
+                    "no PLAINTEXT and CONTROLLER listener in {}",
+                    properties.display()
+                )
+            })?;
+        Ok(Node {
+            dir: dir.to_owned(),
+            jvm,
+            broker_port,
+            controller_port,
+            tls_ports,
+            child: None,
+            cds: Cds::default(),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `127.0.0.1:PORT` of its PLAINTEXT listener.
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.broker_port)
+    }
+
+    /// Its JVM's PID while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Owned::id)
+    }
+
+    /// Whether its JVM runs (started, not exited).
+    pub fn running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().is_ok_and(|s| s.is_none()))
+    }
+
+    /// Starts the JVM (its ports must be free), without waiting for it.
+    pub fn launch(&mut self) -> Result<(), String> {
+        if self.running() {
+            return Err(format!("the node in {} runs already", self.dir.display()));
+        }
+        self.reap();
+        let mut ports = vec![self.broker_port, self.controller_port];
+        ports.extend(self.tls_ports.iter().flat_map(|(a, b)| [*a, *b]));
+        if let Some(port) = ports.iter().find(|p| accepts(**p)) {
+            return Err(format!("port {port} on 127.0.0.1 is already in use"));
+        }
+        let log = self.dir.join("kafka.log");
+        // The run before's log stays for post-mortems; the ready check reads the new one.
+        if std::fs::metadata(&log).is_ok_and(|m| m.len() > 0) {
+            let _ = std::fs::rename(&log, self.dir.join("kafka.log.1"));
+        }
+        let jars = &self.jvm.jars;
+        std::fs::write(self.dir.join("classpath"), format!("{}\n", jars.classpath))
+            .map_err(|e| format!("{}: {e}", self.dir.display()))?;
+        self.cds = jars.cds()?;
+        let spawn = Spawn::new(format!("Kafka in {}", self.dir.display()), &jars.java)
+            .args(self.jvm.heap.split_whitespace())
+            // SerialGC and a C1-only JIT start faster and use less memory than the
+            // defaults (G1, C2) on 2 cores; the broker never sees production load.
+            .args(self.jvm.opts.split_whitespace())
+            .args(&self.cds.flags)
+            .args([
+                "-XX:+ExitOnOutOfMemoryError",
+                "-XX:-UsePerfData",
+                "-Djava.awt.headless=true",
+            ])
+            .arg(format!(
+                "-Dlog4j2.configurationFile={}",
+                self.dir.join("log4j2.properties").display()
+            ))
+            .args(["-cp", &jars.classpath, "kafka.Kafka"])
+            .arg(self.dir.join("server.properties"))
+            .current_dir(&self.dir)
+            .log(&log)
+            .grace(self.jvm.stop_timeout);
+        let what = spawn.command_line();
+        self.child = Some(spawn.spawn().map_err(|e| format!("{what}: {e}"))?);
+        Ok(())
+    }
+
+    /// Waits until it serves, for at most its start timeout.
+    pub fn wait_ready(&mut self) -> Result<(), NotReady> {
+        let started = now();
+        let log = self.dir.join("kafka.log");
+        loop {
+            let child = self.child.as_mut().expect("launched");
+            if let Ok(Some(status)) = child.try_wait() {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                return Err(NotReady::Exited {
+                    port_taken: text.contains("Address already in use"),
+                    why: child.failure(&format!("exited during start-up ({status})")),
+                });
+            }
+            let logged = std::fs::read_to_string(&log).is_ok_and(|t| t.contains(READY_LINE));
+            if logged && accepts(self.broker_port) {
+                return Ok(());
+            }
+            if now().duration_since(started) >= self.jvm.start_timeout {
+                let why = child.failure(&format!(
+                    "not ready after {} s (KAFKA_START_TIMEOUT)",
+                    self.jvm.start_timeout.as_secs()
+                ));
+                // No half-started broker is left behind.
+                self.kill();
+                return Err(NotReady::TimedOut(why));
+            }
+            pause(Duration::from_millis(100));
+        }
+    }
+
+    /// Launches it and waits until it serves; killed again if it does not.
+    pub fn start(&mut self) -> Result<(), String> {
+        self.launch()?;
+        self.wait_ready().map_err(|e| {
+            self.kill();
+            e.message()
+        })
+    }
+
+    /// A clean stop: SIGTERM, at most its stop timeout, then KILL. The archive its JVM
+    /// wrote at exit is kept only after a clean exit.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let clean = match child.stop() {
+                Ok(status) => {
+                    use std::os::unix::process::ExitStatusExt;
+                    status.signal() != Some(9)
+                }
+                Err(_) => false,
+            };
+            self.jvm.jars.publish(&self.cds, clean);
+            self.cds = Cds::default();
+        }
+    }
+
+    /// SIGTERM only, for stopping several nodes at once ([`Node::stop`] waits after).
+    pub fn terminate(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.signal(Signal::Term);
+        }
+    }
+
+    /// SIGKILL, no goodbye (a crash).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            self.jvm.jars.publish(&self.cds, false);
+            self.cds = Cds::default();
+        }
+    }
+
+    /// Sends `signal` to the JVM while it runs (STOP and CONT: a frozen broker).
+    pub fn signal(&mut self, signal: Signal) -> Result<(), String> {
+        match self.child.as_mut() {
+            Some(child) => child.signal(signal).map_err(|e| e.to_string()),
+            None => Err(format!("the node in {} is not running", self.dir.display())),
+        }
+    }
+
+    /// Forgets a JVM that exited by itself.
+    fn reap(&mut self) {
+        if self.child.is_some() && !self.running() {
+            self.kill();
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Whether something accepts connections on 127.0.0.1:`port`.
+pub fn accepts(port: u16) -> bool {
+    TcpStream::connect_timeout(
+        &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_secs(1),
+    )
+    .is_ok()
+}
+
+/// `n` distinct ports of 127.0.0.1 the kernel picked free a moment ago (all bound at
+/// once, so distinct); another process may take one before a server binds it, so the
+/// callers start again on others when a server says so.
+pub fn free_ports(n: usize) -> Result<Vec<u16>, String> {
+    let listeners = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("a free port of 127.0.0.1: {e}"))?;
+    listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.port()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("a free port of 127.0.0.1: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_ports_are_distinct_and_free() {
+        let ports = free_ports(6).unwrap();
+        let mut sorted = ports.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 6, "{ports:?}");
+        assert!(ports.iter().all(|p| *p > 0 && !accepts(*p)), "{ports:?}");
+    }
+}
