@@ -1641,19 +1641,20 @@ fn a_broken_invariant_fails_with_its_seed_and_minute() {
         (Sabotage::ExpireEarly, &["(ii)"][..]),
     ] {
         let seed = 7;
-        let failure = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let mut sim = Sim::new(seed, 1, Some((what, 40)));
-            // Work that comes due within the first 40 minutes, so there are events.
-            sim.create(300, 60, 40 * 60);
-            // Long enough for the break and the checks after it (relays at 29, 59, 89).
-            while sim.minute < 90 {
-                sim.minute();
-                sim.minute += 1;
-            }
-            sim.relay();
-            sim.check_topic();
-        }))
-        .expect_err("the sabotaged run must fail");
+        let failure =
+            booking_expire_testbed::process::expecting_panic(std::panic::AssertUnwindSafe(|| {
+                let mut sim = Sim::new(seed, 1, Some((what, 40)));
+                // Work that comes due within the first 40 minutes, so there are events.
+                sim.create(300, 60, 40 * 60);
+                // Long enough for the break and the checks after it (relays at 29, 59, 89).
+                while sim.minute < 90 {
+                    sim.minute();
+                    sim.minute += 1;
+                }
+                sim.relay();
+                sim.check_topic();
+            }))
+            .expect_err("the sabotaged run must fail");
         let message = failure
             .downcast_ref::<String>()
             .cloned()

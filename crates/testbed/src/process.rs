@@ -20,7 +20,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 mod temp;
-pub use temp::{TempDir, at_exit, is_root, remove_at_exit};
+pub use temp::{TempDir, at_exit, expecting_panic, failing, is_root, remove_at_exit};
 
 /// The signals this crate sends, by the name `kill -s` takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -286,7 +286,7 @@ impl Drop for Server {
             eprintln!("stopping PostgreSQL in {}: {e}", self.dir.path().display());
         }
         // A failing test keeps the server's log (not its data) for inspection.
-        if std::thread::panicking() {
+        if process::failing() {
             let _ = fs::remove_dir_all(&self.data);
         }
     }

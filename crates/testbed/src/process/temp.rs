@@ -2,14 +2,37 @@
 //! panic) and the guards that act once this process has exited (a shell holding a pipe
 //! only this process holds).
 
+use std::cell::Cell;
 use std::ffi::OsStr;
 use std::fs;
 use std::io::{self, Write};
 use std::os::unix::process::CommandExt;
+use std::panic::{self, UnwindSafe};
 use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, Command, Stdio};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+
+thread_local! {
+    /// Whether this thread runs a panic it expects ([`expecting_panic`]).
+    static EXPECTED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f`, catching its panic, as `catch_unwind` does, for a test that makes a run
+/// fail on purpose: the servers dropped while it unwinds are removed as after a
+/// pass, not kept as a failed test's (each run of such a test would leave its
+/// directories for good).
+pub fn expecting_panic<R>(f: impl FnOnce() -> R + UnwindSafe) -> std::thread::Result<R> {
+    EXPECTED.with(|e| e.set(true));
+    let outcome = panic::catch_unwind(f);
+    EXPECTED.with(|e| e.set(false));
+    outcome
+}
+
+/// Whether the thread unwinds from a panic nobody expected: a failed test.
+pub fn failing() -> bool {
+    std::thread::panicking() && !EXPECTED.with(Cell::get)
+}
 
 /// A temporary directory `be-it-<kind>.XXXXXX` under TMPDIR (mode 0755, so a server run
 /// as another user reaches it): removed on drop, kept and named on stderr when the
@@ -81,7 +104,7 @@ impl Drop for TempDir {
         if self.left.load(Ordering::SeqCst) {
             return;
         }
-        if std::thread::panicking() {
+        if failing() {
             eprintln!(
                 "kept the directory of a server of the failed test: {}",
                 self.path.display()
