@@ -49,49 +49,103 @@ ensure_build_deps() {
     ensure_apt_packages pkg-config libssl-dev zlib1g-dev make gcc g++ postgresql-client openssl faketime pgbouncer
 }
 
-# start_postgres — exports DATABASE_URL of a throwaway server in a new temporary
-# directory (PG_STATE), unless the caller already set DATABASE_URL: then that server
-# is used and nothing is started.
+# testbed_bin — builds the project's test services tool (crates/testbed, the same crate
+# the tests start their servers with) and prints its path.
+testbed_bin() {
+    cargo build --locked --quiet -p booking-expire-testbed --bin testbed >&2 || return 1
+    echo "${CARGO_TARGET_DIR:-$SCRIPTS_DIR/../target}/debug/testbed"
+}
+
+# serve_start VAR KIND [ARG...] — starts `testbed serve KIND ARG...` in the background
+# and sets VAR to a new temporary directory of its own: its address (the only line it
+# prints) is in DIR/address, its log in DIR/log. It serves until its stdin, a pipe only
+# this shell holds open, closes (serve_stop DIR, or this shell's end, however it ends):
+# then it stops the service and removes the service's files.
+SERVE_FDS=()
+serve_start() {
+    local var=$1 kind=$2 bin dir fd pid address f
+    shift 2
+    bin=$(testbed_bin) || return 1
+    dir=$(mktemp -d)
+    mkfifo "$dir/hold" "$dir/out"
+    # Without the write ends of the others' pipes: each ends when its own closes.
+    (
+        for f in "${SERVE_FDS[@]}"; do exec {f}>&-; done
+        exec "$bin" serve "$kind" "$@"
+    ) <"$dir/hold" >"$dir/out" 2>"$dir/log" &
+    pid=$!
+    # Opening the pipe's write end lets the server's stdin open; held until serve_stop.
+    exec {fd}>"$dir/hold"
+    SERVE_FDS+=("$fd")
+    echo "$fd $pid" >"$dir/holder"
+    printf -v "$var" '%s' "$dir"
+    # The address, or end of file if it stopped first.
+    if ! read -r address <"$dir/out" || [[ -z $address ]]; then
+        echo "testbed serve $kind failed:" >&2
+        tail -n 40 "$dir/log" >&2
+        serve_stop "$dir"
+        printf -v "$var" '%s' ""
+        return 1
+    fi
+    echo "$address" >"$dir/address"
+}
+
+# serve_stop DIR — ends what serve_start started in DIR (closing its stdin), waits for
+# it to stop, and removes DIR.
+serve_stop() {
+    local dir=$1 fd pid kept=() f
+    if [[ -f $dir/holder ]]; then
+        read -r fd pid <"$dir/holder"
+        exec {fd}>&-
+        for f in "${SERVE_FDS[@]}"; do [[ $f == "$fd" ]] || kept+=("$f"); done
+        SERVE_FDS=("${kept[@]}")
+        wait "$pid" 2>/dev/null || true
+    fi
+    rm -rf "$dir"
+}
+
+# start_postgres — exports DATABASE_URL of a throwaway server (`testbed serve
+# postgres`; PG_FLAVOR, PG_BINDIR as for the tests), unless the caller already set
+# DATABASE_URL: then that server is used and nothing is started.
 start_postgres() {
-    PG_STATE=""
+    PG_SERVED=""
     if [[ -n ${DATABASE_URL:-} ]]; then
         echo "using the PostgreSQL of DATABASE_URL" >&2
         return 0
     fi
-    PG_STATE=$(mktemp -d)
-    DATABASE_URL=$("$SCRIPTS_DIR/pg-start.sh" "$PG_STATE")
+    serve_start PG_SERVED postgres || return 1
+    DATABASE_URL=$(cat "$PG_SERVED/address")
     export DATABASE_URL
 }
 
 # stop_postgres — stops and removes what start_postgres started, if anything.
 stop_postgres() {
-    if [[ -n ${PG_STATE:-} ]]; then
-        "$SCRIPTS_DIR/pg-stop.sh" "$PG_STATE" || true
-        rm -rf "$PG_STATE"
-        PG_STATE=""
+    if [[ -n ${PG_SERVED:-} ]]; then
+        serve_stop "$PG_SERVED"
+        PG_SERVED=""
     fi
 }
 
-# start_kafka — exports KAFKA_BROKERS of a throwaway Apache Kafka broker (KRaft, one
-# node) in a new temporary directory (KAFKA_STATE), unless the caller already set
-# KAFKA_BROKERS: then that broker is used and nothing is started.
+# start_kafka — exports KAFKA_BROKERS of a throwaway Apache Kafka broker (`testbed
+# serve kafka`: KRaft, one node; KAFKA_VERSION, KAFKA_HEAP_OPTS, KAFKA_JVM_OPTS as for
+# the tests), unless the caller already set KAFKA_BROKERS: then that broker is used and
+# nothing is started.
 start_kafka() {
-    KAFKA_STATE=""
+    KAFKA_SERVED=""
     if [[ -n ${KAFKA_BROKERS:-} ]]; then
         echo "using the Kafka of KAFKA_BROKERS" >&2
         return 0
     fi
-    KAFKA_STATE=$(mktemp -d)
-    KAFKA_BROKERS=$("$SCRIPTS_DIR/kafka-start.sh" "$KAFKA_STATE")
+    serve_start KAFKA_SERVED kafka || return 1
+    KAFKA_BROKERS=$(cat "$KAFKA_SERVED/address")
     export KAFKA_BROKERS
 }
 
 # stop_kafka — stops and removes what start_kafka started, if anything.
 stop_kafka() {
-    if [[ -n ${KAFKA_STATE:-} ]]; then
-        "$SCRIPTS_DIR/kafka-stop.sh" "$KAFKA_STATE" >/dev/null 2>&1 || true
-        rm -rf "$KAFKA_STATE"
-        KAFKA_STATE=""
+    if [[ -n ${KAFKA_SERVED:-} ]]; then
+        serve_stop "$KAFKA_SERVED"
+        KAFKA_SERVED=""
     fi
 }
 
