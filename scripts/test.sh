@@ -189,9 +189,9 @@ debian_packages() {
     # prometheus.rs), time, venvs (kubernetes-validate, squawk, the second pass's
     # PostgreSQL 18); scripts/image-test.sh: the image built and run with podman.
     echo prometheus prometheus-pushgateway time python3-venv podman runc
-    # The script linter over scripts/ (below); curl for scripts/jaeger-start.sh; git for
+    # The script linter over scripts/ (below); git for
     # the release before and the changelog check.
-    echo shellcheck curl git
+    echo shellcheck git
     # scripts/kafka-start.sh: Java 17 and Maven, unless there are others.
     [[ -n $(java17) ]] || echo openjdk-17-jre-headless
     command -v mvn >/dev/null || echo maven

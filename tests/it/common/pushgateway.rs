@@ -3,9 +3,6 @@
 //! back, and a parser of the text exposition format.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
 
 pub const JOB: &str = "crm_booking_expiration";
 
@@ -83,28 +80,8 @@ impl Pushgateway {
     }
 }
 
-/// One HTTP/1.0 request (so the answer is never chunked); the status and the body.
-pub fn http(addr: &str, method: &str, path: &str, body: &str) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        s,
-        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )?;
-    let mut response = String::new();
-    s.read_to_string(&mut response)?;
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((status, body))
-}
+/// One HTTP/1.0 request: the testbed's, which the services' own readiness checks use.
+pub use booking_expire_testbed::observe::http;
 
 /// The samples of a text exposition: (name, labels, value).
 pub fn samples(text: &str) -> Vec<(String, BTreeMap<String, String>, f64)> {

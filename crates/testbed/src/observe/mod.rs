@@ -62,11 +62,20 @@ fn start_on_free_ports(
     ))
 }
 
-/// One HTTP/1.0 GET (so the answer is never chunked): the status and the body.
+/// A GET of `path` (see [`http`]).
 pub fn http_get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
+    http(addr, "GET", path, "")
+}
+
+/// One HTTP/1.0 request (so the answer is never chunked); the status and the body.
+pub fn http(addr: &str, method: &str, path: &str, body: &str) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )?;
     let mut response = String::new();
     s.read_to_string(&mut response)?;
     let status = response
