@@ -14,4 +14,5 @@ pub mod kafka;
 pub mod observe;
 pub mod postgres;
 pub mod process;
+pub mod scripts;
 pub mod tls;

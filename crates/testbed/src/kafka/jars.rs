@@ -10,15 +10,6 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// The directory of the project's scripts: `BE_SCRIPTS_DIR`, else the checkout this
-/// crate was built in.
-pub fn scripts_dir() -> PathBuf {
-    std::env::var_os("BE_SCRIPTS_DIR").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts"),
-        PathBuf::from,
-    )
-}
-
 /// Runs `body` in `bash` with `scripts/kafka/lib.sh` sourced and `KAFKA_POM` set for
 /// `version` (empty: the default), `args` as `$2`…; its stdout, or its stderr's story.
 fn lib_sh(scripts: &Path, version: &str, body: &str, args: &[&OsStr]) -> Result<String, String> {

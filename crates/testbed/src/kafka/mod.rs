@@ -68,7 +68,7 @@ impl Kafka {
                 .unwrap_or_else(|| "-XX:+UseSerialGC -XX:TieredStopAtLevel=1".into()),
             start_timeout: seconds("KAFKA_START_TIMEOUT", 90),
             stop_timeout: seconds("KAFKA_STOP_TIMEOUT", 30),
-            scripts: jars::scripts_dir(),
+            scripts: crate::scripts::scripts_dir(),
         }
     }
 

@@ -111,7 +111,7 @@ impl Jaeger {
             .ok()
             .and_then(|v| v.parse().ok())
             .map_or(Duration::from_secs(60), Duration::from_secs);
-        let bin = binary(&crate::kafka::jars::scripts_dir(), &version)?;
+        let bin = binary(&crate::scripts::scripts_dir(), &version)?;
         let dir = temp_dir("jaeger")?;
         let home = dir.path().to_owned();
         let (child, ports) = start_on_free_ports(

@@ -84,24 +84,10 @@ fn system_bindir() -> Result<Option<PathBuf>, String> {
         .find(|d| has_server_binaries(d)))
 }
 
-/// The scripts' directory: `BOOKING_EXPIRE_SCRIPTS` when set, else that of the checkout
-/// cargo runs the tests in (its `CARGO_MANIFEST_DIR` at run time: a test binary found
-/// fresh in a target directory several checkouts share may come from one that is gone),
-/// else the checkout this crate was built in.
-pub fn scripts_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("BOOKING_EXPIRE_SCRIPTS") {
-        return dir.into();
-    }
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(|d| PathBuf::from(d).join("scripts"))
-        .filter(|d| d.join("pg-start.sh").is_file())
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts"))
-}
-
 /// `scripts/pg-start.sh --bindir`: the binaries of this environment's flavour,
 /// installed first if missing.
 fn ask_the_script() -> Result<PathBuf, String> {
-    let script = scripts_dir().join("pg-start.sh");
+    let script = crate::scripts::scripts_dir().join("pg-start.sh");
     let out = Command::new(&script)
         .arg("--bindir")
         .stdin(Stdio::null())

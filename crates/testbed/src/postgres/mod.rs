@@ -11,7 +11,7 @@ mod conf;
 mod os_user;
 mod pgbouncer;
 
-pub use binaries::{Flavor, bindir, scripts_dir};
+pub use binaries::{Flavor, bindir};
 pub use pgbouncer::PgBouncer;
 
 use std::fs;
