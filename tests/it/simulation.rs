@@ -803,6 +803,9 @@ impl Sim {
         }
         if self.rng.one_in(720) {
             self.pg.restart();
+            // The CRM's own session reconnects at once (a read-only period may begin in
+            // this same minute, through it); the job's learns of the restart itself.
+            self.reconnect_sim();
             fault = true;
             self.stats.faults_restart += 1;
         }
