@@ -4,7 +4,6 @@
 //! Jaeger's `OTLP_HTTP=…`, `OTLP_GRPC=…`, `QUERY=…` lines). The environment of
 //! `scripts/kafka-start.sh` sets the defaults; a flag overrides it.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::{Kafka, config};
@@ -129,17 +128,8 @@ fn port(n: u32) -> Result<u16, String> {
 }
 
 fn write_state(dir: &Path, files: &[(&str, String)]) -> Result<(), String> {
-    use std::os::unix::fs::OpenOptionsExt;
     for (name, text) in files {
-        let file = dir.join(name);
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&file)
-            .and_then(|mut f| writeln!(f, "{text}"))
-            .map_err(|e| format!("{}: {e}", file.display()))?;
+        super::config::write_private(&dir.join(name), format!("{text}\n").as_bytes())?;
     }
     Ok(())
 }

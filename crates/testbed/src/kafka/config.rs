@@ -260,6 +260,20 @@ pub(super) fn write_node(dir: &Path, node: &NodeConfig) -> Result<(), String> {
     write(dir, "log4j2.properties", LOG4J2)
 }
 
+/// Writes `bytes` into `file`, readable by its owner only (mode 0600): a password, a key.
+pub(super) fn write_private(file: &Path, bytes: &[u8]) -> Result<(), String> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(file)
+        .and_then(|mut f| f.write_all(bytes))
+        .map_err(|e| format!("{}: {e}", file.display()))
+}
+
 /// Writes `text` into `dir/name`, ending in a newline.
 pub(super) fn write(dir: &Path, name: &str, text: &str) -> Result<(), String> {
     let file = dir.join(name);

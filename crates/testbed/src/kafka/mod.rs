@@ -205,7 +205,6 @@ impl Kafka {
 /// The key and the certificate of `certs` as one PEM keystore, `dir/tls/server.pem`
 /// (mode 0600), so a restart needs nothing else.
 fn copy_keystore(certs: &Path, dir: &Path) -> Result<(), String> {
-    use std::os::unix::fs::OpenOptionsExt;
     let read = |name: &str| {
         std::fs::read(certs.join(name)).map_err(|e| {
             format!(
@@ -218,15 +217,7 @@ fn copy_keystore(certs: &Path, dir: &Path) -> Result<(), String> {
     pem.extend(read("server.crt")?);
     let tls = dir.join("tls");
     std::fs::create_dir_all(&tls).map_err(|e| format!("{}: {e}", tls.display()))?;
-    let file = tls.join("server.pem");
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&file)
-        .and_then(|mut f| std::io::Write::write_all(&mut f, &pem))
-        .map_err(|e| format!("{}: {e}", file.display()))
+    config::write_private(&tls.join("server.pem"), &pem)
 }
 
 /// One broker of its own (a combined broker and controller), in a temporary directory:
