@@ -237,8 +237,7 @@ fn two_nodes_down_stop_the_run_without_counting_and_their_return_delivers_everyt
         );
         assert_nothing_counted(&mut c);
     }
-    cluster.restart(2);
-    cluster.restart(3);
+    cluster.restart_together(&[2, 3]);
     drain(&db, &cluster.brokers);
     assert_nothing_counted(&mut c);
     assert_delivered_in_key_order(&mut c, &cluster.brokers, &topic);

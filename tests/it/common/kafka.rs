@@ -367,6 +367,14 @@ impl OwnCluster {
             .unwrap_or_else(|e| panic!("restart node {id}: {e}"));
     }
 
+    /// Starts the nodes `ids` again with their data, side by side.
+    pub fn restart_together(&self, ids: &[i32]) {
+        let ids: Vec<u32> = ids.iter().map(|&id| node_id(id)).collect();
+        self.cluster()
+            .restart_together(&ids)
+            .unwrap_or_else(|e| panic!("restart nodes {ids:?}: {e}"));
+    }
+
     /// The node.id of the leader of `partition` of `topic`, as the cluster's metadata
     /// says now.
     pub fn leader(&self, topic: &str, partition: i32) -> i32 {

@@ -110,6 +110,25 @@ impl Cluster {
         self.node(id).start()
     }
 
+    /// Starts the nodes `ids` again with their data, launched together and waited for
+    /// together (as the cluster's first start), so their JVMs start side by side.
+    pub fn restart_together(&mut self, ids: &[u32]) -> Result<(), String> {
+        let started = ids
+            .iter()
+            .try_for_each(|&id| self.node(id).launch())
+            .and_then(|()| {
+                ids.iter()
+                    .try_for_each(|&id| self.node(id).wait_ready().map_err(|e| e.message()))
+            });
+        if started.is_err() {
+            // None of them is left half-started.
+            for &id in ids {
+                self.node(id).kill();
+            }
+        }
+        started
+    }
+
     /// Sends `signal` to node `id` (STOP and CONT: a frozen node).
     pub fn signal(&mut self, id: u32, signal: Signal) -> Result<(), String> {
         self.node(id).signal(signal)
