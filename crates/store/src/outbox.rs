@@ -229,29 +229,34 @@ pub fn pending(
     )?;
     Ok(rows
         .iter()
-        .map(|r| {
-            let size: i64 = r.get("size");
-            let payload: Option<String> = r.get("payload");
-            let headers: Option<String> = r.get("headers");
-            let fetch = match (payload, headers) {
-                (Some(p), Some(h)) => (Fetch::Loaded, p, h),
-                _ if size > max_bytes => (Fetch::TooLarge, String::new(), String::new()),
-                _ => (Fetch::Later, String::new(), String::new()),
-            };
-            OutboxRow {
-                id: r.get("id"),
-                seq: r.get("seq"),
-                key: r.get("aggregateid"),
-                topic: r.get("topic"),
-                payload: fetch.1,
-                headers: fetch.2,
-                occurred_at: r.get("occurred_at"),
-                size,
-                fetch: fetch.0,
-                extra: RowExtra::default(),
-            }
-        })
+        .map(|r| outbox_row(r, max_bytes, RowExtra::default()))
         .collect())
+}
+
+/// A row of a pending read (`PENDING_SQL`, the watermark's `pending_above`): its payload
+/// and headers when they came with it, else whether they are too large to fetch
+/// (above `max_bytes`) or come in a later fetch; `extra` is what only some reads have.
+pub(crate) fn outbox_row(r: &postgres::Row, max_bytes: i64, extra: RowExtra) -> OutboxRow {
+    let size: i64 = r.get("size");
+    let payload: Option<String> = r.get("payload");
+    let headers: Option<String> = r.get("headers");
+    let (fetch, payload, headers) = match (payload, headers) {
+        (Some(p), Some(h)) => (Fetch::Loaded, p, h),
+        _ if size > max_bytes => (Fetch::TooLarge, String::new(), String::new()),
+        _ => (Fetch::Later, String::new(), String::new()),
+    };
+    OutboxRow {
+        id: r.get("id"),
+        seq: r.get("seq"),
+        key: r.get("aggregateid"),
+        topic: r.get("topic"),
+        payload,
+        headers,
+        occurred_at: r.get("occurred_at"),
+        size,
+        fetch,
+        extra,
+    }
 }
 
 /// [`PENDING_SQL`] prepared on the session that fetches: its plan is the same custom or

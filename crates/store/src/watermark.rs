@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use postgres::GenericClient;
 use uuid::Uuid;
 
-use super::outbox::{FETCH_BYTES, Fetch, OutboxRow, Receipt, RowExtra};
+use super::outbox::{FETCH_BYTES, OutboxRow, Receipt, RowExtra, outbox_row};
 use super::relay_state::types_key;
 use crate::domain::OutboxTypes;
 use crate::{Conn, Prepared, Session, Sql};
@@ -104,35 +104,17 @@ pub fn pending_above(
     Ok(rows
         .iter()
         .map(|r| {
-            let size: i64 = r.get("size");
-            let payload: Option<String> = r.get("payload");
-            let headers: Option<String> = r.get("headers");
-            let fetch = match (payload, headers) {
-                (Some(p), Some(h)) => (Fetch::Loaded, p, h),
-                _ if size > max_bytes => (Fetch::TooLarge, String::new(), String::new()),
-                _ => (Fetch::Later, String::new(), String::new()),
-            };
             let seq: i64 = r.get("seq");
-            OutboxRow {
-                id: r.get("id"),
-                seq,
-                key: r.get("aggregateid"),
-                topic: r.get("topic"),
-                payload: fetch.1,
-                headers: fetch.2,
-                occurred_at: r.get("occurred_at"),
-                size,
-                fetch: fetch.0,
-                extra: RowExtra {
-                    r#type: r.get("type"),
-                    attempts: r.get("attempts"),
-                    failures: r.get("failures"),
-                    next_attempt_at: r.get("next_attempt_at"),
-                    last_error: r.get("last_error"),
-                    excepted: due.contains(&seq),
-                    legacy_published: r.get("published"),
-                },
-            }
+            let extra = RowExtra {
+                r#type: r.get("type"),
+                attempts: r.get("attempts"),
+                failures: r.get("failures"),
+                next_attempt_at: r.get("next_attempt_at"),
+                last_error: r.get("last_error"),
+                excepted: due.contains(&seq),
+                legacy_published: r.get("published"),
+            };
+            outbox_row(r, max_bytes, extra)
         })
         .collect())
 }
