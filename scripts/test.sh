@@ -52,6 +52,22 @@ export RUST_TEST_THREADS=${RUST_TEST_THREADS:-8}
 BOOKING_EXPIRE_COMMIT=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 export BOOKING_EXPIRE_COMMIT
 
+# Where the test processes' throwaway servers keep their files: a RAM-backed directory
+# when the machine has one with room (scripts/lib.sh servers_tmpdir), else TMPDIR.
+SERVERS_TMPDIR=$(servers_tmpdir)
+readonly SERVERS_TMPDIR
+if [[ -n $SERVERS_TMPDIR ]]; then
+    echo "== the test servers' files go to $SERVERS_TMPDIR (RAM; a failed test's are kept there for a day)" >&2
+fi
+# with_servers_tmpdir CMD... — runs CMD with TMPDIR at SERVERS_TMPDIR, if there is one.
+with_servers_tmpdir() {
+    if [[ -n $SERVERS_TMPDIR ]]; then
+        TMPDIR=$SERVERS_TMPDIR "$@"
+    else
+        "$@"
+    fi
+}
+
 readonly JAEGER_VERSION=v1.76.0
 readonly RUST_MIN_MINOR=85 # edition 2024
 readonly GO_MIN_MINOR=24   # `go get -tool`, scripts/go-tool.sh
@@ -343,7 +359,7 @@ second_pass() {
         unset DATABASE_URL KAFKA_BROKERS
         export PG_FLAVOR=embedded KAFKA_VERSION=3.9.1
         # A filter "module::" selects that module's tests.
-        cargo test --locked --test it -- "${second_pass_modules[@]/%/::}"
+        with_servers_tmpdir cargo test --locked --test it -- "${second_pass_modules[@]/%/::}"
     )
 }
 
@@ -361,7 +377,7 @@ long_threads=6
 # With extra cargo test arguments (a filter, say), the first pass runs as one process.
 split_first_pass() { [[ $# -eq 0 ]]; }
 long_tests() {
-    cargo test --locked --test it -- --test-threads="$long_threads" "${long_modules[@]/%/::}"
+    with_servers_tmpdir cargo test --locked --test it -- --test-threads="$long_threads" "${long_modules[@]/%/::}"
 }
 
 previous_release=$LOGS/previous-release
@@ -375,10 +391,10 @@ first_pass() {
         # integration test target (the suite is one binary: tests/it/main.rs).
         local skips=() module
         for module in "${long_modules[@]}"; do skips+=(--skip "$module::"); done
-        cargo test --locked --workspace --lib --bins --benches --examples
-        cargo test --locked --test it -- "${skips[@]}"
+        with_servers_tmpdir cargo test --locked --workspace --lib --bins --benches --examples
+        with_servers_tmpdir cargo test --locked --test it -- "${skips[@]}"
     else
-        cargo test --locked --workspace --all-targets "$@"
+        with_servers_tmpdir cargo test --locked --workspace --all-targets "$@"
     fi
 }
 
