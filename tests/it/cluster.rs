@@ -3,6 +3,9 @@
 //! leader killed mid-relay, a node restarted during `--follow`, two nodes down and
 //! back. Each time every `ce_id` arrives, per-key order holds (keys with several
 //! events), copies are only of the same `ce_id`, and no row is failed or counted.
+//! The tests take turns on one cluster (`cluster_turn`), each on a topic and a
+//! database of its own, and get it whole: the nodes the test before left down are
+//! started again first.
 
 use crate::common;
 use crate::postgres;
@@ -14,13 +17,6 @@ use common::kafka::*;
 use common::*;
 
 const PARTITIONS: i32 = 6;
-
-/// One cluster at a time: three JVMs are what a 2-core machine runs well.
-static ONE_CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_cluster() -> std::sync::MutexGuard<'static, ()> {
-    ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// `n` pending rows over `n / 3` keys (three events per key, in write order),
 /// written as another outbox writer would.
@@ -143,8 +139,7 @@ fn assert_delivered_in_key_order(c: &mut postgres::Client, brokers: &str, topic:
 
 #[test]
 fn the_leader_of_a_partition_killed_mid_relay_loses_nothing_and_counts_nothing() {
-    let _one = one_cluster();
-    let cluster = OwnCluster::start();
+    let cluster = cluster_turn();
     let topic = unique_topic();
     create_replicated_topic(&cluster.brokers, &topic, PARTITIONS);
     let db = TestDb::new();
@@ -174,8 +169,7 @@ fn the_leader_of_a_partition_killed_mid_relay_loses_nothing_and_counts_nothing()
 
 #[test]
 fn a_node_restarted_during_follow_loses_nothing_and_counts_nothing() {
-    let _one = one_cluster();
-    let cluster = OwnCluster::start();
+    let cluster = cluster_turn();
     let topic = unique_topic();
     create_replicated_topic(&cluster.brokers, &topic, PARTITIONS);
     let db = TestDb::new();
@@ -205,8 +199,7 @@ fn a_node_restarted_during_follow_loses_nothing_and_counts_nothing() {
 
 #[test]
 fn two_nodes_down_stop_the_run_without_counting_and_their_return_delivers_everything() {
-    let _one = one_cluster();
-    let cluster = OwnCluster::start();
+    let cluster = cluster_turn();
     let topic = unique_topic();
     create_replicated_topic(&cluster.brokers, &topic, PARTITIONS);
     let db = TestDb::new();

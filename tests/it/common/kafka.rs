@@ -333,6 +333,8 @@ pub struct OwnCluster {
     /// The three brokers' addresses, comma-separated.
     pub brokers: String,
     cluster: Mutex<Cluster>,
+    /// The nodes stopped or killed and not started since: [`OwnCluster::heal`] starts them.
+    down: Mutex<Vec<u32>>,
 }
 
 impl OwnCluster {
@@ -343,6 +345,7 @@ impl OwnCluster {
         OwnCluster {
             brokers: cluster.brokers(),
             cluster: Mutex::new(cluster),
+            down: Mutex::new(Vec::new()),
         }
     }
 
@@ -350,14 +353,31 @@ impl OwnCluster {
         self.cluster.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn down(&self) -> std::sync::MutexGuard<'_, Vec<u32>> {
+        self.down.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn went_down(&self, id: u32) {
+        let mut down = self.down();
+        if !down.contains(&id) {
+            down.push(id);
+        }
+    }
+
+    fn came_back(&self, ids: &[u32]) {
+        self.down().retain(|id| !ids.contains(id));
+    }
+
     /// SIGKILL node `id` (1..=3, its node.id).
     pub fn kill(&self, id: i32) {
         self.cluster().kill(node_id(id));
+        self.went_down(node_id(id));
     }
 
     /// Graceful stop (SIGTERM) of node `id`.
     pub fn stop(&self, id: i32) {
         self.cluster().stop(node_id(id));
+        self.went_down(node_id(id));
     }
 
     /// Starts node `id` again with its data.
@@ -365,6 +385,7 @@ impl OwnCluster {
         self.cluster()
             .restart(node_id(id))
             .unwrap_or_else(|e| panic!("restart node {id}: {e}"));
+        self.came_back(&[node_id(id)]);
     }
 
     /// Starts the nodes `ids` again with their data, side by side.
@@ -373,6 +394,34 @@ impl OwnCluster {
         self.cluster()
             .restart_together(&ids)
             .unwrap_or_else(|e| panic!("restart nodes {ids:?}: {e}"));
+        self.came_back(&ids);
+    }
+
+    /// The cluster whole again, as the next test needs it: the nodes a test left down
+    /// started again with their data, and all three brokers in the cluster's metadata
+    /// (registered and unfenced: a topic of replication factor 3 can be created).
+    fn heal(&self) {
+        let down = self.down().clone();
+        if !down.is_empty() {
+            let ids: Vec<i32> = down.iter().map(|&id| id as i32).collect();
+            self.restart_together(&ids);
+        }
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.brokers)
+            .create()
+            .unwrap();
+        super::wait_for(
+            Duration::from_secs(120),
+            "the cluster's three brokers in its metadata",
+            || {
+                consumer
+                    .fetch_metadata(None, Duration::from_secs(5))
+                    .ok()
+                    .filter(|m| m.brokers().len() == 3)
+                    .map(|_| ())
+            },
+            || format!("nodes started again: {down:?}"),
+        );
     }
 
     /// The node.id of the leader of `partition` of `topic`, as the cluster's metadata
@@ -401,6 +450,55 @@ fn node_id(id: i32) -> u32 {
 impl Drop for OwnCluster {
     fn drop(&mut self) {
         self.cluster().kill_all();
+    }
+}
+
+/// The cluster the tests of a process share, one test at a time (three JVMs are what a
+/// 2-core machine runs well), so that a run starts one cluster, not one per test. Each
+/// test has a topic and a database of its own, so what an earlier one left on the
+/// cluster is not what it asserts.
+static SHARED_CLUSTER: Mutex<Option<OwnCluster>> = Mutex::new(None);
+/// How many tests have asked for a [`ClusterTurn`] and not yet got it.
+static WAITING_FOR_CLUSTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A test's turn on the shared three-node cluster ([`cluster_turn`]). When it ends and
+/// no other test is waiting for one, the cluster is stopped and its files removed; a
+/// test that asks later starts a new one.
+pub struct ClusterTurn {
+    cluster: std::sync::MutexGuard<'static, Option<OwnCluster>>,
+}
+
+/// Waits for this test's turn on the shared cluster, and hands it over whole: started
+/// for the first test, healed ([`OwnCluster`]'s nodes started again) for the next.
+pub fn cluster_turn() -> ClusterTurn {
+    use std::sync::atomic::Ordering;
+    WAITING_FOR_CLUSTER.fetch_add(1, Ordering::SeqCst);
+    let mut cluster = SHARED_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    WAITING_FOR_CLUSTER.fetch_sub(1, Ordering::SeqCst);
+    match cluster.as_ref() {
+        Some(shared) => shared.heal(),
+        None => *cluster = Some(OwnCluster::start()),
+    }
+    ClusterTurn { cluster }
+}
+
+impl std::ops::Deref for ClusterTurn {
+    type Target = OwnCluster;
+
+    fn deref(&self) -> &OwnCluster {
+        self.cluster
+            .as_ref()
+            .expect("a turn holds a started cluster")
+    }
+}
+
+impl Drop for ClusterTurn {
+    fn drop(&mut self) {
+        // Taken while this turn still holds the lock: a test that asks now waits, and
+        // its heal or start comes after.
+        if WAITING_FOR_CLUSTER.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            drop(self.cluster.take());
+        }
     }
 }
 
