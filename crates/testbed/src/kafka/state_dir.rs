@@ -79,7 +79,12 @@ fn start_node(state: &Path, args: &Args) -> Result<String, String> {
         jvm.heap = heap;
     }
     if fresh {
-        let mut broker = kafka.start_in(TempDir::kept(state), jvm, true)?;
+        let started = kafka.start_in(TempDir::kept(state), jvm, true);
+        let mut broker = started.inspect_err(|_| {
+            // The next start is a fresh one again (its users written then), not a
+            // start again of storage that never served.
+            let _ = std::fs::remove_dir_all(state.join("data"));
+        })?;
         broker.node.release()?;
         write(state, "kafka_brokers", &broker.brokers())?;
         if let (Some(ssl), Some(sasl)) = (broker.ssl(), broker.sasl_ssl()) {
