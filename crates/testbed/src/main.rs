@@ -5,16 +5,22 @@
 //! server gets its death signal (a fast shutdown) all the same. `testbed serve kafka`
 //! and `testbed serve jaeger` do the same for a broker (or three nodes) and Jaeger
 //! (`kafka::cli`: their arguments, what they print).
+//!
+//! `testbed start postgres|kafka STATE_DIR …` starts a server that outlives it instead,
+//! detached, its files in STATE_DIR, prints its address and exits; `testbed stop
+//! STATE_DIR [--kill]` stops it, its data kept for a start again (`detach`).
 
 use std::path::PathBuf;
 use std::sync::mpsc;
 
-use booking_expire_testbed::kafka;
 use booking_expire_testbed::postgres::Postgres;
+use booking_expire_testbed::{detach, kafka};
 
 const USAGE: &str = "usage: testbed serve postgres [--tls DIR]
        testbed serve kafka [--nodes 3] [--tls DIR] [--authorizer] [--user NAME:PASSWORD]...
-       testbed serve jaeger";
+       testbed serve jaeger
+       testbed start postgres|kafka STATE_DIR ...   (testbed start for its flags)
+       testbed stop STATE_DIR [--kill]";
 
 /// What to serve.
 #[derive(Debug, PartialEq, Eq)]
@@ -102,11 +108,23 @@ fn serve_until_the_end((lines, served): (String, kafka::cli::Served)) -> Result<
     Ok(())
 }
 
+/// `testbed start` and `testbed stop`: the address a start prints.
+fn detached(args: &[String]) -> Result<(), (u8, String)> {
+    let what = detach::parse(args, &|name| std::env::var(name).ok()).map_err(|e| (2, e))?;
+    if let Some(address) = detach::run(what).map_err(|e| (1, e))? {
+        println!("{address}");
+    }
+    Ok(())
+}
+
 fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let outcome = parse(&args)
-        .map_err(|e| (2, e))
-        .and_then(|service| serve(service).map_err(|e| (1, e)));
+    let outcome = match args.first().map(String::as_str) {
+        Some("start" | "stop") => detached(&args),
+        _ => parse(&args)
+            .map_err(|e| (2, e))
+            .and_then(|service| serve(service).map_err(|e| (1, e))),
+    };
     match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err((code, e)) => {

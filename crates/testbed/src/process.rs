@@ -5,6 +5,10 @@
 //! signal fires when the *thread* that forked exits and libtest's test threads end.
 //! Dropped, it gets its stop signal, a bounded wait, then KILL.
 //!
+//! A detached child ([`Spawn::detached`]: `setsid`, no death signal) outlives this
+//! process instead, for `testbed start`: waited for while it starts, then released;
+//! `detached` finds, signals and waits for such a process later, by its PID.
+//!
 //! Also the temporary directory (`be-it-<kind>.XXXXXX` under TMPDIR: removed on drop,
 //! kept and named when the thread is panicking) and the guard that removes a directory
 //! once this process has exited, for the services that are never dropped.
@@ -19,6 +23,7 @@ use std::sync::mpsc::{self, Sender};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+pub mod detached;
 mod temp;
 pub use temp::{TempDir, at_exit, expecting_panic, failing, is_root, remove_at_exit};
 
@@ -73,6 +78,7 @@ pub struct Spawn {
     stop: Signal,
     death: Signal,
     grace: Duration,
+    detached: bool,
 }
 
 impl Spawn {
@@ -90,6 +96,7 @@ impl Spawn {
             stop: Signal::Term,
             death: Signal::Kill,
             grace: DEFAULT_GRACE,
+            detached: false,
         }
     }
 
@@ -145,6 +152,14 @@ impl Spawn {
         self
     }
 
+    /// In a session of its own (`setsid`) and without a death signal: it outlives this
+    /// process. It is our child until this process exits, so its start can be waited
+    /// for; [`Owned::release`] then leaves it running.
+    pub fn detached(mut self) -> Self {
+        self.detached = true;
+        self
+    }
+
     /// The command line, for messages.
     pub fn command_line(&self) -> String {
         let mut line = self.program.to_string_lossy().into_owned();
@@ -163,19 +178,29 @@ impl Spawn {
             spawn: self,
             child,
             status: None,
+            released: false,
         };
         // setpriv sets the death signal, then runs the program: once it has, the child
         // dies with us (killed before that, as setpriv changes user, it would not).
         let pid = owned.id();
         wait_until(Duration::from_secs(10), || {
-            !fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(b"setpriv"))
+            !fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.starts_with(b"setpriv") || c.starts_with(b"setsid"))
                 || owned.try_wait().is_ok_and(|s| s.is_some())
         });
         Ok(owned)
     }
 
     fn command(&self) -> io::Result<Command> {
-        let mut cmd = Command::new("setpriv");
+        let mut cmd = if self.detached {
+            // setsid runs the program in the same process (no fork: the child is not a
+            // process group leader), so the PID we hold is the server's.
+            let mut cmd = Command::new("setsid");
+            cmd.arg("setpriv");
+            cmd
+        } else {
+            Command::new("setpriv")
+        };
         if let Some(user) = &self.user {
             // The user's own group, by number: a group of the user's name may not exist.
             let group = Command::new("id").args(["-g", user]).output()?;
@@ -185,14 +210,17 @@ impl Spawn {
             }
             cmd.args(["--reuid", user, "--regid", &group, "--init-groups"]);
         }
-        cmd.args(["--pdeathsig", self.death.name(), "--"])
+        if !self.detached {
+            cmd.args(["--pdeathsig", self.death.name()])
+                // Its own process group: Ctrl-C of the terminal reaches the test
+                // process, whose end (or its drop) stops this child.
+                .process_group(0);
+        }
+        cmd.arg("--")
             .arg(&self.program)
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            // Its own process group: Ctrl-C of the terminal reaches the test process,
-            // whose end (or its drop) stops this child.
-            .process_group(0);
+            .stdin(Stdio::null());
         if let Some(dir) = &self.cwd {
             cmd.current_dir(dir);
         }
@@ -248,6 +276,8 @@ pub struct Owned {
     spawn: Spawn,
     child: Child,
     status: Option<ExitStatus>,
+    /// Left running ([`Owned::release`]): the drop does nothing.
+    released: bool,
 }
 
 impl Owned {
@@ -355,6 +385,13 @@ impl Owned {
         Ok(())
     }
 
+    /// Leaves it running, as it is, when this value is dropped: for a detached child
+    /// ([`Spawn::detached`]) once it has started. Its PID.
+    pub fn release(mut self) -> u32 {
+        self.released = true;
+        self.id()
+    }
+
     /// The last `lines` lines of its log, if it has one.
     pub fn log_tail(&self, lines: usize) -> String {
         self.spawn
@@ -373,6 +410,9 @@ impl Owned {
 
 impl Drop for Owned {
     fn drop(&mut self) {
+        if self.released {
+            return;
+        }
         if let Err(e) = self.stop() {
             eprintln!("stopping {}: {e}", self.spawn.what);
         }

@@ -105,7 +105,7 @@ impl Args {
         Ok(a)
     }
 
-    fn kafka(&self) -> Kafka {
+    pub(super) fn kafka(&self) -> Kafka {
         let mut kafka = Kafka::new().authorizer(self.authorizer);
         if let Some(version) = &self.version {
             kafka = kafka.version(version);

@@ -14,6 +14,9 @@ use crate::process::{Signal, TempDir};
 /// How many nodes a cluster has.
 pub const NODES: u32 = 3;
 
+/// A node's heap unless `KAFKA_HEAP_OPTS` says otherwise (three JVMs on two cores).
+pub const NODE_HEAP: &str = "-Xmx256m -Xms64m";
+
 /// A cluster of its own; every node is stopped when dropped (all at once: the last
 /// node left alone would wait for a quorum to shut down) and the directory removed.
 #[derive(Debug)]
@@ -23,8 +26,10 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    pub(super) fn start(jvm: Jvm) -> Result<Cluster, String> {
-        let dir = TempDir::new("kafka3").map_err(|e| e.to_string())?;
+    /// Writes and formats the three nodes in `dir` (`node1`…`node3`; `cluster_nodes`
+    /// lists them, `kafka_brokers` the addresses, each node's `heap_opts` its heap for a
+    /// start again), launches them (detached: see `state_dir`) and waits for them.
+    pub(super) fn start_in(jvm: Jvm, dir: TempDir, detached: bool) -> Result<Cluster, String> {
         let ports = node::free_ports(2 * NODES as usize)?;
         let voters: Vec<String> = (1..=NODES)
             .map(|i| format!("{i}@127.0.0.1:{}", ports[2 * i as usize - 1]))
@@ -46,8 +51,24 @@ impl Cluster {
             jvm.jars
                 .format(&home.join("server.properties"), &id, false, &[])?;
             write(&home, "kafka_version", &jvm.jars.version)?;
-            nodes.push(Node::new(&home, jvm.clone())?);
+            write(&home, "heap_opts", &jvm.heap)?;
+            write(
+                &home,
+                "kafka_brokers",
+                &format!("127.0.0.1:{}", node.broker_port),
+            )?;
+            let mut node = Node::new(&home, jvm.clone())?;
+            if detached {
+                node.detach();
+            }
+            nodes.push(node);
         }
+        let listed: Vec<String> = nodes
+            .iter()
+            .map(|n| n.dir().display().to_string())
+            .collect();
+        write(dir.path(), "cluster_nodes", &listed.join("\n"))?;
+        write(dir.path(), "kafka_version", &jvm.jars.version)?;
         let mut cluster = Cluster { nodes, dir };
         // A node is ready only once a majority of the quorum runs: launched together,
         // waited for together.
@@ -142,6 +163,14 @@ impl Cluster {
         for node in &mut self.nodes {
             node.stop();
         }
+    }
+
+    /// Leaves every node running for good (detached ones): their PIDs in their
+    /// `kafka.pid`.
+    pub(super) fn release(&mut self) -> Result<(), String> {
+        self.nodes
+            .iter_mut()
+            .try_for_each(|n| n.release().map(drop))
     }
 
     /// Kills every node.

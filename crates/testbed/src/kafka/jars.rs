@@ -2,7 +2,8 @@
 //! version's pom (`scripts/kafka/pom.xml`, or a `pom-*.xml` pinning another), Java 17
 //! or newer, the classpath that Maven resolves once and the cache keeps (installing a
 //! missing Java or Maven stays that script's, as root only), the AppCDS archive a JVM
-//! maps or writes at its clean exit, and the KRaft storage format (Kafka's own
+//! maps or writes at its clean exit (a detached JVM's named in its node's `cds_pending`
+//! until a stop settles it), and the KRaft storage format (Kafka's own
 //! StorageTool). Each is one `bash` call into the script, so the scripts and the
 //! crate share one cache and one lock.
 
@@ -58,6 +59,39 @@ pub struct Cds {
     pub pending: Option<(PathBuf, PathBuf)>,
 }
 
+impl Cds {
+    /// Publishes the archive the JVM wrote as it exited, if it exited cleanly; else
+    /// drops it (a KILL can leave half a file).
+    pub fn publish(&self, scripts: &Path, clean: bool) {
+        if let Some((tmp, last)) = &self.pending {
+            let clean = if clean { "1" } else { "0" };
+            let args = [tmp.as_os_str(), last.as_os_str(), OsStr::new(clean)];
+            if let Err(e) = lib_sh(scripts, "", "cds_publish \"$1\" \"$2\" \"$3\"", &args) {
+                eprintln!("{e}");
+            }
+        }
+    }
+
+    /// Settles the archive a detached JVM of the node in `dir` was to write, as its
+    /// `cds_pending` ("TMP FINAL") names it: published if `clean`, else dropped; the
+    /// file is removed.
+    pub fn settle_pending(dir: &Path, scripts: &Path, clean: bool) {
+        let file = dir.join("cds_pending");
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            return;
+        };
+        let mut words = text.split_whitespace();
+        if let (Some(tmp), Some(last)) = (words.next(), words.next()) {
+            let cds = Cds {
+                flags: Vec::new(),
+                pending: Some((tmp.into(), last.into())),
+            };
+            cds.publish(scripts, clean);
+        }
+        let _ = std::fs::remove_file(&file);
+    }
+}
+
 impl Jars {
     /// Resolves `version` (empty: the default); a version no pom pins is refused with
     /// the list of those there are.
@@ -106,13 +140,12 @@ impl Jars {
     /// Publishes the archive a JVM wrote as it exited, if it exited cleanly; else drops
     /// it (a KILL can leave half a file).
     pub fn publish(&self, cds: &Cds, clean: bool) {
-        if let Some((tmp, last)) = &cds.pending {
-            let clean = if clean { "1" } else { "0" };
-            let args = [tmp.as_os_str(), last.as_os_str(), OsStr::new(clean)];
-            if let Err(e) = lib_sh(&self.scripts, "", "cds_publish \"$1\" \"$2\" \"$3\"", &args) {
-                eprintln!("{e}");
-            }
-        }
+        cds.publish(&self.scripts, clean);
+    }
+
+    /// The scripts' directory these were resolved with.
+    pub fn scripts(&self) -> &Path {
+        &self.scripts
     }
 
     /// Formats the KRaft storage of the node whose configuration is `properties`:

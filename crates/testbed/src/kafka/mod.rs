@@ -13,6 +13,7 @@ mod cluster;
 pub mod config;
 pub mod jars;
 pub mod node;
+pub mod state_dir;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,6 +25,9 @@ use jars::Jars;
 use node::{Jvm, Node, NotReady};
 
 use crate::process::{Signal, TempDir};
+
+/// A single broker's heap unless `KAFKA_HEAP_OPTS` says otherwise.
+const BROKER_HEAP: &str = "-Xmx512m -Xms256m";
 
 /// How a broker or a cluster is to be started.
 #[derive(Debug, Clone)]
@@ -133,8 +137,14 @@ impl Kafka {
     /// Starts one node in a new temporary directory and waits until it serves. A port
     /// taken between its choice and the broker's bind is chosen again (3 attempts).
     pub fn start(&self) -> Result<Broker, String> {
-        let jvm = self.jvm("-Xmx512m -Xms256m")?;
+        let jvm = self.jvm(BROKER_HEAP)?;
         let dir = TempDir::new("kafka").map_err(|e| e.to_string())?;
+        self.start_in(dir, jvm, false)
+    }
+
+    /// Starts one node in `dir` (detached: left running once it serves, see
+    /// `state_dir`), as [`Kafka::start`].
+    fn start_in(&self, dir: TempDir, jvm: Jvm, detached: bool) -> Result<Broker, String> {
         let mut users = self.users.clone();
         if self.tls.is_some() && users.is_empty() {
             users.push(("relay".into(), config::random_password()));
@@ -164,6 +174,9 @@ impl Kafka {
             jvm.jars
                 .format(&dir.path().join("server.properties"), &id, true, &scram)?;
             let mut running = Node::new(dir.path(), jvm.clone())?;
+            if detached {
+                running.detach();
+            }
             running.launch()?;
             match running.wait_ready() {
                 Ok(()) => {
@@ -197,7 +210,8 @@ impl Kafka {
         if self.tls.is_some() || self.authorizer {
             return Err("a cluster runs PLAINTEXT only (no TLS, no authorizer)".into());
         }
-        Cluster::start(self.jvm("-Xmx256m -Xms64m")?)
+        let dir = TempDir::new("kafka3").map_err(|e| e.to_string())?;
+        Cluster::start_in(self.jvm(cluster::NODE_HEAP)?, dir, false)
     }
 }
 

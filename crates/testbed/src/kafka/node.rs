@@ -3,7 +3,9 @@
 //! its log says `Kafka Server started` and its PLAINTEXT port accepts a connection,
 //! stopped (SIGTERM, its grace, KILL; the archive it wrote published only after a clean
 //! exit), killed, frozen, and started again from its directory with its data on the
-//! same ports.
+//! same ports. Detached ([`Node::detach`]), it is launched in a session of its own and,
+//! once ready, released ([`Node::release`]) to outlive this process: its PID goes to
+//! `kafka.pid`, the archive its JVM is to write to `cds_pending`, for `testbed stop`.
 
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -59,6 +61,7 @@ pub struct Node {
     pub tls_ports: Option<(u16, u16)>,
     child: Option<Owned>,
     cds: Cds,
+    detached: bool,
 }
 
 impl Node {
@@ -82,7 +85,37 @@ impl Node {
             tls_ports,
             child: None,
             cds: Cds::default(),
+            detached: false,
         })
+    }
+
+    /// Launches it detached from now on: in a session of its own, without a death
+    /// signal, so that it outlives this process once [`Node::release`]d.
+    pub fn detach(&mut self) {
+        self.detached = true;
+    }
+
+    /// Leaves the JVM running when this value goes, for good: its PID is written to
+    /// `kafka.pid` and the archive it is to write at exit to `cds_pending` ("TMP
+    /// FINAL"), which a stop publishes after a clean exit.
+    pub fn release(&mut self) -> Result<u32, String> {
+        let child = self
+            .child
+            .take()
+            .ok_or_else(|| format!("the node in {} is not running", self.dir.display()))?;
+        let pid = child.release();
+        let write = |name: &str, text: String| {
+            let file = self.dir.join(name);
+            std::fs::write(&file, text).map_err(|e| format!("{}: {e}", file.display()))
+        };
+        write("kafka.pid", format!("{pid}\n"))?;
+        if let Some((tmp, last)) = std::mem::take(&mut self.cds).pending {
+            write(
+                "cds_pending",
+                format!("{} {}\n", tmp.display(), last.display()),
+            )?;
+        }
+        Ok(pid)
     }
 
     pub fn dir(&self) -> &Path {
@@ -125,6 +158,11 @@ impl Node {
         let jars = &self.jvm.jars;
         std::fs::write(self.dir.join("classpath"), format!("{}\n", jars.classpath))
             .map_err(|e| format!("{}: {e}", self.dir.display()))?;
+        if self.detached {
+            // An archive an earlier detached JVM was to write, never published (a
+            // crash, a failed start).
+            Cds::settle_pending(&self.dir, jars.scripts(), false);
+        }
         self.cds = jars.cds()?;
         let spawn = Spawn::new(format!("Kafka in {}", self.dir.display()), &jars.java)
             .args(self.jvm.heap.split_whitespace())
@@ -146,6 +184,11 @@ impl Node {
             .current_dir(&self.dir)
             .log(&log)
             .grace(self.jvm.stop_timeout);
+        let spawn = if self.detached {
+            spawn.detached()
+        } else {
+            spawn
+        };
         let what = spawn.command_line();
         self.child = Some(spawn.spawn().map_err(|e| format!("{what}: {e}"))?);
         Ok(())

@@ -1,7 +1,8 @@
 //! How a server comes up, as scripts/pg-start.sh did it: initdb (or pg_basebackup -R
 //! for a standby, through a replication slot of its own), the throwaway settings, the
-//! TLS files, `postgres` spawned on a free port and waited for with pg_isready; and the
-//! standby's slot dropped on its primary when it stops.
+//! TLS files, `postgres` spawned on a free port (an owned child, or a detached one left
+//! running) and waited for with pg_isready; and the standby's slot dropped on its
+//! primary when it stops.
 
 use std::ffi::OsStr;
 use std::fs;
@@ -14,6 +15,8 @@ use crate::process::{self, Signal, Spawn};
 
 /// The statement that drops a standby's slot (psql -v slot=NAME).
 const DROP_SLOT: &str = include_str!("../../sql/drop_standby_slot.sql");
+/// The statement that makes it again (psql -v slot=NAME).
+pub(super) const MAKE_SLOT: &str = include_str!("../../sql/make_standby_slot.sql");
 
 impl Server {
     pub(super) fn init_cluster(&self, tls: Option<&Path>) -> Result<(), String> {
@@ -147,6 +150,11 @@ impl Server {
             .stop_signal(Signal::Int)
             .death_signal(Signal::Int)
             .grace(seconds_from_env("PG_STOP_TIMEOUT", 60));
+        let spawn = if self.detached {
+            spawn.detached()
+        } else {
+            spawn
+        };
         let mut child = spawn.spawn().map_err(|e| e.to_string())?;
         let limit = seconds_from_env("PG_START_TIMEOUT", 60);
         let isready = binaries::tool(&self.bindir, "pg_isready");
@@ -180,7 +188,11 @@ impl Server {
             let _ = child.kill();
             return Err(why);
         }
-        *self.child() = Some(child);
+        if self.detached {
+            child.release();
+        } else {
+            *self.child() = Some(child);
+        }
         Ok(Ok(()))
     }
 
@@ -191,37 +203,42 @@ impl Server {
         if !slot.primary_data.join("postmaster.pid").exists() {
             return;
         }
-        let name = &slot.name;
+        let gone = process::wait_until(Duration::from_secs(5), || {
+            self.on_primary(slot, DROP_SLOT).as_deref() == Some("gone")
+        });
+        if !gone && slot.primary_data.join("postmaster.pid").exists() {
+            eprintln!(
+                "could not drop replication slot {} on 127.0.0.1:{}",
+                slot.name, slot.primary_port
+            );
+        }
+    }
+
+    /// `sql` (a file of crates/testbed/sql whose `:'slot'` is the slot's name) run
+    /// through psql on the primary of `slot`: its output, or `None` if it failed.
+    pub(super) fn on_primary(&self, slot: &Slot, sql: &str) -> Option<String> {
         let conninfo = format!(
             "host=127.0.0.1 port={} user=postgres dbname=postgres{}",
             slot.primary_port,
             if self.tls { " sslmode=require" } else { "" }
         );
         let psql = binaries::tool(&self.bindir, "psql");
-        let gone = process::wait_until(Duration::from_secs(5), || {
-            let child = Command::new(&psql)
-                .args(["-X", "-q", "-A", "-t", "-d", &conninfo, "-v"])
-                .arg(format!("slot={name}"))
-                .args(["-f", "-"])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn();
-            child.is_ok_and(|mut child| {
-                use std::io::Write;
-                let fed = child
-                    .stdin
-                    .take()
-                    .is_some_and(|mut i| i.write_all(DROP_SLOT.as_bytes()).is_ok());
-                let out = child.wait_with_output();
-                fed && out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "gone")
-            })
-        });
-        if !gone && slot.primary_data.join("postmaster.pid").exists() {
-            eprintln!(
-                "could not drop replication slot {name} on 127.0.0.1:{}",
-                slot.primary_port
-            );
-        }
+        let mut child = Command::new(&psql)
+            .args(["-X", "-q", "-A", "-t", "-d", &conninfo, "-v"])
+            .arg(format!("slot={}", slot.name))
+            .args(["-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        use std::io::Write;
+        let fed = child
+            .stdin
+            .take()
+            .is_some_and(|mut i| i.write_all(sql.as_bytes()).is_ok());
+        let out = child.wait_with_output().ok()?;
+        (fed && out.status.success())
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
     }
 }

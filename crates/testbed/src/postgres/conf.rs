@@ -1,5 +1,6 @@
 //! The files a server of the tests gets, as scripts/pg-start.sh writes them: its
-//! `throwaway.conf` (durability off, pg_stat_statements preloaded), the `pg_hba.conf`
+//! `throwaway.conf` (durability off, pg_stat_statements preloaded; read back for a
+//! restart), the `pg_hba.conf`
 //! of a TLS server, a standby's replication slot name; PgBouncer's `pgbouncer.ini`.
 
 use std::path::Path;
@@ -25,6 +26,18 @@ pub fn throwaway_conf(port: u16, socket_dir: &Path, tls: bool) -> String {
         conf.push_str("ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n");
     }
     conf
+}
+
+/// The port and whether TLS is on, as a `throwaway.conf` says: a restart's.
+pub fn read_throwaway_conf(conf: &str) -> Option<(u16, bool)> {
+    let value = |key: &str| {
+        conf.lines().find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            (k.trim() == key).then(|| v.trim().to_owned())
+        })
+    };
+    let port = value("port")?.parse().ok()?;
+    Some((port, value("ssl").as_deref() == Some("on")))
 }
 
 /// A TLS server's pg_hba.conf: TCP clients only over TLS, so a client that connected at
@@ -90,6 +103,15 @@ mod tests {
         assert!(
             tls.ends_with("ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n")
         );
+    }
+
+    #[test]
+    fn a_restart_reads_the_port_and_tls_back() {
+        let plain = throwaway_conf(5433, Path::new("/tmp/s"), false);
+        assert_eq!(read_throwaway_conf(&plain), Some((5433, false)));
+        let tls = throwaway_conf(6543, Path::new("/tmp/s"), true);
+        assert_eq!(read_throwaway_conf(&tls), Some((6543, true)));
+        assert_eq!(read_throwaway_conf("fsync = off\n"), None);
     }
 
     #[test]

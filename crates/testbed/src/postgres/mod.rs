@@ -4,12 +4,15 @@
 //! run as `postgres` when we are root. [`Postgres`] is the builder (plain, TLS, a
 //! streaming standby with its replication slot); a [`Server`] stops (fast shutdown)
 //! when dropped, drops a standby's slot on its primary, and restarts on its port.
+//! `state_dir` keeps one detached in a directory of the caller's instead, for
+//! `testbed start postgres` (scripts/pg-start.sh).
 
 mod binaries;
 mod cluster;
 mod conf;
 mod os_user;
 mod pgbouncer;
+pub mod state_dir;
 
 pub use binaries::{Flavor, bindir};
 pub use pgbouncer::PgBouncer;
@@ -65,48 +68,51 @@ impl<'a> Postgres<'a> {
 
     /// Starts it and waits until it accepts TCP connections (`PG_START_TIMEOUT`, 60 s).
     pub fn start(self) -> Result<Server, String> {
-        let bindir = bindir()?;
-        if self.tls.is_some() && Flavor::from_env()? == Flavor::Embedded {
-            return Err(
-                "TLS needs a server built with OpenSSL, and PG_FLAVOR=embedded's is \
-                        not; use PG_FLAVOR=system for TLS"
-                    .into(),
-            );
-        }
-        let run_as = process::is_root().then(|| OS_USER_WHEN_ROOT.to_owned());
-        if let Some(user) = &run_as {
-            ensure_os_user(user)?;
-        }
+        let (bindir, run_as) = binaries_and_user(self.tls.is_some())?;
         let dir = TempDir::new("postgres").map_err(|e| e.to_string())?;
-        let socket = if dir.path().join("sock").as_os_str().len() > MAX_SOCKET_DIR_LEN {
-            Some(TempDir::new_in(Path::new("/tmp"), "pgsock").map_err(|e| e.to_string())?)
-        } else {
-            None
-        };
-        let mut server = Server {
-            data: dir.path().join("pgdata"),
-            log: dir.path().join("postgres.log"),
-            socket_dir: socket
-                .as_ref()
-                .map_or_else(|| dir.path().join("sock"), |s| s.path().to_owned()),
-            bindir,
-            run_as,
-            port: 0,
-            tls: self.tls.is_some(),
-            slot: None,
-            child: Mutex::new(None),
-            _socket: socket,
-            dir,
-        };
-        fs::create_dir_all(&server.socket_dir).map_err(|e| e.to_string())?;
-        server.give(server.dir.path())?;
-        server.give(&server.socket_dir)?;
+        let socket = socket_dir_for(dir.path())?;
+        let socket_dir = socket
+            .as_ref()
+            .map_or_else(|| dir.path().join("sock"), |s| s.path().to_owned());
+        let mut server = Server::in_dir(dir, socket_dir, socket, bindir, run_as);
+        server.tls = self.tls.is_some();
+        server.prepare_dirs()?;
         match self.standby_of {
             Some(primary) => server.clone_cluster(primary)?,
             None => server.init_cluster(self.tls.as_deref())?,
         }
         server.start_on_free_port()?;
         Ok(server)
+    }
+}
+
+/// The binaries a start runs and the OS user it runs them as (`postgres` when we are
+/// root, created if missing); TLS is refused with the embedded flavour's.
+fn binaries_and_user(tls: bool) -> Result<(PathBuf, Option<String>), String> {
+    let bindir = bindir()?;
+    if tls && Flavor::from_env()? == Flavor::Embedded {
+        return Err(
+            "TLS needs a server built with OpenSSL, and PG_FLAVOR=embedded's is \
+                    not; use PG_FLAVOR=system for TLS"
+                .into(),
+        );
+    }
+    let run_as = process::is_root().then(|| OS_USER_WHEN_ROOT.to_owned());
+    if let Some(user) = &run_as {
+        ensure_os_user(user)?;
+    }
+    Ok((bindir, run_as))
+}
+
+/// A socket directory of its own under /tmp when `dir/sock` would be too long a unix
+/// socket path; `None`: `dir/sock`.
+fn socket_dir_for(dir: &Path) -> Result<Option<TempDir>, String> {
+    if dir.join("sock").as_os_str().len() > MAX_SOCKET_DIR_LEN {
+        TempDir::new_in(Path::new("/tmp"), "pgsock")
+            .map(Some)
+            .map_err(|e| e.to_string())
+    } else {
+        Ok(None)
     }
 }
 
@@ -130,9 +136,45 @@ pub struct Server {
     slot: Option<Slot>,
     child: Mutex<Option<Owned>>,
     _socket: Option<TempDir>,
+    /// Started detached, in a STATE_DIR (`state_dir`): it outlives this value, which
+    /// neither stops it nor drops its slot.
+    detached: bool,
 }
 
 impl Server {
+    /// A server in `dir` (its data in `pgdata`, its log `postgres.log`), its socket in
+    /// `socket_dir`, not started.
+    fn in_dir(
+        dir: TempDir,
+        socket_dir: PathBuf,
+        socket: Option<TempDir>,
+        bindir: PathBuf,
+        run_as: Option<String>,
+    ) -> Server {
+        Server {
+            data: dir.path().join("pgdata"),
+            log: dir.path().join("postgres.log"),
+            socket_dir,
+            bindir,
+            run_as,
+            port: 0,
+            tls: false,
+            slot: None,
+            child: Mutex::new(None),
+            _socket: socket,
+            detached: false,
+            dir,
+        }
+    }
+
+    /// Its directory and its socket's, made the server user's.
+    fn prepare_dirs(&self) -> Result<(), String> {
+        fs::create_dir_all(&self.socket_dir)
+            .map_err(|e| format!("{}: {e}", self.socket_dir.display()))?;
+        self.give(self.dir.path())?;
+        self.give(&self.socket_dir)
+    }
+
     /// `postgres://postgres@127.0.0.1:PORT/postgres`.
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
@@ -282,6 +324,9 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        if self.detached {
+            return;
+        }
         if let Err(e) = self.stop() {
             eprintln!("stopping PostgreSQL in {}: {e}", self.dir.path().display());
         }

@@ -1,5 +1,5 @@
 //! The temporary directory of a server (`be-it-<kind>.XXXXXX` under TMPDIR, kept on
-//! panic) and the guards that act once this process has exited (a shell holding a pipe
+//! panic; or a detached server's directory, never removed) and the guards that act once this process has exited (a shell holding a pipe
 //! only this process holds).
 
 use std::cell::Cell;
@@ -77,6 +77,21 @@ impl TempDir {
             }
         }
         Err(io::Error::other("no free name for a temporary directory"))
+    }
+
+    /// A directory of the caller's (a detached server's STATE_DIR) in the place of a
+    /// temporary one: never removed.
+    pub fn kept(path: &Path) -> Self {
+        TempDir {
+            path: path.to_owned(),
+            left: AtomicBool::new(true),
+        }
+    }
+
+    /// Keeps the directory for good (it outlives this process): its path.
+    pub fn keep(self) -> PathBuf {
+        self.left.store(true, Ordering::SeqCst);
+        self.path.clone()
     }
 
     pub fn path(&self) -> &Path {
