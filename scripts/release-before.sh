@@ -6,7 +6,8 @@
 # "The previous release" is the newest line of scripts/releases.tsv (tab-separated:
 # version, commit, schema version). Its binary is built from that commit's tree
 # (`git archive`, so the clone's work tree does not matter) with
-# `cargo build --locked --bin booking-expire` (debug) and installed, with that commit's
+# `cargo build --locked --bin booking-expire` (debug, with the line tables only, as the
+# workspace builds its own) and installed, with that commit's
 # sql/ beside it (its migrations, to apply the way that release did), into
 #
 #   ${XDG_CACHE_HOME:-~/.cache}/booking-expire/releases/COMMIT/booking-expire
@@ -72,7 +73,9 @@ if ! (
     cd "$work/src"
     # The tree has no .git: a release that reads its commit at build time gets it here.
     BOOKING_EXPIRE_COMMIT=$commit CARGO_TARGET_DIR=$work/target \
-        "${CARGO:-cargo}" build --locked --bin booking-expire
+        "${CARGO:-cargo}" build --locked --bin booking-expire \
+            --config 'profile.dev.debug="line-tables-only"' \
+            --config 'profile.dev.package."*".debug=false'
 ) >"$log" 2>&1; then
     tail -n 30 "$log" >&2
     die "building release $version ($commit) failed (log: $log)"
