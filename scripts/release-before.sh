@@ -20,8 +20,9 @@
 # dates the files by their commit, and the package's paths are the same). Concurrent
 # calls wait for one build at a time (flock); the directory appears whole or not at all
 # (built beside it, then renamed). Build output goes to
-# releases/COMMIT.build.log; on failure its tail is shown on stderr. tests/it/upgrade.rs uses the binary (scripts/test.sh runs this in
-# the background and hands the path on in BOOKING_EXPIRE_PREVIOUS_BIN).
+# releases/COMMIT.build.log; on failure its tail is shown on stderr. tests/it/upgrade.rs
+# calls it for the binary; scripts/test.sh starts it in the background at the beginning,
+# so the tests' call waits for that build (the lock) instead of making its own.
 set -euo pipefail
 
 die() { echo "release-before: $*" >&2; exit 1; }

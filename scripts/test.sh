@@ -99,7 +99,7 @@ report() { # the time table and the verdict line; $1 the exit status
         # Ours, not yet joined, in a process group of its own (its builds with it).
         [[ -z $pid ]] || kill -- "-$pid" 2>/dev/null || true
     done
-    echo "== stages (seconds of wall time; jaeger, previous-release, light-checks, check-deploy and long-tests run beside the others)" >&2
+    echo "== stages (seconds of wall time; clippy, jaeger, previous-release, light-checks, check-deploy and long-tests run beside the others)" >&2
     for i in "${!STAGE_NAMES[@]}"; do
         printf '   %-18s %-4s %6s\n' "${STAGE_NAMES[$i]}" "${STAGE_RESULTS[$i]}" "${STAGE_SECONDS[$i]}" >&2
         case ${STAGE_RESULTS[$i]} in
@@ -385,10 +385,11 @@ long_tests() {
     with_servers_tmpdir cargo test --locked --test it -- --test-threads="$long_threads" "${long_modules[@]/%/::}"
 }
 
-previous_release=$LOGS/previous-release
+# The tests that need Jaeger or the release before (tests/it/trace.rs, upgrade.rs) call
+# scripts/go-tool.sh and scripts/release-before.sh themselves; while the background
+# stage below still builds one, that call waits for it (both take a lock per cache) and
+# then prints the cached binary. So the tests start once they are built.
 first_pass() {
-    BOOKING_EXPIRE_PREVIOUS_BIN=$(cat "$previous_release")
-    export BOOKING_EXPIRE_PREVIOUS_BIN
     if split_first_pass "$@"; then
         # The unit tests of every package, then every integration test the long process
         # does not run ("--skip NAME" leaves out the tests whose name contains NAME, as
@@ -416,7 +417,7 @@ BG_LIVE=1 stage_bg jaeger "Jaeger $JAEGER_VERSION for tests/it/trace.rs, built o
 # its own, with the crates fetched: 91 s on 2 quiet cores, 4½ min on 2 cores at load 5).
 # shellcheck disable=SC2016 # $1 is the inner shell's
 BG_LIVE=1 stage_bg previous-release "the previous release for tests/it/upgrade.rs, built once and cached by commit" \
-    sh -c 'scripts/release-before.sh >"$1"' sh "$previous_release"
+    sh -c 'scripts/release-before.sh >/dev/null'
 # The checks beside the tests run at a lower priority (BG_NICE): the tests, whose
 # longest are the run's path, get the cores first, and these take what is left.
 BG_NICE=10 stage_bg light-checks "scripts/contract-check.sh, squawk over sql/, scripts/changelog-check.sh (and its self-test), shellcheck over scripts/" \
@@ -427,14 +428,16 @@ stage build-tests "cargo test --no-run: the tests' build" cargo test --locked --
 if split_first_pass "$@"; then
     stage_bg long-tests "the first pass's longest modules (${long_modules[*]}), beside the rest" long_tests
 fi
-stage clippy "cargo clippy -D warnings" cargo clippy --workspace --all-targets --locked -- -D warnings
+# Clippy beside the tests, in a target directory of its own: its checks of every crate
+# (137 s on a cold machine) would hold the tests' directory's lock, and the first pass
+# would wait for them.
+BG_NICE=10 stage_bg clippy "cargo clippy -D warnings" \
+    env CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/clippy" \
+    cargo clippy --workspace --all-targets --locked -- -D warnings
 # Its cargo build finds the binary the tests' build made (the same commit in the
 # environment, see above), so it runs beside the tests without replacing theirs.
 BG_NICE=10 stage_bg check-deploy "scripts/check-deploy.sh: manifests, Dockerfile, runtime libraries, alert rules, dashboard, the image" \
     scripts/check-deploy.sh
-join light-checks
-join jaeger
-join previous-release
 
 stage first-pass "cargo test: the unit tests and every integration test (PostgreSQL 15, Kafka 4.x)" first_pass "$@"
 if test_second_pass; then
@@ -443,5 +446,9 @@ if test_second_pass; then
 else
     echo "== second pass left out (TEST_SECOND_PASS=0)" >&2
 fi
+join clippy
+join light-checks
+join jaeger
+join previous-release
 join check-deploy
 if split_first_pass "$@"; then join long-tests; fi

@@ -1,6 +1,7 @@
 //! The release before: the previous release's binary (the newest line of
 //! `scripts/releases.tsv`, built once from its commit by `scripts/release-before.sh`,
-//! which `scripts/test.sh` runs early and hands on in `BOOKING_EXPIRE_PREVIOUS_BIN`) and
+//! which `scripts/test.sh` starts early and the tests call, waiting for that build; or
+//! the binary `BOOKING_EXPIRE_PREVIOUS_BIN` names) and
 //! the current one taking turns on one database, as a deploy and a rollback do: the
 //! previous release on its own schema, migrated the way it was (`psql
 //! --single-transaction` per file), then the current `migrate`, the previous binary on
