@@ -14,6 +14,7 @@
 pub mod detach;
 pub mod kafka;
 pub mod observe;
+pub mod ports;
 pub mod postgres;
 pub mod process;
 pub mod scripts;

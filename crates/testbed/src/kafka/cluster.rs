@@ -8,7 +8,7 @@ use std::path::Path;
 
 use super::config::{self, NodeConfig};
 use super::config::{write, write_node};
-use super::node::{self, Jvm, Node};
+use super::node::{self, Jvm, Node, NotReady};
 use crate::process::{Signal, TempDir};
 
 /// How many nodes a cluster has.
@@ -28,8 +28,56 @@ pub struct Cluster {
 impl Cluster {
     /// Writes and formats the three nodes in `dir` (`node1`…`node3`; `cluster_nodes`
     /// lists them, `kafka_brokers` the addresses, each node's `heap_opts` its heap for a
-    /// start again), launches them (detached: see `state_dir`) and waits for them.
+    /// start again), launches them (detached: see `state_dir`) and waits for them. A
+    /// port taken between its choice and a node's bind (another process's connection
+    /// may take it) makes every node again on new ports (3 attempts).
     pub(super) fn start_in(jvm: Jvm, dir: TempDir, detached: bool) -> Result<Cluster, String> {
+        let mut last = String::new();
+        for _ in 0..3 {
+            let mut nodes = Self::make_nodes(&jvm, dir.path(), detached)?;
+            match Self::launch_together(&mut nodes) {
+                Ok(()) => {
+                    let cluster = Cluster { nodes, dir };
+                    let brokers = cluster.brokers();
+                    write(cluster.dir.path(), "kafka_brokers", &brokers)?;
+                    return Ok(cluster);
+                }
+                Err(e) => {
+                    // No half-started cluster is left behind.
+                    nodes.iter_mut().for_each(Node::kill);
+                    match e {
+                        NotReady::Exited {
+                            port_taken: true,
+                            why,
+                        } => last = why,
+                        e => return Err(e.message()),
+                    }
+                }
+            }
+            for i in 1..=NODES {
+                let home = dir.path().join(format!("node{i}"));
+                std::fs::remove_dir_all(&home).map_err(|e| format!("{}: {e}", home.display()))?;
+            }
+        }
+        Err(format!(
+            "the cluster's nodes could not bind their ports in 3 attempts: {last}"
+        ))
+    }
+
+    /// A node is ready only once a majority of the quorum runs: launched together,
+    /// waited for together.
+    fn launch_together(nodes: &mut [Node]) -> Result<(), NotReady> {
+        for node in nodes.iter_mut() {
+            node.launch().map_err(|why| NotReady::Exited {
+                port_taken: false,
+                why,
+            })?;
+        }
+        nodes.iter_mut().try_for_each(Node::wait_ready)
+    }
+
+    /// The three nodes in `dir`, on ports chosen now, written and formatted.
+    fn make_nodes(jvm: &Jvm, dir: &Path, detached: bool) -> Result<Vec<Node>, String> {
         let ports = node::free_ports(2 * NODES as usize)?;
         let voters: Vec<String> = (1..=NODES)
             .map(|i| format!("{i}@127.0.0.1:{}", ports[2 * i as usize - 1]))
@@ -37,7 +85,7 @@ impl Cluster {
         let id = config::cluster_id(config::random_bytes);
         let mut nodes = Vec::new();
         for i in 1..=NODES {
-            let home = dir.path().join(format!("node{i}"));
+            let home = dir.join(format!("node{i}"));
             std::fs::create_dir_all(&home).map_err(|e| format!("{}: {e}", home.display()))?;
             let node = NodeConfig {
                 id: i,
@@ -67,29 +115,9 @@ impl Cluster {
             .iter()
             .map(|n| n.dir().display().to_string())
             .collect();
-        write(dir.path(), "cluster_nodes", &listed.join("\n"))?;
-        write(dir.path(), "kafka_version", &jvm.jars.version)?;
-        let mut cluster = Cluster { nodes, dir };
-        // A node is ready only once a majority of the quorum runs: launched together,
-        // waited for together.
-        let started = cluster
-            .nodes
-            .iter_mut()
-            .try_for_each(Node::launch)
-            .and_then(|()| {
-                cluster
-                    .nodes
-                    .iter_mut()
-                    .try_for_each(|n| n.wait_ready().map_err(|e| e.message()))
-            });
-        if let Err(e) = started {
-            // No half-started cluster is left behind.
-            cluster.kill_all();
-            return Err(e);
-        }
-        let brokers = cluster.brokers();
-        write(cluster.dir.path(), "kafka_brokers", &brokers)?;
-        Ok(cluster)
+        write(dir, "cluster_nodes", &listed.join("\n"))?;
+        write(dir, "kafka_version", &jvm.jars.version)?;
+        Ok(nodes)
     }
 
     /// The three PLAINTEXT addresses, comma-separated.

@@ -7,7 +7,7 @@
 //! once ready, released ([`Node::release`]) to outlive this process: its PID goes to
 //! `kafka.pid`, the archive its JVM is to write to `cds_pending`, for `testbed stop`.
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -296,32 +296,6 @@ pub fn accepts(port: u16) -> bool {
     .is_ok()
 }
 
-/// `n` distinct ports of 127.0.0.1 the kernel picked free a moment ago (all bound at
-/// once, so distinct); another process may take one before a server binds it, so the
-/// callers start again on others when a server says so.
-pub fn free_ports(n: usize) -> Result<Vec<u16>, String> {
-    let listeners = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("a free port of 127.0.0.1: {e}"))?;
-    listeners
-        .iter()
-        .map(|l| l.local_addr().map(|a| a.port()))
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("a free port of 127.0.0.1: {e}"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn free_ports_are_distinct_and_free() {
-        let ports = free_ports(6).unwrap();
-        let mut sorted = ports.clone();
-        sorted.sort_unstable();
-        sorted.dedup();
-        assert_eq!(sorted.len(), 6, "{ports:?}");
-        assert!(ports.iter().all(|p| *p > 0 && !accepts(*p)), "{ports:?}");
-    }
-}
+/// Free ports for a node's listeners (`ports`): a server taking one first makes the
+/// callers start again on others.
+pub use crate::ports::free_ports;

@@ -337,14 +337,9 @@ impl Drop for Server {
     }
 }
 
-/// A port of 127.0.0.1 the kernel says is free now (another process may take it
-/// before our server binds it: the callers retry).
-pub fn free_port() -> Result<u16, String> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| format!("no free port on 127.0.0.1: {e}"))
-}
+/// A free port of 127.0.0.1 (`ports`; another server may take it before ours binds it:
+/// the callers retry).
+pub use crate::ports::free_port;
 
 fn checked(what: &str, out: std::io::Result<Output>) -> Result<Output, String> {
     let out = out.map_err(|e| format!("{what}: {e} (is it installed?)"))?;
