@@ -47,6 +47,8 @@ fn relay_gauges(result: &RelayResult, run: &RunEnd) -> String {
         published: result.published,
         failed: result.failed,
         purged: result.purged,
+        late: result.late,
+        late_below_floor: result.late_below_floor,
         skipped: result.skipped,
         publications: result
             .publications

@@ -54,6 +54,10 @@ pub struct RelayFigures {
     /// Rows marked failed (never to be delivered).
     pub failed: u64,
     pub purged: u64,
+    /// Rows found late (committed at or below `high`, unsettled), and of them below
+    /// the floor.
+    pub late: u64,
+    pub late_below_floor: u64,
     /// True when another relay held the lock and this one did nothing.
     pub skipped: bool,
     /// Rows published per topic and Phase of the event, in the order to print.
@@ -82,6 +86,16 @@ pub struct BacklogFigures {
     pub outbox: Option<OutboxFigures>,
     /// The outbox rows not due yet, per topic.
     pub waiting: Option<Vec<TopicWaitingFigures>>,
+    /// The relay's sweep, once it swept.
+    pub sweep: Option<SweepFigures>,
+}
+
+/// The relay's sweep: seconds since it last moved the floor (a relay that does not
+/// sweep holds it), and the transactions in progress then.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SweepFigures {
+    pub floor_age_seconds: f64,
+    pub in_progress: u64,
 }
 
 /// The active bookings of a phase whose deadline has passed.
@@ -100,6 +114,8 @@ pub struct OutboxFigures {
     pub oldest_pending_age_seconds: f64,
     pub failed: u64,
     pub waiting_for_topic: u64,
+    /// Of the pending rows, those committed below rows already relayed.
+    pub late: u64,
 }
 
 /// The outbox rows of one topic not due yet.

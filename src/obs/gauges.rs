@@ -39,6 +39,7 @@ pub fn backlog_gauges(out: &mut Exposition, b: &BacklogFigures) {
         out.gauge(OUTBOX_OLDEST_AGE, outbox.oldest_pending_age_seconds);
         out.gauge(OUTBOX_FAILED, outbox.failed as f64);
         out.gauge(OUTBOX_WAITING_FOR_TOPIC, outbox.waiting_for_topic as f64);
+        out.gauge(OUTBOX_LATE, outbox.late as f64);
     }
     if let Some(waiting) = &b.waiting {
         let per_topic = |value: &dyn Fn(&TopicWaitingFigures) -> f64| {
@@ -56,6 +57,10 @@ pub fn backlog_gauges(out: &mut Exposition, b: &BacklogFigures) {
             })
             .collect();
         out.labelled(OUTBOX_NEXT_DUE, &due);
+    }
+    if let Some(sweep) = &b.sweep {
+        out.gauge(RELAY_FLOOR_AGE, sweep.floor_age_seconds);
+        out.gauge(RELAY_SWEEP_IN_PROGRESS, sweep.in_progress as f64);
     }
 }
 
@@ -102,6 +107,8 @@ pub fn relay_metrics(relay: &RelayFigures, run: &RunEnd) -> String {
     out.gauge(RELAY_PUBLISHED, relay.published as f64);
     out.gauge(RELAY_FAILED, relay.failed as f64);
     out.gauge(RELAY_PURGED, relay.purged as f64);
+    out.gauge(RELAY_LATE, relay.late as f64);
+    out.gauge(RELAY_LATE_BELOW_FLOOR, relay.late_below_floor as f64);
     out.gauge(RELAY_SKIPPED, if relay.skipped { 1.0 } else { 0.0 });
     out.gauge(ERRORS, if run.failed { 1.0 } else { 0.0 });
     out.gauge(RELAY_DURATION, run.duration.as_secs_f64());
@@ -134,7 +141,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::obs::figures::OverdueFigures;
+    use crate::obs::figures::{OverdueFigures, SweepFigures};
 
     fn cycle() -> CycleFigures {
         CycleFigures {
@@ -267,6 +274,10 @@ mod tests {
                 waiting: 3,
                 next_due_unix_seconds: Some(1_800_000_000.0),
             }]),
+            sweep: Some(SweepFigures {
+                floor_age_seconds: 2.5,
+                in_progress: 1,
+            }),
         };
         let mut out = Exposition::default();
         backlog_gauges(&mut out, &figures);
@@ -289,6 +300,8 @@ mod tests {
                 "crm_booking_expiration_poison 2",
                 "crm_booking_expiration_outbox_waiting{topic=\"t\"} 3",
                 "crm_booking_expiration_outbox_next_due_timestamp_seconds{topic=\"t\"} 1800000000",
+                "crm_booking_expiration_relay_floor_age_seconds 2.5",
+                "crm_booking_expiration_relay_sweep_in_progress 1",
                 "crm_booking_expiration_paused_seconds{step=\"run-once\"} 0",
                 "crm_booking_expiration_paused_seconds{step=\"relay-outbox\"} 12",
             ]

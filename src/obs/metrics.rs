@@ -80,6 +80,17 @@ pub const RELAY_PURGED: Family = family(
     "crm_booking_expiration_relay_purged",
     "Published outbox rows the last relay-outbox deleted after the retention.",
 );
+pub const RELAY_LATE: Family = family(
+    "crm_booking_expiration_relay_late",
+    "Outbox rows the last relay-outbox found late: committed at or below rows it had \
+     already relayed, unsettled; they go as exceptions.",
+);
+pub const RELAY_LATE_BELOW_FLOOR: Family = family(
+    "crm_booking_expiration_relay_late_below_floor",
+    "Of the late rows, those found below the floor (by their inserting transaction, or \
+     by the purge): a sequence's cache, a seq drawn before its transaction's id, a \
+     prepared or long transaction.",
+);
 pub const RELAY_SKIPPED: Family = family(
     "crm_booking_expiration_relay_skipped",
     "1 when the last relay-outbox did nothing because another relay held the outbox lock.",
@@ -132,6 +143,23 @@ pub const OUTBOX_FAILED: Family = family(
 pub const OUTBOX_WAITING_FOR_TOPIC: Family = family(
     "crm_booking_expiration_outbox_waiting_for_topic",
     "Pending outbox rows waiting for a missing or unusable Kafka topic (a configuration fault; backlog names the topic and why).",
+);
+pub const OUTBOX_LATE: Family = family(
+    "crm_booking_expiration_outbox_late",
+    "Pending outbox rows committed below rows the relay already relayed (a sequence's \
+     cache, a seq drawn before its transaction's id, a prepared or long transaction): \
+     found and not sent yet, or not swept yet. They go within a sweep (3 s under \
+     --follow) and a batch; one that stays is a relay that does not run.",
+);
+pub const RELAY_FLOOR_AGE: Family = family(
+    "crm_booking_expiration_relay_floor_age_seconds",
+    "Seconds since the relay last swept and moved its floor (every 3 s under --follow, \
+     at each run's start and end): a floor held back is a relay that does not run.",
+);
+pub const RELAY_SWEEP_IN_PROGRESS: Family = family(
+    "crm_booking_expiration_relay_sweep_in_progress",
+    "Transactions in progress at the relay's last sweep: any of them may still commit \
+     outbox rows below the floor, which the next sweep finds.",
 );
 pub const OUTBOX_WAITING: Family = family(
     "crm_booking_expiration_outbox_waiting",

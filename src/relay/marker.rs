@@ -17,12 +17,27 @@ use crate::config::DbConfig;
 use crate::domain::OutboxTypes;
 use crate::store::{self, Delivered, Receipt};
 
+/// Where a batch's mark moves the watermark (the relay's own state): its `high`, and
+/// the snapshot of the fetch that read it, the sweep's top once marked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct HighMark {
+    pub high: i64,
+    pub snapshot: Option<String>,
+}
+
+impl HighMark {
+    /// The mark of a fetch on the relay's own state (`high` is `None` on the columns').
+    pub(super) fn of(high: Option<i64>, snapshot: Option<String>) -> Option<Self> {
+        high.map(|high| HighMark { high, snapshot })
+    }
+}
+
 struct Job {
     now: DateTime<Utc>,
     acked: Vec<Delivered>,
     seqs: (i64, i64),
-    /// The watermark's `high` after this batch (the relay's own state).
-    high: Option<i64>,
+    /// The watermark after this batch (the relay's own state).
+    high: Option<HighMark>,
 }
 
 struct Worker {
@@ -79,7 +94,7 @@ impl<'a> Marker<'a> {
         now: DateTime<Utc>,
         acked: Vec<Delivered>,
         seqs: (i64, i64),
-        high: Option<i64>,
+        high: Option<HighMark>,
     ) -> Result<()> {
         self.ready()?;
         let worker = self.worker.as_ref().expect("started above");
@@ -191,7 +206,8 @@ fn start(db: &DbConfig, types: &OutboxTypes, marks: Marks) -> Result<Worker> {
                         receipts,
                         job.now,
                         &job.acked,
-                        high,
+                        high.high,
+                        high.snapshot.as_deref(),
                         &types,
                         legacy.then_some((&mark, job.seqs)),
                     ),

@@ -202,6 +202,7 @@ fn drain(
         run.cfg,
         run.driver.clock.now(),
         run.driver.monotonic.now(),
+        result,
     )?;
     let mut marker = Marker::new(&run.cfg.db, &run.cfg.outbox_types, queue.marks());
     let outcome = pipeline::pipeline(

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::store::Session;
 use anyhow::Result;
 
-use super::marker::Marker;
+use super::marker::{HighMark, Marker};
 use super::queue::Queue;
 use super::settle::{self, InFlight};
 use super::topics::TopicWaits;
@@ -73,7 +73,8 @@ pub(super) fn pipeline(
             // Following, the rows committed below those relayed are looked for every
             // few seconds (a run without --follow did so at its start).
             if !cfg.follow.is_zero() {
-                queue.check_gap_if_due(client, cfg, clock.now(), now)?;
+                let idle = in_flight.is_empty() && marker.len() == 0;
+                queue.check_gap_if_due(client, cfg, clock.now(), now, idle, result)?;
             }
             // A key with a row in flight has no newer row sent before that one is
             // acknowledged and marked: its keys stay out of this fetch.
@@ -103,7 +104,7 @@ pub(super) fn pipeline(
                 producer,
                 cfg,
                 fetched.rows,
-                fetched.high,
+                HighMark::of(fetched.high, fetched.snapshot),
                 topics,
                 &mut row_failure,
             ) {
@@ -127,7 +128,15 @@ pub(super) fn pipeline(
             wait_for_outbox(client, run, &mut |client| {
                 // Rows committed below those relayed, every few seconds: found, they
                 // end the wait.
-                if queue.check_gap_if_due(client, cfg, clock.now(), run.driver.monotonic.now())? {
+                // Nothing in flight while it waits: the sweep reads up to its own snapshot.
+                if queue.check_gap_if_due(
+                    client,
+                    cfg,
+                    clock.now(),
+                    run.driver.monotonic.now(),
+                    true,
+                    result,
+                )? {
                     return Ok(true);
                 }
                 // The waiting topics, about once a second: one that came free ends the

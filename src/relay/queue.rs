@@ -14,13 +14,14 @@ use anyhow::Result;
 use chrono::{DateTime, Utc};
 use log::info;
 
+use super::RelayResult;
 use super::failures::{self, Marks};
 use super::outgoing::one_per_key;
 use crate::config::RelayConfig;
 use crate::store::{self, Exception, Fetch, NewException, OutboxRow};
 
-/// How often a `--follow` relay checks the rows below its `high` (the gap check):
-/// rows committed after newer ones were relayed go within about this long.
+/// How often a `--follow` relay sweeps the rows committed since its last sweep (the
+/// rows committed below newer ones it relayed go within about this long).
 pub(super) const GAP_CHECK_EVERY: Duration = Duration::from_secs(3);
 
 /// The relay's own state for its run.
@@ -41,17 +42,19 @@ pub(super) enum Queue {
 }
 
 /// One fetch: the rows to send (at most one per key and topic), and the `high` the
-/// batch's mark moves the watermark to (`None` for the columns' queue).
+/// batch's mark moves the watermark to (`None` for the columns' queue), with the fetch's
+/// snapshot.
 pub(super) struct Fetched {
     pub rows: Vec<OutboxRow>,
     pub high: Option<i64>,
+    pub snapshot: Option<String>,
     /// Rows were dealt with (sent or held): fetch again even when none is sent.
     pub progressed: bool,
 }
 
 impl Queue {
-    /// The run's queue: its own state when migration 16 is there, after a first gap
-    /// check; the columns' queue (with a warning) when it is not.
+    /// The run's queue: its own state when migrations 16 and 17 are there, after a first
+    /// sweep; the columns' queue (with a warning) when they are not.
     /// `at` = the run's monotonic now: the gap check's pace is kept on it, so a step of
     /// the wall clock neither hurries nor delays it.
     pub(super) fn open(
@@ -59,22 +62,29 @@ impl Queue {
         cfg: &RelayConfig,
         now: DateTime<Utc>,
         at: Instant,
+        result: &mut RelayResult,
     ) -> Result<Self> {
         if !store::relay_state_usable(client, true)? {
-            log::warn!(Migration = store::RELAY_STATE_MIGRATION;
-                       "the relay's own tables are missing or not writable by this role (run `booking-expire migrate`): it marks crm.outbox's columns as the release before did");
+            log::warn!(Migration = store::SWEEP_MIGRATION;
+                       "the relay's own tables (migrations 16 and 17) are missing or not writable by this role (run `booking-expire migrate`): it marks crm.outbox's columns as the release before did");
             return Ok(Queue::Columns(store::prepare_pending(client)?));
         }
         let legacy_marks = cfg.legacy_marks;
+        if !store::inserted_xid_defaulted(client)? {
+            log::warn!(Migration = store::SWEEP_MIGRATION;
+                       "crm.outbox.inserted_xid does not default to pg_current_xact_id() any more: rows written since that commit below rows already relayed are found only above the floor; restore it with ALTER TABLE crm.outbox ALTER COLUMN inserted_xid SET DEFAULT pg_current_xact_id()");
+        }
         store::load_watermark(client, &cfg.outbox_types, legacy_marks, now)?;
-        let checked = store::check_gap(
+        // Nothing is in flight yet: the sweep reads up to its own snapshot.
+        let checked = store::sweep(
             client,
             &cfg.outbox_types,
             legacy_marks,
             now,
-            store::GapWindow::Full,
+            store::SweepTop::Now,
+            store::SeqWindow::Read,
         )?;
-        log_gap(&checked);
+        log_gap(&checked, result);
         Ok(Queue::Own(Own {
             fetch: store::prepare_pending_above(client)?,
             high: checked.watermark.high,
@@ -94,14 +104,17 @@ impl Queue {
         }
     }
 
-    /// The gap check when it is due (every [`GAP_CHECK_EVERY`]); true when it found
-    /// rows to send.
+    /// The sweep when it is due (every [`GAP_CHECK_EVERY`]); true when it found rows to
+    /// send. `idle`: no batch is fetched and not yet marked (the sweep then reads up to
+    /// its own snapshot, else up to the last mark's fetch).
     pub(super) fn check_gap_if_due(
         &mut self,
         client: &mut Session,
         cfg: &RelayConfig,
         now: DateTime<Utc>,
         at: Instant,
+        idle: bool,
+        result: &mut RelayResult,
     ) -> Result<bool> {
         let Queue::Own(own) = self else {
             return Ok(false);
@@ -109,16 +122,22 @@ impl Queue {
         if at.saturating_duration_since(own.checked) < GAP_CHECK_EVERY {
             return Ok(false);
         }
-        let checked = store::check_gap(
+        let top = if idle {
+            store::SweepTop::Now
+        } else {
+            store::SweepTop::LastMark
+        };
+        let checked = store::sweep(
             client,
             &cfg.outbox_types,
             own.legacy_marks,
             now,
-            store::GapWindow::Full,
+            top,
+            store::SeqWindow::Skip,
         )?;
         own.checked = at;
         own.floor = checked.watermark.floor;
-        log_gap(&checked);
+        log_gap(&checked, result);
         Ok(checked.late > 0)
     }
 
@@ -150,6 +169,7 @@ impl Queue {
                 Ok(Fetched {
                     rows: one_per_key(rows),
                     high: None,
+                    snapshot: None,
                     progressed,
                 })
             }
@@ -158,7 +178,14 @@ impl Queue {
     }
 }
 
-pub(super) fn log_gap(checked: &store::GapCheck) {
+/// Says what a sweep found, and counts it into `result`.
+pub(super) fn log_gap(checked: &store::GapCheck, result: &mut RelayResult) {
+    result.late += checked.late;
+    result.late_below_floor += checked.below_floor;
+    if checked.below_floor > 0 {
+        log::warn!(Rows = checked.below_floor, Floor = checked.watermark.floor, High = checked.watermark.high;
+                   "rows committed below the floor found by their transaction (a sequence's cache, a seq drawn before its transaction's id, a prepared or long transaction): they go now, late");
+    }
     if checked.late > 0 {
         info!(Rows = checked.late, Floor = checked.watermark.floor, High = checked.watermark.high;
               "rows committed below rows already relayed (or re-queued by the release before) found: they go now");
@@ -189,7 +216,7 @@ impl Own {
             .map(|e| e.seq)
             .take(cfg.batch_size as usize)
             .collect();
-        let rows = store::pending_above(
+        let store::FetchedAbove { rows, snapshot } = store::pending_above(
             client,
             &self.fetch,
             now,
@@ -218,6 +245,7 @@ impl Own {
         Ok(Fetched {
             rows: sorted.take,
             high: Some(self.high),
+            snapshot,
             progressed,
         })
     }

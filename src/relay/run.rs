@@ -52,6 +52,14 @@ pub struct RelayResult {
     /// Seconds from each published row's write to Kafka's acknowledgement, in buckets.
     #[serde(skip)]
     pub ack_ages: crate::obs::ack_age::AckAges,
+    /// Rows the sweeps found late (committed at or below `high` unsettled): for the
+    /// metrics push, not printed.
+    #[serde(skip)]
+    pub late: u64,
+    /// Of those, the rows found below the floor (by their transaction, or by the
+    /// purge): for the metrics push, not printed.
+    #[serde(skip)]
+    pub late_below_floor: u64,
 }
 
 /// A relay run as its steps see it: the settings, what drives it (clocks, shutdown),

@@ -12,7 +12,7 @@ use anyhow::Result;
 use log::info;
 
 use super::failures::{self, Marks, NotSent};
-use super::marker::Marker;
+use super::marker::{HighMark, Marker};
 use super::topics::TopicWaits;
 use super::{RelayResult, message};
 use crate::clock::Clock;
@@ -36,8 +36,8 @@ pub(super) struct InFlight {
     /// Rows of topics that cannot take them now, with why (`topic`, or `unsent` for
     /// the cluster's reason): on the relay's own state, exceptions when it settles.
     held: Vec<(OutboxRow, &'static str)>,
-    /// The `high` the batch's mark moves the watermark to (the relay's own state).
-    high: Option<i64>,
+    /// Where the batch's mark moves the watermark (the relay's own state).
+    high: Option<HighMark>,
     /// Set when a topic's check failed for the cluster's reason: its rows stay as they
     /// are and the run stops once this batch is settled.
     cluster: Option<anyhow::Error>,
@@ -70,7 +70,7 @@ pub(super) fn enqueue(
     producer: &mut KafkaProducer,
     cfg: &RelayConfig,
     batch: Vec<OutboxRow>,
-    high: Option<i64>,
+    high: Option<HighMark>,
     topics: &mut TopicWaits,
     row_failure: &mut Option<anyhow::Error>,
 ) -> Result<InFlight> {

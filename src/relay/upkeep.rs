@@ -68,18 +68,18 @@ pub(super) fn purge(client: &mut Session, run: &Run, result: &mut RelayResult) -
     // before published go by its columns' index after).
     if store::relay_state_usable(client, true)? {
         store::load_watermark(client, &cfg.outbox_types, cfg.legacy_marks, now)?;
-        // The run's end: the floor moves up to the candidate its start proposed (the
-        // rows between read once, if any), and the run's `high` is proposed, so that the
-        // next run's first check moves the floor past what this one relayed and its
-        // purge reaches them in that run.
-        let checked = store::check_gap(
+        // The run's end, every mark in: the sweep reads up to its own snapshot, and the
+        // floor comes up to the run's `high`, so that a purge a retention on reaches
+        // what this run relayed.
+        let checked = store::sweep(
             client,
             &cfg.outbox_types,
             cfg.legacy_marks,
             now,
-            store::GapWindow::Promote,
+            store::SweepTop::Now,
+            store::SeqWindow::Skip,
         )?;
-        super::queue::log_gap(&checked);
+        super::queue::log_gap(&checked, result);
         let floor = checked.watermark.floor;
         loop {
             interrupted(run)?;
@@ -88,7 +88,7 @@ pub(super) fn purge(client: &mut Session, run: &Run, result: &mut RelayResult) -
                       "purge time spent; older published rows are purged next run");
                 return Ok(());
             }
-            let (deleted, receipts) = store::purge_range(
+            let purged = store::purge_range(
                 client,
                 now,
                 cfg.retention,
@@ -97,8 +97,14 @@ pub(super) fn purge(client: &mut Session, run: &Run, result: &mut RelayResult) -
                 &cfg.outbox_types,
                 cfg.legacy_marks,
             )?;
-            result.purged += deleted;
-            if receipts < u64::from(cfg.purge_batch_size) {
+            result.purged += purged.deleted;
+            if purged.late > 0 {
+                result.late += purged.late;
+                result.late_below_floor += purged.late;
+                warn!(Rows = purged.late, Floor = floor;
+                      "undelivered rows found below the floor by the purge: kept, and sent next run");
+            }
+            if purged.receipts < u64::from(cfg.purge_batch_size) {
                 break;
             }
         }

@@ -38,6 +38,7 @@ fn outbox(b: &Backlog) -> OutboxLag {
         oldest_pending_at: None,
         failed: 0,
         waiting_for_topic: 0,
+        late: 0,
     })
 }
 
@@ -167,6 +168,27 @@ fn table(b: &Backlog, defence: Defence) -> String {
             "of types not in --outbox-types: never sent, marked, purged, nor counted above",
         ));
     }
+    if let Some(sweep) = &b.sweep {
+        let (at, age) = oldest(sweep.swept_at);
+        t.row(vec![
+            format!("relay floor (seq {}, high {})", sweep.floor, sweep.high),
+            sweep.in_progress.to_string(),
+            at,
+            age,
+        ]);
+        t.note(render::note(
+            "relay floor: Count is the transactions in progress at its last sweep (their \
+             rows, at any seq, are read when they commit); Age is since it last moved",
+        ));
+    }
+    if outbox.late > 0 {
+        t.row(vec![
+            "outbox late (committed below rows already relayed)".into(),
+            outbox.late.to_string(),
+            dash(),
+            dash(),
+        ]);
+    }
     if outbox.waiting_for_topic > 0 {
         t.row(vec![
             "outbox waiting for a missing topic".into(),
@@ -293,6 +315,21 @@ struct Json {
     /// The pause switches that are on; empty when both commands run.
     paused: Vec<crate::preflight::Paused>,
     hygiene: Option<super::hygiene::Json>,
+    /// The relay's sweep; null before migration 17 or the relay's first run.
+    relay_floor: Option<RelayFloorJson>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct RelayFloorJson {
+    floor: i64,
+    high: i64,
+    /// When the relay last swept and moved the floor.
+    swept_at: Option<String>,
+    swept_age_seconds: Option<f64>,
+    /// Transactions in progress at that sweep: their rows, at any `seq`, are read when
+    /// they commit.
+    in_progress: u64,
 }
 
 #[derive(Serialize)]
@@ -322,6 +359,9 @@ struct OutboxJson {
     failed: u64,
     /// Pending rows whose topic is missing or unusable (see their `last_error`).
     waiting_for_topic: u64,
+    /// Of the pending rows, those committed below rows the relay already relayed: found
+    /// late, or not swept yet (the relay's own state; 0 on the columns).
+    late: u64,
     /// Per topic, the pending rows not due yet and when the first is due; empty when
     /// none waits.
     waiting: Vec<WaitingJson>,
@@ -387,6 +427,7 @@ fn json(b: &Backlog, defence: Defence) -> Result<String> {
             oldest_pending_age_seconds: age(b, outbox.oldest_pending_at),
             failed: outbox.failed,
             waiting_for_topic: outbox.waiting_for_topic,
+            late: outbox.late,
             waiting: b
                 .waiting
                 .as_deref()
@@ -416,6 +457,13 @@ fn json(b: &Backlog, defence: Defence) -> Result<String> {
             .map(|p| crate::preflight::Paused::of(p, b.as_of))
             .collect(),
         hygiene: b.hygiene.as_ref().map(|h| super::hygiene::json(h, b.as_of)),
+        relay_floor: b.sweep.map(|s| RelayFloorJson {
+            floor: s.floor,
+            high: s.high,
+            swept_at: s.swept_at.map(rfc3339),
+            swept_age_seconds: age(b, s.swept_at),
+            in_progress: s.in_progress,
+        }),
     };
     render::json_line(&json)
 }

@@ -7,7 +7,7 @@ use chrono::DateTime;
 use crate::clock::seconds;
 use crate::domain::Timestamp;
 use crate::obs::figures::{
-    BacklogFigures, OutboxFigures, OverdueFigures, PausedFor, TopicWaitingFigures,
+    BacklogFigures, OutboxFigures, OverdueFigures, PausedFor, SweepFigures, TopicWaitingFigures,
 };
 use crate::store::Backlog;
 
@@ -35,6 +35,7 @@ pub fn backlog(b: &Backlog) -> BacklogFigures {
             oldest_pending_age_seconds: age(o.oldest_pending_at),
             failed: o.failed,
             waiting_for_topic: o.waiting_for_topic,
+            late: o.late,
         }),
         waiting: b.waiting.as_ref().map(|waiting| {
             waiting
@@ -49,6 +50,10 @@ pub fn backlog(b: &Backlog) -> BacklogFigures {
                         .map(|due| -due.seconds_until(DateTime::UNIX_EPOCH)),
                 })
                 .collect()
+        }),
+        sweep: b.sweep.map(|s| SweepFigures {
+            floor_age_seconds: age(s.swept_at),
+            in_progress: s.in_progress,
         }),
     }
 }

@@ -105,26 +105,6 @@ fn watermark(c: &mut postgres::Client) -> (i64, i64) {
     (r.get(0), r.get(1))
 }
 
-/// Waits until the candidate floor's horizon has passed: every transaction of the
-/// server that was running when it was proposed has ended (other tests' too), so the
-/// next run's first gap check moves the floor up to it.
-fn candidate_reached(c: &mut postgres::Client) {
-    wait_until(
-        Duration::from_secs(60),
-        "the candidate floor's horizon to pass",
-        || {
-            c.query_one(
-                "SELECT coalesce(pg_snapshot_xmin(pg_current_snapshot())
-                                 >= pg_snapshot_xmax(candidate_snapshot), false)
-                   FROM crm.booking_expiration_relay_state WHERE types = $1",
-                &[&OWN_TYPE],
-            )
-            .unwrap()
-            .get(0)
-        },
-    );
-}
-
 /// `backlog`'s outbox figures: (pending, failed).
 fn backlog(db: &TestDb) -> (Value, Value) {
     let run = db.run(&["backlog", "--json"]);
@@ -161,32 +141,27 @@ fn a_lower_seq_committed_after_a_higher_one_was_relayed_is_published_exactly_onc
     let (early, early_seq) = insert(&mut c, &topic, OWN_TYPE);
     assert!(late_seq < early_seq);
     assert_eq!(relay(&db, &brokers, &[])["Published"], 1);
+    // The run's last sweep moved the floor up to its high, past the open
+    // transaction's row: the sweep knows that transaction was in progress.
     let (floor, high) = watermark(&mut c);
     assert!(high >= early_seq, "high {high} has the newer row");
+    assert_eq!(floor, high, "the floor at the run's high");
     assert!(
-        floor < late_seq,
-        "floor {floor} waits below the open transaction's row"
+        floor > late_seq,
+        "floor {floor} past the open row {late_seq}"
     );
 
-    // The lower one commits after: backlog counts it, the next run finds it below
-    // high and sends it.
+    // The lower one commits after: backlog counts it (committed below the floor,
+    // not swept yet), the next run's first sweep finds it by its transaction and
+    // sends it.
     open.commit().unwrap();
     assert_eq!(backlog(&db), (Value::from(1), Value::from(0)));
     let before = rows(&mut c);
-    assert_eq!(relay(&db, &brokers, &[])["Published"], 1);
-    // Nothing more, ever; the floor passes both once the server's horizon has passed
-    // the candidate that holds them. Other tests' transactions on the same server hold
-    // that horizon too, so it may take more than one candidate: each run sends nothing.
+    let found = relay(&db, &brokers, &[]);
+    assert_eq!(found["Published"], 1, "{found}");
+    // Nothing more, ever, and nothing pending.
     assert_eq!(relay(&db, &brokers, &[])["Published"], 0);
-    wait_until(
-        Duration::from_secs(120),
-        "the floor to pass both rows",
-        || {
-            candidate_reached(&mut c);
-            assert_eq!(relay(&db, &brokers, &[])["Published"], 0);
-            watermark(&mut c).0 >= early_seq
-        },
-    );
+    assert_eq!(watermark(&mut c).0, high, "the floor stays at high");
     assert_eq!(backlog(&db), (Value::from(0), Value::from(0)));
 
     let got = consume(&brokers, &topic, 6, 2, Duration::from_secs(30));
@@ -265,7 +240,6 @@ fn without_legacy_marks_no_outbox_row_is_written_republish_resends_and_the_purge
         &[],
     )
     .unwrap();
-    candidate_reached(&mut c);
     let purged = relay(&db, &brokers, &[]);
     assert_eq!(purged["Purged"], 5, "{purged}");
     assert_eq!(own_state(&mut c).0, 0, "receipts");
@@ -355,14 +329,13 @@ fn without_legacy_marks_a_relay_and_its_purge_cost_under_a_tenth_of_an_index_sca
     insert_own(&mut c, &topic, ROWS);
     let (scans, updates) = footprint(&db, &mut c);
     assert_eq!(relay(&db, &brokers, &[])["Published"], ROWS);
-    // The next run moves the floor past them (their transactions long ended).
+    // A run that finds nothing to send sweeps twice, as every idle run does.
     assert_eq!(relay(&db, &brokers, &[])["Published"], 0);
     c.execute(
         "UPDATE crm.booking_expiration_receipt SET published_at = now() - interval '8 days'",
         &[],
     )
     .unwrap();
-    candidate_reached(&mut c);
     let purged = relay(&db, &brokers, &["--purge-batch-size", "100000"]);
     assert_eq!(purged["Purged"], ROWS, "{purged}");
     let (scans_after, updates_after) = footprint(&db, &mut c);
@@ -486,27 +459,17 @@ fn without_legacy_marks_the_run_after_the_relaying_one_purges_all_it_relayed_lea
     insert_own(&mut c, &topic, ROWS);
     let before = rows(&mut c);
     assert_eq!(relay(&db, &brokers, &[])["Published"], 2 * ROWS);
-    // The run's end proposed its high: the floor is still where the run found it.
-    let state = c
-        .query_one(
-            "SELECT floor, high, candidate FROM crm.booking_expiration_relay_state
-              WHERE types = $1",
-            &[&OWN_TYPE],
-        )
-        .unwrap();
-    let (floor, high, candidate): (i64, i64, Option<i64>) =
-        (state.get(0), state.get(1), state.get(2));
+    // The run's last sweep moved the floor up to its high.
     let newest: i64 = count(&mut c, "SELECT max(seq) FROM crm.outbox");
-    assert_eq!((floor, high, candidate), (0, newest, Some(newest)));
+    assert_eq!(watermark(&mut c), (newest, newest));
 
-    // A retention later the next run moves the floor at its start and purges every
-    // row the run before relayed, in that one run, with their receipts.
+    // A retention later the next run purges every row the run before relayed, in
+    // that one run, with their receipts.
     c.execute(
         "UPDATE crm.booking_expiration_receipt SET published_at = now() - interval '8 days'",
         &[],
     )
     .unwrap();
-    candidate_reached(&mut c);
     let purged = relay(&db, &brokers, &[]);
     assert_eq!(purged["Purged"], 2 * ROWS, "{purged}");
     assert_eq!(purged["Published"], 0, "{purged}");

@@ -78,10 +78,11 @@ pub use outbox_lag::{
 };
 pub use phase_failure::{PhaseFailure, clear_phase_failure, phase_failures, record_phase_failure};
 pub use preflight::{Facts, backend_pid, check_schema, read_facts};
-pub use relay_state::GapWindow;
 pub use relay_state::{
-    Exception, GapCheck, NewException, OUTBOX_STATE_SQL, RELAY_STATE_MIGRATION, Watermark,
-    check_gap, exceptions, load_watermark, put_exceptions, relay_state_usable, types_key,
+    Exception, GapCheck, Loaded, NewException, OUTBOX_STATE_SQL, RELAY_STATE_MIGRATION,
+    SWEEP_MIGRATION, SeqWindow, SweepState, SweepTop, Watermark, exceptions,
+    inserted_xid_defaulted, load_watermark, put_exceptions, relay_state_usable, sweep, sweep_state,
+    types_key,
 };
 pub use report::{
     Backlog, CHUNK_ROWS, Figures, NextClaim, Overdue, Quarantined, begin_read_only,
@@ -100,6 +101,6 @@ pub use topic_wait::{
 pub use transaction::{End, Switch, begin_chain, end_and_chain, end_chain};
 pub use waiting::{TopicWaiting, WAITING_SQL, waiting, waiting_total};
 pub use watermark::{
-    Above, Delivered, MARK_RECEIPTS_SQL, PENDING_ABOVE_SQL, drop_exceptions, mark_receipts,
-    pending_above, prepare_mark_receipts, prepare_pending_above, purge_range,
+    Above, Delivered, FetchedAbove, MARK_RECEIPTS_SQL, PENDING_ABOVE_SQL, Purged, drop_exceptions,
+    mark_receipts, pending_above, prepare_mark_receipts, prepare_pending_above, purge_range,
 };

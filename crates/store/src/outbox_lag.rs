@@ -39,16 +39,32 @@ SELECT count(*) AS failed FROM crm.outbox WHERE failed_at IS NOT NULL AND type =
 
 /// The own state's pending rows and the oldest of them (the legacy marks off): the own
 /// rows above the floor (`$2`) with neither a receipt nor an exception nor a mark of
-/// the release before, and the exceptions not failed; `$1` = the job's outbox types.
+/// the release before; those at or below it that committed after the relay's last
+/// sweep (`$3`, the types' key: its swept snapshot), which its next sweep takes as
+/// late; and the exceptions not failed; `$1` = the job's outbox types.
 pub const OWN_PENDING_SQL: &str = "\
-SELECT count(*) AS pending, min(occurred_at) AS oldest_pending_at
-  FROM (SELECT o.occurred_at FROM crm.outbox o
+SELECT count(*) AS pending, min(occurred_at) AS oldest_pending_at,
+       count(*) FILTER (WHERE late) AS late_unswept
+  FROM (SELECT o.occurred_at, false AS late FROM crm.outbox o
          WHERE o.seq > $2 AND o.type = ANY($1::text[])
            AND o.published_at IS NULL AND o.failed_at IS NULL
            AND NOT EXISTS (SELECT 1 FROM crm.booking_expiration_receipt r WHERE r.seq = o.seq)
            AND o.seq NOT IN (SELECT seq FROM crm.booking_expiration_exception)
         UNION ALL
-        SELECT o.occurred_at FROM crm.booking_expiration_exception e
+        SELECT o.occurred_at, true FROM crm.outbox o
+         WHERE (o.inserted_xid = ANY (ARRAY(
+                    SELECT pg_snapshot_xip(swept) FROM crm.booking_expiration_relay_state
+                     WHERE types = $3))
+                OR o.inserted_xid >= (SELECT pg_snapshot_xmax(swept)
+                                        FROM crm.booking_expiration_relay_state
+                                       WHERE types = $3))
+           AND o.seq <= $2 AND o.type = ANY($1::text[])
+           AND o.published_at IS NULL AND o.failed_at IS NULL
+           AND NOT EXISTS (SELECT 1 FROM crm.booking_expiration_receipt r
+                            WHERE r.seq = o.seq AND r.id = o.id)
+           AND o.seq NOT IN (SELECT seq FROM crm.booking_expiration_exception)
+        UNION ALL
+        SELECT o.occurred_at, e.reason = 'late' FROM crm.booking_expiration_exception e
           JOIN crm.outbox o ON o.seq = e.seq
          WHERE e.failed_at IS NULL AND e.type = ANY($1::text[])) p";
 
@@ -102,6 +118,10 @@ pub struct OutboxLag {
     pub failed: u64,
     /// Pending rows waiting for a missing or unusable topic.
     pub waiting_for_topic: u64,
+    /// Of the pending rows, the late ones (the relay's own state, the legacy marks
+    /// off): committed at or below rows already relayed, found by a sweep and not sent
+    /// yet, or committed below the floor since the last sweep. 0 on the columns.
+    pub late: u64,
 }
 
 /// The job's own rows of the outbox: those of `types`; `topic_waits` = the topics that
@@ -133,6 +153,7 @@ pub fn outbox_lag(
         oldest_pending_at: timestamp::get_opt(&pending, "oldest_pending_at"),
         failed: failed.get::<_, i64>("failed").max(0) as u64,
         waiting_for_topic: waiting.get::<_, i64>("waiting").max(0) as u64,
+        late: 0,
     })
 }
 
@@ -143,9 +164,10 @@ fn own_lag(
     topic_waits: &[&str],
     own: super::relay_state::Watermark,
 ) -> Result<OutboxLag> {
+    let key = super::relay_state::types_key(types);
     let types = types.as_slice();
     let pending = client
-        .query_one(OWN_PENDING_SQL, &[&types, &own.floor])
+        .query_one(OWN_PENDING_SQL, &[&types, &own.floor, &key])
         .context("cannot count the pending outbox rows")?;
     let failed = client
         .query_one(OWN_FAILED_SQL, &[&types])
@@ -161,6 +183,7 @@ fn own_lag(
         oldest_pending_at: timestamp::get_opt(&pending, "oldest_pending_at"),
         failed: failed.get::<_, i64>("failed").max(0) as u64,
         waiting_for_topic: waiting.get::<_, i64>("waiting").max(0) as u64,
+        late: pending.get::<_, i64>("late_unswept").max(0) as u64,
     })
 }
 

@@ -17,6 +17,10 @@ use crate::{Conn, Session};
 /// The migration that makes the tables, named when they are missing.
 pub const RELAY_STATE_MIGRATION: &str = "sql/016_relay_receipts.sql";
 
+/// The migration the relay's sweep needs (each outbox row's inserting transaction, the
+/// swept snapshot), named when it is missing.
+pub const SWEEP_MIGRATION: &str = "sql/017_outbox_inserted_xid.sql";
+
 /// A row's delivery state as operators read it (explain, republish, retry-failed), a
 /// derived table to name in a FROM (`(…) o`) with the columns of `crm.outbox` the
 /// operators' statements read: its exception, else its receipt, else what the release
@@ -70,27 +74,55 @@ SELECT s.id, s.aggregateid, s.type, s.topic, s.occurred_at, s.seq,
           LEFT JOIN crm.booking_expiration_receipt r ON r.seq = o.seq
           LEFT JOIN crm.booking_expiration_exception e ON e.seq = o.seq) s";
 
-/// Whether the tables of migration 16 exist and this session may write them (`write`)
-/// or read them.
+/// Whether the tables of migration 16 exist and this session may write them (`write`,
+/// which also needs migration 17's columns: the relay's sweep) or read them.
 const USABLE_SQL: &str = "\
 SELECT CASE WHEN to_regclass('crm.booking_expiration_relay_state') IS NULL
               OR to_regclass('crm.booking_expiration_receipt') IS NULL
               OR to_regclass('crm.booking_expiration_exception') IS NULL THEN false
             ELSE has_table_privilege('crm.booking_expiration_receipt', 'SELECT')
              AND has_table_privilege('crm.booking_expiration_exception', 'SELECT')
-             AND (NOT $1 OR (has_table_privilege('crm.booking_expiration_relay_state', 'UPDATE')
+             AND (NOT $1 OR (EXISTS (SELECT 1 FROM pg_attribute
+                                      WHERE attrelid = 'crm.outbox'::regclass
+                                        AND attname = 'inserted_xid' AND NOT attisdropped)
+                        AND EXISTS (SELECT 1 FROM pg_attribute
+                                     WHERE attrelid = 'crm.booking_expiration_relay_state'::regclass
+                                       AND attname = 'high_snapshot' AND NOT attisdropped)
+                        AND has_table_privilege('crm.booking_expiration_relay_state', 'UPDATE')
                         AND has_table_privilege('crm.booking_expiration_receipt', 'INSERT')
                         AND has_table_privilege('crm.booking_expiration_exception', 'INSERT')))
        END AS usable";
 
-/// Whether the relay's own tables are there (and, with `write`, writable): a database
-/// at the schema before has none, and every reader then reads `crm.outbox`'s columns.
+/// Whether the relay's own tables are there (and, with `write`, writable, with
+/// migration 17's columns): a database at the schema before has none, and every reader
+/// then reads `crm.outbox`'s columns; a relay then keeps the release before's state in
+/// them.
 pub fn relay_state_usable(client: &mut impl Conn, write: bool) -> Result<bool> {
     Ok(client
         .pg()
         .query_one(USABLE_SQL, &[&write])
         .context("cannot look up crm.booking_expiration_relay_state")?
         .get("usable"))
+}
+
+/// Whether `crm.outbox.inserted_xid` still defaults to the inserting transaction's id
+/// (migration 17): the sweep's one assumption of the writers. A DBA's `DROP DEFAULT`,
+/// or another expression, hides the late commits of the rows written since from the
+/// commit window (the seq window still finds them above the floor).
+pub fn inserted_xid_defaulted(client: &mut impl Conn) -> Result<bool> {
+    Ok(client
+        .pg()
+        .query_one(
+            "SELECT coalesce((SELECT pg_get_expr(d.adbin, d.adrelid) = 'pg_current_xact_id()'
+                                FROM pg_attribute a
+                                JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+                               WHERE a.attrelid = 'crm.outbox'::regclass
+                                 AND a.attname = 'inserted_xid' AND NOT a.attisdropped), false)
+                    AS defaulted",
+            &[],
+        )
+        .context("cannot read crm.outbox.inserted_xid's default")?
+        .get("defaulted"))
 }
 
 /// The watermark of `types` when the relay keeps its state apart and writes no legacy
@@ -115,6 +147,52 @@ pub fn own_watermark(client: &mut impl Conn, types: &OutboxTypes) -> Result<Opti
     }))
 }
 
+/// The relay's sweep as `backlog` reads it: where the floor is, when the relay last
+/// swept (a floor that does not move is a relay that does not sweep), and the
+/// transactions in progress at the swept snapshot (any of them may still commit rows
+/// below the floor, which the next sweep then finds).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SweepState {
+    pub floor: i64,
+    pub high: i64,
+    pub swept_at: Option<crate::domain::Timestamp>,
+    pub in_progress: u64,
+}
+
+/// The sweep of `types` (`None` before migration 17, or before the relay's first run).
+pub fn sweep_state(client: &mut impl Conn, types: &OutboxTypes) -> Result<Option<SweepState>> {
+    let client = client.pg();
+    if !relay_state_usable(client, false)? {
+        return Ok(None);
+    }
+    let swept_column = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_attribute
+                             WHERE attrelid = 'crm.booking_expiration_relay_state'::regclass
+                               AND attname = 'swept' AND NOT attisdropped)",
+            &[],
+        )
+        .context("cannot look up the relay's sweep")?
+        .get::<_, bool>(0);
+    if !swept_column {
+        return Ok(None);
+    }
+    let row = client
+        .query_opt(
+            "SELECT floor, high, swept_at,
+                    (SELECT count(*) FROM pg_snapshot_xip(swept)) AS in_progress
+               FROM crm.booking_expiration_relay_state WHERE types = $1 AND swept IS NOT NULL",
+            &[&types_key(types)],
+        )
+        .context("cannot read the relay's sweep")?;
+    Ok(row.map(|r| SweepState {
+        floor: r.get("floor"),
+        high: r.get("high"),
+        swept_at: crate::timestamp::get_opt(&r, "swept_at"),
+        in_progress: r.get::<_, i64>("in_progress").max(0) as u64,
+    }))
+}
+
 /// The key of a set of outbox types in the state table: sorted, comma-separated.
 pub fn types_key(types: &OutboxTypes) -> String {
     let mut names: Vec<&str> = types.as_slice().iter().map(String::as_str).collect();
@@ -129,34 +207,45 @@ pub struct Watermark {
     pub high: i64,
 }
 
-/// The watermark of `types`, made on the first start: the floor just below the oldest
-/// own row pending by the columns with neither receipt nor exception, or the newest row
-/// when there is none (everything below is settled). `high` is the floor while the
-/// legacy marks are on (the columns are the truth then, and the fetch's filter on them
-/// skips what was settled); with them off it is the newest receipt's `seq` when that
-/// is above the floor, and the first gap check ([`check_gap`]) takes the unsettled rows
-/// of that window as exceptions: the columns of rows delivered under another set of
-/// types, with the marks off, say pending, and every such row has a receipt, so none
-/// lies above the newest one. Above it the fetch takes the rows as they come: a
-/// backlog never relayed is not turned into exceptions row by row. `legacy_marks` is
-/// recorded for the operators' commands. Rows of
-/// transactions still open at that moment that commit below the start are found by
-/// the gap check. The oldest unsettled row is found in `seq` order and the search stops
-/// there (`ORDER BY seq LIMIT 1`, not `min()`, which the planner answers with a scan of
-/// the whole outbox).
+/// The watermark of `types` as a run finds it ([`load_watermark`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Loaded {
+    pub watermark: Watermark,
+    /// The sweep has no snapshot yet: the watermark was made by the release before
+    /// migration 17 (the first sweep starts from a snapshot of its own, and reads the
+    /// rows in (floor, high] by seq, as every sweep does).
+    pub unswept: bool,
+}
+
+/// The watermark of `types`, made on the first start in one statement with the snapshot
+/// the sweep starts from (`swept`): the floor just below the oldest own row that
+/// snapshot sees pending by the columns with neither receipt nor exception, or the
+/// newest row when there is none (every own row that snapshot sees at or below the floor
+/// is settled). `high` is the floor while the legacy marks are on (the columns are the
+/// truth then, and the fetch's filter on them skips what was settled); with them off it
+/// is the newest receipt's `seq` when that is above the floor, and the first sweep
+/// ([`sweep`]) takes the unsettled rows of that window as exceptions: the columns of
+/// rows delivered under another set of types, with the marks off, say pending, and
+/// every such row has a receipt, so none lies above the newest one. Above it the fetch
+/// takes the rows as they come: a backlog never relayed is not turned into exceptions
+/// row by row. The rows of transactions still in progress in that snapshot, at any
+/// `seq`, are the sweep's: it reads every transaction that commits after it.
+/// `legacy_marks` is recorded for the operators' commands. The oldest unsettled row is
+/// found in `seq` order and the search stops there (`ORDER BY seq LIMIT 1`, not
+/// `min()`, which the planner answers with a scan of the whole outbox).
 pub fn load_watermark(
     client: &mut impl Conn,
     types: &OutboxTypes,
     legacy_marks: bool,
     now: DateTime<Utc>,
-) -> Result<Watermark> {
+) -> Result<Loaded> {
     let client = client.pg();
     let key = types_key(types);
     let row = client
         .query_opt(
             "UPDATE crm.booking_expiration_relay_state
                 SET legacy_marks = $2, updated_at = $3
-              WHERE types = $1 RETURNING floor, high",
+              WHERE types = $1 RETURNING floor, high, swept IS NULL AS unswept",
             &[&key, &legacy_marks, &now],
         )
         .context("cannot read the relay's watermark")?;
@@ -165,8 +254,9 @@ pub fn load_watermark(
         None => client
             .query_one(
                 "INSERT INTO crm.booking_expiration_relay_state AS s
-                        (types, floor, high, legacy_marks, updated_at)
-                 SELECT $1, f, CASE WHEN $3 THEN f ELSE greatest(f, coalesce(d, f)) END, $3, $4
+                        (types, floor, high, legacy_marks, updated_at, swept, swept_at)
+                 SELECT $1, f, CASE WHEN $3 THEN f ELSE greatest(f, coalesce(d, f)) END, $3, $4,
+                        pg_current_snapshot(), $4
                    FROM (SELECT coalesce((SELECT o.seq FROM crm.outbox o
                                            WHERE o.published_at IS NULL AND o.failed_at IS NULL
                                              AND o.type = ANY($2::text[])
@@ -179,148 +269,274 @@ pub fn load_watermark(
                                          (SELECT max(seq) FROM crm.outbox), 0) AS f,
                                 (SELECT max(r.seq) FROM crm.booking_expiration_receipt r) AS d) x
                  ON CONFLICT (types) DO UPDATE SET updated_at = EXCLUDED.updated_at
-                 RETURNING s.floor, s.high",
+                 RETURNING s.floor, s.high, s.swept IS NULL AS unswept",
                 &[&key, &types.as_slice(), &legacy_marks, &now],
             )
             .context("cannot make the relay's watermark")?,
     };
-    Ok(Watermark {
-        floor: row.get("floor"),
-        high: row.get("high"),
+    Ok(Loaded {
+        watermark: Watermark {
+            floor: row.get("floor"),
+            high: row.get("high"),
+        },
+        unswept: row.get("unswept"),
     })
 }
 
-/// What a gap check did.
+/// What a sweep did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GapCheck {
     pub watermark: Watermark,
-    /// Rows found below `high` with neither a receipt nor an exception (committed after
-    /// newer rows were relayed, or re-queued by the release before): now exceptions,
-    /// due at once.
+    /// Rows found at or below `high` with neither a receipt nor an exception (committed
+    /// after newer rows were relayed, or left unsettled by a run that ended between a
+    /// batch's mark and its failures, or re-queued by the release before): now
+    /// exceptions, due at once.
     pub late: u64,
+    /// Of those, the rows below the floor the sweep started from: found by the
+    /// transaction that inserted them, which committed after the rows above were
+    /// settled (a sequence's cache, a `seq` drawn before the transaction's id, a
+    /// prepared or long transaction).
+    pub below_floor: u64,
+    /// The transactions in progress at the swept snapshot: any of them may still
+    /// commit outbox rows (at any `seq`), which the next sweeps find.
+    pub in_progress: u64,
 }
 
-/// How far a gap check looks ([`check_gap`]).
+impl GapCheck {
+    /// A sweep that read nothing and moved nothing.
+    fn unmoved(floor: i64, high: i64) -> Self {
+        GapCheck {
+            watermark: Watermark { floor, high },
+            late: 0,
+            below_floor: 0,
+            in_progress: 0,
+        }
+    }
+}
+
+/// Whether a sweep reads its seq window ([`sweep`], step 2), with the legacy marks off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GapWindow {
-    /// Every own row in (floor, high]: the check at a run's start and, following,
-    /// every few seconds; late rows anywhere below `high` are found.
-    Full,
-    /// At a run's end: only (floor, candidate], and only once the candidate is reached,
-    /// so that the floor moves up to it; then the run's `high` is proposed. The rows
-    /// the run relayed are not read: the next run's first check (a [`GapWindow::Full`])
-    /// reads them once, moves the floor past them, and its purge reaches them.
-    Promote,
+pub enum SeqWindow {
+    /// At a run's start: a run before may have ended between a batch's mark and its
+    /// unsent rows' exceptions, leaving rows in (floor, high] unsettled.
+    Read,
+    /// Within a run and at its end: every batch marked so far had its exceptions
+    /// written before this sweep began (the same session, in order), so the window
+    /// holds nothing to find; its rows are not read again.
+    Skip,
 }
 
-/// The gap check, in one transaction of its own (`window`: how far step 1 looks):
-/// 1. every own row in (floor, high] that is pending by `crm.outbox`'s columns and has
-///    neither a receipt nor an exception becomes an exception ('late'), due at once.
-///    The two `seq` ranges (the outbox's, the receipts') are scanned once each and
-///    joined without a loop (nested loops are off for this transaction), so the check
-///    costs the window, never a probe per row. With `legacy_marks` the rows the release
-///    before left or made pending at or below `high` (its pending index, small while
-///    the legacy marks are written) are taken as well, and its failed rows become
-///    failed exceptions ('legacy');
-/// 2. the floor moves up to its candidate once `pg_snapshot_xmin` of now has passed
-///    the `xmax` of the snapshot the candidate was proposed with: every transaction
-///    that could still hold a lower `seq` has ended, so step 1 saw its rows;
-/// 3. a floor that moved (or none proposed, or one at or below the floor) proposes
-///    `high` as the next candidate, with the snapshot of now.
+/// Where a sweep reads up to ([`sweep`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SweepTop {
+    /// The sweep's own snapshot: only when no batch is fetched and not yet marked (at
+    /// a run's start and end, and while a `--follow` run waits), so that the `high`
+    /// the sweep reads is every fetch's, and any later fetch sees what it saw.
+    Now,
+    /// The snapshot of the fetch whose mark set `high`: while batches are in flight,
+    /// the rows above `high` that snapshot saw are the next fetches'.
+    LastMark,
+}
+
+/// The sweep, in one transaction of its own, on the state row locked first (a mark
+/// waits for it, never the other way: no mark's `high` moves under it):
+/// 1. the *commit window*: every own row inserted by a transaction that the top
+///    snapshot ([`SweepTop`]) sees committed and the swept snapshot did not (in
+///    progress there, or begun after), with `seq <= high` and neither a receipt of its
+///    own (`seq` and `id`: a `seq` given again after a sequence's restart is another
+///    row) nor an exception nor a mark of the release before, becomes an exception
+///    ('late'), due at once. `ix_outbox_inserted_xid` reads the rows of those
+///    transactions only: the ones in progress at the swept snapshot (few) and the ids
+///    given after it;
+/// 2. the *seq window* ([`SeqWindow::Read`], a run's first sweep; always with the
+///    legacy marks, and for a watermark never swept): every such row in (floor, high]
+///    the sweep's snapshot sees, by
+///    the two `seq` ranges (the outbox's, the receipts') joined without a loop (nested
+///    loops are off for this transaction): a batch's mark (its receipts and `high`)
+///    and its unsent rows' exceptions are two transactions, and a run that ends between
+///    them leaves such a row; so do the rows inserted before migration 17, which have
+///    no transaction id. With `legacy_marks` the rows pending by the columns at or
+///    below `high` are taken instead (the release before's own re-queues included),
+///    and its failed rows become failed exceptions ('legacy');
+/// 3. the swept snapshot becomes the top, and the floor `high`: every own row of a
+///    transaction committed in the new swept snapshot, at or below the floor, is
+///    settled, and every one above it is the fetch's.
 ///
-/// With [`GapWindow::Promote`] (a run's end) step 1 looks at (floor, candidate] only,
-/// and only when step 2 will move the floor there: each row is read by one check after
-/// its candidate was reached, not once per run.
-///
-/// A long transaction elsewhere holds back step 2 only: the fetch reads above `high`.
-pub fn check_gap(
+/// Whatever order PostgreSQL hands out `seq` in and commits in, a committed row is
+/// either above `high` (the fetch's), or committed within some sweep's window, or was
+/// seen by the seq window: docs/design.md ("The commit sweep") gives the argument, and
+/// `crates/model` checks it. A long transaction elsewhere holds back nothing: it stays
+/// in the swept snapshot's list until it ends, and its rows are read then.
+pub fn sweep(
     client: &mut Session,
     types: &OutboxTypes,
     legacy_marks: bool,
     now: DateTime<Utc>,
-    window: GapWindow,
+    top: SweepTop,
+    seq_window: SeqWindow,
 ) -> Result<GapCheck> {
     let client = client.pg();
     let key = types_key(types);
     let mut tx = client
         .transaction()
-        .context("cannot begin the relay's gap check")?;
+        .context("cannot begin the relay's sweep")?;
     let state = tx
         .query_one(
-            "SELECT floor, high, candidate,
-                    coalesce(pg_snapshot_xmin(pg_current_snapshot())
-                             >= pg_snapshot_xmax(candidate_snapshot), false) AS reached
-               FROM crm.booking_expiration_relay_state WHERE types = $1",
+            "SELECT floor, high, swept::text AS swept, high_snapshot::text AS high_snapshot
+               FROM crm.booking_expiration_relay_state WHERE types = $1 FOR UPDATE",
             &[&key],
         )
         .context("cannot read the relay's watermark")?;
     let (floor, high): (i64, i64) = (state.get("floor"), state.get("high"));
-    let candidate: Option<i64> = state.get("candidate");
-    let reached: bool = state.get("reached");
-    // The top of step 1's window: none when a run's end has no floor to move.
-    let upto = match window {
-        GapWindow::Full => Some(high),
-        GapWindow::Promote => candidate.filter(|&c| reached && c > floor),
+    let swept: Option<String> = state.get("swept");
+    let top = match top {
+        SweepTop::Now => None,
+        SweepTop::LastMark => match state.get::<_, Option<String>>("high_snapshot") {
+            Some(snapshot) => Some(snapshot),
+            // No mark since migration 17: nothing to sweep up to yet.
+            None => {
+                tx.commit()?;
+                return Ok(GapCheck::unmoved(floor, high));
+            }
+        },
     };
-    let late = match upto {
-        None => 0,
-        Some(upto) if legacy_marks => tx
-            .execute(
-                LEGACY_SWEEP_SQL,
-                &[
-                    &types.as_slice(),
-                    &upto,
-                    &now,
-                    &super::outbox::WAITING_FOR_TOPIC,
-                ],
+    let bounds = tx
+        .query_one(WINDOW_BOUNDS_SQL, &[&swept, &top])
+        .context("cannot read the relay's commit window")?;
+    if !bounds.get::<_, bool>("moved") {
+        // The top is not past the swept snapshot (a mark older than the last sweep).
+        tx.commit()?;
+        return Ok(GapCheck::unmoved(floor, high));
+    }
+    let top: String = bounds.get("top");
+    let in_progress = bounds.get::<_, i64>("in_progress") as u64;
+    // The windows' rows and the receipts are joined by merge or hash, never by a loop.
+    tx.batch_execute("SET LOCAL enable_nestloop = off")?;
+    let (committed_late, below_floor) = match swept {
+        // The watermark of the release before migration 17: the seq window alone, this
+        // once; the transactions in progress now are the next sweeps'.
+        None => (0, 0),
+        Some(_) => {
+            let window = tx
+                .query_one(
+                    COMMIT_WINDOW_SQL,
+                    &[
+                        &types.as_slice(),
+                        &bounds.get::<_, Vec<String>>("in_progress_at_swept"),
+                        &bounds.get::<_, String>("from"),
+                        &bounds.get::<_, String>("upto"),
+                        &top,
+                        &high,
+                        &floor,
+                        &now,
+                    ],
+                )
+                .context("cannot sweep the relay's commit window")?;
+            (
+                window.get::<_, i64>("late") as u64,
+                window.get::<_, i64>("below_floor") as u64,
             )
-            .context("cannot take over the outbox rows pending by their columns")?,
-        Some(upto) => {
-            // The window and the receipts are joined by merge or hash, never by a loop.
-            tx.batch_execute("SET LOCAL enable_nestloop = off")?;
-            tx.execute(GAP_SQL, &[&types.as_slice(), &floor, &upto, &now])
-                .context("cannot check the relay's gap")?
         }
     };
-    // A candidate at or below the floor holds nothing back: a new one replaces it at
-    // once, reached or not (its snapshot is the newer, so reaching it implies the old
-    // one's).
-    let propose = reached || candidate.is_none_or(|c| c <= floor);
-    let floor = match (candidate, reached) {
-        (Some(c), true) => c.max(floor),
-        _ => floor,
+    let by_seq = if legacy_marks {
+        tx.execute(
+            LEGACY_SWEEP_SQL,
+            &[
+                &types.as_slice(),
+                &high,
+                &now,
+                &super::outbox::WAITING_FOR_TOPIC,
+            ],
+        )
+        .context("cannot take over the outbox rows pending by their columns")?
+    } else if seq_window == SeqWindow::Read || swept.is_none() {
+        tx.execute(GAP_SQL, &[&types.as_slice(), &floor, &high, &now])
+            .context("cannot check the relay's gap")?
+    } else {
+        0
     };
     tx.execute(
         "UPDATE crm.booking_expiration_relay_state
-            SET floor = $2,
-                candidate = CASE WHEN $3 THEN high ELSE candidate END,
-                candidate_snapshot = CASE WHEN $3 THEN pg_current_snapshot()
-                                          ELSE candidate_snapshot END,
+            SET floor = greatest(floor, $2), swept = $3::text::pg_snapshot, swept_at = $4,
                 updated_at = $4
           WHERE types = $1",
-        &[&key, &floor, &propose, &now],
+        &[&key, &high, &top, &now],
     )
     .context("cannot move the relay's floor")?;
-    tx.commit().context("cannot commit the relay's gap check")?;
+    tx.commit().context("cannot commit the relay's sweep")?;
     Ok(GapCheck {
-        watermark: Watermark { floor, high },
-        late,
+        watermark: Watermark {
+            floor: floor.max(high),
+            high,
+        },
+        late: committed_late + by_seq,
+        below_floor,
+        in_progress,
     })
 }
 
-/// Step 1 of [`check_gap`] without the legacy marks: `$1` types, `$2` floor, `$3` high.
+/// The commit window of [`sweep`] (`$1` the swept snapshot, none for the watermark of
+/// the release before migration 17; `$2` the top, none for this statement's own
+/// snapshot): the top as recorded, whether it sees every transaction the swept snapshot
+/// saw committed (`moved`: false for an older mark's, and nothing is read then), the
+/// transactions in progress at the swept snapshot, and the range of ids given after it
+/// up to the top's.
+const WINDOW_BOUNDS_SQL: &str = "\
+SELECT top::text AS top,
+       swept IS NULL
+         OR (pg_snapshot_xmax(swept) <= pg_snapshot_xmax(top)
+             AND NOT EXISTS (SELECT 1 FROM pg_snapshot_xip(top) x
+                              WHERE x < pg_snapshot_xmax(swept)
+                                AND pg_visible_in_snapshot(x, swept))) AS moved,
+       coalesce(ARRAY(SELECT x::text FROM pg_snapshot_xip(swept) x), '{}') AS in_progress_at_swept,
+       coalesce(pg_snapshot_xmax(swept), pg_snapshot_xmax(top))::text AS \"from\",
+       pg_snapshot_xmax(top)::text AS upto,
+       (SELECT count(*) FROM pg_snapshot_xip(top)) AS in_progress
+  FROM (SELECT coalesce($2::text::pg_snapshot, pg_current_snapshot()) AS top,
+               $1::text::pg_snapshot AS swept) t";
+
+/// Step 1 of [`sweep`]: `$1` types; the window: `$2` the transactions in progress at
+/// the swept snapshot, `$3`..`$4` the ids given after it up to the top's, `$5` the top;
+/// `$6` high, `$7` floor, `$8` now. Read by `ix_outbox_inserted_xid` (an index scan
+/// per bound, never the table), the receipts from the window's lowest `seq` up.
+const COMMIT_WINDOW_SQL: &str = "\
+WITH w AS MATERIALIZED (
+    SELECT o.seq, o.id, o.aggregateid, o.topic, o.type
+      FROM crm.outbox o
+     WHERE (o.inserted_xid = ANY ($2::text[]::xid8[])
+            OR (o.inserted_xid >= $3::text::xid8 AND o.inserted_xid < $4::text::xid8))
+       AND pg_visible_in_snapshot(o.inserted_xid, $5::text::pg_snapshot)
+       AND o.type = ANY($1::text[]) AND o.seq <= $6
+       AND o.published_at IS NULL AND o.failed_at IS NULL),
+r AS (
+    SELECT seq, id FROM crm.booking_expiration_receipt
+     WHERE seq >= (SELECT min(seq) FROM w) AND seq <= $6),
+late AS (
+    INSERT INTO crm.booking_expiration_exception
+           (seq, id, key, topic, type, reason, attempts, failures, since)
+    SELECT w.seq, w.id, w.aggregateid, w.topic, w.type, 'late', 0, 0, $8
+      FROM w LEFT JOIN r ON r.seq = w.seq AND r.id = w.id
+     WHERE r.seq IS NULL
+       AND w.seq NOT IN (SELECT seq FROM crm.booking_expiration_exception)
+    ON CONFLICT (seq) DO NOTHING
+    RETURNING seq)
+SELECT (SELECT count(*) FROM late) AS late,
+       (SELECT count(*) FROM late WHERE seq <= $7) AS below_floor";
+
+/// Step 2 of [`sweep`] without the legacy marks: `$1` types, `$2` floor, `$3` high.
 const GAP_SQL: &str = "\
 INSERT INTO crm.booking_expiration_exception
        (seq, id, key, topic, type, reason, attempts, failures, since)
 SELECT o.seq, o.id, o.aggregateid, o.topic, o.type, 'late', 0, 0, $4
   FROM crm.outbox o
-  LEFT JOIN crm.booking_expiration_receipt r ON r.seq = o.seq AND r.seq > $2 AND r.seq <= $3
+  LEFT JOIN crm.booking_expiration_receipt r
+         ON r.seq = o.seq AND r.id = o.id AND r.seq > $2 AND r.seq <= $3
  WHERE o.seq > $2 AND o.seq <= $3 AND o.type = ANY($1::text[])
    AND o.published_at IS NULL AND o.failed_at IS NULL AND r.seq IS NULL
    AND o.seq NOT IN (SELECT seq FROM crm.booking_expiration_exception)
 ON CONFLICT (seq) DO NOTHING";
 
-/// Step 1 of [`check_gap`] with the legacy marks on: every own row pending by the
+/// Step 2 of [`sweep`] with the legacy marks on: every own row pending by the
 /// columns at or below `$2` (`ix_outbox_pending`: the rows this relay holds as
 /// exceptions, late rows, rows of transactions open when the watermark was made) that
 /// has no receipt (a row delivered while the legacy marks were off keeps its columns

@@ -260,6 +260,9 @@ pub struct Backlog {
     pub next_claims: Option<Vec<(Phase, Option<NextClaim>)>>,
     /// The database's upkeep (read for the `backlog` report only).
     pub hygiene: Option<super::hygiene::Hygiene>,
+    /// The relay's sweep (read with `outbox`; `None` also before migration 17 or the
+    /// relay's first run).
+    pub sweep: Option<super::SweepState>,
 }
 
 /// The overdue booking a phase's next claim takes first: the oldest deadline among
@@ -333,6 +336,7 @@ pub fn read_report(
         pauses: Vec::new(),
         next_claims: None,
         hygiene: None,
+        sweep: None,
     };
     if figures == Figures::All {
         backlog.pauses = super::ops::pauses(&mut tx)?;
@@ -362,6 +366,7 @@ pub fn read_report(
             .collect();
         backlog.outbox = Some(super::outbox_lag(&mut tx, types, &topics)?);
         backlog.waiting = Some(super::waiting(&mut tx, as_of, types, &topics)?);
+        backlog.sweep = super::sweep_state(&mut tx, types)?;
     }
     if hygiene.is_some() && figures == Figures::All {
         backlog.others = Some(super::other_rows(&mut tx, types)?);

@@ -22,7 +22,10 @@ use crate::{Conn, Prepared, Session, Sql};
 /// range of `ux_outbox_seq` (or of `ix_outbox_pending`, whose order is the same); and
 /// the due exceptions `$7`, by `seq` (a part never run when there are none). Payloads
 /// and headers are loaded as [`super::PENDING_SQL`] does (`$3` the largest message,
-/// `$4` the fetch's byte budget); `$2` = now, `$5` = the job's outbox types.
+/// `$4` the fetch's byte budget); `$2` = now, `$5` = the job's outbox types. The first
+/// row carries the statement's snapshot: every row above `$8` it sees is in the batch
+/// up to the batch's last, and the batch's mark records it for the sweep
+/// ([`super::relay_state::sweep`]).
 ///
 /// No probe per row: the rows held back (a key with an older row backing off or in
 /// flight, a topic that cannot take its rows) are told apart by the relay from the
@@ -30,6 +33,8 @@ use crate::{Conn, Prepared, Session, Sql};
 pub const PENDING_ABOVE_SQL: &str = "\
 SELECT id, seq, aggregateid, topic, type, occurred_at, size, attempts, failures,
        next_attempt_at, last_error, published,
+       CASE WHEN row_number() OVER (ORDER BY seq) = 1 THEN pg_current_snapshot()::text END
+           AS snapshot,
        CASE WHEN size <= $3::int8 AND loaded - fits < $4::int8 THEN payload END AS payload,
        CASE WHEN size <= $3::int8 AND loaded - fits < $4::int8 THEN headers END AS headers
   FROM (SELECT q.*, sum(q.fits) OVER (ORDER BY q.seq ROWS UNBOUNDED PRECEDING) AS loaded
@@ -72,8 +77,16 @@ pub struct Above<'a> {
     pub due: &'a [i64],
 }
 
+/// One fetch above the watermark: its rows and its statement's snapshot (none when it
+/// found no row).
+#[derive(Debug, Clone, Default)]
+pub struct FetchedAbove {
+    pub rows: Vec<OutboxRow>,
+    pub snapshot: Option<String>,
+}
+
 /// The rows of [`PENDING_ABOVE_SQL`], each with its counters and whether it is one of
-/// the exceptions (`due`).
+/// the exceptions (`due`), and the fetch's snapshot.
 #[allow(clippy::too_many_arguments)]
 pub fn pending_above(
     client: &mut impl Conn,
@@ -83,7 +96,7 @@ pub fn pending_above(
     above: Above,
     max_bytes: usize,
     types: &OutboxTypes,
-) -> Result<Vec<OutboxRow>> {
+) -> Result<FetchedAbove> {
     let client = client.pg();
     let sql = sql.stmt();
     let max_bytes = i64::try_from(max_bytes).unwrap_or(i64::MAX);
@@ -101,7 +114,8 @@ pub fn pending_above(
         ],
     )?;
     let due: std::collections::HashSet<i64> = above.due.iter().copied().collect();
-    Ok(rows
+    let snapshot = rows.first().and_then(|r| r.get("snapshot"));
+    let rows = rows
         .iter()
         .map(|r| {
             let seq: i64 = r.get("seq");
@@ -116,18 +130,23 @@ pub fn pending_above(
             };
             outbox_row(r, max_bytes, extra)
         })
-        .collect())
+        .collect();
+    Ok(FetchedAbove { rows, snapshot })
 }
 
 /// A batch's mark: its receipts and the `high` it moves the watermark to, in one
 /// statement; `$1`..`$4` the receipts (seq, id, partition, offset), `$5` now, `$6` the
-/// types' key, `$7` the batch's `high`. Plain inserts (a receipt is new: a re-queue
+/// types' key, `$7` the batch's `high`, `$8` its fetch's snapshot (the sweep's top while
+/// batches are in flight: [`super::relay_state::SweepTop::LastMark`]). Plain inserts (a receipt is new: a re-queue
 /// deletes the old one), and one small row updated in place (its only index, the key,
 /// is not changed: a HOT update).
 pub const MARK_RECEIPTS_SQL: &str = "\
 WITH state AS (
     UPDATE crm.booking_expiration_relay_state
-       SET high = greatest(high, $7::int8), updated_at = $5
+       SET high = greatest(high, $7::int8),
+           high_snapshot = CASE WHEN $7::int8 >= high AND $8::text IS NOT NULL
+                                THEN $8::text::pg_snapshot ELSE high_snapshot END,
+           updated_at = $5
      WHERE types = $6
 )
 INSERT INTO crm.booking_expiration_receipt (seq, id, published_at, partition, \"offset\")
@@ -158,6 +177,7 @@ pub fn mark_receipts(
     now: DateTime<Utc>,
     delivered: &[Delivered],
     high: i64,
+    snapshot: Option<&str>,
     types: &OutboxTypes,
     legacy: Option<(&(impl Sql + ?Sized), (i64, i64))>,
 ) -> Result<u64> {
@@ -173,8 +193,16 @@ pub fn mark_receipts(
         .map(|d| d.receipt.seq)
         .collect();
     let key = types_key(types);
-    let params: [&(dyn postgres::types::ToSql + Sync); 7] =
-        [&seqs, &ids, &partitions, &offsets, &now, &key, &high];
+    let params: [&(dyn postgres::types::ToSql + Sync); 8] = [
+        &seqs,
+        &ids,
+        &partitions,
+        &offsets,
+        &now,
+        &key,
+        &high,
+        &snapshot,
+    ];
     if excepted.is_empty() && legacy.is_none() {
         return Ok(client.execute(sql, &params)?);
     }
@@ -216,15 +244,31 @@ pub fn drop_exceptions(client: &mut impl Conn, seqs: &[i64]) -> Result<u64> {
         .context("cannot drop the relay's settled exceptions")
 }
 
+/// What a purge did ([`purge_range`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Purged {
+    /// Outbox rows deleted.
+    pub deleted: u64,
+    /// Receipts the range spanned.
+    pub receipts: u64,
+    /// Own rows in the range with no receipt, no exception and no mark of the release
+    /// before: never deleted, made exceptions ('late') and sent.
+    pub late: u64,
+}
+
 /// Deletes, by `seq` range, up to about `limit` own rows delivered more than
 /// `older_than` before `now`: the range runs from the oldest receipt up to the last of
 /// the next `limit` receipts (in `seq` order) that are all past the retention, never
-/// above `floor` (every own row below is settled); within it every own row goes except
-/// the exceptions (failed rows stay) and a row the release before published within
-/// the retention (with `legacy_marks`, every row must carry its `published_at`: one
-/// the release before re-queued meanwhile stays). The receipts of the range go with them. One range scan of
-/// `ux_outbox_seq` and one of the receipts' key; another producer's row is never
-/// deleted. Returns the outbox rows deleted and the receipts the range spanned.
+/// above `floor`. Within it an own row goes only when it was delivered past the
+/// retention: a receipt of its own (`seq` and `id`) that old, or the release before's
+/// `published_at` that old (with `legacy_marks` the columns alone decide: every row
+/// must carry its `published_at`, so one the release before re-queued meanwhile stays);
+/// never an exception. Whatever the watermark says, a row of the range that was not
+/// delivered is not deleted: one pending by the columns with neither a receipt nor an
+/// exception becomes an exception ('late'), due at once. The receipts of the range
+/// whose row is gone go with them. One range scan of `ux_outbox_seq` and one of the
+/// receipts' key per statement, joined by hash; another producer's row is never
+/// deleted.
 pub fn purge_range(
     client: &mut Session,
     now: DateTime<Utc>,
@@ -233,7 +277,7 @@ pub fn purge_range(
     floor: i64,
     types: &OutboxTypes,
     legacy_marks: bool,
-) -> Result<(u64, u64)> {
+) -> Result<Purged> {
     let client = client.pg();
     let cutoff = now - chrono::TimeDelta::from_std(older_than).unwrap_or(chrono::TimeDelta::MAX);
     let range = client
@@ -247,21 +291,41 @@ pub fn purge_range(
         .context("cannot read the receipts past the retention")?;
     let (lo, hi): (Option<i64>, Option<i64>) = (range.get("lo"), range.get("hi"));
     let (Some(lo), Some(hi)) = (lo, hi) else {
-        return Ok((0, 0));
+        return Ok(Purged::default());
     };
     if hi < lo {
-        return Ok((0, 0));
+        return Ok(Purged::default());
     }
     let receipts: i64 = range.get("receipts");
     let mut tx = client.transaction()?;
-    // The deleted rows and the receipts' range are joined by hash, never by a loop.
+    // The range's rows and its receipts are joined by hash, never by a loop.
     tx.batch_execute("SET LOCAL enable_nestloop = off")?;
+    let late = tx
+        .execute(
+            "INSERT INTO crm.booking_expiration_exception
+                    (seq, id, key, topic, type, reason, attempts, failures, since)
+             SELECT o.seq, o.id, o.aggregateid, o.topic, o.type, 'late', 0, 0, $4
+               FROM crm.outbox o
+               LEFT JOIN crm.booking_expiration_receipt r
+                      ON r.seq = o.seq AND r.id = o.id AND r.seq BETWEEN $1 AND $2
+              WHERE o.seq BETWEEN $1 AND $2 AND o.type = ANY($3::text[])
+                AND o.published_at IS NULL AND o.failed_at IS NULL AND r.seq IS NULL
+                AND o.seq NOT IN (SELECT seq FROM crm.booking_expiration_exception)
+             ON CONFLICT (seq) DO NOTHING",
+            &[&lo, &hi, &types.as_slice(), &now],
+        )
+        .context("cannot take over the undelivered rows of the purge's range")?;
     let deleted = tx
         .execute(
             "DELETE FROM crm.outbox o
               WHERE o.seq BETWEEN $1 AND $2 AND o.type = ANY($3::text[])
                 AND o.seq NOT IN (SELECT seq FROM crm.booking_expiration_exception)
-                AND o.failed_at IS NULL AND coalesce(o.published_at < $4, NOT $5)",
+                AND o.failed_at IS NULL
+                AND (o.published_at < $4
+                     OR (NOT $5 AND o.published_at IS NULL
+                         AND (o.seq, o.id) IN (
+                             SELECT r.seq, r.id FROM crm.booking_expiration_receipt r
+                              WHERE r.seq BETWEEN $1 AND $2 AND r.published_at < $4)))",
             &[&lo, &hi, &types.as_slice(), &cutoff, &legacy_marks],
         )
         .context("cannot purge the delivered outbox rows")?;
@@ -275,5 +339,9 @@ pub fn purge_range(
     )
     .context("cannot purge the receipts")?;
     tx.commit()?;
-    Ok((deleted, receipts.max(0) as u64))
+    Ok(Purged {
+        deleted,
+        receipts: receipts.max(0) as u64,
+        late,
+    })
 }

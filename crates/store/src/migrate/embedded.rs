@@ -40,6 +40,7 @@ pub const MIGRATIONS: &[Migration] = migrations![
     14 "014_outbox_topic_waits.sql",
     15 "015_outbox_row_security.sql",
     16 "016_relay_receipts.sql",
+    17 "017_outbox_inserted_xid.sql",
 ];
 
 /// The last version of the baseline (release 0.1.0): the files a database migrated
