@@ -39,7 +39,8 @@ Options:
                     run, stopped when it ends: the suite's verdict must not change
                     with load (docs/guides/development.md, "Under load")
   --clean-caches    remove the suite's caches (listed with their sizes; with
-                    --dry-run only listed) and exit; runs no test
+                    --dry-run only listed) and exit; runs no test. Not while a
+                    run of the suite goes on: its servers' files are among them
   ARGS...           anything else goes to `cargo test` (a filter, say): then the
                     first pass is one process and the long-tests stage is left out
 
@@ -110,10 +111,11 @@ cache_dirs() {
     printf '%s\t%s\n' \
         "$cache" "Jaeger (go-tools/), the release before (releases/), the npm contract tooling, the Python venvs, Kafka's classpath and JVM archives" \
         /var/cache/booking-expire "the second pass's PostgreSQL 18 venv, when run as root" \
-        "${CARGO_TARGET_DIR:-target}" "Cargo's build of the tests and clippy's (clippy/)" \
+        "${CARGO_TARGET_DIR:-target}" "Cargo's build of the binary and the tests, and clippy's (clippy/)" \
         "/dev/shm/booking-expire-tests-$(id -u)" "the test servers' files a failed test kept (removed after a day anyway)"
-    if [[ -n ${CI:-} || ${CARGO_TARGET_DIR:-} != /var/tmp/booking-expire-target ]] && [[ -d /var/tmp/booking-expire-target ]]; then
-        printf '%s\t%s\n' /var/tmp/booking-expire-target "CI's Cargo target directory (CI=true)"
+    # CI's Cargo target directory (set below when CI is and CARGO_TARGET_DIR is not).
+    if [[ -n ${CI:-} && -z ${CARGO_TARGET_DIR:-} ]]; then
+        printf '%s\t%s\n' /var/tmp/booking-expire-target "CI's Cargo target directory (CI set)"
     fi
 }
 
@@ -132,7 +134,7 @@ clean_caches() {
             rm -rf "$dir"
         fi
     done < <(cache_dirs)
-    echo "   kept, shared with other projects: ~/.cargo/registry (the crates: cargo cache --autoclean, or remove it) and ~/.m2/repository (Kafka's jars: remove org/apache/kafka in it)" >&2
+    echo "   kept, shared with other projects: ~/.cargo/registry (the crates: remove it, cargo fetches them again) and ~/.m2/repository (Kafka's jars: remove org/apache/kafka in it)" >&2
 }
 
 if ((CLEAN_CACHES)); then
