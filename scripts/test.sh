@@ -17,7 +17,7 @@ source scripts/lib.sh
 
 usage() {
     cat <<'EOF'
-Usage: scripts/test.sh [--dry-run] [--stress N] [-- extra cargo test arguments]
+Usage: scripts/test.sh [--dry-run] [--stress N] [cargo test arguments]
        scripts/test.sh --clean-caches [--dry-run]
        scripts/test.sh --help | -h
 
@@ -41,8 +41,9 @@ Options:
   --clean-caches    remove the suite's caches (listed with their sizes; with
                     --dry-run only listed) and exit; runs no test. Not while a
                     run of the suite goes on: its servers' files are among them
-  ARGS...           anything else goes to `cargo test` (a filter, say): then the
-                    first pass is one process and the long-tests stage is left out
+  ARGS...           the rest goes to `cargo test` (a filter, or `-- --test-threads=4`):
+                    then the first pass is one process and the long-tests stage is
+                    left out
 
 Stages (in the table's order; "beside" ones run in the background, each printing
 a line at least once a minute while it runs):
@@ -96,8 +97,7 @@ while (($#)); do
                 exit 2
             }
             ;;
-        --) shift; break ;;
-        *) break ;;
+        *) break ;; # the rest, a `--` with it, is cargo test's
     esac
 done
 
