@@ -1,8 +1,8 @@
 //! A failing test's first screen: the panic hook that puts what differed and the
-//! program's own error line first, then at most the last 40 lines of the program's log
-//! at WARN and above, and writes the whole message (the program's whole log, TRACE and
-//! DEBUG included) to a file whose path it prints. A message of 40 lines or fewer is
-//! left as it is.
+//! program's own error line first, then the path of a file holding the whole message
+//! (the program's whole log, TRACE and DEBUG included), then at most the last 40 lines
+//! of the program's log at WARN and above. A message of 40 lines or fewer is left as
+//! it is.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -154,6 +154,13 @@ pub fn first_screen(message: &str, file: &Path) -> Option<String> {
         out.push_str(line);
         out.push('\n');
     }
+    // Before the log: within the first lines however long the rest is.
+    let mut f = std::fs::File::create(file).ok()?;
+    f.write_all(message.as_bytes()).ok()?;
+    out.push_str(&format!(
+        "the whole message, the program's whole log with it ({total} lines): {}\n",
+        file.display()
+    ));
     let rest: Vec<&str> = text.collect();
     for line in rest.iter().take(TEXT_LINES) {
         out.push_str(line);
@@ -178,13 +185,7 @@ pub fn first_screen(message: &str, file: &Path) -> Option<String> {
             out.push('\n');
         }
     }
-    let mut f = std::fs::File::create(file).ok()?;
-    f.write_all(message.as_bytes()).ok()?;
-    out.push_str(&format!(
-        "the whole message, the program's whole log with it ({total} lines): {}",
-        file.display()
-    ));
-    Some(out)
+    Some(out.trim_end().to_owned())
 }
 
 #[cfg(test)]
@@ -223,8 +224,8 @@ mod tests {
 
     /// A deliberately failing assertion of the usual shape (`assert_eq!(run.code, 78,
     /// "{}", run.stderr)`), caught: its first screen has the cause in its first 40
-    /// lines (what differed, the program's error line), the last 40 warnings and no
-    /// TRACE or DEBUG line, and the file it names has the whole message.
+    /// lines (what differed, the program's error line, the file), the last 40 warnings
+    /// and no TRACE or DEBUG line, and the file it names has the whole message.
     #[test]
     fn a_failing_assertion_shows_its_cause_in_the_first_screen() {
         let run = a_chatty_failed_run();
@@ -263,10 +264,13 @@ mod tests {
             .collect();
         assert_eq!(warnings.len(), LOG_LINES, "{screen}");
         assert!(warnings[0].ends_with("warning 5") && warnings[39].ends_with("warning 44"));
-        let last = lines.last().unwrap();
-        let total = format!("({} lines): ", message.lines().count());
-        assert!(
-            last.ends_with(&file.display().to_string()) && last.contains(&total),
+        assert_eq!(
+            head[4],
+            format!(
+                "the whole message, the program's whole log with it ({} lines): {}",
+                message.lines().count(),
+                file.display()
+            ),
             "{screen}"
         );
         assert_eq!(std::fs::read_to_string(&file).unwrap(), *message);
@@ -312,6 +316,7 @@ mod tests {
             "  left: 69",
             " right: 78",
             "the program's error: booking-expire: error: cannot reach Kafka at 127.0.0.1:13172",
+            "the whole message, the program's whole log with it (",
         ] {
             assert!(
                 first.contains(want),
