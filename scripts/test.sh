@@ -436,6 +436,8 @@ if ! ((DRY_RUN)); then
         done
         echo "== stress: $STRESS busy loops beside the run (PIDs ${STRESS_PIDS[*]}), stopped when it ends" >&2
     fi
+elif ((STRESS)); then
+    echo "== stress: (dry run) would run $STRESS busy loops beside the run" >&2
 fi
 
 # --- prerequisites ----------------------------------------------------------------
@@ -736,10 +738,14 @@ first_pass() {
         # does not run ("--skip NAME" leaves out the tests whose name contains NAME, as
         # a filter NAME selects them: the two are complements). tests/it is the one
         # integration test target (the suite is one binary: tests/it/main.rs).
-        local skips=() module
+        # Both run, and either failing fails the stage (a stage's command runs where
+        # set -e does not hold: the status of the last command alone would hide the
+        # unit tests' failure).
+        local skips=() module rc=0
         for module in "${long_modules[@]}"; do skips+=(--skip "$module::"); done
-        with_servers_tmpdir cargo test --locked --workspace --lib --bins --benches --examples
-        with_servers_tmpdir cargo test --locked --test it -- "${skips[@]}"
+        with_servers_tmpdir cargo test --locked --workspace --lib --bins --benches --examples || rc=1
+        with_servers_tmpdir cargo test --locked --test it -- "${skips[@]}" || rc=1
+        return "$rc"
     else
         with_servers_tmpdir cargo test --locked --workspace --all-targets "$@"
     fi
