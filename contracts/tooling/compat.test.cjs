@@ -26,6 +26,13 @@ test('the released contract compared with itself has no changes', async () => {
   assert.deepEqual([r.breaking, r.nonBreaking, r.unclassified], [[], [], []]);
 });
 
+test('moving the document to another AsyncAPI minor version is compatible', async () => {
+  const r = await check((_, doc) => {
+    doc.asyncapi = '3.1.0';
+  });
+  assert.deepEqual([paths(r.breaking), paths(r.nonBreaking), r.unclassified], [[], ['edit /asyncapi'], []]);
+});
+
 test('removing a field is breaking', async () => {
   const r = await check((p) => {
     delete p.properties.DealId;

@@ -46,10 +46,26 @@ async function parse(text, source) {
   return { document, errors, warnings };
 }
 
+// The released documents (contracts/released/) are frozen copies of what consumers
+// were given, at the AsyncAPI version of their release (3.0.0): the parser's advice to
+// move to its latest version does not apply to them, and moving them would make them
+// no longer what was released. That one warning is silenced for them, and said once.
+const FROZEN_WARNINGS = ['asyncapi-latest-version'];
+const isReleased = (file) => path.resolve(file).startsWith(path.join(CONTRACTS, 'released') + path.sep);
+
 async function validate(files) {
   let failed = false;
   for (const file of files) {
-    const { document, errors, warnings } = await parse(fs.readFileSync(file, 'utf8'), file);
+    const parsed = await parse(fs.readFileSync(file, 'utf8'), file);
+    const { document, errors } = parsed;
+    let { warnings } = parsed;
+    if (isReleased(file)) {
+      const frozen = warnings.filter((w) => FROZEN_WARNINGS.some((code) => w.endsWith(`[${code}]`)));
+      warnings = warnings.filter((w) => !frozen.includes(w));
+      if (frozen.length) {
+        console.log(`${file}: a released document, kept at its release's AsyncAPI version (not the latest: ${FROZEN_WARNINGS.join(', ')} silenced)`);
+      }
+    }
     for (const w of warnings) console.error(`warning: ${w}`);
     for (const e of errors) console.error(`error: ${e}`);
     if (!document || errors.length > 0) {
@@ -318,7 +334,16 @@ async function compare(releasedText, currentText) {
   const released = await contractJson(releasedText, 'released');
   const current = await contractJson(currentText, 'current');
   const out = diff(released, current, { override: compatOverrides() });
-  return { breaking: out.breaking(), nonBreaking: out.nonBreaking(), unclassified: out.unclassified() };
+  const result = { breaking: out.breaking(), nonBreaking: out.nonBreaking(), unclassified: out.unclassified() };
+  // The document's AsyncAPI version (`asyncapi`) says which spec the document is
+  // written in, not what a consumer receives: a move within one major version (3.0.0
+  // to 3.1.0, which AsyncAPI keeps backward compatible) changes no message, topic or
+  // header. @asyncapi/diff calls any edit of it breaking; a move to another major is.
+  const major = (v) => String(v).split('.')[0];
+  const sameMajor = (c) => c.path === '/asyncapi' && c.action === 'edit' && major(released.asyncapi) === major(current.asyncapi);
+  result.nonBreaking.push(...result.breaking.filter(sameMajor));
+  result.breaking = result.breaking.filter((c) => !sameMajor(c));
+  return result;
 }
 
 async function compat(releasedFile, currentFile) {

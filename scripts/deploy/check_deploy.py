@@ -29,7 +29,6 @@ POD_START = 5  # the pod's containers start at most this long after the Job
 BACKLOG_READ = 4  # the backlog read for the push: connect <= 2 s, then <= 2 s
 PUSH = 2  # the metrics push, in all
 TRACE_FLUSH = 2  # the trace flush at exit
-TOPIC_CHECK = 5  # a batch's first look at a topic: min(--message-timeout, 5 s)
 DELIVERY_MARGIN = 2  # the last batch's reports: --message-timeout + this
 MARKS_AND_PURGE = 2  # the last marks, and the purge (no purge batch after 1 s)
 CANCEL = 1  # run-once's statement in flight, cancelled at --deadline
@@ -196,10 +195,10 @@ def check_cronjob(path):
     )
     after = BACKLOG_READ + PUSH + TRACE_FLUSH
     if None not in (follow, message):
-        relay_budget = follow + min(message, TOPIC_CHECK) + message + DELIVERY_MARGIN + MARKS_AND_PURGE + after
+        relay_budget = follow + message + message + DELIVERY_MARGIN + MARKS_AND_PURGE + after
         check(
             "timing: the relay exits within activeDeadlineSeconds - pod start whatever hangs "
-            f"(follow {follow} + topic check {min(message, TOPIC_CHECK)} + delivery {message + DELIVERY_MARGIN} "
+            f"(follow {follow} + topic check {message} + delivery {message + DELIVERY_MARGIN} "
             f"+ marks/purge {MARKS_AND_PURGE} + read/push/flush {after} = {relay_budget} <= {deadline} - {POD_START})",
             relay_budget <= deadline - POD_START,
         )

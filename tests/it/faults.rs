@@ -201,11 +201,16 @@ fn a_statement_timeout_in_a_later_batch_keeps_the_earlier_batches_and_rolls_back
     let db = TestDb::new();
     let mut c = db.client();
     seed_many(&mut c, 20, |i| Seed::booked(-600 + i as i64));
-    // The third batch's write is slow: ten outbox rows exist by then.
+    // The third batch's write is slow: ten outbox rows exist by then. It sleeps far
+    // past the statement timeout, and the timeout is far above what a batch's
+    // statements take on a loaded host (500 ms was spent there by an earlier batch
+    // once, which then rolled back instead of the third): the third batch alone
+    // meets it, whatever the load. The cancel ends the sleep, so the run takes the
+    // timeout, not the sleep.
     c.batch_execute(
         "CREATE FUNCTION crm.slow_third() RETURNS trigger LANGUAGE plpgsql AS $$
          BEGIN
-           IF (SELECT count(*) FROM crm.outbox) >= 15 THEN PERFORM pg_sleep(3); END IF;
+           IF (SELECT count(*) FROM crm.outbox) >= 15 THEN PERFORM pg_sleep(600); END IF;
            RETURN NULL;
          END $$;
          CREATE TRIGGER slow_third AFTER INSERT ON crm.outbox
@@ -219,7 +224,11 @@ fn a_statement_timeout_in_a_later_batch_keeps_the_earlier_batches_and_rolls_back
         "--max-batches",
         "4",
         "--statement-timeout",
-        "500ms",
+        "10s",
+        // Room for all four batches under load: the third's timeout, not the
+        // deadline, is what ends the run.
+        "--deadline",
+        "5m",
     ]);
     assert_eq!(run.code, 75, "{}", run.stderr);
     assert!(run.stderr.contains("rolled back"), "{}", run.stderr);

@@ -361,7 +361,7 @@ fn sigterm_while_the_relay_waits_for_delivery_reports_marks_nothing_unacknowledg
         &broker.brokers,
         &["--message-timeout", "3s", "--follow", "60s"],
     )));
-    wait_until(Duration::from_secs(30), "the first rows published", || {
+    wait_until(Duration::from_secs(120), "the first rows published", || {
         count(
             &mut c,
             "SELECT count(*) FROM crm.outbox WHERE published_at IS NOT NULL",
@@ -375,7 +375,7 @@ fn sigterm_while_the_relay_waits_for_delivery_reports_marks_nothing_unacknowledg
     // (pg_stat_activity keeps only the statement's first track_activity_query_size
     // bytes: a prefix of the fetch.)
     wait_until(
-        Duration::from_secs(20),
+        Duration::from_secs(120),
         "the relay to read the new rows",
         || {
             c.query_one(
@@ -391,8 +391,10 @@ fn sigterm_while_the_relay_waits_for_delivery_reports_marks_nothing_unacknowledg
                 == 1
         },
     );
-    // The batch in flight gets its reports (all time out), then no new batch starts.
-    let run = stop_with(relay, "TERM", Duration::from_secs(10));
+    // The batch in flight gets its reports (all time out, 3 s + 2 s), then no new
+    // batch starts. 30 s tells that from waiting out the follow window (60 s) with
+    // room for a loaded host, where 10 s was spent once between send and mark.
+    let run = stop_with(relay, "TERM", Duration::from_secs(30));
     assert!(
         run.stderr.contains("not acknowledged by Kafka"),
         "{}",

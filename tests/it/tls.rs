@@ -9,7 +9,7 @@ use crate::postgres;
 use std::time::Duration;
 
 use common::kafka::{consume, create_topic, shared_brokers, unique_topic};
-use common::tls::{Certs, TlsBroker, TlsPostgres, command, run};
+use common::tls::{Certs, SlowLink, TlsBroker, TlsPostgres, command, run};
 use common::*;
 use postgres::Client;
 use serde_json::json;
@@ -275,10 +275,16 @@ fn assert_stopped_early(run: &Run, reason: &str) {
     );
 }
 
+/// The relay against the test's own broker. Its message timeout is also how long its
+/// topic check may take to reach the broker's verdict on the handshake and the
+/// credentials: 60 s is room a loaded host cannot spend (a TLS handshake and a SCRAM
+/// exchange took over 5 s at load 33, and the check ran out before the refusal was
+/// read: exit 69 instead of 78). A refusal ends the wait at once, and a good run
+/// ends with its last report, so no run waits for it.
 fn relay(db: &TestDb, envs: &[(&str, &str)], args: &[&str]) -> Run {
     let mut all = vec![("DATABASE_URL", db.url.as_str())];
     all.extend_from_slice(envs);
-    let mut argv = vec!["relay-outbox", "--message-timeout", "5s"];
+    let mut argv = vec!["relay-outbox", "--message-timeout", "60s"];
     argv.extend_from_slice(args);
     run(&all, &argv)
 }
@@ -388,6 +394,45 @@ fn relay_over_sasl_ssl_needs_the_right_password_and_never_shows_it() {
     );
     no_secret(&refused);
     assert_eq!(pending(&db), 3, "nothing marked");
+
+    // The same refusal from a broker that answers slowly, as a loaded host's did:
+    // each of its answers (the TLS handshake's, ApiVersion, SaslHandshake, the two
+    // SCRAM steps) comes 1.5 s late, so the verdict takes over 7 s. A budget of 5 s
+    // (the check's cap before) runs out first: the brokers are unavailable (69). The
+    // relay's budget here is its message timeout (60 s): it reads the refusal and
+    // exits 78, though the connection that carried it is then cut.
+    let slow = SlowLink::start(&broker.sasl_ssl, Duration::from_millis(1500));
+    let through_slow = |timeout: &str| {
+        let mut envs = sasl(&wrong_password);
+        envs[0].1 = slow.addr.clone();
+        let pairs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let mut all = vec![("DATABASE_URL", db.url.as_str())];
+        all.extend_from_slice(&pairs);
+        run(&all, &["relay-outbox", "--message-timeout", timeout])
+    };
+    let cut_short = through_slow("5s");
+    assert_eq!(cut_short.code, 69, "{}", cut_short.stderr);
+    assert!(
+        cut_short
+            .stderr
+            .contains(&format!("cannot reach Kafka at {} within 5s", slow.addr)),
+        "{}",
+        cut_short.stderr
+    );
+    let slowly_refused = through_slow("60s");
+    assert_eq!(slowly_refused.code, 78, "{}", slowly_refused.stderr);
+    assert!(
+        slowly_refused.stderr.contains(&format!(
+            "booking-expire: error: Kafka authentication failed at {}: the brokers refused SASL \
+             user \"{}\"",
+            slow.addr, broker.user
+        )),
+        "{}",
+        slowly_refused.stderr
+    );
+    no_secret(&slowly_refused);
+    assert_eq!(pending(&db), 3, "nothing marked");
+    drop(slow);
 
     let ok = run_with(sasl(&broker.password));
     assert_eq!(ok.code, 0, "{}", ok.stderr);

@@ -72,7 +72,17 @@ impl KafkaProducer {
             // The relay never fetches a row larger than this (it fails it unread), and
             // librdkafka refuses a larger message at once rather than at the broker.
             .set("message.max.bytes", cfg.max_message_bytes.to_string())
-            .set("socket.connection.setup.timeout.ms", "5000")
+            // A connection not set up (TCP, TLS, SASL) within the message timeout, and
+            // at least 5 s, is given up: within the Job (the cronjob's 5 s), and never
+            // shorter than the topic check's wait, so that a slow handshake on a loaded
+            // host reaches the broker's verdict on the credentials.
+            .set(
+                "socket.connection.setup.timeout.ms",
+                cfg.message_timeout
+                    .max(Duration::from_secs(5))
+                    .as_millis()
+                    .to_string(),
+            )
             .set("reconnect.backoff.max.ms", "1000");
         security(&mut c, cfg);
         let producer: BaseProducer<Reports> = c

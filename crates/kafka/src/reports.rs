@@ -24,7 +24,7 @@ pub(super) struct Reports {
     /// in while a waiter waits for a place in a full queue, and on every error event
     /// (a fatal error ends a wait).
     wake: Condvar,
-    pub(super) broker_error: Mutex<Option<BrokerError>>,
+    pub(super) broker_errors: Mutex<BrokerErrors>,
     /// Events served so far (delivery reports and errors): tells a poll that served one
     /// from a poll that found the queue empty.
     pub(super) served: AtomicUsize,
@@ -76,7 +76,7 @@ impl Reports {
         Reports {
             arrived: Mutex::default(),
             wake: Condvar::new(),
-            broker_error: Mutex::default(),
+            broker_errors: Mutex::default(),
             served: AtomicUsize::new(0),
             max_message_bytes,
         }
@@ -108,6 +108,39 @@ impl Reports {
     }
 }
 
+/// The broker errors of one connection attempt (since the last [`BrokerErrors::take`]):
+/// the first refusal (a failed TLS handshake, refused credentials) and the last error.
+/// The refusal decides the attempt's class whatever came after it: under load, the
+/// connection that carried a refusal is often cut, or the next one times out, and the
+/// error that comes last is then a transport failure that says nothing of the settings.
+#[derive(Debug, Clone, Default)]
+pub(super) struct BrokerErrors {
+    pub(super) refusal: Option<BrokerError>,
+    pub(super) last: Option<BrokerError>,
+}
+
+impl BrokerErrors {
+    /// Takes in one more error.
+    pub(super) fn push(&mut self, error: BrokerError) {
+        if self.refusal.is_none() && error.is_configuration() {
+            self.refusal = Some(error.clone());
+        }
+        self.last = Some(error);
+    }
+
+    /// Whether a refusal was seen: retrying with the same settings cannot help.
+    pub(super) fn refused(&self) -> bool {
+        self.refusal.is_some()
+    }
+
+    /// The error that explains the attempt: its refusal if there was one, else the
+    /// last error; the record starts again empty.
+    pub(super) fn take(&mut self) -> Option<BrokerError> {
+        let errors = std::mem::take(self);
+        errors.refusal.or(errors.last)
+    }
+}
+
 /// An error librdkafka reported about a broker connection.
 #[derive(Debug, Clone)]
 pub(super) struct BrokerError {
@@ -126,7 +159,7 @@ impl BrokerError {
 }
 
 impl ClientContext for Reports {
-    /// Remembers the failure that explains an unreachable broker; librdkafka's own log
+    /// Remembers the failures that explain an unreachable broker; librdkafka's own log
     /// line has already said it once (the default would log every repeat).
     fn error(&self, error: KafkaError, reason: &str) {
         self.served.fetch_add(1, Ordering::Relaxed);
@@ -143,14 +176,13 @@ impl ClientContext for Reports {
             // A summary of the failures that explain it.
             return;
         }
-        let new = BrokerError {
-            code,
-            reason: reason.to_owned(),
-        };
-        let mut last = self.broker_error.lock().unwrap_or_else(|e| e.into_inner());
-        if !last.as_ref().is_some_and(BrokerError::is_configuration) || new.is_configuration() {
-            *last = Some(new);
-        }
+        self.broker_errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(BrokerError {
+                code,
+                reason: reason.to_owned(),
+            });
     }
 }
 
@@ -175,5 +207,67 @@ impl ProducerContext for Reports {
         if last || arrived.any {
             self.wake.notify_all();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(code: RDKafkaErrorCode, reason: &str) -> BrokerError {
+        BrokerError {
+            code: Some(code),
+            reason: reason.to_owned(),
+        }
+    }
+
+    /// What a loaded host showed: the refusal, then the next connection cut while it
+    /// authenticated. The refusal decides, in whichever order the rest came.
+    #[test]
+    fn a_refusal_decides_whatever_error_comes_after_it() {
+        let refusal = error(
+            RDKafkaErrorCode::Authentication,
+            "SASL authentication error: Authentication failed during authentication due to \
+             invalid credentials with SASL mechanism SCRAM-SHA-512",
+        );
+        let cut = error(
+            RDKafkaErrorCode::BrokerTransportFailure,
+            "SASL authentication error: SaslAuthenticateRequest failed: Local: Broker \
+             transport failure",
+        );
+        let down = error(
+            RDKafkaErrorCode::BrokerTransportFailure,
+            "Connection refused",
+        );
+        for order in [
+            vec![refusal.clone(), cut.clone()],
+            vec![down.clone(), refusal.clone(), cut.clone(), down.clone()],
+            vec![refusal.clone()],
+        ] {
+            let mut errors = BrokerErrors::default();
+            for e in order {
+                errors.push(e);
+            }
+            assert!(errors.refused());
+            let decided = errors.take().unwrap();
+            assert_eq!(decided.code, Some(RDKafkaErrorCode::Authentication));
+            assert_eq!(decided.reason, refusal.reason);
+            // The next attempt starts with nothing seen.
+            assert!(!errors.refused() && errors.take().is_none());
+        }
+    }
+
+    /// The first refusal is the one named (a TLS failure and then refused credentials
+    /// from another broker: the first is what the operator mends first).
+    #[test]
+    fn the_first_refusal_is_kept_and_without_one_the_last_error_explains() {
+        let mut errors = BrokerErrors::default();
+        errors.push(error(RDKafkaErrorCode::BrokerTransportFailure, "cut"));
+        errors.push(error(RDKafkaErrorCode::BrokerTransportFailure, "refused"));
+        assert!(!errors.refused());
+        assert_eq!(errors.clone().take().unwrap().reason, "refused");
+        errors.push(error(RDKafkaErrorCode::SSL, "certificate verify failed"));
+        errors.push(error(RDKafkaErrorCode::Authentication, "bad password"));
+        assert_eq!(errors.take().unwrap().reason, "certificate verify failed");
     }
 }

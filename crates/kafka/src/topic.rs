@@ -9,7 +9,6 @@ use rdkafka::metadata::Metadata;
 use rdkafka::producer::Producer;
 
 use super::producer::KafkaProducer;
-use super::reports::BrokerError;
 use crate::error::{Error, Kind};
 use crate::settings::KafkaSecurity;
 
@@ -28,9 +27,10 @@ pub enum TopicCheck {
 impl KafkaProducer {
     /// Whether `topic` can take this relay's messages: it exists, this client may write
     /// to it, and it has the expected partition count (another count would move keys
-    /// to other partitions). Answers fast rather than waiting out librdkafka's metadata
-    /// timeout. `Err` only when the brokers themselves cannot be reached: then nothing
-    /// is wrong with any row.
+    /// to other partitions). Answers within the message timeout (the cronjob's 5 s),
+    /// at once when a broker refuses the TLS handshake or the credentials. `Err` only
+    /// when the brokers themselves cannot be reached: then nothing is wrong with any
+    /// row.
     pub fn check_topic(
         &mut self,
         topic: &str,
@@ -39,7 +39,10 @@ impl KafkaProducer {
         if self.checked.contains_key(topic) {
             return Ok(TopicCheck::Usable);
         }
-        let timeout = self.message_timeout.min(Duration::from_secs(5));
+        // The whole message timeout, as for a message: on a loaded host a TLS handshake
+        // and a SASL exchange take seconds, and a budget cut short there ends the check
+        // before the broker's refusal is read (exit 69 instead of 78).
+        let timeout = self.message_timeout;
         let metadata = self.fetch_metadata(topic, timeout)?;
         let Some(t) = metadata.topics().iter().find(|t| t.name() == topic) else {
             return Ok(missing_topic(topic));
@@ -81,8 +84,9 @@ impl KafkaProducer {
     }
 
     /// The topic's metadata, asked for in short slices up to `timeout`: a failed TLS
-    /// handshake or refused credentials end the wait at once (retrying the same
-    /// settings cannot help), anything else is retried until `timeout`.
+    /// handshake or refused credentials seen at any point of the wait end it at once
+    /// (retrying the same settings cannot help), anything else is retried until
+    /// `timeout`.
     #[allow(
         clippy::disallowed_methods,
         reason = "librdkafka's metadata requests wait in real time, up to the check's timeout"
@@ -102,11 +106,10 @@ impl KafkaProducer {
                     let configuration = self
                         .producer
                         .context()
-                        .broker_error
+                        .broker_errors
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
-                        .as_ref()
-                        .is_some_and(BrokerError::is_configuration);
+                        .refused();
                     if configuration || std::time::Instant::now() >= until {
                         return Err(self.unreachable(&e, timeout));
                     }
@@ -125,8 +128,10 @@ impl KafkaProducer {
     }
 
     /// Why the brokers could not be reached, from the broker errors librdkafka
-    /// reported meanwhile: a failed TLS handshake or refused credentials are
-    /// configuration (78), anything else means Kafka is unavailable (69).
+    /// reported meanwhile: a failed TLS handshake or refused credentials seen at any
+    /// point are configuration (78), whatever error came after them (a connection cut
+    /// while it authenticated, a timeout); anything else means Kafka is unavailable
+    /// (69).
     fn unreachable(&self, e: &KafkaError, timeout: Duration) -> Error {
         // Broker errors arrive as events on the main queue: served here and on the
         // poll thread, for 100 ms, so that the last one is in.
@@ -134,7 +139,7 @@ impl KafkaProducer {
         let broker_error = self
             .producer
             .context()
-            .broker_error
+            .broker_errors
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
@@ -205,5 +210,92 @@ fn missing_topic(topic: &str) -> TopicCheck {
             "Kafka topic {topic} does not exist (topic auto-creation is off: create it, \
              e.g. with 6 partitions)"
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rdkafka::ClientContext;
+
+    use super::*;
+    use crate::settings::{DEFAULT_MAX_MESSAGE_BYTES, KafkaConfig, Password};
+
+    /// A SASL_SSL producer of brokers nobody serves (a port nothing listens on): its
+    /// own connection attempts fail with transport errors meanwhile.
+    fn sasl_producer() -> KafkaProducer {
+        KafkaProducer::new(&KafkaConfig {
+            brokers: "127.0.0.1:1".to_owned(),
+            security: KafkaSecurity::Sasl {
+                tls: true,
+                ca_file: None,
+                mechanism: "SCRAM-SHA-512",
+                username: "relay".to_owned(),
+                password: Password::new("wrong"),
+            },
+            message_timeout: Duration::from_secs(5),
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+        })
+        .unwrap()
+    }
+
+    fn report(producer: &KafkaProducer, code: RDKafkaErrorCode, reason: &str) {
+        producer
+            .producer
+            .context()
+            .error(KafkaError::Global(code), reason);
+    }
+
+    /// The case a loaded host met: the broker refused the password, then the next
+    /// connection was cut while it authenticated, and the check ran out. The refusal
+    /// decides: 78 (configuration), not 69 (unavailable).
+    #[test]
+    fn a_refusal_followed_by_a_transport_error_is_a_configuration_error() {
+        let producer = sasl_producer();
+        report(
+            &producer,
+            RDKafkaErrorCode::Authentication,
+            "sasl_ssl://127.0.0.1:1/bootstrap: SASL authentication error: Authentication \
+             failed during authentication due to invalid credentials with SASL mechanism \
+             SCRAM-SHA-512",
+        );
+        report(
+            &producer,
+            RDKafkaErrorCode::BrokerTransportFailure,
+            "sasl_ssl://127.0.0.1:1/bootstrap: SASL authentication error: \
+             SaslAuthenticateRequest failed: Local: Broker transport failure",
+        );
+        let timed_out = KafkaError::MetadataFetch(RDKafkaErrorCode::OperationTimedOut);
+        let error = producer.unreachable(&timed_out, Duration::from_secs(5));
+        assert_eq!(error.kind, Kind::Config, "{error}");
+        assert!(
+            error.message.starts_with(
+                "Kafka authentication failed at 127.0.0.1:1: the brokers refused SASL user \
+                 \"relay\" (SCRAM-SHA-512; check KAFKA_USERNAME and KAFKA_PASSWORD): "
+            ) && error.message.contains("invalid credentials"),
+            "{error}"
+        );
+        assert!(!error.message.contains("wrong"), "{error}");
+    }
+
+    /// Without a refusal, a connection cut while it authenticated says nothing of the
+    /// credentials: the brokers are unavailable (69), and the message names the error.
+    #[test]
+    fn a_transport_error_alone_is_unavailability() {
+        let producer = sasl_producer();
+        report(
+            &producer,
+            RDKafkaErrorCode::BrokerTransportFailure,
+            "SASL authentication error: SaslAuthenticateRequest failed: Local: Broker \
+             transport failure",
+        );
+        let timed_out = KafkaError::MetadataFetch(RDKafkaErrorCode::OperationTimedOut);
+        let error = producer.unreachable(&timed_out, Duration::from_secs(5));
+        assert_eq!(error.kind, Kind::Unavailable, "{error}");
+        assert!(
+            error
+                .message
+                .starts_with("cannot reach Kafka at 127.0.0.1:1 within 5s: "),
+            "{error}"
+        );
     }
 }

@@ -2,13 +2,14 @@
 //! (`services`), the database of each test (`database`),
 //! seeding and reading back (`seed`), the record of what the harness made on the
 //! suite's server and the sweep of a killed run's leftovers (`leftovers`), the real
-//! binary as a process (`process`), locks
+//! binary as a process (`process`), a failing test's first screen (`failure`), locks
 //! and gates (`locks`), servers of a test's own (`servers`), Kafka (`kafka`), TLS
 //! (`tls`), the Pushgateway (`pushgateway`) and the contract's schemas (`schemas`).
 //! Everything but `kafka`, `tls`, `pushgateway` and `schemas` is re-exported here, so a
 //! test says `use common::*;`.
 
 mod database;
+pub mod failure;
 pub mod kafka;
 mod leftovers;
 mod locks;

@@ -20,6 +20,7 @@ pub struct Run {
 impl Run {
     pub fn of(out: Output) -> Self {
         use std::os::unix::process::ExitStatusExt;
+        super::failure::install();
         let code = out
             .status
             .code()
@@ -163,6 +164,7 @@ const STUCK: Duration = Duration::from_secs(600);
 /// Starts the binary in the background with piped output, as the test's own child
 /// ([`owned`], and killed and reaped on drop).
 pub fn spawn(mut cmd: Command) -> OwnedChild {
+    super::failure::install();
     let child = owned(&mut cmd)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -233,6 +235,7 @@ pub struct Background {
 
 impl Background {
     pub fn start(mut cmd: Command) -> Self {
+        super::failure::install();
         let base = std::env::temp_dir().join(format!("be-out-{}", Uuid::new_v4().simple()));
         let stdout = base.with_extension("stdout");
         let stderr = base.with_extension("stderr");

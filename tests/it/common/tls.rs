@@ -124,3 +124,82 @@ impl Drop for TlsBroker {
         self.broker.kill();
     }
 }
+
+/// A TCP proxy to `target` that holds each chunk the server sends for `delay` before
+/// passing it on: a broker that answers slowly, as a loaded host's does, so that its
+/// verdict on a TLS handshake or on credentials comes only after several `delay`s. A
+/// side's end ends the other: the client sees its connection cut once the server
+/// closed it (a broker closes it after refusing the credentials). Stopped on drop.
+pub struct SlowLink {
+    /// `127.0.0.1:PORT`, where clients connect.
+    pub addr: String,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    accept: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SlowLink {
+    pub fn start(target: &str, delay: std::time::Duration) -> Self {
+        use std::net::{Shutdown, TcpListener, TcpStream};
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a port for the slow link");
+        let addr = listener.local_addr().unwrap().to_string();
+        let stop = Arc::new(AtomicBool::new(false));
+        let target = target.to_owned();
+        let stopped = Arc::clone(&stop);
+        let accept = std::thread::spawn(move || {
+            for client in listener.incoming() {
+                if stopped.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(client) = client else { continue };
+                let Ok(server) = TcpStream::connect(&target) else {
+                    let _ = client.shutdown(Shutdown::Both);
+                    continue;
+                };
+                let (mut from_client, mut to_server) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut from_client, &mut to_server);
+                    let _ = to_server.shutdown(Shutdown::Both);
+                    let _ = from_client.shutdown(Shutdown::Both);
+                });
+                let (mut from_server, mut to_client) = (server, client);
+                std::thread::spawn(move || {
+                    use std::io::{Read, Write};
+                    let mut chunk = vec![0u8; 64 * 1024];
+                    loop {
+                        match from_server.read(&mut chunk) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => {
+                                // Behaviour: a server that answers slowly.
+                                std::thread::sleep(delay);
+                                if to_client.write_all(&chunk[..n]).is_err() {
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    let _ = to_client.shutdown(Shutdown::Both);
+                    let _ = from_server.shutdown(Shutdown::Both);
+                });
+            }
+        });
+        SlowLink {
+            addr,
+            stop,
+            accept: Some(accept),
+        }
+    }
+}
+
+impl Drop for SlowLink {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        // Wakes the accept, which then sees the stop.
+        let _ = std::net::TcpStream::connect(&self.addr);
+        if let Some(accept) = self.accept.take() {
+            let _ = accept.join();
+        }
+    }
+}
