@@ -7,9 +7,10 @@
 //! purged, no exception left, floor = high. One such schedule is the witness that the
 //! goal is reachable; a rule that never moves the floor has none at all.
 
-use crate::model::{Action, Model, apply, check};
+use crate::bounds::Model;
 use crate::relay_state::Window;
 use crate::state::State;
+use crate::step::{Action, apply, check};
 use crate::watermark::purge_tops;
 
 /// Rounds the schedule may take: two fetches and two checks per row are more than any

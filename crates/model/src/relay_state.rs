@@ -5,7 +5,7 @@
 //! `inserted_xid` column is the writer transaction's xid, which the model already
 //! knows). Each returns whether it applied.
 
-use crate::model::{Model, Rule};
+use crate::bounds::{Model, Rule};
 use crate::pg::bit;
 use crate::state::{Run, State, Watermark};
 

@@ -4,9 +4,10 @@
 
 use std::fmt::Write as _;
 
-use crate::model::{Action, Model, apply};
+use crate::bounds::Model;
 use crate::pg::bit;
 use crate::state::{Phase, State};
+use crate::step::{Action, apply};
 
 /// The state in one line.
 pub fn summary(s: &State) -> String {

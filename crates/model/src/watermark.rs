@@ -8,7 +8,7 @@
 //! Each returns whether it applied; the due exceptions, which the real fetch takes in
 //! the same statement, are a step of their own here.
 
-use crate::model::{Model, Rule};
+use crate::bounds::{Model, Rule};
 use crate::pg::bit;
 use crate::state::{Batch, State};
 

@@ -6,7 +6,7 @@
 //! with the others, or is prepared (`PREPARE TRANSACTION`: in progress, its session
 //! free for the next transaction) and ended later. Each step returns whether it applied.
 
-use crate::model::{DrawOrder, Model};
+use crate::bounds::{DrawOrder, Model};
 use crate::state::{Phase, State};
 
 /// Whether `tx` may act: begun already, or its session's earlier transactions are done
