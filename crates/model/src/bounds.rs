@@ -23,6 +23,18 @@ pub enum Rule {
     SweepTopNow,
 }
 
+/// When the sweep takes top as past W ("skip if top is not newer than W").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Moved {
+    /// Taken later and not the same snapshot (the rule as written).
+    Newer,
+    /// Not older: `pg_snapshot_xmax(W) <= pg_snapshot_xmax(top)` and no xid of top's
+    /// in-progress list that W saw ended (the store's `WINDOW_BOUNDS_SQL`).
+    NotOlder,
+    /// `pg_snapshot_xmax(top) > pg_snapshot_xmax(W)` alone.
+    XmaxHigher,
+}
+
 /// When a writer's transaction takes its xid against when it draws `seq`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DrawOrder {
@@ -53,6 +65,12 @@ pub struct Model {
     pub in_flight: u8,
     /// Relay crashes (memory lost, batches in flight unmarked), at most.
     pub crashes: u8,
+    /// The sweep's test of top against W.
+    pub moved: Moved,
+    /// Every sweep, not only the first, also takes the unhandled rows of (floor, high]
+    /// it sees as 'late' (the seq window the store's sweep keeps beside the commit
+    /// window).
+    pub seq_window: bool,
 }
 
 impl Model {
@@ -67,6 +85,8 @@ impl Model {
             limit: 2,
             in_flight: 2,
             crashes: 1,
+            moved: Moved::Newer,
+            seq_window: false,
         }
     }
 
@@ -75,15 +95,29 @@ impl Model {
     }
 }
 
+impl Model {
+    /// The rule, with the sweep's variant when it is not the rule as written.
+    fn rule_name(&self) -> String {
+        let mut name = format!("{:?}", self.rule);
+        if self.rule != Rule::Today && self.moved != Moved::Newer {
+            name.push_str(&format!(" (top past W: {:?})", self.moved));
+        }
+        if self.rule != Rule::Today && self.seq_window {
+            name.push_str(" (+ the seq window each sweep)");
+        }
+        name
+    }
+}
+
 impl fmt::Display for Model {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let rows: u8 = self.sessions.iter().sum();
         write!(
             f,
-            "rule {:?}: {} writer sessions {:?} ({rows} rows, one per transaction), CACHE {}, \
+            "rule {}: {} writer sessions {:?} ({rows} rows, one per transaction), CACHE {}, \
              seq/xid order {:?}, prepare {}, rollback {}, fetch limit {}, {} batches in \
              flight, {} relay crashes",
-            self.rule,
+            self.rule_name(),
             self.sessions.len(),
             self.sessions,
             self.cache,

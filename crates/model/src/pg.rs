@@ -49,6 +49,11 @@ impl Snapshot {
     pub fn newer_than(self, other: Snapshot) -> bool {
         self.not_older_than(other) && self != other
     }
+
+    /// Whether `pg_snapshot_xmax` of this snapshot is higher than `other`'s.
+    pub fn xmax_higher(self, other: Snapshot) -> bool {
+        self.latest > other.latest
+    }
 }
 
 /// The dense ranks of `values` (sorted, without repeats): each xid the state holds is

@@ -5,7 +5,7 @@
 //! `inserted_xid` column is the writer transaction's xid, which the model already
 //! knows). Each returns whether it applied.
 
-use crate::bounds::{Model, Rule};
+use crate::bounds::{Model, Moved, Rule};
 use crate::pg::bit;
 use crate::state::{Run, State, Watermark};
 
@@ -103,13 +103,15 @@ pub fn check_gap(s: &mut State, window: Window) -> bool {
 /// The commit sweep, one REPEATABLE READ transaction with snapshot S:
 /// - top := S when the relay is idle (no batch fetched and not yet marked), else
 ///   `high_snapshot`; H := the DB high read in S. Skipped when top is not newer than W
+///   ([`Moved`]: or, as the store's sweep reads it, when top is older)
 ///   (after a restart, a run's first batch in flight has the last run's
 ///   `high_snapshot`, older than the W of the run's first sweep);
 /// - the window: own rows visible in top and not in W; each with `seq <= H` that is
 ///   unhandled becomes a 'late' exception (rows above H are the fetch's);
 /// - W := top, floor := H (`Rule::NeverMoveFloor` keeps the floor where it is);
 /// - the first sweep after the first start also makes the unhandled rows of (floor,
-///   high] visible in S 'late' exceptions (a seq-range check, once).
+///   high] visible in S 'late' exceptions (a seq-range check, once; every time with
+///   `seq_window`, as the store's sweep does).
 pub fn sweep(m: &Model, s: &mut State) -> bool {
     let (Some(mut wm), Some(run)) = (s.wm, &s.run) else {
         return false;
@@ -122,7 +124,12 @@ pub fn sweep(m: &Model, s: &mut State) -> bool {
     };
     let h = wm.high;
     let mut wrote = false;
-    if wm.first_sweep {
+    let moved = match m.moved {
+        Moved::Newer => top.newer_than(wm.swept),
+        Moved::NotOlder => top.not_older_than(wm.swept),
+        Moved::XmaxHigher => top.xmax_higher(wm.swept),
+    };
+    if wm.first_sweep || (m.seq_window && moved) {
         for (i, seq) in s.rows_in(snapshot) {
             if wm.floor < seq && seq <= wm.high && !s.handled(i) {
                 s.exceptions |= bit(i);
@@ -131,7 +138,7 @@ pub fn sweep(m: &Model, s: &mut State) -> bool {
         wm.first_sweep = false;
         wrote = true;
     }
-    if top.newer_than(wm.swept) {
+    if moved {
         for (i, seq) in s.rows_in(top) {
             if !wm.swept.sees(i) && seq <= h && !s.handled(i) {
                 s.exceptions |= bit(i);

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use stateright::{Checker, HasDiscoveries, Model as _};
 
-use crate::bounds::{DrawOrder, Model, Rule};
+use crate::bounds::{DrawOrder, Model, Moved, Rule};
 use crate::model::{INVARIANT, PROGRESS, PROGRESS_OPEN, SAFETY};
 use crate::pg::bit;
 use crate::progress::drain;
@@ -241,6 +241,13 @@ fn sweep_rule_is_safe_and_makes_progress() {
             rollback: false,
             ..base.clone()
         },
+        // The sweep as the store runs it: top is past W unless older, and every sweep
+        // also reads (floor, high] by seq.
+        Model {
+            moved: Moved::NotOlder,
+            seq_window: true,
+            ..base.clone()
+        },
     ];
     for m in &models {
         let found = explore(m, &[]);
@@ -305,6 +312,11 @@ fn sweep_rule_holds_in_wider_bounds() {
             sessions: vec![2, 2],
             prepare: false,
             rollback: false,
+            ..base.clone()
+        },
+        // Top past W by `pg_snapshot_xmax` alone.
+        Model {
+            moved: Moved::XmaxHigher,
             ..base.clone()
         },
     ];
