@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{AUDIT_KAFKA_TIMEOUT, AuditConfig, AuditFormat};
-use crate::domain::{AsOf, rfc3339};
+use crate::domain::AsOf;
 use crate::exit::{ClassifyExt, Failure, fail};
 use crate::kafka::Classify;
 use crate::kafka::scan::{Seen, TopicScan};
@@ -77,6 +77,8 @@ struct PartitionRead {
     time_from: i64,
     /// Where the read began: the lower of the two, within `low..=high`.
     read_from: i64,
+    /// Messages read from it (also those outside the window).
+    messages_read: u64,
 }
 
 #[derive(Serialize)]
@@ -146,7 +148,7 @@ fn usage(message: String) -> anyhow::Error {
 }
 
 fn ms_time(ms: i64) -> Option<String> {
-    DateTime::<Utc>::from_timestamp_millis(ms).map(rfc3339)
+    DateTime::<Utc>::from_timestamp_millis(ms).map(format::time)
 }
 
 /// `audit`.
@@ -228,6 +230,7 @@ pub fn audit(cfg: &AuditConfig, shutdown: &Shutdown) -> Result<()> {
                     read_from: receipt_from
                         .map_or(p.from_time, |r| r.min(p.from_time))
                         .clamp(p.low, p.high),
+                    messages_read: 0,
                 }
             })
             .collect();
@@ -237,6 +240,7 @@ pub fn audit(cfg: &AuditConfig, shutdown: &Shutdown) -> Result<()> {
             .collect();
         scan.start(&starts).classified()?;
         let mut read = 0u64;
+        let mut read_per_partition: BTreeMap<i32, u64> = BTreeMap::new();
         while let Some(Seen {
             partition,
             offset,
@@ -245,6 +249,7 @@ pub fn audit(cfg: &AuditConfig, shutdown: &Shutdown) -> Result<()> {
         }) = scan.next_message().classified()?
         {
             read += 1;
+            *read_per_partition.entry(partition).or_default() += 1;
             chunk.push(SeenMessage {
                 partition,
                 offset,
@@ -263,6 +268,13 @@ pub fn audit(cfg: &AuditConfig, shutdown: &Shutdown) -> Result<()> {
             chunk.clear();
         }
         info!(Topic = topic.as_str(), Rows = read; "audit: topic read");
+        let partitions = partitions
+            .into_iter()
+            .map(|p| PartitionRead {
+                messages_read: read_per_partition.get(&p.partition).copied().unwrap_or(0),
+                ..p
+            })
+            .collect();
         topics.push(TopicRead {
             topic: topic.clone(),
             exists: true,
@@ -287,9 +299,9 @@ pub fn audit(cfg: &AuditConfig, shutdown: &Shutdown) -> Result<()> {
     };
 
     let report = Report {
-        since: rfc3339(since),
-        until: rfc3339(until),
-        purge_cutoff: rfc3339(purge_cutoff),
+        since: format::time(since),
+        until: format::time(until),
+        purge_cutoff: format::time(purge_cutoff),
         topics,
         chunks,
         chunk_rows: cfg.chunk_rows,
@@ -457,7 +469,7 @@ fn text(r: &Report) -> String {
             t.note("  the brokers do not know this topic".into());
             continue;
         }
-        for (i, p) in topic.partitions.iter().enumerate() {
+        for p in &topic.partitions {
             t.row(vec![
                 topic.topic.clone(),
                 p.partition.to_string(),
@@ -465,11 +477,7 @@ fn text(r: &Report) -> String {
                 p.high.to_string(),
                 p.receipt_from.map_or("-".into(), |o| o.to_string()),
                 p.read_from.to_string(),
-                if i + 1 == topic.partitions.len() {
-                    topic.messages_read.to_string()
-                } else {
-                    String::new()
-                },
+                p.messages_read.to_string(),
             ]);
         }
     }
@@ -571,6 +579,7 @@ mod tests {
                     receipt_from: Some(3),
                     time_from: 5,
                     read_from: 3,
+                    messages_read: 4,
                 }],
                 messages_read: 4,
             }],

@@ -2,7 +2,8 @@
 //! missing; messages removed from the topic make every row of the window missing (exit
 //! 2), and `--repair` sends each once more with the same ce_id, after which nothing is
 //! missing; a message with no outbox row is reported, apart from one whose row was
-//! purged; the topic is loaded in several chunks; bad input names its flag.
+//! purged; a topic the brokers do not know has every row missing; the topic is loaded
+//! in several chunks; bad input names its flag.
 
 use crate::common;
 use crate::postgres;
@@ -151,8 +152,11 @@ fn a_delivered_window_has_nothing_missing_read_in_several_chunks() {
     assert_eq!(report["Topics"][0]["MessagesRead"], 10);
     assert_eq!(report["Topics"][0]["Exists"], true);
     // Every partition is read from its first receipt (the window's first message).
-    for p in report["Topics"][0]["Partitions"].as_array().unwrap() {
+    let partitions = report["Topics"][0]["Partitions"].as_array().unwrap();
+    assert_eq!(partitions.len(), PARTITIONS as usize);
+    for p in partitions {
         assert_eq!(p["ReadFrom"], 0, "{p}");
+        assert_eq!(p["MessagesRead"], p["High"], "{p}");
     }
 
     let run = db.run(&[
@@ -401,6 +405,29 @@ fn a_message_with_no_outbox_row_is_reported_apart_from_a_purged_one() {
         .find(|l| l.contains(&foreign))
         .unwrap_or_else(|| panic!("{foreign} not listed:\n{}", table.stdout));
     assert!(line.ends_with("  no row"), "{line}");
+}
+
+#[test]
+fn a_topic_the_brokers_do_not_know_has_every_row_missing() {
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, PARTITIONS, &[]);
+    let db = TestDb::new();
+    let mut c = db.client();
+    let rows = delivered(&db, &brokers, &topic, 3);
+    // As if the topic were deleted: the rows name one the brokers never had.
+    let gone = unique_topic();
+    c.execute("UPDATE crm.outbox SET topic = $1", &[&gone])
+        .unwrap();
+
+    let (code, report, stderr) = audit_json(&db, &brokers, &gone, &[]);
+    assert_eq!(code, 2, "{stderr}\n{report}");
+    assert_eq!(report["Topics"][0]["Topic"], gone.as_str());
+    assert_eq!(report["Topics"][0]["Exists"], false);
+    assert_eq!(report["Topics"][0]["MessagesRead"], 0);
+    assert_eq!(report["Missing"]["Count"], 3);
+    assert_eq!(report["Missing"]["Published"], 3);
+    assert_eq!(missing_ids(&report), strings(&rows));
 }
 
 #[test]

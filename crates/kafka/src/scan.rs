@@ -80,6 +80,8 @@ impl<'a> TopicScan<'a> {
             &[
                 ("enable.partition.eof", "true"),
                 ("auto.offset.reset", "earliest"),
+                // An audit never creates the topic it asks about.
+                ("allow.auto.create.topics", "false"),
                 // What librdkafka fetches ahead per partition: bounded well below its
                 // default (64 MiB), as the read hands out one message at a time.
                 ("queued.max.messages.kbytes", "8192"),
