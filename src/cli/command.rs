@@ -303,8 +303,10 @@ pub enum Command {
                       records it in crm.booking_expiration_operations with --reason; missing \
                       pending rows are left to the relay. After the next relay-outbox run, an \
                       audit of the window finds none missing.\n\n\
-                      Needs a writable session of its own (a temporary table; no transaction \
-                      pooler). Exit 0 when nothing is missing, 2 when rows are missing or \
+                      Needs a session of its own on the primary (temporary tables; no \
+                      transaction pooler); a login read-only by default, as the read-only \
+                      role's, may audit, and --repair needs one that may write and the \
+                      operator role's grants. Exit 0 when nothing is missing, 2 when rows are missing or \
                       messages have no row (also after --repair).",
         after_help = EXIT_CODES_HELP,
         after_long_help = concat!(

@@ -178,10 +178,22 @@ pub fn audit(cfg: &AuditConfig, shutdown: &Shutdown) -> Result<()> {
 
     let mut db = store::connect(&cfg.db)?;
     shutdown.on_signal(db.interrupter());
-    // The temporary tables: a primary, and a session of the command's own.
-    db.require_writable(&cfg.db, COMMAND)?;
+    // The temporary tables: a primary, and a session of the command's own. A login
+    // read-only by default (the operators' read-only login) may still audit: its
+    // privileges bound what it writes; --repair needs a session that writes.
+    if cfg.repair.is_none() && db.writable.read_only && !db.writable.in_recovery {
+        ops::allow_temp_tables(&mut db.client)?;
+    } else {
+        db.require_writable(&cfg.db, COMMAND)?;
+    }
     crate::preflight::require_own_session(&mut db, &cfg.db, COMMAND)?;
-    store::check_schema(&mut db.client, Need::Requeue)?;
+    // --repair re-queues as republish does, with its grants.
+    let need = if cfg.repair.is_some() {
+        Need::Requeue
+    } else {
+        Need::Audit
+    };
+    store::check_schema(&mut db.client, need)?;
     crate::preflight::check_row_security(&mut db.client, COMMAND, types)?;
     let window = AuditWindow {
         since,

@@ -408,6 +408,47 @@ fn a_message_with_no_outbox_row_is_reported_apart_from_a_purged_one() {
 }
 
 #[test]
+fn the_read_only_login_may_audit_but_not_repair() {
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, PARTITIONS, &[]);
+    let db = TestDb::new();
+    delivered(&db, &brokers, &topic, 2);
+    // Read-only by default, and may read the outbox alone (not the relay's receipts).
+    let role = ReadOnlyRole::new(&db);
+    let audit = |extra: &[&str]| {
+        let mut args = vec![
+            "audit",
+            "--since",
+            SINCE,
+            "--brokers",
+            &brokers,
+            "--topic",
+            &topic,
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let mut cmd = db.command(&args);
+        cmd.env("DATABASE_URL", &role.url);
+        Run::of(cmd.output().unwrap())
+    };
+    let run = audit(&[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let report: Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    assert_eq!(report["Rows"], 2);
+    assert_eq!(report["Messages"], 2);
+    assert_eq!(report["Missing"]["Count"], 0);
+    // --repair writes the relay's state: refused before anything, on this session.
+    let run = audit(&["--repair", "--reason", "r"]);
+    assert_eq!(run.code, 75, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("audit writes, but the server"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
 fn a_topic_the_brokers_do_not_know_has_every_row_missing() {
     let brokers = shared_brokers();
     let topic = unique_topic();

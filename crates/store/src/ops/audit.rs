@@ -73,6 +73,18 @@ pub fn receipt_starts(
         .collect())
 }
 
+/// Lets a session that is read-only by default (`default_transaction_read_only` on
+/// the role, as the operators' login has it) create the audit's temporary tables: its
+/// transactions from here on may write, and the role's privileges still bound what it
+/// writes (the read-only role may write nothing of the schema). Only on a primary: a
+/// standby cannot hold temporary tables at all.
+pub fn allow_temp_tables(client: &mut impl Conn) -> Result<()> {
+    client
+        .pg()
+        .batch_execute("SET default_transaction_read_only = off")
+        .context("cannot allow the audit's temporary tables on a read-only session")
+}
+
 /// Makes this session's empty table of the messages seen (again, if an earlier audit
 /// on the session left one).
 pub fn begin_seen(client: &mut impl Conn) -> Result<()> {

@@ -10,8 +10,8 @@ mod requeue;
 mod trail;
 
 pub use audit::{
-    AuditCounts, AuditWindow, MissingRow, NoRow, SeenMessage, begin_seen, compare, copy_seen,
-    missing, missing_to_requeue, no_row, receipt_starts,
+    AuditCounts, AuditWindow, MissingRow, NoRow, SeenMessage, allow_temp_tables, begin_seen,
+    compare, copy_seen, missing, missing_to_requeue, no_row, receipt_starts,
 };
 pub use booking::{
     AuditEntry, PoisonEntry, RowLock, TimelineEntry, audit_of, booking, outbox_of_booking,
