@@ -449,6 +449,48 @@ fn the_read_only_login_may_audit_but_not_repair() {
 }
 
 #[test]
+fn the_operator_role_repairs_and_the_read_only_role_audits_what_the_relay_sent() {
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, PARTITIONS, &[]);
+    let db = TestDb::new();
+    let rows = delivered(&db, &brokers, &topic, 2);
+    remove_messages(&brokers, &topic);
+    let base = [
+        "audit",
+        "--since",
+        SINCE,
+        "--brokers",
+        &brokers,
+        "--topic",
+        &topic,
+        "--json",
+    ];
+    let operator = LoginRole::member_of(&db, "op", "crm_booking_expiration_operator");
+    let run = operator.run(
+        &db,
+        &[&base[..], &["--repair", "--reason", "INC-49"]].concat(),
+    );
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    let report: Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    assert_eq!(report["Repair"]["Requeued"], 2, "{report}");
+    assert_eq!(missing_ids(&report), strings(&rows));
+    relay(&db, &brokers, 2);
+    // The group role of the read-only login reads the relay's receipts as well.
+    let reader = LoginRole::member_of(&db, "ro", "crm_booking_expiration_readonly");
+    let run = reader.run(&db, &base);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let report: Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    assert_eq!(report["Missing"]["Count"], 0, "{report}");
+    assert_eq!(report["Messages"], 2, "{report}");
+    // Read from the receipts of the deliveries after the removal, each a partition's
+    // log start.
+    for p in report["Topics"][0]["Partitions"].as_array().unwrap() {
+        assert_eq!(p["ReadFrom"], p["Low"], "{p}");
+    }
+}
+
+#[test]
 fn a_topic_the_brokers_do_not_know_has_every_row_missing() {
     let brokers = shared_brokers();
     let topic = unique_topic();
