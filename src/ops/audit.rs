@@ -209,7 +209,8 @@ pub fn audit(cfg: &AuditConfig, shutdown: &Shutdown) -> Result<()> {
 
     let mut topics = Vec::with_capacity(cfg.topics.len());
     let mut chunks = 0u64;
-    let mut chunk: Vec<SeenMessage> = Vec::with_capacity(cfg.chunk_rows as usize);
+    // Grows to --chunk-rows only if the topic holds that many.
+    let mut chunk: Vec<SeenMessage> = Vec::with_capacity((cfg.chunk_rows as usize).min(10_000));
     for topic in &cfg.topics {
         let Some(mut scan) = TopicScan::open(
             &cfg.kafka,
