@@ -101,6 +101,7 @@ pub fn run(config: Config, run_id: Uuid, shutdown: &Shutdown) -> Result<()> {
         Config::Explain(cfg) => crate::ops::explain::explain(&cfg, shutdown),
         Config::Switch(cfg) => crate::ops::pause::switch(&cfg),
         Config::Requeue(cfg) => crate::ops::republish::republish(&cfg),
+        Config::Audit(cfg) => crate::ops::audit::audit(&cfg, shutdown),
         Config::Migrate(cfg) => crate::ops::migrate::migrate(&cfg, shutdown),
         Config::Completions(script) => {
             let mut stdout = std::io::stdout().lock();

@@ -13,6 +13,9 @@ pub enum Failure {
     /// A check asked for on the command line did not hold (`backlog --fail-above`,
     /// `pause --wait`) (1).
     Threshold,
+    /// `audit` found outbox rows missing from their topic, or messages on it that no
+    /// outbox row explains (2).
+    Missing,
     /// Bad command line (64).
     Usage,
     /// A dependency (PostgreSQL, Kafka) cannot be reached (69).
@@ -32,6 +35,7 @@ impl Failure {
     pub fn code(self) -> u8 {
         match self {
             Failure::Threshold => 1,
+            Failure::Missing => 2,
             Failure::Usage => 64,
             Failure::Unavailable => 69,
             Failure::Temporary => 75,
@@ -51,6 +55,8 @@ Exit codes:
   0    success (also when poison rows were isolated and quarantined)
   1    a check asked for did not hold: backlog --fail-above (the overdue count is
        above the threshold), pause --wait (a run is still finishing)
+  2    audit: outbox rows missing from their topic, or messages on it with no
+       outbox row (the report lists them; --repair re-queued the rows)
   64   usage: a flag or environment variable has a bad value
   69   unavailable: PostgreSQL or Kafka cannot be reached
   70   internal error (a bug; please report it)

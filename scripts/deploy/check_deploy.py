@@ -221,11 +221,16 @@ def check_cronjob(path):
 def check_operator_jobs(path):
     docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
     jobs = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "Job"}
-    equal("operator Jobs", sorted(jobs), ["booking-expire-backlog", "booking-expire-dry-run", "booking-expire-migrate"])
+    equal(
+        "operator Jobs",
+        sorted(jobs),
+        ["booking-expire-audit", "booking-expire-backlog", "booking-expire-dry-run", "booking-expire-migrate"],
+    )
     images = set()
     for name, component, command, secret in (
         ("booking-expire-backlog", "backlog", "backlog", OPERATOR_SECRET),
         ("booking-expire-dry-run", "dry-run", "dry-run", OPERATOR_SECRET),
+        ("booking-expire-audit", "audit", "audit", OPERATOR_SECRET),
         ("booking-expire-migrate", "migrate", "migrate", MIGRATE_SECRET),
     ):
         job = jobs.get(name) or {}
@@ -241,6 +246,8 @@ def check_operator_jobs(path):
     dry = dig(jobs.get("booking-expire-dry-run") or {}, "spec", "template", "spec", "containers", 0) or {}
     equal("dry-run: --as-of from AS_OF", dry.get("args"), ["dry-run", "--as-of=$(AS_OF)", "--all"])
     equal("dry-run: AS_OF defaults to now", dry.get("env"), [{"name": "AS_OF", "value": "now"}])
+    audit = dig(jobs.get("booking-expire-audit") or {}, "spec", "template", "spec", "containers", 0) or {}
+    equal("audit: the window from SINCE and UNTIL, no --repair", audit.get("args"), ["audit", "--since=$(SINCE)", "--until=$(UNTIL)"])
     migrate = dig(jobs.get("booking-expire-migrate") or {}, "spec", "template", "spec", "containers", 0) or {}
     equal("migrate: the runner's own defaults, no flags", migrate.get("args"), ["migrate"])
     return images

@@ -5,7 +5,9 @@
 use clap::{Parser, Subcommand};
 
 use super::migrate::MigrateArgs;
-use super::operate::{CompletionsArgs, ExplainArgs, PauseArgs, PauseOnArgs, RequeueArgs};
+use super::operate::{
+    AuditArgs, CompletionsArgs, ExplainArgs, PauseArgs, PauseOnArgs, RequeueArgs,
+};
 use super::values::choice;
 use super::work::{BacklogArgs, DryRunArgs, RelayArgs, RunOnceArgs};
 use crate::exit::EXIT_CODES_HELP;
@@ -281,6 +283,42 @@ pub enum Command {
         )
     )]
     RetryFailed(RequeueArgs),
+
+    /// Compare the outbox with its topics: rows missing from Kafka, messages with no row;
+    /// --repair re-queues the missing rows
+    #[command(
+        long_about = "Compare a window of the outbox with the topics the job publishes to, \
+                      read-only unless --repair: (a) the job's outbox rows written in the \
+                      window whose ce_id is not on their topic, and (b) the window's messages \
+                      on the topics with no outbox row, split into those whose row was purged \
+                      after the retention (or whose receipt is still there) and those nothing \
+                      explains. Each topic is read from the lowest offset per partition that \
+                      the window's delivery receipts name, or from the first message at \
+                      --since by time where that is lower or no receipt names one, up to each \
+                      partition's high watermark at the start. The messages' ids are copied \
+                      into a temporary table of the session in chunks of --chunk-rows and \
+                      compared there, so memory stays bounded whatever the window holds.\n\n\
+                      --repair re-queues the missing rows that were published or failed, as \
+                      republish does (the same rows, the same ce_id: no row is inserted), and \
+                      records it in crm.booking_expiration_operations with --reason; missing \
+                      pending rows are left to the relay. After the next relay-outbox run, an \
+                      audit of the window finds none missing.\n\n\
+                      Needs a session of its own on the primary (temporary tables; no \
+                      transaction pooler); a login read-only by default, as the read-only \
+                      role's, may audit, and --repair needs one that may write and the \
+                      operator role's grants. Exit 0 when nothing is missing, 2 when rows are missing or \
+                      messages have no row (also after --repair).",
+        after_help = EXIT_CODES_HELP,
+        after_long_help = concat!(
+            crate::exit::exit_codes_text!(),
+            "\n\nExamples:\n",
+                "  # After a failover to an asynchronous standby: did every event of the last day reach Kafka?\n",
+                "  booking-expire audit --since 2026-11-29T00:00:00Z --brokers kafka:9092\n",
+                "  # Send the missing ones again, with the same ce_id, and record why\n",
+                "  booking-expire audit --since 2026-11-29T00:00:00Z --repair --reason \"INC-48: failover\" --format json\n",
+        )
+    )]
+    Audit(AuditArgs),
 
     /// Apply the migrations built into this binary, recording each in a history;
     /// `migrate status` lists them

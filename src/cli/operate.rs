@@ -1,5 +1,5 @@
 //! The flags of the operator commands: `explain`, `pause`, `resume`, `republish`,
-//! `retry-failed`, `completions`.
+//! `retry-failed`, `audit`, `completions`.
 
 use std::time::Duration;
 
@@ -173,4 +173,93 @@ pub enum Shell {
     Bash,
     Zsh,
     Fish,
+}
+
+/// How `audit` prints its report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AuditFormat {
+    /// Tables for people (every line fits 120 columns)
+    Table,
+    /// One JSON object
+    Json,
+}
+
+/// The most messages `audit --chunk-rows` lets it copy into the database at once.
+pub const AUDIT_CHUNK_ROWS_MAX: u32 = 1_000_000;
+
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
+
+    #[command(flatten)]
+    pub outbox: OutboxTypesArgs,
+
+    /// The window's start: rows written and messages sent at or after T (RFC 3339 with
+    /// an offset; not in the future)
+    #[arg(long, value_name = "T", value_parser = trimmed(parse_as_of))]
+    pub since: AsOf,
+
+    /// The window's end: rows written and messages sent before T (RFC 3339 with an
+    /// offset, or now)
+    #[arg(long, value_name = "T", value_parser = trimmed(parse_as_of), default_value = "now")]
+    pub until: AsOf,
+
+    /// The topics the job publishes to, as run-once takes them (its variable too); the
+    /// audit reads each
+    #[arg(long, env = "BOOKING_EXPIRATION_TOPICS", value_name = "TOPIC,...",
+          default_value = "pin.crm.booking-expired.v1", value_parser = text())]
+    pub topics: String,
+
+    /// Audit these topics instead of --topics, comma-separated (any name the outbox
+    /// rows' topic column holds, e.g. a version the job no longer writes)
+    #[arg(long, value_name = "TOPIC,...", value_delimiter = ',', value_parser = trimmed(non_empty))]
+    pub topic: Vec<String>,
+
+    /// The relay's outbox retention (its variable too): a message older than this
+    /// whose row is gone counts as purged, not as one nothing explains
+    #[arg(long, env = "OUTBOX_RETENTION", value_name = "DURATION", default_value = "7d",
+          value_parser = trimmed(duration_in(Duration::from_secs(3600), Duration::from_secs(365 * 86_400))))]
+    pub retention: Duration,
+
+    /// Messages copied into the database per statement, the most the audit holds in
+    /// memory at once (1..=1000000)
+    #[arg(long, value_name = "N", default_value_t = 10_000,
+          value_parser = trimmed(clap::value_parser!(u32).range(1..=i64::from(AUDIT_CHUNK_ROWS_MAX))))]
+    pub chunk_rows: u32,
+
+    /// Re-queue the missing rows that were published or failed (the same rows, the
+    /// same ce_id), as republish does, recorded in the operations trail; needs --reason
+    #[arg(long)]
+    pub repair: bool,
+
+    /// Who repairs, for the operations trail; the database user is recorded as well.
+    /// Default: --login
+    #[arg(long, env = "BOOKING_EXPIRE_ACTOR", value_name = "NAME", value_parser = trimmed(non_empty))]
+    pub actor: Option<String>,
+
+    /// The operator's login name, the trail's actor when --actor is not given
+    #[arg(long, env = "USER", hide_env_values = true, value_name = "NAME", value_parser = text())]
+    pub login: Option<String>,
+
+    /// Why, for the operations trail (required with --repair)
+    #[arg(long, value_name = "TEXT", value_parser = trimmed(non_empty), required_if_eq("repair", "true"))]
+    pub reason: Option<String>,
+
+    /// Refuse to repair (exit 64, nothing changed) when more rows than this are to be
+    /// re-queued (1..=1000000)
+    #[arg(long, value_name = "N", default_value_t = 10_000,
+          value_parser = trimmed(clap::value_parser!(u32).range(1..=1_000_000)))]
+    pub max_rows: u32,
+
+    /// Output format
+    #[arg(long, value_enum, default_value_t = AuditFormat::Table, value_parser = choice::<AuditFormat>())]
+    pub format: AuditFormat,
+
+    /// Same as --format json
+    #[arg(long, conflicts_with = "format")]
+    pub json: bool,
 }

@@ -3,6 +3,7 @@
 //! before it runs. Every error here names its input and exits 78 before anything
 //! touches the database.
 
+mod audit;
 mod conninfo;
 mod db;
 pub mod env;
@@ -18,6 +19,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
+pub use self::audit::{AUDIT_KAFKA_TIMEOUT, AuditConfig, AuditFormat};
 pub use self::db::{DbConfig, SslMode};
 pub use self::metrics::{MetricsConfig, PushAuth, Pushgateway, Step};
 pub use self::migrate::{MigrateAction, MigrateConfig, MigrateLimits};
@@ -43,6 +45,7 @@ pub enum Config {
     Switch(SwitchConfig),
     /// `republish` and `retry-failed` (`failed_only`).
     Requeue(RequeueConfig),
+    Audit(AuditConfig),
     /// `migrate`, `migrate --dry-run`, `migrate status`.
     Migrate(MigrateConfig),
     /// `completions`: the shell's script for stdout, rendered from cli's definitions
@@ -139,6 +142,9 @@ impl Config {
             }
             Command::RetryFailed(ref args) => {
                 Config::Requeue(RequeueConfig::from_args(args, true).map_err(refused(None))?)
+            }
+            Command::Audit(ref args) => {
+                Config::Audit(AuditConfig::from_args(args).map_err(refused(None))?)
             }
             Command::Migrate(ref args) => {
                 Config::Migrate(MigrateConfig::from_args(args).map_err(refused(None))?)

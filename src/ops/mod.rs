@@ -1,7 +1,9 @@
 //! The operators' commands for the months after go-live: `explain` one booking,
 //! `pause`/`resume` either half of the job, `republish`/`retry-failed` outbox rows with
-//! an audit trail, and the pooler guard. Their SQL lives in `store::ops`.
+//! an audit trail, `audit` the outbox against its topics, and the pooler guard. Their
+//! SQL lives in `store::ops`.
 
+pub mod audit;
 pub mod explain;
 pub mod ids;
 pub mod migrate;

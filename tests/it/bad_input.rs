@@ -54,6 +54,7 @@ fn base_args(subcommand: &str) -> Vec<&'static str> {
         "completions" => vec!["completions", "bash"],
         // A dry run: a value that got through would change nothing.
         "migrate" => vec!["migrate", "--dry-run"],
+        "audit" => vec!["audit", "--since", "2000-01-01T00:00:00Z"],
         other => panic!("{other}"),
     }
 }
@@ -227,6 +228,9 @@ const PARSED: &[Input] = &[
         "--target",
         Some("BOOKING_EXPIRATION_MIGRATE_TARGET"),
     ),
+    input("audit", "--until", None),
+    input("audit", "--chunk-rows", None),
+    input("audit", "--format", None),
 ];
 
 /// Runs the binary with a clean environment plus `env`.

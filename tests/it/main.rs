@@ -23,6 +23,7 @@ use booking_expire_store::driver::{native_tls, postgres, postgres_native_tls};
 mod common;
 
 mod acl;
+mod audit;
 mod backlog;
 mod bad_input;
 mod budget;

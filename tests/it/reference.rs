@@ -232,6 +232,7 @@ fn completions_zsh_and_fish_know_the_subcommands() {
 fn codes_of_exit_rs() -> BTreeSet<u8> {
     let failures = [
         Failure::Threshold,
+        Failure::Missing,
         Failure::Usage,
         Failure::Unavailable,
         Failure::Temporary,
@@ -244,6 +245,7 @@ fn codes_of_exit_rs() -> BTreeSet<u8> {
         // A new kind of failure fails to compile here until it is listed above.
         match f {
             Failure::Threshold
+            | Failure::Missing
             | Failure::Usage
             | Failure::Unavailable
             | Failure::Temporary

@@ -1,9 +1,10 @@
 //! Kafka: the rdkafka producer (idempotent, acks=all, Java-compatible murmur2
 //! partitioning, no topic auto-creation), the topic check, sending a batch while waiting
-//! for every delivery report, and explain's read-back of a published event. Knows
-//! nothing of the outbox, the database or the exit codes: its settings are its own
-//! ([`KafkaConfig`]), its errors say what they mean for the run ([`Error`], [`Kind`]),
-//! and a signal reaches its waits through a [`Stop`] the caller hands it.
+//! for every delivery report, explain's read-back of a published event, and audit's
+//! read of a topic. Knows nothing of the outbox, the database or the exit codes: its
+//! settings are its own ([`KafkaConfig`]), its errors say what they mean for the run
+//! ([`Error`], [`Kind`]), and a signal reaches its waits through a [`Stop`] the caller
+//! hands it.
 //!
 //! With the `driver` feature, `driver` re-exports rdkafka: the integration tests' own
 //! consumer and topic admin, never the program's. Only the application's
@@ -27,6 +28,7 @@ mod poller;
 mod producer;
 pub mod readback;
 mod reports;
+pub mod scan;
 mod security;
 mod settings;
 mod topic;

@@ -38,6 +38,38 @@ impl ReadBack {
     }
 }
 
+/// A message's `ce_id` header, as text (invalid UTF-8 replaced), if it has one.
+pub(crate) fn ce_id_of(msg: &impl Message) -> Option<String> {
+    msg.headers().and_then(|h| {
+        h.iter()
+            .find(|h| h.key == "ce_id")
+            .and_then(|h| h.value)
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    })
+}
+
+/// A consumer of its own for reading partitions it is assigned (no group membership,
+/// nothing committed), with `extra` settings: explain's read-back and audit's scan
+/// (`scan`).
+pub(crate) fn consumer(
+    cfg: &KafkaConfig,
+    group: &str,
+    extra: &[(&str, &str)],
+) -> Result<BaseConsumer, String> {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &cfg.brokers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("socket.connection.setup.timeout.ms", "5000");
+    for (k, v) in extra {
+        c.set(*k, *v);
+    }
+    crate::security(&mut c, cfg);
+    c.create()
+        .map_err(|e| format!("cannot set up the Kafka consumer: {e}"))
+}
+
 /// Reads the message at `topic[partition]` `offset`, waiting up to `timeout` for it:
 /// found, and whether its `ce_id` header is `ce_id`; or why it could not be read.
 #[allow(
@@ -52,16 +84,9 @@ pub fn read_back(
     ce_id: &str,
     timeout: Duration,
 ) -> ReadBack {
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", &cfg.brokers)
-        .set("group.id", "booking-expire-explain")
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("socket.connection.setup.timeout.ms", "5000");
-    crate::security(&mut c, cfg);
-    let consumer: BaseConsumer = match c.create() {
+    let consumer = match consumer(cfg, "booking-expire-explain", &[]) {
         Ok(consumer) => consumer,
-        Err(e) => return ReadBack::failed(format!("cannot set up the Kafka consumer: {e}")),
+        Err(e) => return ReadBack::failed(e),
     };
     let mut tpl = TopicPartitionList::new();
     if let Err(e) = tpl.add_partition_offset(topic, partition, Offset::Offset(offset)) {
@@ -83,12 +108,7 @@ pub fn read_back(
                         msg.offset()
                     ));
                 }
-                let found_id = msg.headers().and_then(|h| {
-                    h.iter()
-                        .find(|h| h.key == "ce_id")
-                        .and_then(|h| h.value)
-                        .map(|v| String::from_utf8_lossy(v).into_owned())
-                });
+                let found_id = ce_id_of(&msg);
                 return ReadBack {
                     found: true,
                     matches: found_id.as_deref() == Some(ce_id),

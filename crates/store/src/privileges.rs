@@ -46,6 +46,7 @@ impl Need {
             Need::Explain => EXPLAIN,
             Need::Operate => OPERATE,
             Need::Requeue => REQUEUE,
+            Need::Audit => AUDIT_READ,
         }
     }
 }
@@ -110,6 +111,10 @@ pub(super) const REPORT: &[Privilege] = &[
     on("SELECT", "booking_expiration_poison"),
     on("SELECT", "outbox"),
 ];
+
+/// What `audit` reads (the relay's own tables, where it may, are probed as republish
+/// probes them).
+pub(super) const AUDIT_READ: &[Privilege] = &[on("SELECT", "outbox")];
 
 /// What `explain` reads.
 pub(super) const EXPLAIN: &[Privilege] = &[
@@ -251,6 +256,7 @@ mod tests {
             Need::Explain,
             Need::Operate,
             Need::Requeue,
+            Need::Audit,
         ] {
             for p in need.privileges() {
                 let (_, cols) = need

@@ -28,6 +28,8 @@ pub enum Need {
     Operate,
     /// republish and retry-failed: the outbox and the operations trail.
     Requeue,
+    /// audit (without --repair): the outbox.
+    Audit,
 }
 
 const BOOKINGS: (&str, &[&str]) = (
@@ -150,6 +152,7 @@ impl Need {
             Need::Explain => &[BOOKINGS, POISON, OUTBOX, AUDIT, TIMELINE],
             Need::Operate => &[PAUSE, OPERATIONS],
             Need::Requeue => &[OUTBOX, OPERATIONS],
+            Need::Audit => &[OUTBOX],
         }
     }
 
@@ -165,13 +168,14 @@ impl Need {
                 "republish and retry-failed",
                 "crm_booking_expiration_operator",
             ),
+            Need::Audit => ("audit", "crm_booking_expiration_readonly"),
         }
     }
 
     /// The migration that grants the group role what this subcommand needs.
     pub(super) fn grants(self) -> &'static str {
         match self {
-            Need::Cycle | Need::Relay | Need::Report => "sql/007_roles.sql",
+            Need::Cycle | Need::Relay | Need::Report | Need::Audit => "sql/007_roles.sql",
             Need::Explain | Need::Operate | Need::Requeue => "sql/009_operations.sql",
         }
     }
@@ -179,7 +183,10 @@ impl Need {
     /// Whether the subcommand reads `crm.bookings` (and so needs its columns' nullability
     /// and types checked).
     fn reads_bookings(self) -> bool {
-        !matches!(self, Need::Relay | Need::Operate | Need::Requeue)
+        !matches!(
+            self,
+            Need::Relay | Need::Operate | Need::Requeue | Need::Audit
+        )
     }
 }
 
