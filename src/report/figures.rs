@@ -51,9 +51,14 @@ pub fn backlog(b: &Backlog) -> BacklogFigures {
                 })
                 .collect()
         }),
-        sweep: b.sweep.map(|s| SweepFigures {
-            floor_age_seconds: age(s.swept_at),
-            in_progress: s.in_progress,
+        // Read with the outbox; 0 before the relay's first sweep, so that an alert on
+        // them never sees a missing series.
+        sweep: b.outbox.map(|_| {
+            b.sweep
+                .map_or_else(SweepFigures::default, |s| SweepFigures {
+                    floor_age_seconds: age(s.swept_at),
+                    in_progress: s.in_progress,
+                })
         }),
     }
 }

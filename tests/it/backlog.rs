@@ -173,11 +173,13 @@ fn counts_are_exact_on_a_seeded_mix() {
                 "OldestPendingAgeSeconds": seconds_between(as_of, mix.oldest_pending),
                 "Failed": 2,
                 "WaitingForTopic": 0,
+                "Late": 0,
                 "Waiting": [],
             },
             "OutboxOtherProducers": {"Pending": 0, "Failed": 0},
             "OutboxRowSecurity": "off",
             "Paused": [],
+            "RelayFloor": null,
         })
     );
     // `--format json` is the same report.
@@ -294,8 +296,9 @@ const HYGIENE_FAMILIES: [&str; 11] = [
 ];
 
 /// Samples of the backlog's own families: 2 per phase for overdue, age and lateness,
-/// poison, four of the outbox, two of the other producers' rows, two pause switches.
-const BACKLOG_SAMPLES: usize = 2 * 3 + 1 + 4 + 2 + 2;
+/// poison, five of the outbox, two of the relay's floor, two of the other producers'
+/// rows, two pause switches.
+const BACKLOG_SAMPLES: usize = 2 * 3 + 1 + 5 + 2 + 2 + 2;
 /// Samples of the upkeep: seven of the outbox, six partial indexes, four kinds of
 /// holders, two oldest ages, four oldest xid ages.
 const HYGIENE_SAMPLES: usize = 7 + 6 + 4 + 2 + 4;
@@ -338,6 +341,9 @@ fn prometheus_format_has_every_gauge_with_help_and_type() {
         "crm_booking_expiration_outbox_oldest_pending_age_seconds",
         "crm_booking_expiration_outbox_failed",
         "crm_booking_expiration_outbox_waiting_for_topic",
+        "crm_booking_expiration_outbox_late",
+        "crm_booking_expiration_relay_floor_age_seconds",
+        "crm_booking_expiration_relay_sweep_in_progress",
         "crm_booking_expiration_paused_seconds",
         "crm_booking_expiration_backlog_lateness_seconds",
         "crm_booking_expiration_outbox_other_producers_rows",
@@ -411,10 +417,11 @@ fn an_empty_database_reports_zeros() {
                         "NextClaim": null},
             "Poison": 0,
             "Outbox": {"Pending": 0, "OldestPendingAt": null, "OldestPendingAgeSeconds": null,
-                       "Failed": 0, "WaitingForTopic": 0, "Waiting": []},
+                       "Failed": 0, "WaitingForTopic": 0, "Late": 0, "Waiting": []},
             "OutboxOtherProducers": {"Pending": 0, "Failed": 0},
             "OutboxRowSecurity": "off",
             "Paused": [],
+            "RelayFloor": null,
         })
     );
     let run = db.run(&["backlog", "--format", "prometheus"]);

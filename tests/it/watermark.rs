@@ -105,6 +105,13 @@ fn watermark(c: &mut postgres::Client) -> (i64, i64) {
     (r.get(0), r.get(1))
 }
 
+/// `backlog --json`'s report.
+fn backlog_report(db: &TestDb) -> Value {
+    let run = db.run(&["backlog", "--json"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    json_lines(&run.stdout).swap_remove(0)
+}
+
 /// `backlog`'s outbox figures: (pending, failed).
 fn backlog(db: &TestDb) -> (Value, Value) {
     let run = db.run(&["backlog", "--json"]);
@@ -150,19 +157,39 @@ fn a_lower_seq_committed_after_a_higher_one_was_relayed_is_published_exactly_onc
         floor > late_seq,
         "floor {floor} past the open row {late_seq}"
     );
+    // backlog names the transactions in progress at that sweep: the open one among
+    // them (other tests' may be too), whose rows the next sweeps read once it ends.
+    let report = backlog_report(&db);
+    let in_progress = report["RelayFloor"]["InProgress"].as_u64().unwrap();
+    assert!(in_progress >= 1, "{report}");
+    assert!(report["RelayFloor"]["SweptAgeSeconds"].as_f64().unwrap() >= 0.0);
+    assert_eq!(report["Outbox"]["Late"], 0, "not committed yet: {report}");
 
     // The lower one commits after: backlog counts it (committed below the floor,
     // not swept yet), the next run's first sweep finds it by its transaction and
     // sends it.
     open.commit().unwrap();
     assert_eq!(backlog(&db), (Value::from(1), Value::from(0)));
+    let report = backlog_report(&db);
+    assert_eq!(report["Outbox"]["Late"], 1, "{report}");
+    assert_eq!(report["RelayFloor"]["Floor"], high, "{report}");
+    assert_eq!(report["RelayFloor"]["High"], high, "{report}");
+    let gauges = db.run(&["backlog", "--format", "prometheus"]);
+    assert!(
+        gauges
+            .stdout
+            .contains("\ncrm_booking_expiration_outbox_late 1\n"),
+        "{}",
+        gauges.stdout
+    );
     let before = rows(&mut c);
     let found = relay(&db, &brokers, &[]);
     assert_eq!(found["Published"], 1, "{found}");
-    // Nothing more, ever, and nothing pending.
+    // Nothing more, ever, and nothing pending or late.
     assert_eq!(relay(&db, &brokers, &[])["Published"], 0);
     assert_eq!(watermark(&mut c).0, high, "the floor stays at high");
     assert_eq!(backlog(&db), (Value::from(0), Value::from(0)));
+    assert_eq!(backlog_report(&db)["Outbox"]["Late"], 0);
 
     let got = consume(&brokers, &topic, 6, 2, Duration::from_secs(30));
     let mut want = vec![late.to_string(), early.to_string()];
