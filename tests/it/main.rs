@@ -46,6 +46,7 @@ mod hygiene;
 mod long_running;
 mod metrics;
 mod migrate;
+mod no_loss;
 mod pause;
 mod poison_and_races;
 mod pooler;

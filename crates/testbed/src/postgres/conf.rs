@@ -1,6 +1,6 @@
 //! The files a server of the tests gets, as scripts/pg-start.sh writes them: its
-//! `throwaway.conf` (durability off, pg_stat_statements preloaded; read back for a
-//! restart), the `pg_hba.conf`
+//! `throwaway.conf` (durability off, pg_stat_statements preloaded, prepared
+//! transactions allowed; read back for a restart), the `pg_hba.conf`
 //! of a TLS server, a standby's replication slot name; PgBouncer's `pgbouncer.ini`.
 
 use std::path::Path;
@@ -17,6 +17,7 @@ pub fn throwaway_conf(port: u16, socket_dir: &Path, tls: bool) -> String {
          synchronous_commit = off\n\
          full_page_writes = off\n\
          max_connections = 300\n\
+         max_prepared_transactions = 10\n\
          shared_preload_libraries = 'pg_stat_statements'\n\
          pg_stat_statements.track = all\n\
          log_min_messages = warning\n",
@@ -98,6 +99,7 @@ mod tests {
         assert!(plain.contains("\nport = 5433\n"));
         assert!(plain.contains("unix_socket_directories = '/tmp/s'\n"));
         assert!(plain.contains("shared_preload_libraries = 'pg_stat_statements'\n"));
+        assert!(plain.contains("\nmax_prepared_transactions = 10\n"));
         assert!(!plain.contains("ssl"));
         let tls = throwaway_conf(5433, Path::new("/tmp/s"), true);
         assert!(
