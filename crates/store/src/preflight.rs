@@ -58,8 +58,12 @@ pub fn read_facts(client: &mut Session, need: Need, command: &'static str) -> Re
     let checks = statements(need);
     let mut batch = vec![head.clone(), pause_statement(command)];
     batch.extend(checks.iter().cloned());
-    let system_before = Utc::now();
+    // The round trip's timer starts first: it then spans the system clock's reading
+    // as well as the database's, so that the midpoint is within half of it of both
+    // whatever the scheduler does between the two calls (a pause after the system
+    // clock's reading, outside the timer, would move the estimate past its bound).
     let started = Instant::now();
+    let system_before = Utc::now();
     let (mut answers, pause_read) = match run(client, &batch) {
         Ok(answers) => (answers, true),
         // The switch's table is missing or not granted: the rest, without it.
