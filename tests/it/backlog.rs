@@ -299,9 +299,9 @@ const HYGIENE_FAMILIES: [&str; 11] = [
 /// poison, five of the outbox, two of the relay's floor, two of the other producers'
 /// rows, two pause switches.
 const BACKLOG_SAMPLES: usize = 2 * 3 + 1 + 5 + 2 + 2 + 2;
-/// Samples of the upkeep: seven of the outbox, six partial indexes, four kinds of
+/// Samples of the upkeep: seven of the outbox, seven partial indexes, four kinds of
 /// holders, two oldest ages, four oldest xid ages.
-const HYGIENE_SAMPLES: usize = 7 + 6 + 4 + 2 + 4;
+const HYGIENE_SAMPLES: usize = 7 + 7 + 4 + 2 + 4;
 
 /// `name{labels}` → value, and the declared type of each metric.
 fn parse_prometheus(text: &str) -> (BTreeMap<String, f64>, BTreeMap<String, String>) {

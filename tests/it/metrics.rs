@@ -449,7 +449,7 @@ fn the_relay_pushes_its_own_group() {
         .lines()
         .filter(|l| l.starts_with("# HELP ") && !backlog_only(l))
         .collect();
-    assert_eq!(helps.len(), 8, "{}", report.stdout);
+    assert_eq!(helps.len(), 11, "{}", report.stdout);
     for help in helps {
         assert!(pushed.lines().any(|l| l == help), "{help}\n{pushed}");
     }
