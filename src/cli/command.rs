@@ -10,10 +10,11 @@ use super::values::choice;
 use super::work::{BacklogArgs, DryRunArgs, RelayArgs, RunOnceArgs};
 use crate::exit::EXIT_CODES_HELP;
 
-/// What `--version` prints after the program's name: the version, the commit it was
-/// built from and the schema version it expects (the highest migration built in).
+/// What `--version` prints after the program's name: the release (an unreleased
+/// build's says so: `0.2.0-dev+<commit>`), the commit it was built from and the schema
+/// version it expects (the highest migration built in).
 pub const VERSION_LINE: &str = concat!(
-    env!("CARGO_PKG_VERSION"),
+    env!("BOOKING_EXPIRE_RELEASE"),
     " (commit ",
     env!("BOOKING_EXPIRE_COMMIT"),
     ", schema ",

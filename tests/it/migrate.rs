@@ -175,8 +175,8 @@ fn a_database_migrated_the_old_way_is_adopted_and_nothing_runs_again() {
     }
     let after: Vec<(String, String)> = catalog_versions(&mut c)
         .into_iter()
-        .filter(|(what, _)| what != "class booking_expiration_migrations")
-        .filter(|(what, _)| !what.starts_with("class booking_expiration_migrations_"))
+        // The runner's own tables: the history and the partial files.
+        .filter(|(what, _)| !what.starts_with("class booking_expiration_migration"))
         .collect();
     assert_eq!(after, before, "nothing of the job's catalog was rewritten");
     let options: Vec<String> = c
@@ -349,6 +349,7 @@ fn policy() -> Policy {
         index_timeout: Duration::from_secs(60),
         lock_wait: Duration::from_secs(60),
         retry_for: Duration::from_secs(60),
+        stop_after: None,
     }
 }
 
@@ -503,7 +504,7 @@ fn first_alter_of_the_outbox_after(after: i32) -> (&'static str, usize, usize) {
         .iter()
         .filter(|m| m.version > after)
         .find_map(|m| {
-            let statements = booking_expire::store::migrate::statements(m.sql);
+            let statements = booking_expire::store::migrate::statements(m.sql).unwrap();
             let k = statements
                 .iter()
                 .position(|s| s.starts_with("ALTER TABLE crm.outbox"))?;
@@ -517,6 +518,7 @@ fn first_alter_of_the_outbox_after(after: i32) -> (&'static str, usize, usize) {
 fn first_concurrent_build() -> Option<(i32, String, String)> {
     MIGRATIONS.iter().find_map(|m| {
         booking_expire::store::migrate::statements(m.sql)
+            .unwrap()
             .iter()
             .find_map(|s| {
                 let words: Vec<&str> = s.split_whitespace().collect();

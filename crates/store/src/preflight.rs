@@ -11,6 +11,7 @@ use postgres::error::SqlState;
 use postgres::{Client, SimpleQueryMessage, SimpleQueryRow};
 
 use super::clock::ClockSkew;
+use super::migrate::compat;
 use super::ops::PauseRow;
 use super::privileges;
 use super::running::{pause_row, pause_statement};
@@ -106,17 +107,24 @@ pub fn read_facts(client: &mut Session, need: Need, command: &'static str) -> Re
     })
 }
 
-/// The schema statements, then the privileges statement, of `need`.
+/// The schema statements, the compatibility statements (the history's releases, the
+/// read-only role's reach), then the privileges statement, of `need`.
 fn statements(need: Need) -> Vec<String> {
     let mut out = schema::statements(need);
+    out.push(compat::HISTORY_STATEMENT.to_owned());
+    out.push(compat::READS_ALL_STATS_STATEMENT.to_owned());
     out.push(privileges::statement(need));
     out
 }
 
+/// Compatibility first (a schema ahead of the binary may lack what it looks for, and
+/// "run migrate" would be the wrong advice), then the schema, then the privileges.
 fn judge(need: Need, answers: &[Vec<SimpleQueryRow>]) -> Result<()> {
-    let (schema_answers, privilege_answers) = answers.split_at(answers.len().saturating_sub(1));
+    let (schema_answers, rest) = answers.split_at(answers.len().saturating_sub(3));
+    let answer = |i: usize| rest.get(i).map_or(&[][..], Vec::as_slice);
+    compat::judge(answer(0), answer(1))?;
     schema::judge(need, schema_answers)?;
-    privileges::judge(need, privilege_answers.first().map_or(&[], Vec::as_slice))
+    privileges::judge(need, answer(2))
 }
 
 /// Runs `statements` as one simple-query batch; the rows of each, in order.
