@@ -2,9 +2,10 @@
 //! that works on the schema its file leaves (`works_from`, from [`super::MIGRATIONS`]),
 //! so a binary older than that, which does not know the file, reads it there and
 //! refuses with 78 naming the release needed; one that is behind but still works logs
-//! the versions ahead once and runs. Read in the commands' one catalog round trip, by
-//! a statement that never fails: no history, none readable, or a history from before
-//! `works_from` is "nothing known". The same round trip says whether the read-only role
+//! the versions ahead once and runs. The commands' catalog round trip asks whether the
+//! history can be read (a statement that never fails), then its rows are read in one
+//! more: no history, none readable, or a history from before `works_from` is "nothing
+//! known". The same round trip says whether the read-only role
 //! can still read other sessions' SQL (a member of `pg_read_all_stats`: migration 11's
 //! revoke did not happen).
 
@@ -46,25 +47,50 @@ pub fn number(release: &str) -> Option<(u64, u64, u64)> {
     parts.next().is_none().then_some(n)
 }
 
-/// The history's rows as the preflight reads them: version, name, release, works_from
-/// (empty when the row has none). Never fails: a missing or unreadable history, or one
-/// without the column, reads as the rows it can.
-pub const HISTORY_STATEMENT: &str = "SELECT h.version::text AS version, h.name,
-       coalesce(h.release, '') AS release, coalesce(h.works_from, '') AS works_from
-  FROM xmltable('/table/row' PASSING (
-         CASE WHEN to_regclass('crm.booking_expiration_migrations') IS NULL
-                   OR NOT has_table_privilege('crm.booking_expiration_migrations', 'SELECT')
-              THEN '<table/>'::xml
-              WHEN EXISTS (SELECT FROM pg_catalog.pg_attribute
-                            WHERE attrelid = to_regclass('crm.booking_expiration_migrations')
-                              AND attname = 'works_from' AND NOT attisdropped)
-              THEN query_to_xml('SELECT version, name, release, works_from
-                                   FROM crm.booking_expiration_migrations', false, false, '')
-              ELSE query_to_xml('SELECT version, name, release
-                                   FROM crm.booking_expiration_migrations', false, false, '')
-         END)
-         COLUMNS version integer, name text, release text, works_from text) h
- ORDER BY h.version";
+/// Whether the history can be read, and how: `readable` (it exists and the role may
+/// read it) and `works_from` (it has that column), as text. A statement of the
+/// commands' catalog batch that never fails; the rows themselves are read after it,
+/// only when there are some to read ([`read`]): a server without libxml has no
+/// dynamic read that would do it in the same batch.
+pub const PROBE_STATEMENT: &str =
+    "SELECT (CASE WHEN to_regclass('crm.booking_expiration_migrations') IS NULL THEN false
+             ELSE has_table_privilege('crm.booking_expiration_migrations', 'SELECT') END)::text
+           AS history_readable,
+       EXISTS (SELECT FROM pg_catalog.pg_attribute
+                WHERE attrelid = to_regclass('crm.booking_expiration_migrations')
+                  AND attname = 'works_from' AND NOT attisdropped)::text AS history_works_from";
+
+/// The history's rows as far as compatibility goes, when [`PROBE_STATEMENT`]'s answer
+/// says it can be read: one more round trip, on a migrated database only.
+pub fn read(client: &mut postgres::Client, probe: &[SimpleQueryRow]) -> Result<Vec<Row>> {
+    use crate::error::ClassifyExt;
+    let field = |name: &str| probe.first().and_then(|r| r.get(name)) == Some("true");
+    if !field("history_readable") {
+        return Ok(Vec::new());
+    }
+    let works_from = if field("history_works_from") {
+        "coalesce(works_from, '')"
+    } else {
+        "''"
+    };
+    let messages = client
+        .simple_query(&format!(
+            "SELECT version::text AS version, name, release, {works_from} AS works_from
+               FROM crm.booking_expiration_migrations ORDER BY version"
+        ))
+        .classify(
+            Fault::Temporary,
+            "cannot read the migrations' history crm.booking_expiration_migrations",
+        )?;
+    let answer: Vec<SimpleQueryRow> = messages
+        .into_iter()
+        .filter_map(|m| match m {
+            postgres::SimpleQueryMessage::Row(r) => Some(r),
+            _ => None,
+        })
+        .collect();
+    Ok(rows(&answer))
+}
 
 /// Whether the read-only role can read every session's SQL text (a member of
 /// `pg_read_all_stats`, directly or not).
@@ -125,8 +151,8 @@ pub fn verdict(rows: &[Row], this: &str, latest: i32) -> Verdict {
     Verdict::Ahead { rows: ahead, needs }
 }
 
-/// The rows of [`HISTORY_STATEMENT`]'s answer.
-pub fn rows(answer: &[SimpleQueryRow]) -> Vec<Row> {
+/// The rows of the history's answer.
+fn rows(answer: &[SimpleQueryRow]) -> Vec<Row> {
     answer
         .iter()
         .filter_map(|r| {
@@ -143,7 +169,7 @@ pub fn rows(answer: &[SimpleQueryRow]) -> Vec<Row> {
 /// Fails with 78 when the history needs a newer release than this binary; logs once
 /// (per process) the files ahead of it and a read-only role that can still read other
 /// sessions' SQL.
-pub fn judge(history: &[SimpleQueryRow], reads_all_stats: &[SimpleQueryRow]) -> Result<()> {
+pub fn judge(history: &[Row], reads_all_stats: &[SimpleQueryRow]) -> Result<()> {
     static AHEAD: Once = Once::new();
     static STATS: Once = Once::new();
     if reads_all_stats
@@ -153,7 +179,7 @@ pub fn judge(history: &[SimpleQueryRow], reads_all_stats: &[SimpleQueryRow]) -> 
     {
         STATS.call_once(|| warn!("{}", STATS_WARNING));
     }
-    match verdict(&rows(history), this_release(), super::latest()) {
+    match verdict(history, this_release(), super::latest()) {
         Verdict::Fine => Ok(()),
         Verdict::Ahead { rows, needs } => {
             AHEAD.call_once(|| {
