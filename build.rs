@@ -1,5 +1,5 @@
 //! Build-time facts for `--version`: the commit the binary is built from, the release
-//! it is (`BOOKING_EXPIRE_RELEASE`: Cargo.toml's version for a release's build, else
+//! it is (`RELEASE_BUILT_IN`: Cargo.toml's version for a release's build, else
 //! the next minor version marked unreleased, `0.2.0-dev+<commit>`) and the schema
 //! version it expects (the highest numbered file of `sql/`).
 
@@ -48,7 +48,7 @@ fn main() {
     let version = std::env::var("CARGO_PKG_VERSION").unwrap_or_default();
     let releases = std::fs::read_to_string("scripts/releases.tsv").unwrap_or_default();
     println!(
-        "cargo:rustc-env=BOOKING_EXPIRE_RELEASE={}",
+        "cargo:rustc-env=RELEASE_BUILT_IN={}",
         release(&version, &commit, &releases)
     );
     let schema = std::fs::read_dir("sql")

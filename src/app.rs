@@ -68,7 +68,7 @@ fn relay_gauges(result: &RelayResult, run: &RunEnd) -> String {
 pub fn run(config: Config, run_id: Uuid, shutdown: &Shutdown) -> Result<()> {
     shutdown.install(exit::signalled)?;
     // Which release this is, for the check that the schema is not too new for it.
-    store::migrate::compat::set_release(env!("BOOKING_EXPIRE_RELEASE"));
+    store::migrate::compat::set_release(env!("RELEASE_BUILT_IN"));
     let clock = SystemClock;
     let driver = Driver::system(shutdown);
     // run-once reads no outbox figure (its role may not read the outbox).

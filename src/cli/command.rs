@@ -14,7 +14,7 @@ use crate::exit::EXIT_CODES_HELP;
 /// build's says so: `0.2.0-dev+<commit>`), the commit it was built from and the schema
 /// version it expects (the highest migration built in).
 pub const VERSION_LINE: &str = concat!(
-    env!("BOOKING_EXPIRE_RELEASE"),
+    env!("RELEASE_BUILT_IN"),
     " (commit ",
     env!("BOOKING_EXPIRE_COMMIT"),
     ", schema ",

@@ -69,7 +69,7 @@ fn policy(limits: &MigrateLimits) -> Policy {
 fn release() -> String {
     format!(
         "{} (commit {})",
-        env!("BOOKING_EXPIRE_RELEASE"),
+        env!("RELEASE_BUILT_IN"),
         env!("BOOKING_EXPIRE_COMMIT")
     )
 }
@@ -114,6 +114,10 @@ fn apply(
 fn dry_run(db: &mut Db, target: i32) -> Result<()> {
     let plan = runner::plan(&mut db.client, target)?;
     let mut out = String::new();
+    let missing = runner::missing_privileges(&mut db.client, &plan)?;
+    if !missing.is_empty() {
+        out.push_str(&format!("would refuse: {}\n", runner::refusal(&missing)));
+    }
     if plan.steps.is_empty() {
         out.push_str("nothing to do: every migration up to the target is applied\n");
     }
@@ -153,6 +157,11 @@ fn dry_run(db: &mut Db, target: i32) -> Result<()> {
                 statements.len(),
                 runner::first_line(s)
             ));
+            if let Some(index) = runner::invalid_leftover(&mut db.client, s)? {
+                out.push_str(&format!(
+                    "      first drops the INVALID index {index} an earlier build left\n"
+                ));
+            }
         }
     }
     for a in &plan.unknown {

@@ -48,6 +48,8 @@ mod migrate;
 mod migrate_compat;
 mod migrate_notices;
 mod migrate_partial;
+mod migrate_refuse;
+mod migrate_split;
 mod pause;
 mod poison_and_races;
 mod pooler;

@@ -571,6 +571,14 @@ fn a_shipped_concurrent_build_that_failed_before_is_dropped_and_built_again_by_m
         &[&version],
     )
     .unwrap();
+    let dry = db.run(&["migrate", "--dry-run"]);
+    assert!(
+        dry.stdout.contains(&format!(
+            "      first drops the INVALID index crm.{name} an earlier build left\n"
+        )),
+        "--dry-run names the leftover: {}",
+        dry.stdout
+    );
     let run = db.run(&["migrate"]);
     let result = result_of(&run);
     assert!(

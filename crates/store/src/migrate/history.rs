@@ -26,10 +26,14 @@ pub fn checksum(sql: &str) -> String {
 }
 
 /// Whether a history row's `recorded` checksum is that of `sql`: its normalised one, or
-/// the sha256 of its raw bytes (what the runner recorded before line endings were
-/// normalised).
+/// the sha256 of its raw bytes as an LF or a CRLF checkout held them (what the runner
+/// recorded before line endings were normalised).
 pub fn accepts(recorded: &str, sql: &str) -> bool {
-    recorded == checksum(sql) || recorded == hex(sql)
+    if recorded == checksum(sql) || recorded == hex(sql) {
+        return true;
+    }
+    let lf = sql.replace("\r\n", "\n");
+    recorded == hex(&lf.replace('\n', "\r\n"))
 }
 
 /// The sha256 of `text`'s bytes in hex.
@@ -98,6 +102,39 @@ pub fn ensure(client: &mut Client) -> Result<()> {
             format!("cannot create the history table {TABLE}"),
         )?;
     Ok(())
+}
+
+/// Gives the runner's tables (the history, the partial files) to the owner of
+/// `crm.outbox` when another role made them (a member of that owner's role): the owner
+/// of the tables they describe can always read and write them. A failure is a warning:
+/// the run goes on, the DBA can fix the owner later.
+pub fn own_like_the_tables(client: &mut Client) {
+    let given = client.batch_execute(
+        "DO $$
+         DECLARE
+             owner oid := (SELECT relowner FROM pg_catalog.pg_class
+                            WHERE oid = to_regclass('crm.outbox'));
+             t text;
+         BEGIN
+             IF owner IS NULL THEN
+                 RETURN;
+             END IF;
+             FOREACH t IN ARRAY ARRAY['crm.booking_expiration_migrations',
+                                      'crm.booking_expiration_migration_partial'] LOOP
+                 IF (SELECT relowner FROM pg_catalog.pg_class WHERE oid = to_regclass(t))
+                    <> owner THEN
+                     EXECUTE format('ALTER TABLE %s OWNER TO %I', t, pg_get_userbyid(owner));
+                 END IF;
+             END LOOP;
+         END
+         $$",
+    );
+    if let Err(e) = given {
+        log::warn!(
+            "migrate: cannot give the history {TABLE} to the owner of crm.outbox ({e}); \
+                    run ALTER TABLE {TABLE} OWNER TO that owner"
+        );
+    }
 }
 
 /// Adds `works_from` to a history made before the runner recorded it: a column
@@ -272,8 +309,11 @@ mod tests {
             let crlf = m.sql.replace('\n', "\r\n");
             assert_eq!(checksum(&crlf), checksum(m.sql), "{}", m.file);
             assert!(accepts(&checksum(m.sql), &crlf), "{}", m.file);
-            // A row recorded from the CRLF copy's raw bytes before the normalisation.
+            // A row recorded from the CRLF copy's raw bytes before the normalisation,
+            // read by a binary of the LF file, and the other way round.
             assert!(accepts(&hex(&crlf), &crlf), "{}", m.file);
+            assert!(accepts(&hex(&crlf), m.sql), "{}", m.file);
+            assert!(accepts(&hex(m.sql), &crlf), "{}", m.file);
             assert!(!accepts(&checksum("SELECT 1"), m.sql), "{}", m.file);
         }
     }

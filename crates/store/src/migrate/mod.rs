@@ -17,6 +17,7 @@ mod lock;
 mod notices;
 mod partial;
 mod policy;
+mod refuse;
 mod run;
 mod split;
 mod stopped;
@@ -64,6 +65,17 @@ pub struct Plan {
     pub steps: Vec<Step>,
     /// Versions in the history that this binary does not know (a newer release's).
     pub unknown: Vec<Applied>,
+}
+
+impl Plan {
+    /// The versions of the files it runs (not those it adopts).
+    fn runs(&self) -> Vec<i32> {
+        self.steps
+            .iter()
+            .filter(|s| !matches!(s, Step::Adopt(_)))
+            .map(|s| s.migration().version)
+            .collect()
+    }
 }
 
 /// What a run did.
@@ -189,6 +201,30 @@ fn probe(client: &mut Client, version: i32) -> Result<bool> {
     Ok(adopt::present(client, probed)?.unwrap_or(false))
 }
 
+/// The INVALID index (`schema.name`) an earlier build left that `statement` would drop
+/// before building it again, if any. Reads only.
+pub fn invalid_leftover(client: &mut Session, statement: &str) -> Result<Option<String>> {
+    let policy::Kind::IndexBuild { schema, index } = policy::kind(statement) else {
+        return Ok(None);
+    };
+    Ok(run::invalid(client.pg(), schema.as_deref(), &index)?.map(|s| format!("{s}.{index}")))
+}
+
+/// What the role that runs `plan` lacks, one phrase each; empty when it may run it.
+/// Reads only.
+pub fn missing_privileges(client: &mut Session, plan: &Plan) -> Result<Vec<String>> {
+    refuse::missing(client.pg(), &plan.runs())
+}
+
+/// The refusal of a run whose role lacks `missing`.
+pub fn refusal(missing: &[String]) -> String {
+    format!(
+        "migrate cannot apply the pending migrations: {}; nothing was done (not even the \
+         history table)",
+        missing.join("; ")
+    )
+}
+
 /// The statements of `m`; 78 naming the file and line of a comment or string it does
 /// not close (nothing of it runs).
 pub fn split(m: &'static Migration) -> Result<Vec<&'static str>> {
@@ -237,8 +273,16 @@ fn apply_locked(
     run: &Run<'_>,
     target: i32,
 ) -> Result<Outcome> {
+    // Before anything is made or recorded: can this role do what the pending files
+    // need? (The history may not exist yet: the plan reads it as empty.)
+    let pending = plan_on(client, target)?;
+    let missing = refuse::missing(client, &pending.runs())?;
+    if !missing.is_empty() {
+        return Err(fail(Fault::Config, refusal(&missing)));
+    }
     history::ensure(client)?;
     partial::ensure(client)?;
+    history::own_like_the_tables(client);
     run.notices.log("(the history)", "-");
     let plan = plan_on(client, target)?;
     for a in &plan.unknown {
