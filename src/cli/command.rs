@@ -312,7 +312,12 @@ pub enum Command {
                       to --lock-wait; a second migrator waits, then finds nothing to do and \
                       exits 0. A database migrated by the old script (no history) is adopted: \
                       the files whose objects are there (and whose check holds) are recorded \
-                      without running. A file with a comment or string it does not close is \
+                      without running, whatever the history holds. Once every file is \
+                      recorded it runs the commands' schema and grant checks and names each \
+                      difference a DBA made since (78). A role that cannot do what the pending \
+                      files need (own crm.bookings and crm.outbox, create in schema crm, create \
+                      a missing job role) is refused before any change (78). A file with a \
+                      comment or string it does not close is \
                       refused naming its line (78). A file \
                       whose checksum differs from the one applied (a shipped migration edited) \
                       is refused before any work (78). Behind a transaction pooler it refuses \

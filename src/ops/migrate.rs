@@ -120,6 +120,15 @@ fn dry_run(db: &mut Db, target: i32) -> Result<()> {
     }
     if plan.steps.is_empty() {
         out.push_str("nothing to do: every migration up to the target is applied\n");
+        if target >= runner::latest() {
+            let lacking = runner::job_needs(&mut db.client, &plan)?;
+            if !lacking.is_empty() {
+                out.push_str(&format!(
+                    "would refuse: {}\n",
+                    runner::not_what_the_job_needs(&lacking)
+                ));
+            }
+        }
     }
     for step in &plan.steps {
         let m = step.migration();

@@ -21,6 +21,7 @@ mod refuse;
 mod run;
 mod split;
 mod stopped;
+mod verify;
 
 use std::time::Instant;
 
@@ -158,9 +159,9 @@ fn plan_on(client: &mut Client, target: i32) -> Result<Plan> {
         }
     }
     let partial = partial::read(client)?;
-    // A database migrated by the old script has no history: what each baseline file
-    // made is probed once, before anything runs.
-    let fresh = history.is_empty() && partial.is_empty();
+    // A database migrated by the old script has no history of some baseline files
+    // (none, or only those a `--target` run adopted): what each of those made is
+    // probed, before anything runs, whatever the history holds.
     let mut steps = Vec::new();
     for m in MIGRATIONS.iter().filter(|m| m.version <= target) {
         if history.iter().any(|a| a.version == m.version) {
@@ -177,8 +178,7 @@ fn plan_on(client: &mut Client, target: i32) -> Result<Plan> {
             });
             continue;
         }
-        let present = fresh
-            && m.version <= BASELINE
+        let present = m.version <= BASELINE
             && probe(client, m.version)?
             && check::failure(client, m.version)?.is_none();
         steps.push(if present {
@@ -208,6 +208,34 @@ pub fn invalid_leftover(client: &mut Session, statement: &str) -> Result<Option<
         return Ok(None);
     };
     Ok(run::invalid(client.pg(), schema.as_deref(), &index)?.map(|s| format!("{s}.{index}")))
+}
+
+/// What the job lacks once every file is recorded (nothing when some file is not):
+/// the preflights' findings, one phrase each. Reads only.
+pub fn job_needs(client: &mut Session, plan: &Plan) -> Result<Vec<String>> {
+    if !plan.steps.is_empty() {
+        return Ok(Vec::new());
+    }
+    let client = client.pg();
+    let recorded = history::read(client)?.unwrap_or_default();
+    if !MIGRATIONS
+        .iter()
+        .all(|m| recorded.iter().any(|a| a.version == m.version))
+    {
+        return Ok(Vec::new());
+    }
+    verify::missing(client)
+}
+
+/// The refusal of a schema whose recorded files' objects were changed since.
+pub fn not_what_the_job_needs(missing: &[String]) -> String {
+    format!(
+        "every migration is recorded, but the schema lacks what this binary's commands need: \
+         {}. A recorded file's objects were changed since it ran (a column dropped, a grant \
+         revoked): put them back as its file in sql/ makes them; migrate does not run a \
+         recorded file again",
+        missing.join("; ")
+    )
 }
 
 /// What the role that runs `plan` lacks, one phrase each; empty when it may run it.
@@ -400,12 +428,20 @@ fn apply_locked(
         outcome.applied.push(m.file.to_owned());
     }
     history::grant_readers(client)?;
-    outcome.schema_version = history::read(client)?
-        .unwrap_or_default()
-        .iter()
-        .map(|a| a.version)
-        .max()
-        .unwrap_or(0);
+    let history = history::read(client)?.unwrap_or_default();
+    outcome.schema_version = history.iter().map(|a| a.version).max().unwrap_or(0);
+    // Every file recorded: what the job needs must be there, or run-once would send
+    // the DBA back here.
+    if target >= latest()
+        && MIGRATIONS
+            .iter()
+            .all(|m| history.iter().any(|a| a.version == m.version))
+    {
+        let missing = verify::missing(client)?;
+        if !missing.is_empty() {
+            return Err(fail(Fault::Config, not_what_the_job_needs(&missing)));
+        }
+    }
     Ok(outcome)
 }
 

@@ -1,0 +1,92 @@
+//! What the job needs, checked once every file is recorded: the tables and columns
+//! (with their types and nullability) each subcommand's preflight asks for, and the
+//! grants of the job's group roles, read as `run-once` and the others read them. A
+//! recorded file whose objects a DBA changed since (a column dropped, a grant revoked)
+//! would otherwise have `run-once` say "schema not migrated … run migrate" and
+//! `migrate` say "nothing to do", each pointing at the other: `migrate` names every
+//! difference instead and ends with 78.
+
+use anyhow::Result;
+use postgres::{Client, SimpleQueryMessage, SimpleQueryRow};
+
+use crate::error::{ClassifyExt, Fault};
+use crate::schema::{self, Need};
+
+/// Every subcommand's needs.
+const NEEDS: [Need; 6] = [
+    Need::Cycle,
+    Need::Relay,
+    Need::Report,
+    Need::Explain,
+    Need::Operate,
+    Need::Requeue,
+];
+
+/// What the schema lacks of what the job needs, one phrase each (the preflights' own
+/// words); empty when every subcommand would pass its schema and grant checks.
+pub fn missing(client: &mut Client) -> Result<Vec<String>> {
+    let roles: Vec<String> = client
+        .query(
+            "SELECT rolname::text FROM pg_catalog.pg_roles
+              WHERE rolname IN ('crm_booking_expiration_worker', 'crm_outbox_relay',
+                                'crm_booking_expiration_readonly',
+                                'crm_booking_expiration_operator')",
+            &[],
+        )
+        .classify(Fault::Temporary, "cannot read the job's roles")?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let mut out: Vec<String> = Vec::new();
+    let mut add = |what: String| {
+        let what = what
+            .replace(" (run `booking-expire migrate`)", "")
+            .split(" (GRANT ")
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        if !out.contains(&what) {
+            out.push(what);
+        }
+    };
+    for need in NEEDS {
+        let statements = schema::statements(need);
+        let answers = run(client, &statements)
+            .classify(Fault::Temporary, "cannot read the schema catalog")?;
+        if let Err(e) = schema::judge(need, &answers) {
+            add(e.to_string());
+            continue;
+        }
+        let role = need.who().1;
+        if !roles.iter().any(|r| r == role) {
+            add(format!("role {role} does not exist"));
+            continue;
+        }
+        let statement = crate::privileges::statement_as(need, Some(role));
+        let answers = run(client, &[statement])
+            .classify(Fault::Temporary, "cannot read the job's roles' grants")?;
+        if let Err(e) =
+            crate::privileges::judge(need, answers.first().map_or(&[][..], Vec::as_slice))
+        {
+            add(e.to_string());
+        }
+    }
+    Ok(out)
+}
+
+/// Runs `statements` as one simple-query batch; the rows of each, in order.
+fn run(
+    client: &mut Client,
+    statements: &[String],
+) -> Result<Vec<Vec<SimpleQueryRow>>, postgres::Error> {
+    let mut answers = Vec::with_capacity(statements.len());
+    let mut rows = Vec::new();
+    for m in client.simple_query(&statements.join(";\n"))? {
+        match m {
+            SimpleQueryMessage::Row(row) => rows.push(row),
+            SimpleQueryMessage::CommandComplete(_) => answers.push(std::mem::take(&mut rows)),
+            _ => {}
+        }
+    }
+    Ok(answers)
+}
