@@ -694,3 +694,29 @@ fn a_recorded_files_objects_changed_since_make_migrate_say_what_differs_not_noth
     let done = result_of(&db.run(&["migrate"]));
     assert_eq!(names(&done["Applied"]), Vec::<String>::new());
 }
+
+#[test]
+fn the_path_through_0_1_0s_007_only_keeps_an_integer_audit_version_and_migrate_says_how_to_change_it()
+ {
+    let db = TestDb::empty();
+    let mut c = db.client();
+    migrate_the_old_way(&mut c, 7);
+    let run = db.run(&["migrate"]);
+    let result = result_of(&run);
+    assert_eq!(names(&result["Adopted"]), all_files()[..7]);
+    let warned = "migrate: crm.booking_audit.version is integer where a fresh database has \
+                  bigint";
+    assert!(
+        run.stderr.lines().any(|l| l.contains(" WARN ")
+            && l.contains(warned)
+            && l.contains("ALTER TABLE crm.booking_audit ALTER COLUMN version TYPE bigint")),
+        "{}",
+        run.stderr
+    );
+    // Once the DBA changed it, nothing more is said.
+    c.batch_execute("ALTER TABLE crm.booking_audit ALTER COLUMN version TYPE bigint")
+        .unwrap();
+    let again = db.run(&["migrate"]);
+    result_of(&again);
+    assert!(!again.stderr.contains(warned), "{}", again.stderr);
+}

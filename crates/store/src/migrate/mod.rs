@@ -441,6 +441,9 @@ fn apply_locked(
         if !missing.is_empty() {
             return Err(fail(Fault::Config, not_what_the_job_needs(&missing)));
         }
+        for what in verify::divergences(client)? {
+            warn!("migrate: {what}");
+        }
     }
     Ok(outcome)
 }
