@@ -1,5 +1,7 @@
-//! Build-time facts for `--version`: the commit the binary is built from and the
-//! schema version it expects (the highest numbered file of `sql/`).
+//! Build-time facts for `--version`: the commit the binary is built from, the release
+//! it is (`RELEASE_BUILT_IN`: Cargo.toml's version for a release's build, else
+//! the next minor version marked unreleased, `0.2.0-dev+<commit>`) and the schema
+//! version it expects (the highest numbered file of `sql/`).
 
 use std::path::Path;
 use std::process::Command;
@@ -7,6 +9,7 @@ use std::process::Command;
 fn main() {
     println!("cargo:rerun-if-env-changed=BOOKING_EXPIRE_COMMIT");
     println!("cargo:rerun-if-changed=sql");
+    println!("cargo:rerun-if-changed=scripts/releases.tsv");
     // The commit: the image's build argument first (its build context has no .git),
     // then git, else unknown.
     let commit = std::env::var("BOOKING_EXPIRE_COMMIT")
@@ -42,6 +45,12 @@ fn main() {
         }
     }
     println!("cargo:rustc-env=BOOKING_EXPIRE_COMMIT={commit}");
+    let version = std::env::var("CARGO_PKG_VERSION").unwrap_or_default();
+    let releases = std::fs::read_to_string("scripts/releases.tsv").unwrap_or_default();
+    println!(
+        "cargo:rustc-env=RELEASE_BUILT_IN={}",
+        release(&version, &commit, &releases)
+    );
     let schema = std::fs::read_dir("sql")
         .map(|dir| {
             dir.filter_map(|e| e.ok())
@@ -73,4 +82,34 @@ fn common_dir(git_dir: &Path) -> std::path::PathBuf {
         Ok(rel) => git_dir.join(rel.trim()),
         Err(_) => git_dir.to_path_buf(),
     }
+}
+
+/// What the build calls itself. Cargo.toml's `version` is the release's own only on the
+/// release's commit (its line in `scripts/releases.tsv`) or before that line is written
+/// (the release being made); any other commit after a release is the next one's work,
+/// unreleased: `<major>.<minor + 1>.0-dev+<commit>`, never a released version.
+fn release(version: &str, commit: &str, releases: &str) -> String {
+    let lines: Vec<(&str, &str)> = releases
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+        .filter_map(|l| {
+            let mut fields = l.split('\t');
+            Some((fields.next()?.trim(), fields.next()?.trim()))
+        })
+        .collect();
+    let released = lines.iter().any(|(v, _)| *v == version);
+    let this_commit = lines
+        .iter()
+        .any(|(v, c)| *v == version && commit != "unknown" && c.starts_with(commit));
+    if !released || this_commit {
+        return version.to_owned();
+    }
+    let mut parts = version
+        .split(['-', '+'])
+        .next()
+        .unwrap_or_default()
+        .split('.')
+        .map(|p| p.parse::<u64>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    format!("{major}.{}.0-dev+{commit}", minor + 1)
 }

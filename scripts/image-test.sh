@@ -173,19 +173,32 @@ else
 fi
 
 echo "== the image run as the CronJob runs it" >&2
-# booking-expire VERSION (commit 12 HEX, schema N): N the highest migration of sql/.
+# booking-expire RELEASE (commit 12 HEX, schema N): N the highest migration of sql/;
+# RELEASE Cargo.toml's version on its release's commit (or before scripts/releases.tsv
+# names it), else the next minor version unreleased, VERSION-dev+COMMIT (build.rs).
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
 schema=$(find sql -maxdepth 1 -name '[0-9]*_*.sql' -printf '%f\n' | sed 's/_.*//' | sort -n | tail -n 1)
 schema=$((10#$schema))
-want_version="booking-expire $version (commit ${commit:0:12}, schema $schema)"
+release_of() { # COMMIT12 -> what build.rs calls that build
+    local released
+    released=$(awk -F'\t' -v v="$version" '$1 == v { print $2 }' scripts/releases.tsv)
+    if [[ -z $released || ( $1 != unknown && $released == "$1"* ) ]]; then
+        echo "$version"
+    else
+        local major=${version%%.*} rest=${version#*.}
+        echo "$major.$(( ${rest%%.*} + 1 )).0-dev+$1"
+    fi
+}
+want_version="booking-expire $(release_of "${commit:0:12}") (commit ${commit:0:12}, schema $schema)"
 if [[ -n ${BOOKING_EXPIRE_BIN:-} ]]; then
     # A binary built elsewhere names its own commit.
-    want_version="booking-expire $version (commit <its own>, schema $schema)"
+    want_version="booking-expire $(release_of '<its own>') (commit <its own>, schema $schema)"
 fi
 out=$(podman run --rm "${CRONJOB[@]}" "$IMAGE" --version 2>&1) || true
+own=$(sed -n 's/.*(commit \([0-9a-f]\{12\}\|unknown\), schema.*/\1/p' <<<"$out")
 if [[ $out == "$want_version" ]] ||
-    { [[ -n ${BOOKING_EXPIRE_BIN:-} ]] &&
-        [[ $out =~ ^booking-expire\ $version\ \(commit\ ([0-9a-f]{12}|unknown),\ schema\ $schema\)$ ]]; }; then
+    { [[ -n ${BOOKING_EXPIRE_BIN:-} && -n $own ]] &&
+        [[ $out == "booking-expire $(release_of "$own") (commit $own, schema $schema)" ]]; }; then
     pass "--version: $out"
 else
     fail "--version: '$out', want '$want_version'"

@@ -69,6 +69,8 @@ fn relay_gauges(result: &RelayResult, run: &RunEnd) -> String {
 /// it through `shutdown`, which the watcher is installed on here.
 pub fn run(config: Config, run_id: Uuid, shutdown: &Shutdown) -> Result<()> {
     shutdown.install(exit::signalled)?;
+    // Which release this is, for the check that the schema is not too new for it.
+    store::migrate::compat::set_release(env!("RELEASE_BUILT_IN"));
     let clock = SystemClock;
     let driver = Driver::system(shutdown);
     // run-once reads no outbox figure (its role may not read the outbox).

@@ -12,10 +12,11 @@ use super::values::choice;
 use super::work::{BacklogArgs, DryRunArgs, RelayArgs, RunOnceArgs};
 use crate::exit::EXIT_CODES_HELP;
 
-/// What `--version` prints after the program's name: the version, the commit it was
-/// built from and the schema version it expects (the highest migration built in).
+/// What `--version` prints after the program's name: the release (an unreleased
+/// build's says so: `0.2.0-dev+<commit>`), the commit it was built from and the schema
+/// version it expects (the highest migration built in).
 pub const VERSION_LINE: &str = concat!(
-    env!("CARGO_PKG_VERSION"),
+    env!("RELEASE_BUILT_IN"),
     " (commit ",
     env!("BOOKING_EXPIRE_COMMIT"),
     ", schema ",
@@ -325,18 +326,37 @@ pub enum Command {
     #[command(
         long_about = "Apply the migrations built into this binary (the files of sql/), in \
                       version order, each recorded in crm.booking_expiration_migrations (version, \
-                      checksum, applied at, by whom, release, how long). Every statement runs in \
+                      checksum, applied at, by whom, release, how long, and the oldest release \
+                      that works on the schema it leaves: a binary older than that refuses with \
+                      78 before any work, one release behind it runs and says once that the \
+                      schema is ahead). Every statement runs in \
                       its own transaction under the runner's --lock-timeout and \
                       --statement-timeout: a statement that cannot get its lock in time gives \
                       up, so that the CRM's statements never queue behind it, and is tried again \
                       after a jittered back-off (1s, 2s, 4s … at most 30s) for --retry-for. \
                       Index builds CONCURRENTLY wait for older transactions under \
                       --index-timeout; an INVALID index an earlier build left is dropped and \
-                      built again. A file that failed half-way runs again whole next time.\n\n\
+                      built again. Whatever the server says (NOTICE, WARNING) is logged at WARN \
+                      with the file and statement.\n\n\
+                      Partial runs: a file stopped half-way (a signal, a lock never free, a \
+                      failed statement) is recorded as partial in \
+                      crm.booking_expiration_migration_partial (which statements committed, \
+                      when, by whom), shown by migrate status, and the next run goes on after \
+                      the last statement that committed. A file whose purpose is checked after \
+                      it ran (011: the read-only role no member of pg_read_all_stats) and does \
+                      not hold ends the run with 78 and what a superuser must run; it stays \
+                      partial, and the next run checks again.\n\n\
                       One migrator at a time: a session advisory lock, polled every 500ms for up \
                       to --lock-wait; a second migrator waits, then finds nothing to do and \
                       exits 0. A database migrated by the old script (no history) is adopted: \
-                      the files whose objects are there are recorded without running. A file \
+                      the files whose objects are there (and whose check holds) are recorded \
+                      without running, whatever the history holds. Once every file is \
+                      recorded it runs the commands' schema and grant checks and names each \
+                      difference a DBA made since (78). A role that cannot do what the pending \
+                      files need (own crm.bookings and crm.outbox, create in schema crm, create \
+                      a missing job role) is refused before any change (78). A file with a \
+                      comment or string it does not close is \
+                      refused naming its line (78). A file \
                       whose checksum differs from the one applied (a shipped migration edited) \
                       is refused before any work (78). Behind a transaction pooler it refuses \
                       to run (78).\n\n\

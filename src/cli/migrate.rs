@@ -17,8 +17,8 @@ pub struct MigrateArgs {
     #[command(flatten)]
     pub database: ConnectionArgs,
 
-    /// Show what would run (files, statements) and what would be adopted; change
-    /// nothing, not even the history table
+    /// Show what would run (files, statements; a partial file's statements left) and
+    /// what would be adopted; change nothing, not even the history table
     #[arg(long)]
     pub dry_run: bool,
 
@@ -61,15 +61,18 @@ pub struct MigrateArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum MigrateCommand {
-    /// List every built-in migration with its state: applied, adopted, pending or
-    /// changed; read-only
+    /// List every built-in migration with its state: applied, adopted, pending,
+    /// partial or changed; read-only
     #[command(
         long_about = "List every migration built into this binary with its state against \
                       the database's history (crm.booking_expiration_migrations): applied, \
-                      adopted (found applied by the old script), pending, or changed (applied \
-                      with another checksum: the file was edited after it shipped), with when, \
-                      by whom, by which release and how long it took. Read-only: it makes \
-                      nothing, not even the history table.",
+                      adopted (found applied by the old script), pending, partial (begun and \
+                      not finished: how many statements committed, or all and its check \
+                      failed; the next migrate goes on from there), or changed (applied with \
+                      another checksum: the file was edited after it shipped), with when, by \
+                      whom, by which release and how long it took, and the oldest release \
+                      that works on the schema each file leaves. Read-only: it makes nothing, \
+                      not even the history table.",
         after_help = crate::exit::EXIT_CODES_HELP,
         after_long_help = concat!(
             crate::exit::exit_codes_text!(),

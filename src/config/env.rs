@@ -21,12 +21,30 @@ pub const PREFIXES: &[&str] = &[
 /// ignores it and warns of it as of any variable that is no setting.
 const TEST_PANIC: &str = "BOOKING_EXPIRE_TEST_PANIC";
 
+/// The tests' hook that stops `migrate` after so many statements, as a signal would
+/// (to interrupt it at every statement boundary); read only by a build with debug
+/// assertions, as [`TEST_PANIC`].
+const TEST_MIGRATE_STOP_AFTER: &str = "BOOKING_EXPIRE_TEST_MIGRATE_STOP_AFTER";
+
 /// Variables the job reads besides its flags'.
 const OTHERS: &[&str] = if cfg!(debug_assertions) {
-    &[TEST_PANIC]
+    &[TEST_PANIC, TEST_MIGRATE_STOP_AFTER]
 } else {
     &[]
 };
+
+/// How many statements the tests ask `migrate` to run before it stops: never in a
+/// release build.
+pub fn test_migrate_stop_after() -> Option<usize> {
+    if !cfg!(debug_assertions) {
+        return None;
+    }
+    std::env::var(TEST_MIGRATE_STOP_AFTER)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
 
 /// Whether the tests ask this run to panic (to prove that a panic ends it with 70 and
 /// one line): never in a release build.

@@ -88,6 +88,10 @@ pub const FIELDS: &[(&str, &str)] = &[
         "the known environment variable nearest a misspelt one",
     ),
     (
+        "Done",
+        "migrate: how many statements of a file resumed had committed before",
+    ),
+    (
         "DurationMs",
         "how long the run or the push took, in milliseconds",
     ),
@@ -236,6 +240,10 @@ pub const FIELDS: &[(&str, &str)] = &[
         "which outbox rows an operator command selected",
     ),
     ("Sent", "rows of the batch sent to Kafka"),
+    (
+        "Severity",
+        "migrate: the severity of what the server said during a statement (`NOTICE`, `WARNING`, …)",
+    ),
     ("Signal", "the signal received (2 = SIGINT, 15 = SIGTERM)"),
     (
         "Skipped",

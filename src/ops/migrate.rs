@@ -9,7 +9,7 @@ use crate::clock::{Monotonic, SystemMonotonic};
 use crate::config::{MigrateAction, MigrateConfig, MigrateLimits};
 use crate::exit::{Failure, fail};
 use crate::shutdown::Shutdown;
-use crate::store::migrate::{self as runner, Applied, Policy, State, Step};
+use crate::store::migrate::{self as runner, Applied, Partial, Policy, State, Step};
 use crate::store::{self, Db};
 
 /// The result line of a run.
@@ -24,12 +24,16 @@ struct MigrateResult {
 
 /// Runs `migrate` as `cfg` says.
 pub fn migrate(cfg: &MigrateConfig, shutdown: &Shutdown) -> Result<()> {
-    let mut db = store::connect(&cfg.db)?;
+    // What the server says on the migrator's session is logged at WARN per statement.
+    let (db_cfg, notices) = runner::attach_notices(&cfg.db);
+    let mut db = store::connect(&db_cfg)?;
     shutdown.on_signal(db.interrupter());
     match cfg.action {
         MigrateAction::Status { json } => status(&mut db, json),
         MigrateAction::DryRun { target } => dry_run(&mut db, target_of(target)?),
-        MigrateAction::Apply { target } => apply(&mut db, cfg, target_of(target)?, shutdown),
+        MigrateAction::Apply { target } => {
+            apply(&mut db, cfg, &notices, target_of(target)?, shutdown)
+        }
     }
 }
 
@@ -56,19 +60,27 @@ fn policy(limits: &MigrateLimits) -> Policy {
         index_timeout: limits.index_timeout,
         lock_wait: limits.lock_wait,
         retry_for: limits.retry_for,
+        stop_after: crate::config::env::test_migrate_stop_after(),
     }
 }
 
-/// What the binary's build calls itself in the history: its version and commit.
+/// What the binary's build calls itself in the history: its release (an unreleased
+/// build's says so, `0.2.0-dev+<commit>`) and commit.
 fn release() -> String {
     format!(
         "{} (commit {})",
-        env!("CARGO_PKG_VERSION"),
+        env!("RELEASE_BUILT_IN"),
         env!("BOOKING_EXPIRE_COMMIT")
     )
 }
 
-fn apply(db: &mut Db, cfg: &MigrateConfig, target: i32, shutdown: &Shutdown) -> Result<()> {
+fn apply(
+    db: &mut Db,
+    cfg: &MigrateConfig,
+    notices: &runner::Notices,
+    target: i32,
+    shutdown: &Shutdown,
+) -> Result<()> {
     let started = SystemMonotonic.now();
     db.require_writable(&cfg.db, "migrate")?;
     crate::preflight::require_own_session(db, &cfg.db, "migrate")?;
@@ -76,13 +88,19 @@ fn apply(db: &mut Db, cfg: &MigrateConfig, target: i32, shutdown: &Shutdown) -> 
     // server's connections are full) the messages say less, the run is the same.
     let mut watcher = store::connect_another(&cfg.db).ok();
     let stopped = || shutdown.requested().is_some();
+    let policy = policy(&cfg.limits);
+    let release = release();
+    let run = runner::Run {
+        policy: &policy,
+        release: &release,
+        notices,
+        stopped: &stopped,
+    };
     let outcome = runner::apply(
         &mut db.client,
         watcher.as_mut().map(|w| &mut w.client),
-        &policy(&cfg.limits),
-        &release(),
+        &run,
         target,
-        &stopped,
     )?;
     let result = MigrateResult {
         schema_version: outcome.schema_version,
@@ -96,30 +114,62 @@ fn apply(db: &mut Db, cfg: &MigrateConfig, target: i32, shutdown: &Shutdown) -> 
 fn dry_run(db: &mut Db, target: i32) -> Result<()> {
     let plan = runner::plan(&mut db.client, target)?;
     let mut out = String::new();
+    let missing = runner::missing_privileges(&mut db.client, &plan)?;
+    if !missing.is_empty() {
+        out.push_str(&format!("would refuse: {}\n", runner::refusal(&missing)));
+    }
     if plan.steps.is_empty() {
         out.push_str("nothing to do: every migration up to the target is applied\n");
+        if target >= runner::latest() {
+            let lacking = runner::job_needs(&mut db.client, &plan)?;
+            if !lacking.is_empty() {
+                out.push_str(&format!(
+                    "would refuse: {}\n",
+                    runner::not_what_the_job_needs(&lacking)
+                ));
+            }
+        }
     }
     for step in &plan.steps {
-        match step {
-            Step::Adopt(m) => out.push_str(&format!(
-                "would adopt {} (its objects are there: applied by the old script)\n",
-                m.file
-            )),
-            Step::Run(m) => {
-                let statements = runner::statements(m.sql);
+        let m = step.migration();
+        let (from, verb) = match step {
+            Step::Adopt(m) => {
                 out.push_str(&format!(
-                    "would apply {} ({} statements)\n",
-                    m.file,
-                    statements.len()
+                    "would adopt {} (its objects are there: applied by the old script)\n",
+                    m.file
                 ));
-                for (k, s) in statements.iter().enumerate() {
-                    out.push_str(&format!(
-                        "  {}/{} {}\n",
-                        k + 1,
-                        statements.len(),
-                        runner::first_line(s)
-                    ));
-                }
+                continue;
+            }
+            Step::Run(_) => (0, "would apply".to_owned()),
+            Step::Resume(_, p) => (
+                p.done.max(0) as usize,
+                format!(
+                    "would resume (begun {} by {}: {} of {} statements done{})",
+                    crate::domain::rfc3339(p.updated_at),
+                    p.updated_by,
+                    p.done,
+                    p.statements,
+                    reason(p)
+                ),
+            ),
+        };
+        let statements = runner::split(m)?;
+        out.push_str(&format!(
+            "{verb} {} ({} statements)\n",
+            m.file,
+            statements.len()
+        ));
+        for (k, s) in statements.iter().enumerate().skip(from) {
+            out.push_str(&format!(
+                "  {}/{} {}\n",
+                k + 1,
+                statements.len(),
+                runner::first_line(s)
+            ));
+            if let Some(index) = runner::invalid_leftover(&mut db.client, s)? {
+                out.push_str(&format!(
+                    "      first drops the INVALID index {index} an earlier build left\n"
+                ));
             }
         }
     }
@@ -130,6 +180,15 @@ fn dry_run(db: &mut Db, target: i32) -> Result<()> {
         ));
     }
     crate::render::print(&out)
+}
+
+/// Why a partial file stopped, when it is not that a run ended: "; its check failed: …".
+fn reason(p: &Partial) -> String {
+    if p.reason.is_empty() {
+        String::new()
+    } else {
+        format!("; its check failed: {}", p.reason)
+    }
 }
 
 /// One migration's line of `migrate status --json`.
@@ -145,6 +204,14 @@ struct StatusRow {
     applied_by: Option<String>,
     release: Option<String>,
     duration_ms: Option<i64>,
+    /// The oldest release that works on the schema the file leaves (this binary's
+    /// entry; the history's when the file is applied and the row has one).
+    works_from: String,
+    /// A partial file: how many of its statements committed, of how many, and why it
+    /// stopped when its statements all ran (its check failed).
+    statements_done: Option<i32>,
+    statements: Option<i32>,
+    reason: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -164,7 +231,19 @@ fn row(
     checksum: String,
     a: Option<&Applied>,
 ) -> StatusRow {
+    let works_from = runner::MIGRATIONS
+        .iter()
+        .find(|m| m.version == version)
+        .map_or("", |m| m.works_from);
     StatusRow {
+        works_from: a
+            .map(|a| a.works_from.as_str())
+            .filter(|w| !w.is_empty())
+            .unwrap_or(works_from)
+            .to_owned(),
+        statements_done: None,
+        statements: None,
+        reason: None,
         version,
         name: name.to_owned(),
         state,
@@ -188,6 +267,15 @@ fn status(db: &mut Db, json: bool) -> Result<()> {
                 State::Adopted(a) => row(m.version, m.file, "adopted", sum, Some(a)),
                 State::Changed(a) => row(m.version, m.file, "changed", sum, Some(a)),
                 State::Pending => row(m.version, m.file, "pending", sum, None),
+                State::Partial(p) => StatusRow {
+                    applied_at: Some(crate::domain::rfc3339(p.updated_at)),
+                    applied_by: Some(p.updated_by.clone()),
+                    release: Some(p.release.clone()),
+                    statements_done: Some(p.done),
+                    statements: Some(p.statements),
+                    reason: Some(p.reason.clone()),
+                    ..row(m.version, m.file, "partial", sum, None)
+                },
             }
         })
         .collect();
@@ -199,7 +287,7 @@ fn status(db: &mut Db, json: bool) -> Result<()> {
     let report = StatusReport {
         schema_version: rows
             .iter()
-            .filter(|r| r.applied_at.is_some())
+            .filter(|r| r.applied_at.is_some() && r.state != "partial")
             .map(|r| r.version)
             .max()
             .unwrap_or(0),
@@ -232,6 +320,17 @@ fn status(db: &mut Db, json: bool) -> Result<()> {
             r.release.as_deref().unwrap_or("-"),
             r.duration_ms.map_or("-".to_owned(), |d| format!("{d}ms"))
         ));
+        if let (Some(done), Some(n)) = (r.statements_done, r.statements) {
+            out.push_str(&format!(
+                "  {done} of {n} statements done{}; the next run goes on from there\n",
+                r.reason
+                    .as_deref()
+                    .filter(|w| !w.is_empty())
+                    .map_or(String::new(), |w| format!(
+                        ", all ran but its check failed: {w}"
+                    ))
+            ));
+        }
         if r.state == "changed" {
             out.push_str(&format!(
                 "  applied with checksum {}, this binary's is {}\n",

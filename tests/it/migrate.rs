@@ -55,6 +55,13 @@ fn history(c: &mut Client) -> Vec<(i32, String, String, bool, i64)> {
 /// 0.1.0's files up to `last`, applied as the old harness and script did: each file
 /// whole, one `batch_execute`.
 fn migrate_the_old_way(c: &mut Client, last: i32) {
+    // The files create the job's group roles, which are the cluster's, in DO blocks
+    // that look first: two databases migrated at once race there ("role … does not
+    // exist"), as two old scripts would. So the roles are made first, by the suite's
+    // template (migrated once per run), and one database is migrated at a time.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    drop(TestDb::new());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = crate::common::repo().join("tests/it/fixtures/sql-0.1.0");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
@@ -175,8 +182,8 @@ fn a_database_migrated_the_old_way_is_adopted_and_nothing_runs_again() {
     }
     let after: Vec<(String, String)> = catalog_versions(&mut c)
         .into_iter()
-        .filter(|(what, _)| what != "class booking_expiration_migrations")
-        .filter(|(what, _)| !what.starts_with("class booking_expiration_migrations_"))
+        // The runner's own tables: the history and the partial files.
+        .filter(|(what, _)| !what.starts_with("class booking_expiration_migration"))
         .collect();
     assert_eq!(after, before, "nothing of the job's catalog was rewritten");
     let options: Vec<String> = c
@@ -349,6 +356,7 @@ fn policy() -> Policy {
         index_timeout: Duration::from_secs(60),
         lock_wait: Duration::from_secs(60),
         retry_for: Duration::from_secs(60),
+        stop_after: None,
     }
 }
 
@@ -503,7 +511,7 @@ fn first_alter_of_the_outbox_after(after: i32) -> (&'static str, usize, usize) {
         .iter()
         .filter(|m| m.version > after)
         .find_map(|m| {
-            let statements = booking_expire::store::migrate::statements(m.sql);
+            let statements = booking_expire::store::migrate::statements(m.sql).unwrap();
             let k = statements
                 .iter()
                 .position(|s| s.starts_with("ALTER TABLE crm.outbox"))?;
@@ -517,6 +525,7 @@ fn first_alter_of_the_outbox_after(after: i32) -> (&'static str, usize, usize) {
 fn first_concurrent_build() -> Option<(i32, String, String)> {
     MIGRATIONS.iter().find_map(|m| {
         booking_expire::store::migrate::statements(m.sql)
+            .unwrap()
             .iter()
             .find_map(|s| {
                 let words: Vec<&str> = s.split_whitespace().collect();
@@ -569,6 +578,14 @@ fn a_shipped_concurrent_build_that_failed_before_is_dropped_and_built_again_by_m
         &[&version],
     )
     .unwrap();
+    let dry = db.run(&["migrate", "--dry-run"]);
+    assert!(
+        dry.stdout.contains(&format!(
+            "      first drops the INVALID index crm.{name} an earlier build left\n"
+        )),
+        "--dry-run names the leftover: {}",
+        dry.stdout
+    );
     let run = db.run(&["migrate"]);
     let result = result_of(&run);
     assert!(
@@ -594,4 +611,112 @@ fn a_shipped_concurrent_build_that_failed_before_is_dropped_and_built_again_by_m
         !def.contains("UNIQUE") && !def.contains("(tenant_id)"),
         "{def}"
     );
+}
+
+#[test]
+fn a_target_run_on_an_old_way_database_then_migrate_adopts_the_rest_of_the_baseline() {
+    let db = TestDb::empty();
+    let mut c = db.client();
+    migrate_the_old_way(&mut c, 12);
+    // A DBA's setting on an object of 009, which running 009 again would reset.
+    c.batch_execute("ALTER TABLE crm.outbox SET (autovacuum_vacuum_threshold = 5000)")
+        .unwrap();
+    let first = result_of(&db.run(&["migrate", "--target", "5"]));
+    let files = all_files();
+    assert_eq!(names(&first["Adopted"]), files[..5]);
+    // The history now holds 1–5: the rest of the baseline is probed all the same.
+    let rest = result_of(&db.run(&["migrate"]));
+    assert_eq!(names(&rest["Adopted"]), files[5..BASELINE as usize]);
+    assert_eq!(names(&rest["Applied"]), files[BASELINE as usize..]);
+    let options: Vec<String> = c
+        .query_one(
+            "SELECT reloptions FROM pg_class WHERE oid = 'crm.outbox'::regclass",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        options.contains(&"autovacuum_vacuum_threshold=5000".to_owned()),
+        "{options:?}"
+    );
+}
+
+#[test]
+fn a_recorded_files_objects_changed_since_make_migrate_say_what_differs_not_nothing_to_do() {
+    // 0.1.0's database where a DBA dropped a column of 004 and revoked a column
+    // privilege of 007: adopted all the same (its probes see names), and run-once
+    // refuses with "schema not migrated".
+    let db = TestDb::empty();
+    let mut c = db.client();
+    migrate_the_old_way(&mut c, 12);
+    c.batch_execute(
+        "ALTER TABLE crm.booking_expiration_poison DROP COLUMN retry_at;
+         REVOKE UPDATE (updated_at) ON crm.bookings FROM crm_booking_expiration_worker",
+    )
+    .unwrap();
+    let run = db.run(&["migrate"]);
+    assert_eq!(run.code, 78, "{}", run.stderr);
+    let want = "every migration is recorded, but the schema lacks what this binary's commands \
+                need: schema not migrated: missing column crm.booking_expiration_poison.retry_at";
+    assert!(run.stderr.contains(want), "{}", run.stderr);
+    let revoked = "role crm_booking_expiration_worker lacks privileges for run-once: UPDATE on \
+                   crm.bookings (updated_at)";
+    let once = db.run(&["run-once"]);
+    assert_eq!(once.code, 78, "{}", once.stderr);
+    assert!(
+        once.stderr
+            .contains("schema not migrated: missing column crm.booking_expiration_poison.retry_at"),
+        "{}",
+        once.stderr
+    );
+    // Again: not "nothing to do", the same refusal; --dry-run says it too.
+    let again = db.run(&["migrate"]);
+    assert_eq!(again.code, 78, "{}", again.stderr);
+    assert!(again.stderr.contains(want), "{}", again.stderr);
+    let dry = db.run(&["migrate", "--dry-run"]);
+    assert_eq!(dry.code, 0, "{}", dry.stderr);
+    assert!(
+        dry.stdout.contains(&format!("would refuse: {want}")),
+        "{}",
+        dry.stdout
+    );
+    // The column back as 004 makes it: what is left is the grant.
+    c.batch_execute(
+        "ALTER TABLE crm.booking_expiration_poison ADD COLUMN retry_at timestamptz NOT NULL",
+    )
+    .unwrap();
+    let run = db.run(&["migrate"]);
+    assert_eq!(run.code, 78, "{}", run.stderr);
+    assert!(run.stderr.contains(revoked), "{}", run.stderr);
+    assert!(!run.stderr.contains("retry_at"), "{}", run.stderr);
+    c.batch_execute("GRANT UPDATE (updated_at) ON crm.bookings TO crm_booking_expiration_worker")
+        .unwrap();
+    let done = result_of(&db.run(&["migrate"]));
+    assert_eq!(names(&done["Applied"]), Vec::<String>::new());
+}
+
+#[test]
+fn the_path_through_0_1_0s_007_only_keeps_an_integer_audit_version_and_migrate_says_how_to_change_it()
+ {
+    let db = TestDb::empty();
+    let mut c = db.client();
+    migrate_the_old_way(&mut c, 7);
+    let run = db.run(&["migrate"]);
+    let result = result_of(&run);
+    assert_eq!(names(&result["Adopted"]), all_files()[..7]);
+    let warned = "migrate: crm.booking_audit.version is integer where a fresh database has \
+                  bigint";
+    assert!(
+        run.stderr.lines().any(|l| l.contains(" WARN ")
+            && l.contains(warned)
+            && l.contains("ALTER TABLE crm.booking_audit ALTER COLUMN version TYPE bigint")),
+        "{}",
+        run.stderr
+    );
+    // Once the DBA changed it, nothing more is said.
+    c.batch_execute("ALTER TABLE crm.booking_audit ALTER COLUMN version TYPE bigint")
+        .unwrap();
+    let again = db.run(&["migrate"]);
+    result_of(&again);
+    assert!(!again.stderr.contains(warned), "{}", again.stderr);
 }

@@ -1,6 +1,7 @@
 //! The facts a writing command's preflight asks the database, in one round trip: one
 //! simple-query batch reads the session's backend, the database clock, the command's
-//! pause switch, the schema and the role's privileges. `preflight` judges them, in its
+//! pause switch, the schema, whether the migrations' history can be read, and the
+//! role's privileges (the history's rows, when there is one, in one more). `preflight` judges them, in its
 //! own order; the reports check the schema alone the same way ([`check_schema`]).
 
 use std::time::Instant;
@@ -11,6 +12,7 @@ use postgres::error::SqlState;
 use postgres::{Client, SimpleQueryMessage, SimpleQueryRow};
 
 use super::clock::ClockSkew;
+use super::migrate::compat;
 use super::ops::PauseRow;
 use super::privileges;
 use super::running::{pause_row, pause_statement};
@@ -32,12 +34,14 @@ pub struct Facts {
     pub pause: Option<PauseRow>,
     need: Need,
     answers: Vec<Vec<SimpleQueryRow>>,
+    /// The migrations' history, as far as compatibility goes.
+    history: Vec<compat::Row>,
 }
 
 impl Facts {
     /// The schema check, then the privilege check, as [`check_schema`] judges them.
     pub fn judge_schema(&self) -> Result<()> {
-        judge(self.need, &self.answers)
+        judge(self.need, &self.answers, &self.history)
     }
 }
 
@@ -95,6 +99,7 @@ pub fn read_facts(client: &mut Session, need: Need, command: &'static str) -> Re
         .ok_or_else(|| crate::error::fail(Fault::Temporary, "cannot read the database clock"))?;
     let half = TimeDelta::from_std(round_trip / 2).unwrap_or(TimeDelta::zero());
     let pause_readable = pause_read && field("pause_readable") == Some("true");
+    let history = history(client, &answers)?;
     Ok(Facts {
         backend_pid: field("pid")
             .and_then(|p| p.parse().ok())
@@ -107,20 +112,39 @@ pub fn read_facts(client: &mut Session, need: Need, command: &'static str) -> Re
         pause: pause_row(&pause).filter(|_| pause_readable),
         need,
         answers,
+        history,
     })
 }
 
-/// The schema statements, then the privileges statement, of `need`.
+/// The schema statements, the compatibility statements (the history's releases, the
+/// read-only role's reach), then the privileges statement, of `need`.
 fn statements(need: Need) -> Vec<String> {
     let mut out = schema::statements(need);
+    out.push(compat::PROBE_STATEMENT.to_owned());
+    out.push(compat::READS_ALL_STATS_STATEMENT.to_owned());
     out.push(privileges::statement(need));
     out
 }
 
-fn judge(need: Need, answers: &[Vec<SimpleQueryRow>]) -> Result<()> {
-    let (schema_answers, privilege_answers) = answers.split_at(answers.len().saturating_sub(1));
+/// The history's rows, when the batch's probe says it can be read (one more round
+/// trip on a migrated database).
+fn history(client: &mut Client, answers: &[Vec<SimpleQueryRow>]) -> Result<Vec<compat::Row>> {
+    let probe = answers
+        .len()
+        .checked_sub(3)
+        .and_then(|i| answers.get(i))
+        .map_or(&[][..], Vec::as_slice);
+    compat::read(client, probe)
+}
+
+/// Compatibility first (a schema ahead of the binary may lack what it looks for, and
+/// "run migrate" would be the wrong advice), then the schema, then the privileges.
+fn judge(need: Need, answers: &[Vec<SimpleQueryRow>], history: &[compat::Row]) -> Result<()> {
+    let (schema_answers, rest) = answers.split_at(answers.len().saturating_sub(3));
+    let answer = |i: usize| rest.get(i).map_or(&[][..], Vec::as_slice);
+    compat::judge(history, answer(1))?;
     schema::judge(need, schema_answers)?;
-    privileges::judge(need, privilege_answers.first().map_or(&[], Vec::as_slice))
+    privileges::judge(need, answer(2))
 }
 
 /// Runs `statements` as one simple-query batch; the rows of each, in order.
@@ -147,7 +171,8 @@ pub fn check_schema(client: &mut Session, need: Need) -> Result<()> {
     let client = client.pg();
     let answers = run(client, &statements(need))
         .classify(Fault::Temporary, "cannot read the schema catalog")?;
-    judge(need, &answers)
+    let history = history(client, &answers)?;
+    judge(need, &answers, &history)
 }
 
 /// `pg_backend_pid()` of `client`'s session, in one round trip; `begin` first opens a

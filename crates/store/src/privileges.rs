@@ -156,6 +156,18 @@ pub(super) const REQUEUE: &[Privilege] = &[
 /// (directly, through a group role, or as superuser). A table or column that does not
 /// exist is skipped, never an error: the schema check, judged first, names it.
 pub(super) fn statement(need: Need) -> String {
+    statement_as(need, None)
+}
+
+/// [`statement`] for the role `role` (it must exist) instead of the current one.
+pub(super) fn statement_as(need: Need, role: Option<&str>) -> String {
+    let (who, of) = match role {
+        Some(role) => (
+            super::schema::literal(role),
+            format!("{}, ", super::schema::literal(role)),
+        ),
+        None => ("current_user::text".to_owned(), String::new()),
+    };
     let (mut privileges, mut tables, mut columns) = (Vec::new(), Vec::new(), Vec::new());
     for p in need.privileges() {
         if p.columns.is_empty() {
@@ -170,17 +182,17 @@ pub(super) fn statement(need: Need) -> String {
         }
     }
     format!(
-        "SELECT w.priv, w.tbl, w.col, current_user::text AS role_name
+        "SELECT w.priv, w.tbl, w.col, {who} AS role_name
            FROM unnest({}, {}, {}) WITH ORDINALITY AS w(priv, tbl, col, n)
           WHERE NOT CASE WHEN to_regclass(format('crm.%I', w.tbl)) IS NULL THEN true
                          WHEN w.col = ''
-                         THEN has_table_privilege(format('crm.%I', w.tbl), w.priv)
+                         THEN has_table_privilege({of}format('crm.%I', w.tbl), w.priv)
                          WHEN NOT EXISTS (
                               SELECT 1 FROM pg_catalog.pg_attribute a
                                WHERE a.attrelid = to_regclass(format('crm.%I', w.tbl))
                                  AND a.attname = w.col AND a.attnum > 0 AND NOT a.attisdropped)
                          THEN true
-                         ELSE has_column_privilege(format('crm.%I', w.tbl), w.col, w.priv)
+                         ELSE has_column_privilege({of}format('crm.%I', w.tbl), w.col, w.priv)
                     END
           ORDER BY w.n",
         text_array(privileges),

@@ -1,7 +1,9 @@
-//! The migrations built into the binary: every file of `sql/`, in version order. The
-//! version is the file's numeric prefix; 1–12 are the baseline (release 0.1.0), every
-//! later change is a new file. A unit test fails when this list and the files of
-//! `sql/` differ, so a new file cannot be forgotten here.
+//! The migrations built into the binary: every file of `sql/`, in version order, each
+//! with the oldest release that still works on the schema it leaves (its line's third
+//! field: the CHANGELOG's "rollback across it" made data). The version is the file's
+//! numeric prefix; 1–12 are the baseline (release 0.1.0), every later change is a new
+//! file. A unit test fails when this list and the files of `sql/` differ, so a new file
+//! cannot be forgotten here; another holds each file's release to the CHANGELOG.
 
 /// One migration file as built in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -10,37 +12,45 @@ pub struct Migration {
     /// The file's name, e.g. `001_bookings.sql`.
     pub file: &'static str,
     pub sql: &'static str,
+    /// The oldest release whose binary still works on the schema this file leaves
+    /// (`run-once`, `relay-outbox`, the operators' commands): the release before the
+    /// one that ships it when a rollback across it is safe, else that release itself.
+    /// Recorded in the history, so that an older binary, which does not know the
+    /// file, reads it there and refuses (78) instead of running on it.
+    pub works_from: &'static str,
 }
 
 macro_rules! migrations {
-    ($($version:literal $file:literal),* $(,)?) => {
+    ($($version:literal $file:literal $works_from:literal),* $(,)?) => {
         &[$(Migration {
             version: $version,
             file: $file,
             sql: include_str!(concat!("../../../../sql/", $file)),
+            works_from: $works_from,
         }),*]
     };
 }
 
-/// Every migration, in version order.
+/// Every migration, in version order: version, file, the oldest release that works on
+/// the schema it leaves.
 pub const MIGRATIONS: &[Migration] = migrations![
-    1 "001_bookings.sql",
-    2 "002_outbox.sql",
-    3 "003_audit_and_timeline.sql",
-    4 "004_expiration_poison.sql",
-    5 "005_outbox_failed_index.sql",
-    6 "006_outbox_notify.sql",
-    7 "007_roles.sql",
-    8 "008_retries.sql",
-    9 "009_operations.sql",
-    10 "010_backlog_hygiene.sql",
-    11 "011_xmin_holders_function.sql",
-    12 "012_phase_failures.sql",
-    13 "013_outbox_notify_own_rows.sql",
-    14 "014_outbox_topic_waits.sql",
-    15 "015_outbox_row_security.sql",
-    16 "016_relay_receipts.sql",
-    17 "017_outbox_inserted_xid.sql",
+    1 "001_bookings.sql" "0.1.0",
+    2 "002_outbox.sql" "0.1.0",
+    3 "003_audit_and_timeline.sql" "0.1.0",
+    4 "004_expiration_poison.sql" "0.1.0",
+    5 "005_outbox_failed_index.sql" "0.1.0",
+    6 "006_outbox_notify.sql" "0.1.0",
+    7 "007_roles.sql" "0.1.0",
+    8 "008_retries.sql" "0.1.0",
+    9 "009_operations.sql" "0.1.0",
+    10 "010_backlog_hygiene.sql" "0.1.0",
+    11 "011_xmin_holders_function.sql" "0.1.0",
+    12 "012_phase_failures.sql" "0.1.0",
+    13 "013_outbox_notify_own_rows.sql" "0.1.0",
+    14 "014_outbox_topic_waits.sql" "0.1.0",
+    15 "015_outbox_row_security.sql" "0.1.0",
+    16 "016_relay_receipts.sql" "0.1.0",
+    17 "017_outbox_inserted_xid.sql" "0.1.0",
 ];
 
 /// The last version of the baseline (release 0.1.0): the files a database migrated

@@ -9,36 +9,55 @@
 //! `postgres` driver the job already uses, with no second driver.
 
 mod adopt;
+mod check;
+pub mod compat;
 mod embedded;
 mod history;
 mod lock;
+mod notices;
+mod partial;
 mod policy;
+mod refuse;
 mod run;
 mod split;
 mod stopped;
+mod verify;
 
 use std::time::Instant;
 
 use crate::Session;
 use anyhow::Result;
-use log::info;
+use log::{info, warn};
 use postgres::Client;
 
 pub use embedded::{BASELINE, MIGRATIONS, Migration, latest};
-pub use history::{Applied, checksum};
+pub use history::{Applied, accepts, checksum};
 pub use lock::MIGRATE_LOCK;
+pub use notices::{Notice, Notices, attach as attach_notices};
+pub use partial::Partial;
 pub use policy::{Policy, backoff};
-pub use split::{first_line, statements};
+pub use split::{Unterminated, first_line, statements};
 
 use crate::error::{Fault, fail};
 
 /// One step of a plan.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
     /// Its objects are there (a database migrated by the old script): recorded only.
     Adopt(&'static Migration),
     /// Run, statement by statement.
     Run(&'static Migration),
+    /// Begun by an earlier run that stopped (its partial row): run from the statement
+    /// after the last that committed.
+    Resume(&'static Migration, Partial),
+}
+
+impl Step {
+    pub fn migration(&self) -> &'static Migration {
+        match self {
+            Step::Adopt(m) | Step::Run(m) | Step::Resume(m, _) => m,
+        }
+    }
 }
 
 /// What a run would do, in order: nothing of what is in the history.
@@ -47,6 +66,17 @@ pub struct Plan {
     pub steps: Vec<Step>,
     /// Versions in the history that this binary does not know (a newer release's).
     pub unknown: Vec<Applied>,
+}
+
+impl Plan {
+    /// The versions of the files it runs (not those it adopts).
+    fn runs(&self) -> Vec<i32> {
+        self.steps
+            .iter()
+            .filter(|s| !matches!(s, Step::Adopt(_)))
+            .map(|s| s.migration().version)
+            .collect()
+    }
 }
 
 /// What a run did.
@@ -64,6 +94,9 @@ pub enum State {
     Applied(Applied),
     Adopted(Applied),
     Pending,
+    /// Begun and not finished: some statements committed (or all, and its check
+    /// failed); the next run goes on.
+    Partial(Partial),
     /// Applied with another checksum: the file was edited after it shipped.
     Changed(Applied),
 }
@@ -77,12 +110,16 @@ pub type Status = (Vec<(&'static Migration, State)>, Vec<Applied>);
 pub fn status(client: &mut Session) -> Result<Status> {
     let client = client.pg();
     let history = history::read(client)?.unwrap_or_default();
+    let partial = partial::read(client)?;
     let states = MIGRATIONS
         .iter()
         .map(|m| {
             let state = match history.iter().find(|a| a.version == m.version) {
-                None => State::Pending,
-                Some(a) if a.checksum != checksum(m.sql) => State::Changed(a.clone()),
+                None => match partial.iter().find(|p| p.version == m.version) {
+                    Some(p) => State::Partial(p.clone()),
+                    None => State::Pending,
+                },
+                Some(a) if !accepts(&a.checksum, m.sql) => State::Changed(a.clone()),
                 Some(a) if a.adopted => State::Adopted(a.clone()),
                 Some(a) => State::Applied(a.clone()),
             };
@@ -105,30 +142,45 @@ pub fn plan(client: &mut Session, target: i32) -> Result<Plan> {
 fn plan_on(client: &mut Client, target: i32) -> Result<Plan> {
     let history = history::read(client)?.unwrap_or_default();
     for a in &history {
-        if let Some(m) = MIGRATIONS.iter().find(|m| m.version == a.version) {
-            let built_in = checksum(m.sql);
-            if built_in != a.checksum {
-                return Err(fail(
-                    Fault::Config,
-                    format!(
-                        "migration {} was applied with checksum {} but this binary's file has \
-                         checksum {built_in}: a shipped migration was edited; nothing was done \
-                         (ship the change as a new file instead)",
-                        m.file, a.checksum
-                    ),
-                ));
-            }
+        if let Some(m) = MIGRATIONS.iter().find(|m| m.version == a.version)
+            && !accepts(&a.checksum, m.sql)
+        {
+            return Err(fail(
+                Fault::Config,
+                format!(
+                    "migration {} was applied with checksum {} but this binary's file has \
+                     checksum {}: a shipped migration was edited; nothing was done \
+                     (ship the change as a new file instead)",
+                    m.file,
+                    a.checksum,
+                    checksum(m.sql)
+                ),
+            ));
         }
     }
-    // A database migrated by the old script has no history: what each baseline file
-    // made is probed once, before anything runs.
-    let fresh = history.is_empty();
+    let partial = partial::read(client)?;
+    // A database migrated by the old script has no history of some baseline files
+    // (none, or only those a `--target` run adopted): what each of those made is
+    // probed, before anything runs, whatever the history holds.
     let mut steps = Vec::new();
     for m in MIGRATIONS.iter().filter(|m| m.version <= target) {
         if history.iter().any(|a| a.version == m.version) {
             continue;
         }
-        let present = fresh && m.version <= BASELINE && probe(client, m.version)?;
+        if let Some(p) = partial.iter().find(|p| p.version == m.version) {
+            // Begun by this file's text: go on after what committed. Begun by another
+            // text (a build whose file differed): every statement is idempotent, so run
+            // it whole.
+            steps.push(if accepts(&p.checksum, m.sql) {
+                Step::Resume(m, p.clone())
+            } else {
+                Step::Run(m)
+            });
+            continue;
+        }
+        let present = m.version <= BASELINE
+            && probe(client, m.version)?
+            && check::failure(client, m.version)?.is_none();
         steps.push(if present {
             Step::Adopt(m)
         } else {
@@ -149,22 +201,92 @@ fn probe(client: &mut Client, version: i32) -> Result<bool> {
     Ok(adopt::present(client, probed)?.unwrap_or(false))
 }
 
+/// The INVALID index (`schema.name`) an earlier build left that `statement` would drop
+/// before building it again, if any. Reads only.
+pub fn invalid_leftover(client: &mut Session, statement: &str) -> Result<Option<String>> {
+    let policy::Kind::IndexBuild { schema, index } = policy::kind(statement) else {
+        return Ok(None);
+    };
+    Ok(run::invalid(client.pg(), schema.as_deref(), &index)?.map(|s| format!("{s}.{index}")))
+}
+
+/// What the job lacks once every file is recorded (nothing when some file is not):
+/// the preflights' findings, one phrase each. Reads only.
+pub fn job_needs(client: &mut Session, plan: &Plan) -> Result<Vec<String>> {
+    if !plan.steps.is_empty() {
+        return Ok(Vec::new());
+    }
+    let client = client.pg();
+    let recorded = history::read(client)?.unwrap_or_default();
+    if !MIGRATIONS
+        .iter()
+        .all(|m| recorded.iter().any(|a| a.version == m.version))
+    {
+        return Ok(Vec::new());
+    }
+    verify::missing(client)
+}
+
+/// The refusal of a schema whose recorded files' objects were changed since.
+pub fn not_what_the_job_needs(missing: &[String]) -> String {
+    format!(
+        "every migration is recorded, but the schema lacks what this binary's commands need: \
+         {}. A recorded file's objects were changed since it ran (a column dropped, a grant \
+         revoked): put them back as its file in sql/ makes them; migrate does not run a \
+         recorded file again",
+        missing.join("; ")
+    )
+}
+
+/// What the role that runs `plan` lacks, one phrase each; empty when it may run it.
+/// Reads only.
+pub fn missing_privileges(client: &mut Session, plan: &Plan) -> Result<Vec<String>> {
+    refuse::missing(client.pg(), &plan.runs())
+}
+
+/// The refusal of a run whose role lacks `missing`.
+pub fn refusal(missing: &[String]) -> String {
+    format!(
+        "migrate cannot apply the pending migrations: {}; nothing was done (not even the \
+         history table)",
+        missing.join("; ")
+    )
+}
+
+/// The statements of `m`; 78 naming the file and line of a comment or string it does
+/// not close (nothing of it runs).
+pub fn split(m: &'static Migration) -> Result<Vec<&'static str>> {
+    statements(m.sql).map_err(|e| {
+        fail(
+            Fault::Config,
+            format!("migration {}: {e}; nothing of it ran", m.file),
+        )
+    })
+}
+
+/// Where a run is, for its messages and its partial rows.
+pub struct Run<'a> {
+    pub policy: &'a Policy,
+    /// What the history records as the release that applied each file.
+    pub release: &'a str,
+    /// What the server says on the migrator's session ([`attach_notices`]).
+    pub notices: &'a Notices,
+    /// Says when a signal asks the run to end (between statements and waits).
+    pub stopped: &'a dyn Fn() -> bool,
+}
+
 /// Applies the built-in migrations up to `target` on `client`, under the migrators'
-/// lock; `watcher`, a second session, names the lock a statement waits for; `stopped`
-/// says when a signal asks the run to end (between statements and waits). `release`
-/// is what the history records as the release that applied each file.
+/// lock; `watcher`, a second session, names the lock a statement waits for.
 pub fn apply(
     client: &mut Session,
     watcher: Option<&mut Session>,
-    policy: &Policy,
-    release: &str,
+    run: &Run<'_>,
     target: i32,
-    stopped: &dyn Fn() -> bool,
 ) -> Result<Outcome> {
     let client = client.pg();
     let watcher = watcher.map(|w| w.pg());
-    lock::take(client, policy.lock_wait, stopped)?;
-    let outcome = apply_locked(client, watcher, policy, release, target, stopped);
+    lock::take(client, run.policy.lock_wait, run.stopped)?;
+    let outcome = apply_locked(client, watcher, run, target);
     lock::release(client);
     outcome
 }
@@ -176,16 +298,24 @@ pub fn apply(
 fn apply_locked(
     client: &mut Client,
     mut watcher: Option<&mut Client>,
-    policy: &Policy,
-    release: &str,
+    run: &Run<'_>,
     target: i32,
-    stopped: &dyn Fn() -> bool,
 ) -> Result<Outcome> {
+    // Before anything is made or recorded: can this role do what the pending files
+    // need? (The history may not exist yet: the plan reads it as empty.)
+    let pending = plan_on(client, target)?;
+    let missing = refuse::missing(client, &pending.runs())?;
+    if !missing.is_empty() {
+        return Err(fail(Fault::Config, refusal(&missing)));
+    }
     history::ensure(client)?;
+    partial::ensure(client)?;
+    history::own_like_the_tables(client);
+    run.notices.log("(the history)", "-");
     let plan = plan_on(client, target)?;
     for a in &plan.unknown {
-        log::warn!(Migration = a.name.as_str(), Release = a.release.as_str();
-                   "migrate: the history holds a migration this binary does not know (applied by a newer release); left as it is");
+        warn!(Migration = a.name.as_str(), Release = a.release.as_str();
+              "migrate: the history holds a migration this binary does not know (applied by a newer release); left as it is");
     }
     if plan.steps.is_empty() {
         info!("migrate: nothing to do");
@@ -195,62 +325,126 @@ fn apply_locked(
         applied: Vec::new(),
         adopted: Vec::new(),
     };
+    // Statements run in this process: the tests' hook stops after so many.
+    let mut ran = 0usize;
     for step in &plan.steps {
-        match *step {
-            Step::Adopt(m) => {
-                history::record(
-                    client,
-                    m.version,
-                    m.file,
-                    &checksum(m.sql),
-                    release,
-                    0,
-                    true,
-                )?;
-                info!(Migration = m.file; "migrate: adopted (its objects are there: applied by the old script)");
-                outcome.adopted.push(m.file.to_owned());
-            }
-            Step::Run(m) => {
-                let started = Instant::now();
-                let statements = statements(m.sql);
-                info!(Migration = m.file, Statements = statements.len() as u64; "migrate: file started");
-                for (k, statement) in statements.iter().enumerate() {
-                    let at = run::At {
-                        file: m.file,
-                        k: k + 1,
-                        n: statements.len(),
-                    };
-                    run::statement(
-                        client,
-                        watcher.as_deref_mut(),
-                        statement,
-                        &at,
-                        policy,
-                        stopped,
-                    )?;
-                }
-                let took = started.elapsed().as_millis() as i64;
-                history::record(
-                    client,
-                    m.version,
-                    m.file,
-                    &checksum(m.sql),
-                    release,
-                    took,
-                    false,
-                )?;
-                info!(Migration = m.file, DurationMs = took as u64; "migrate: file applied");
-                outcome.applied.push(m.file.to_owned());
-            }
+        let m = step.migration();
+        let sum = checksum(m.sql);
+        if let Step::Adopt(m) = step {
+            history::record(
+                client,
+                m.version,
+                m.file,
+                &sum,
+                run.release,
+                0,
+                true,
+                m.works_from,
+            )?;
+            info!(Migration = m.file; "migrate: adopted (its objects are there: applied by the old script)");
+            outcome.adopted.push(m.file.to_owned());
+            continue;
         }
+        let started = Instant::now();
+        let statements = split(m)?;
+        let n = statements.len();
+        let from = match step {
+            Step::Resume(_, p) => {
+                let done = (p.done.max(0) as usize).min(n);
+                info!(Migration = m.file, Statements = n as u64, Done = done as u64;
+                      "migrate: file resumed after statement {done}/{n} (begun {} by {}, release {})",
+                      crate::domain::rfc3339(p.updated_at), p.updated_by, p.release);
+                done
+            }
+            _ => {
+                info!(Migration = m.file, Statements = n as u64; "migrate: file started");
+                0
+            }
+        };
+        for (k, statement) in statements.iter().enumerate().skip(from) {
+            if run.policy.stop_after.is_some_and(|stop| ran >= stop) {
+                return Err(stopped::stopped_error());
+            }
+            let at = run::At {
+                file: m.file,
+                k: k + 1,
+                n,
+            };
+            let result = run::statement(
+                client,
+                watcher.as_deref_mut(),
+                statement,
+                &at,
+                run.policy,
+                run.stopped,
+            );
+            run.notices.log(m.file, &format!("{}/{n}", k + 1));
+            result?;
+            ran += 1;
+            partial::mark(
+                client,
+                m.version,
+                m.file,
+                &sum,
+                (k + 1) as i32,
+                n as i32,
+                run.release,
+                "",
+            )?;
+        }
+        if let Some(failed) = check::failure(client, m.version)? {
+            partial::mark(
+                client,
+                m.version,
+                m.file,
+                &sum,
+                n as i32,
+                n as i32,
+                run.release,
+                &failed.short,
+            )?;
+            return Err(fail(
+                Fault::Config,
+                format!(
+                    "migration {} ran but did not do what it is for: {}; it is recorded as \
+                     not done (migrate status: partial), nothing after it ran. {}; then run \
+                     booking-expire migrate again",
+                    m.file, failed.what, failed.fix
+                ),
+            ));
+        }
+        let took = started.elapsed().as_millis() as i64;
+        history::record(
+            client,
+            m.version,
+            m.file,
+            &sum,
+            run.release,
+            took,
+            false,
+            m.works_from,
+        )?;
+        info!(Migration = m.file, DurationMs = took as u64; "migrate: file applied");
+        outcome.applied.push(m.file.to_owned());
     }
     history::grant_readers(client)?;
-    outcome.schema_version = history::read(client)?
-        .unwrap_or_default()
-        .iter()
-        .map(|a| a.version)
-        .max()
-        .unwrap_or(0);
+    let history = history::read(client)?.unwrap_or_default();
+    outcome.schema_version = history.iter().map(|a| a.version).max().unwrap_or(0);
+    // Every file recorded: what the job needs must be there, or run-once would send
+    // the DBA back here.
+    if target >= latest()
+        && MIGRATIONS
+            .iter()
+            .all(|m| history.iter().any(|a| a.version == m.version))
+    {
+        let missing = verify::missing(client)?;
+        if !missing.is_empty() {
+            return Err(fail(Fault::Config, not_what_the_job_needs(&missing)));
+        }
+        for what in verify::divergences(client)? {
+            warn!("migrate: {what}");
+        }
+    }
     Ok(outcome)
 }
 

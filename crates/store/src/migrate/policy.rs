@@ -20,6 +20,9 @@ pub struct Policy {
     pub lock_wait: Duration,
     /// How long one statement is retried after giving up a lock.
     pub retry_for: Duration,
+    /// The tests' hook: stop (as a signal would) after this many statements of this
+    /// run. `None` outside the tests.
+    pub stop_after: Option<usize>,
 }
 
 /// The first back-off, and the most any back-off is.
@@ -82,67 +85,139 @@ impl Kind {
     }
 }
 
-/// The words of a statement outside comments, upper-cased, quotes kept on identifiers.
-fn words(statement: &str) -> Vec<String> {
+/// One token of a statement's head, for its kind: a word (an identifier or keyword,
+/// upper-cased unless quoted) or a character of punctuation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Token {
+    /// A keyword or an unquoted identifier, as written.
+    Word(String),
+    /// A quoted identifier, as the catalog spells it (`""` made `"`).
+    Quoted(String),
+    Punct(char),
+}
+
+impl Token {
+    fn is(&self, keyword: &str) -> bool {
+        matches!(self, Token::Word(w) if w.eq_ignore_ascii_case(keyword))
+    }
+
+    /// The name the catalog has for this identifier: a quoted one as written, an
+    /// unquoted one in lower case.
+    fn name(&self) -> Option<String> {
+        match self {
+            Token::Word(w) => Some(w.to_ascii_lowercase()),
+            Token::Quoted(q) => Some(q.clone()),
+            Token::Punct(_) => None,
+        }
+    }
+}
+
+/// The first `limit` tokens of a statement, comments (`--`, nested `/* */`) skipped,
+/// strings skipped whole.
+fn tokens(statement: &str, limit: usize) -> Vec<Token> {
+    let b = statement.as_bytes();
     let mut out = Vec::new();
-    for line in statement.lines() {
-        let line = line.split("--").next().unwrap_or_default();
-        for word in line.split(|c: char| c.is_whitespace() || c == '(' || c == ';') {
-            if !word.is_empty() {
-                out.push(word.to_owned());
+    let mut i = 0;
+    while i < b.len() && out.len() < limit {
+        let c = b[i];
+        if c == b'-' && b.get(i + 1) == Some(&b'-') {
+            i = b[i..]
+                .iter()
+                .position(|&c| c == b'\n')
+                .map_or(b.len(), |p| i + p);
+        } else if c == b'/' && b.get(i + 1) == Some(&b'*') {
+            let mut depth = 0;
+            while i < b.len() {
+                if b[i] == b'/' && b.get(i + 1) == Some(&b'*') {
+                    depth += 1;
+                    i += 2;
+                } else if b[i] == b'*' && b.get(i + 1) == Some(&b'/') {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    i += 1;
+                }
             }
-            if out.len() > 12 {
-                return out;
+        } else if c.is_ascii_whitespace() {
+            i += 1;
+        } else if c == b'"' || c == b'\'' {
+            let mut j = i + 1;
+            let mut text = Vec::new();
+            while j < b.len() {
+                if b[j] == c {
+                    if b.get(j + 1) == Some(&c) {
+                        text.push(c);
+                        j += 2;
+                        continue;
+                    }
+                    break;
+                }
+                text.push(b[j]);
+                j += 1;
             }
+            if c == b'"' {
+                out.push(Token::Quoted(String::from_utf8_lossy(&text).into_owned()));
+            }
+            i = j + 1;
+        } else if c.is_ascii_alphanumeric() || c == b'_' || c >= 0x80 {
+            let mut j = i;
+            while j < b.len()
+                && (b[j].is_ascii_alphanumeric() || b[j] == b'_' || b[j] == b'$' || b[j] >= 0x80)
+            {
+                j += 1;
+            }
+            out.push(Token::Word(statement[i..j].to_owned()));
+            i = j;
+        } else {
+            out.push(Token::Punct(c as char));
+            i += 1;
         }
     }
     out
 }
 
-/// The kind of `statement`, from its first words.
+/// The kind of `statement`, from its first tokens: `CREATE [UNIQUE] INDEX CONCURRENTLY
+/// [IF NOT EXISTS] name ON [ONLY] [schema.]table` is an index build (comments anywhere,
+/// quoted names with spaces), any other statement with `CONCURRENTLY` among its first
+/// words a concurrent one, the rest queued.
 pub fn kind(statement: &str) -> Kind {
-    let w = words(statement);
-    let up: Vec<String> = w.iter().map(|s| s.to_ascii_uppercase()).collect();
-    let at = |i: usize| up.get(i).map_or("", String::as_str);
-    if at(0) == "CREATE" {
+    let t = tokens(statement, 24);
+    let at = |i: usize, keyword: &str| t.get(i).is_some_and(|t| t.is(keyword));
+    if at(0, "CREATE") {
         let mut i = 1;
-        if at(i) == "UNIQUE" {
+        if at(i, "UNIQUE") {
             i += 1;
         }
-        if at(i) == "INDEX" && at(i + 1) == "CONCURRENTLY" {
+        if at(i, "INDEX") && at(i + 1, "CONCURRENTLY") {
             i += 2;
-            if at(i) == "IF" && at(i + 1) == "NOT" && at(i + 2) == "EXISTS" {
+            if at(i, "IF") && at(i + 1, "NOT") && at(i + 2, "EXISTS") {
                 i += 3;
             }
-            if at(i + 1) == "ON" {
-                let mut t = i + 2;
-                if at(t) == "ONLY" {
-                    t += 1;
+            // A name, then ON; without a name (`… CONCURRENTLY ON t`) the server
+            // chooses one, which no check can look for.
+            if !at(i, "ON")
+                && at(i + 1, "ON")
+                && let Some(index) = t.get(i).and_then(Token::name)
+            {
+                let mut table = i + 2;
+                if at(table, "ONLY") {
+                    table += 1;
                 }
-                let schema = w
-                    .get(t)
-                    .and_then(|table| table.rsplit_once('.'))
-                    .map(|(schema, _)| unquote(schema));
-                return Kind::IndexBuild {
-                    schema,
-                    index: unquote(&w[i]),
-                };
+                let schema = (t.get(table + 1) == Some(&Token::Punct('.')))
+                    .then(|| t.get(table).and_then(Token::name))
+                    .flatten();
+                return Kind::IndexBuild { schema, index };
             }
             return Kind::Concurrent;
         }
     }
-    if up.iter().take(4).any(|w| w == "CONCURRENTLY") {
+    if t.iter().take(6).any(|w| w.is("CONCURRENTLY")) {
         return Kind::Concurrent;
     }
     Kind::Queued
-}
-
-/// An identifier as the catalog spells it: a quoted one as written, else lower case.
-fn unquote(ident: &str) -> String {
-    match ident.strip_prefix('"').and_then(|i| i.strip_suffix('"')) {
-        Some(quoted) => quoted.replace("\"\"", "\""),
-        None => ident.to_ascii_lowercase(),
-    }
 }
 
 #[cfg(test)]
@@ -205,6 +280,42 @@ mod tests {
     }
 
     #[test]
+    fn a_build_with_comments_or_a_quoted_name_with_spaces_is_an_index_build() {
+        assert_eq!(
+            kind("CREATE /* online */ INDEX CONCURRENTLY ix_c ON crm.outbox (seq)"),
+            Kind::IndexBuild {
+                schema: Some("crm".into()),
+                index: "ix_c".into()
+            }
+        );
+        assert_eq!(
+            kind("CREATE INDEX CONCURRENTLY \"Ix C\" ON \"My Schema\".t (a)"),
+            Kind::IndexBuild {
+                schema: Some("My Schema".into()),
+                index: "Ix C".into()
+            }
+        );
+        assert_eq!(
+            kind(
+                "-- why\nCREATE UNIQUE -- a comment\n INDEX /* x /* y */ */ CONCURRENTLY\n  IF NOT EXISTS \"a\"\"b\" ON ONLY crm . t (a)"
+            ),
+            Kind::IndexBuild {
+                schema: Some("crm".into()),
+                index: "a\"b".into()
+            }
+        );
+        assert_eq!(
+            kind("CREATE INDEX CONCURRENTLY ON crm.t (a)"),
+            Kind::Concurrent
+        );
+        assert_eq!(
+            kind("REINDEX /* c */ INDEX CONCURRENTLY crm.ix"),
+            Kind::Concurrent
+        );
+        assert_eq!(kind("SELECT 'CONCURRENTLY'"), Kind::Queued);
+    }
+
+    #[test]
     fn an_index_build_gets_the_patient_limits_and_the_rest_the_short_ones() {
         let policy = Policy {
             lock_timeout: Duration::from_secs(2),
@@ -212,6 +323,7 @@ mod tests {
             index_timeout: Duration::from_secs(3600),
             lock_wait: Duration::from_secs(900),
             retry_for: Duration::from_secs(600),
+            stop_after: None,
         };
         assert_eq!(
             Kind::Queued.timeouts(&policy),

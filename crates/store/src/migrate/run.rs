@@ -62,8 +62,14 @@ pub fn statement(
         }
         set_timeouts(client, lock_timeout, statement_timeout)?;
         let pid = backend_pid(client)?;
-        let (result, waited_for) =
-            watched(client, watcher.as_deref_mut(), pid, statement, lock_timeout);
+        let (result, waited_for) = watched(
+            client,
+            watcher.as_deref_mut(),
+            pid,
+            statement,
+            lock_timeout,
+            (!matches!(kind, Kind::Queued)).then_some(at),
+        );
         let error = match result {
             Ok(()) => return Ok(()),
             Err(e) => e,
@@ -136,28 +142,52 @@ fn backend_pid(client: &mut Client) -> Result<i32> {
 /// waits for, from half the lock timeout on; returns the statement's result and the
 /// last lock seen waited for ("AccessExclusiveLock on relation crm.outbox, held by
 /// PID 123").
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a concurrent build's progress is logged every PROGRESS_EVERY of real time"
+)]
 fn watched(
     client: &mut Client,
     watcher: Option<&mut Client>,
     pid: i32,
     statement: &str,
     lock_timeout: Duration,
+    concurrent: Option<&At>,
 ) -> (Result<(), postgres::Error>, Option<String>) {
     let Some(watcher) = watcher else {
         return (client.batch_execute(statement), None);
     };
     let (done, finished) = mpsc::channel::<()>();
+    let place = concurrent.map(|at| (at.file, at.statement()));
     std::thread::scope(|scope| {
         let seen = scope.spawn(move || {
             let first = (lock_timeout / 2).max(Duration::from_millis(20));
             let every = (lock_timeout / 4).clamp(Duration::from_millis(20), Duration::from_secs(1));
             let mut wait = first;
+            if place.is_some() {
+                wait = wait.min(PROGRESS_EVERY);
+            }
+            let started = Instant::now();
+            let mut logged = Duration::ZERO;
             let mut seen = None;
             while let Err(mpsc::RecvTimeoutError::Timeout) = finished.recv_timeout(wait) {
                 if let Some(lock) = waiting_for(watcher, pid) {
                     seen = Some(lock);
                 }
-                wait = every;
+                if let Some((file, statement)) = &place
+                    && started.elapsed() >= logged + PROGRESS_EVERY
+                {
+                    logged = started.elapsed();
+                    let (phase, blockers) = progress(watcher, pid);
+                    info!(Migration = *file, Statement = statement.as_str(), ElapsedMs = logged.as_millis() as u64;
+                          "migrate: statement {statement} of {file} still running after {}: phase {phase}; waiting for {blockers}",
+                          show_duration(Duration::from_secs(logged.as_secs())));
+                }
+                wait = if place.is_some() {
+                    every.min(PROGRESS_EVERY)
+                } else {
+                    every
+                };
             }
             seen
         });
@@ -165,6 +195,44 @@ fn watched(
         let _ = done.send(());
         (result, seen.join().ok().flatten())
     })
+}
+
+/// How often a concurrent build (or other `CONCURRENTLY` statement) that is still
+/// running says what it does and waits for.
+const PROGRESS_EVERY: Duration = Duration::from_secs(30);
+
+/// A concurrent build's phase (`pg_stat_progress_create_index`) and the sessions it
+/// waits for (`pg_blocking_pids`, else the progress view's current locker), in words.
+fn progress(watcher: &mut Client, pid: i32) -> (String, String) {
+    let row = watcher
+        .query_opt(
+            "SELECT coalesce((SELECT p.phase || CASE WHEN p.lockers_total > 0
+                                     THEN format(' (%s of %s old transactions ended)',
+                                                 p.lockers_done, p.lockers_total)
+                                     ELSE '' END
+                                FROM pg_catalog.pg_stat_progress_create_index p
+                               WHERE p.pid = $1), 'not an index build, or between phases'),
+                    coalesce(nullif(array_to_string(pg_blocking_pids($1), ', '), ''),
+                             (SELECT nullif(p.current_locker_pid, 0)::text
+                                FROM pg_catalog.pg_stat_progress_create_index p
+                               WHERE p.pid = $1), '')",
+            &[&pid],
+        )
+        .ok()
+        .flatten();
+    let Some(row) = row else {
+        return (
+            "unknown (the watcher could not read it)".to_owned(),
+            "nothing it could see".to_owned(),
+        );
+    };
+    let (phase, pids): (String, String) = (row.get(0), row.get(1));
+    let blockers = if pids.is_empty() {
+        "no other session".to_owned()
+    } else {
+        format!("the transactions of PID {pids} to end")
+    };
+    (phase, blockers)
 }
 
 /// The lock `pid` waits for right now, and who holds it, as one phrase.
@@ -194,16 +262,14 @@ fn waiting_for(watcher: &mut Client, pid: i32) -> Option<String> {
     })
 }
 
-/// Drops the index `index` when an earlier build left it INVALID, so that `IF NOT
-/// EXISTS` does not skip the build; the drop is concurrent too, under the same limits.
-fn drop_invalid(
+/// The schema of the index `index` (in `schema`, else the search path's) when an
+/// earlier build left it INVALID.
+pub(super) fn invalid(
     client: &mut Client,
     schema: Option<&str>,
     index: &str,
-    at: &At,
-    policy: &Policy,
-) -> Result<()> {
-    let row = client
+) -> Result<Option<String>> {
+    Ok(client
         .query_opt(
             "SELECT n.nspname::text
                FROM pg_catalog.pg_index i
@@ -213,11 +279,22 @@ fn drop_invalid(
                 AND NOT i.indisvalid",
             &[&index, &schema],
         )
-        .classify(Fault::Temporary, "cannot read whether the index is valid")?;
-    let Some(row) = row else {
+        .classify(Fault::Temporary, "cannot read whether the index is valid")?
+        .map(|row| row.get(0)))
+}
+
+/// Drops the index `index` when an earlier build left it INVALID, so that `IF NOT
+/// EXISTS` does not skip the build; the drop is concurrent too, under the same limits.
+fn drop_invalid(
+    client: &mut Client,
+    schema: Option<&str>,
+    index: &str,
+    at: &At,
+    policy: &Policy,
+) -> Result<()> {
+    let Some(schema) = invalid(client, schema, index)? else {
         return Ok(());
     };
-    let schema: String = row.get(0);
     warn!(Migration = at.file, Statement = at.statement().as_str();
           "migrate: index {schema}.{index} is INVALID (an earlier build failed): dropping it to build it again");
     set_timeouts(client, policy.index_timeout, policy.index_timeout)?;
