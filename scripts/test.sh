@@ -697,7 +697,8 @@ light_checks() {
 second_pass_modules=(
     run_once relay design poison_and_races relay_isolation relay_pipeline golden
     explain republish pause backlog dry_run roles exit_codes pooler delivery_faults
-    host_rows migrate shared_outbox waiting upgrade row_security watermark
+    host_rows migrate migrate_compat migrate_notices migrate_partial migrate_refuse
+    migrate_split shared_outbox waiting upgrade row_security watermark
 )
 second_pass() {
     (
@@ -716,12 +717,13 @@ second_pass() {
 # Each process starts its own throwaway server and broker (or shares DATABASE_URL /
 # KAFKA_BROKERS, whose runs never touch each other's objects). Per-test times
 # measured at 8 threads: cluster 121 + 77 + 55 s (one cluster at a time), simulation
-# 150 + 51 + 41 s, tls 4 x 40 s, acl 63 s; the other 300 tests about 930 s together.
-# A thread for each of their 14 tests, so that each starts at once: the days simulated
+# 150 + 51 + 41 s, tls 4 x 40 s, acl 63 s, no_loss (its seeded random run about 2 min,
+# on a server of its own it restarts); the other 300 tests about 930 s together.
+# A thread for each of their 22 tests, so that each starts at once: the days simulated
 # are the longest single test, and libtest took it eighth in name order. The cluster
 # tests take turns on one cluster the process shares, so they wait for each other.
-long_modules=(cluster simulation tls acl)
-long_threads=16
+long_modules=(cluster simulation tls acl no_loss)
+long_threads=24
 # With extra cargo test arguments (a filter, say), the first pass runs as one process.
 split_first_pass() { [[ $# -eq 0 ]]; }
 long_tests() {
