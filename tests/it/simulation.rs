@@ -6,8 +6,9 @@
 //! cycle holds its locks), rows turn poison and are repaired, and faults are injected:
 //! statement timeouts, PostgreSQL restarts, a relay killed mid-batch, rows with infinite
 //! deadlines (or past chrono's range), a deferred constraint refusing a row, a trigger
-//! dropping an update, read-only periods of a few minutes, and promotions of a standby
-//! (after which the job reaches the new primary through a multi-host URL).
+//! dropping an update, the outbox sequence's CACHE altered (the job's sessions then draw
+//! `seq` from blocks of their own), read-only periods of a few minutes, and promotions of
+//! a standby (after which the job reaches the new primary through a multi-host URL).
 //!
 //! After every simulated minute the invariants are checked against a model of every
 //! booking; a failure names the seed and the minute, and the same seed replays the same
@@ -244,6 +245,7 @@ struct Stats {
     faults_read_only: u64,
     read_only_minutes: u64,
     faults_promotion: u64,
+    caches_altered: u64,
     failed_cycles: u64,
     relay_runs: u64,
     published: u64,
@@ -279,7 +281,6 @@ struct Sim {
     bookings: HashMap<Uuid, Booking>,
     active: Active,
     events: HashSet<Uuid>,
-    last_seq: i64,
     sabotage: Option<(Sabotage, u64)>,
     /// The minute a read-only period ends, while one runs.
     read_only_until: Option<u64>,
@@ -379,6 +380,14 @@ BEGIN
 END $$;
 CREATE TRIGGER sim_slow AFTER INSERT ON crm.outbox
   FOR EACH STATEMENT EXECUTE FUNCTION sim.slow_down();
+-- The outbox rows written since the checks last looked, by a trigger in the writer's
+-- own transaction: with a sequence CACHE above 1 a row may take a lower seq than one
+-- already looked at, so the checks cannot go by seq.
+CREATE TABLE sim.new_event (seq bigint PRIMARY KEY);
+CREATE FUNCTION sim.new_event() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN INSERT INTO sim.new_event VALUES (NEW.seq); RETURN NULL; END $$;
+CREATE TRIGGER sim_new_event AFTER INSERT ON crm.outbox
+  FOR EACH ROW EXECUTE FUNCTION sim.new_event();
 CREATE TABLE sim.topic (name text NOT NULL);
 CREATE FUNCTION sim.route() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN NEW.topic := (SELECT name FROM sim.topic); RETURN NEW; END $$;
@@ -429,7 +438,6 @@ impl Sim {
             bookings: HashMap::new(),
             active: Active::default(),
             events: HashSet::new(),
-            last_seq: 0,
             sabotage,
             read_only_until: None,
             stats: Stats::default(),
@@ -836,6 +844,21 @@ impl Sim {
             fault = true;
             self.stats.read_only_minutes += 1;
         }
+        // The outbox's sequence CACHE altered now and then, as a DBA might: each session
+        // of the job then draws seq from a block of its own, so a cycle's rows may take
+        // lower seqs than rows an earlier cycle (on another session) committed.
+        if !read_only && self.rng.one_in(360) {
+            let cache = [1, 1, 20, 50][self.rng.below(4) as usize];
+            self.sim
+                .batch_execute(&format!(
+                    "DO $$ BEGIN
+                       EXECUTE format('ALTER SEQUENCE %s CACHE {cache}',
+                                      pg_get_serial_sequence('crm.outbox', 'seq'));
+                     END $$"
+                ))
+                .unwrap();
+            self.stats.caches_altered += 1;
+        }
 
         // Managers racing the cycle: some hold due rows locked through the whole cycle,
         // others try to change due rows while it runs.
@@ -1213,14 +1236,15 @@ impl Sim {
         let rows = self
             .sim
             .query(
-                "SELECT seq, aggregateid FROM crm.outbox WHERE seq > $1 ORDER BY seq",
-                &[&self.last_seq],
+                "WITH n AS (DELETE FROM sim.new_event RETURNING seq)
+                 SELECT o.seq, o.aggregateid FROM n JOIN crm.outbox o USING (seq)
+                  ORDER BY o.seq",
+                &[],
             )
             .unwrap();
-        let Some(last) = rows.last() else {
+        if rows.is_empty() {
             return;
-        };
-        self.last_seq = last.get(0);
+        }
         let keys: Vec<String> = rows.iter().map(|r| r.get(1)).collect();
         let copies: HashMap<String, i64> = self
             .sim
@@ -1462,7 +1486,8 @@ impl Sim {
              \x20 faults: {} statement timeouts, {} PostgreSQL restarts, {} relays killed mid-batch; \
              {} cycles failed, all in fault minutes\n\
              \x20 odd rows: {} infinite or out-of-range deadlines, {} refused by a deferred constraint, \
-             {} updates dropped by a trigger; {} read-only periods ({} minutes); {} promotions\n\
+             {} updates dropped by a trigger; {} read-only periods ({} minutes); {} promotions; \
+             {} sequence caches altered\n\
              \x20 relay: {} runs, {} events published, {} on the topic\n\
              \x20 invariant checks: {}\n\
              \x20 wall time: workload {:.0}s, cycles {:.0}s, checks {:.0}s, relay {:.0}s",
@@ -1490,6 +1515,7 @@ impl Sim {
             self.stats.faults_read_only,
             self.stats.read_only_minutes,
             self.stats.faults_promotion,
+            self.stats.caches_altered,
             self.stats.relay_runs,
             self.stats.published,
             self.events.len(),
