@@ -83,10 +83,10 @@ SELECT CASE WHEN to_regclass('crm.booking_expiration_relay_state') IS NULL
             ELSE has_table_privilege('crm.booking_expiration_receipt', 'SELECT')
              AND has_table_privilege('crm.booking_expiration_exception', 'SELECT')
              AND (NOT $1 OR (EXISTS (SELECT 1 FROM pg_attribute
-                                      WHERE attrelid = 'crm.outbox'::regclass
+                                      WHERE attrelid = to_regclass('crm.outbox')
                                         AND attname = 'inserted_xid' AND NOT attisdropped)
                         AND EXISTS (SELECT 1 FROM pg_attribute
-                                     WHERE attrelid = 'crm.booking_expiration_relay_state'::regclass
+                                     WHERE attrelid = to_regclass('crm.booking_expiration_relay_state')
                                        AND attname = 'high_snapshot' AND NOT attisdropped)
                         AND has_table_privilege('crm.booking_expiration_relay_state', 'UPDATE')
                         AND has_table_privilege('crm.booking_expiration_receipt', 'INSERT')

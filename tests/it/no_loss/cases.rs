@@ -158,7 +158,11 @@ fn cycles_with_a_cache_of_50_and_slow_inserts_beside_a_following_relay_lose_noth
 /// relay (woken by the job's own rows committing beside them).
 #[test]
 fn another_producers_rows_whose_seq_came_before_the_xid_are_all_sent() {
-    let w = World::new(legacy_marks(), BOTH);
+    // A server of its own: the waits below for the server's older transactions to end
+    // then wait for this test's alone, not for whatever the suite's other tests hold
+    // open on a loaded host.
+    let pg = OwnPostgres::start();
+    let w = World::on(TestDb::new_on(&pg.url), legacy_marks(), BOTH);
     let mut c = w.client();
     assert_eq!(w.relay(0, &[])["Published"], 0);
 
