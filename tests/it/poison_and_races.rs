@@ -271,7 +271,20 @@ fn parallel_instances_expire_each_row_exactly_once() {
         }
     });
     let children: Vec<_> = (0..4)
-        .map(|_| spawn(db.command(&["run-once", "--batch-size", "50", "--max-batches", "40"])))
+        .map(|_| {
+            // Each gets the room to drain it all (--deadline; 25 s by default, which
+            // four cycles sharing a loaded host can spend before the 2,000 rows are
+            // done): the counts then add up whatever the load.
+            spawn(db.command(&[
+                "run-once",
+                "--batch-size",
+                "50",
+                "--max-batches",
+                "40",
+                "--deadline",
+                "10m",
+            ]))
+        })
         .collect();
     let runs: Vec<Run> = children
         .into_iter()

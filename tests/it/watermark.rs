@@ -30,6 +30,10 @@ fn insert(c: &mut impl postgres::GenericClient, topic: &str, r#type: &str) -> (U
     (id, seq)
 }
 
+/// One relay run, which sends every row it can: the tests count what one run published
+/// (up to 3,000 rows), so it gets ten minutes (`--deadline`; 25 s by default, which a
+/// loaded host can spend on fewer rows: one sent 9,000 in 25 s). A run still ends once
+/// nothing is left to send.
 fn relay(db: &TestDb, brokers: &str, extra: &[&str]) -> Value {
     let mut args = vec![
         "relay-outbox",
@@ -39,6 +43,8 @@ fn relay(db: &TestDb, brokers: &str, extra: &[&str]) -> Value {
         "5s",
         "--legacy-marks",
         "off",
+        "--deadline",
+        "10m",
     ];
     args.extend_from_slice(extra);
     let run = db.run(&args);
