@@ -214,7 +214,10 @@ fn another_producers_rows_whose_seq_came_before_the_xid_are_all_sent() {
         // Its seq was drawn first (the identity column comes before inserted_xid), then
         // inserted_xid's default took the transaction's id, in the same insert, before
         // the trigger: the relay's sweep reads the row by that id, whatever the order.
-        assert!(xid.is_some(), "inserted_xid's default took the gated writer's xid");
+        assert!(
+            xid.is_some(),
+            "inserted_xid's default took the gated writer's xid"
+        );
         // Every transaction older than the last run's end gone (other tests' on the
         // server too), so that no older one holds the relay's horizon in the runs
         // below: only the gated writer's.
