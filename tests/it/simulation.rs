@@ -42,30 +42,11 @@ use uuid::Uuid;
 
 // ---- the random source: SplitMix64, seeded, so a seed replays its workload ----
 
-struct Rng(u64);
+use crate::common::rng::Rng;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (n > 0).
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    /// True with probability `1 / n`.
-    fn one_in(&mut self, n: u64) -> bool {
-        self.below(n) == 0
-    }
-
-    fn seconds(&mut self, from: i64, to: i64) -> TimeDelta {
-        TimeDelta::seconds(from + self.below((to - from) as u64) as i64)
-    }
+/// Uniform whole seconds in `[from, to)`.
+fn seconds(rng: &mut Rng, from: i64, to: i64) -> TimeDelta {
+    TimeDelta::seconds(from + rng.below((to - from) as u64) as i64)
 }
 
 // ---- the model: what every booking must be, by the rules ----
@@ -481,7 +462,7 @@ impl Sim {
                 _ => St::Booked,
             };
             // One in ten deadlines falls exactly on a minute: an AsOf will equal it.
-            let mut deadline = now + self.rng.seconds(deadline_from, deadline_to);
+            let mut deadline = now + seconds(&mut self.rng, deadline_from, deadline_to);
             if self.rng.one_in(10) {
                 deadline =
                     DateTime::from_timestamp(deadline.timestamp() - deadline.timestamp() % 60, 0)
@@ -1544,8 +1525,8 @@ enum Change {
 impl Change {
     fn draw(rng: &mut Rng) -> Change {
         match rng.below(3) {
-            0 => Change::Extend(rng.seconds(3_600, 2 * 86_400)),
-            1 => Change::Confirm(rng.seconds(3_600, 3 * 86_400)),
+            0 => Change::Extend(seconds(rng, 3_600, 2 * 86_400)),
+            1 => Change::Confirm(seconds(rng, 3_600, 3 * 86_400)),
             _ => Change::Cancel,
         }
     }

@@ -15,6 +15,7 @@ mod leftovers;
 mod locks;
 mod process;
 pub mod pushgateway;
+pub mod rng;
 pub mod schemas;
 mod seed;
 mod servers;

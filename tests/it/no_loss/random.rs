@@ -23,42 +23,11 @@ use postgres::{Client, NoTls};
 
 use super::*;
 
-/// SplitMix64: a seed replays its workload's choices.
-struct Rng(u64);
+use crate::common::rng::Rng;
 
-impl Rng {
-    /// The stream of actor `n` of a run of `seed`.
-    fn of(seed: u64, n: u64) -> Self {
-        let mut rng = Rng(seed ^ n.wrapping_mul(0xD1B5_4A32_D192_ED03));
-        rng.next();
-        rng
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (n > 0).
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn one_in(&mut self, n: u64) -> bool {
-        self.below(n) == 0
-    }
-
-    /// Uniform seconds in `[from, to)`, to the millisecond.
-    fn seconds(&mut self, from: f64, to: f64) -> f64 {
-        from + (to - from) * (self.below(1000) as f64 / 1000.0)
-    }
-
-    fn pick<T: Copy>(&mut self, of: &[T]) -> T {
-        of[self.below(of.len() as u64) as usize]
-    }
+/// Uniform seconds in `[from, to)`, to the millisecond.
+fn seconds(rng: &mut Rng, from: f64, to: f64) -> f64 {
+    from + (to - from) * (rng.below(1000) as f64 / 1000.0)
 }
 
 const WRITERS: u64 = 5;
@@ -359,7 +328,7 @@ fn transaction(
         )?;
     }
     if long || rollback {
-        c.execute("SELECT pg_sleep($1)", &[&rng.seconds(0.2, 5.0)])?;
+        c.execute("SELECT pg_sleep($1)", &[&seconds(rng, 0.2, 5.0)])?;
     }
     if rollback {
         c.batch_execute("ROLLBACK")?;
@@ -372,7 +341,7 @@ fn transaction(
         c.batch_execute(&format!("PREPARE TRANSACTION '{gid}'"))?;
         add(&shared.tally.prepared);
         // Held, by no session, for a while; then finished.
-        c.execute("SELECT pg_sleep($1)", &[&rng.seconds(0.2, 4.0)])?;
+        c.execute("SELECT pg_sleep($1)", &[&seconds(rng, 0.2, 4.0)])?;
         finish(c, pending)?;
     } else {
         c.batch_execute("COMMIT")?;
