@@ -206,8 +206,10 @@ fn start(db: &DbConfig, types: &OutboxTypes, marks: Marks) -> Result<Worker> {
                         receipts,
                         job.now,
                         &job.acked,
-                        high.high,
-                        high.snapshot.as_deref(),
+                        store::NewHigh {
+                            seq: high.high,
+                            snapshot: high.snapshot.as_deref(),
+                        },
                         &types,
                         legacy.then_some((&mark, job.seqs)),
                     ),

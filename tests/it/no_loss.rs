@@ -427,14 +427,6 @@ pub(crate) fn wait_older_transactions_ended(c: &mut Client, xid: &str) {
     );
 }
 
-/// Waits until every transaction that had an xid now has ended (other tests' too).
-pub(crate) fn wait_transactions_running_now_ended(c: &mut Client) {
-    let mut tx = c.transaction().unwrap();
-    let xid = take_xid(&mut tx);
-    tx.commit().unwrap();
-    wait_older_transactions_ended(c, &xid);
-}
-
 /// The seeded workload (see `random`): writers of random sequence caches, trigger
 /// delays, long, prepared and rolled back transactions, a `seq` drawn before or after
 /// the xid, beside `run-once` cycles and the relay (following, killed, purging under a

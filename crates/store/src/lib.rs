@@ -101,6 +101,7 @@ pub use topic_wait::{
 pub use transaction::{End, Switch, begin_chain, end_and_chain, end_chain};
 pub use waiting::{TopicWaiting, WAITING_SQL, waiting, waiting_total};
 pub use watermark::{
-    Above, Delivered, FetchedAbove, MARK_RECEIPTS_SQL, PENDING_ABOVE_SQL, Purged, drop_exceptions,
-    mark_receipts, pending_above, prepare_mark_receipts, prepare_pending_above, purge_range,
+    Above, Delivered, FetchedAbove, MARK_RECEIPTS_SQL, NewHigh, PENDING_ABOVE_SQL, Purged,
+    drop_exceptions, mark_receipts, pending_above, prepare_mark_receipts, prepare_pending_above,
+    purge_range,
 };

@@ -168,6 +168,13 @@ pub struct Delivered {
     pub excepted: bool,
 }
 
+/// Where a batch's mark moves `high`: the batch's last `seq` and its fetch's snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewHigh<'a> {
+    pub seq: i64,
+    pub snapshot: Option<&'a str>,
+}
+
 /// Records a batch's receipts and moves `high` (see [`MARK_RECEIPTS_SQL`]); the
 /// exceptions delivered are deleted in the same transaction. Returns the receipts
 /// written.
@@ -176,8 +183,7 @@ pub fn mark_receipts(
     sql: &(impl Sql + ?Sized),
     now: DateTime<Utc>,
     delivered: &[Delivered],
-    high: i64,
-    snapshot: Option<&str>,
+    high: NewHigh,
     types: &OutboxTypes,
     legacy: Option<(&(impl Sql + ?Sized), (i64, i64))>,
 ) -> Result<u64> {
@@ -200,8 +206,8 @@ pub fn mark_receipts(
         &offsets,
         &now,
         &key,
-        &high,
-        &snapshot,
+        &high.seq,
+        &high.snapshot,
     ];
     if excepted.is_empty() && legacy.is_none() {
         return Ok(client.execute(sql, &params)?);
