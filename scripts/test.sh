@@ -783,10 +783,12 @@ fi
 BG_NICE=10 stage_bg clippy "cargo clippy -D warnings" \
     env CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/clippy" \
     cargo clippy --workspace --all-targets --locked -- -D warnings
-# Its cargo build finds the binary the tests' build made (the same commit in the
-# environment, see above), so it runs beside the tests without replacing theirs.
+# It checks the binary the tests' build made (BOOKING_EXPIRE_BIN, which image-test.sh
+# takes too) and builds none: a `cargo build` beside the tests replaced their binary at
+# the same path while they ran it (their build has the dev-dependencies' features), and
+# a test that started it then found no file.
 BG_NICE=10 stage_bg check-deploy "scripts/check-deploy.sh: manifests, Dockerfile, runtime libraries, alert rules, dashboard, the image" \
-    scripts/check-deploy.sh
+    env BOOKING_EXPIRE_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/booking-expire" scripts/check-deploy.sh
 
 stage first-pass "cargo test: the unit tests and every integration test (PostgreSQL 15, Kafka 4.x)" first_pass "$@"
 if test_second_pass; then
