@@ -25,6 +25,7 @@
 -- as it reads the rows from before the migration).
 ALTER TABLE crm.outbox ADD COLUMN IF NOT EXISTS inserted_xid xid8 NULL;
 
+-- squawk-ignore prefer-robust-stmts -- SET DEFAULT run again sets the same default: it may run again as it is
 ALTER TABLE crm.outbox ALTER COLUMN inserted_xid SET DEFAULT pg_current_xact_id();
 
 CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_outbox_inserted_xid
