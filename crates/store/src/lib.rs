@@ -46,6 +46,7 @@ mod schema;
 mod session;
 mod settings;
 pub mod sqlstate;
+mod sweep;
 mod timestamp;
 mod tls;
 mod topic_wait;
@@ -79,10 +80,8 @@ pub use outbox_lag::{
 pub use phase_failure::{PhaseFailure, clear_phase_failure, phase_failures, record_phase_failure};
 pub use preflight::{Facts, backend_pid, check_schema, read_facts};
 pub use relay_state::{
-    Exception, GapCheck, Loaded, NewException, OUTBOX_STATE_SQL, RELAY_STATE_MIGRATION,
-    SWEEP_MIGRATION, SeqWindow, SweepState, SweepTop, Watermark, exceptions,
-    inserted_xid_defaulted, load_watermark, put_exceptions, relay_state_usable, sweep, sweep_state,
-    types_key,
+    Exception, Loaded, NewException, OUTBOX_STATE_SQL, RELAY_STATE_MIGRATION, Watermark,
+    exceptions, load_watermark, put_exceptions, relay_state_usable, types_key,
 };
 pub use report::{
     Backlog, CHUNK_ROWS, Figures, NextClaim, Overdue, Quarantined, begin_read_only,
@@ -95,6 +94,10 @@ pub use row_security::{
 pub use schema::{Need, status_type};
 pub use session::{Conn, Prepared, Session, Sql, Tx};
 pub use settings::{Conninfo, DbConfig, SslMode, TargetSessionAttrs, check_ca_pem};
+pub use sweep::{
+    GapCheck, SWEEP_MIGRATION, SeqWindow, SweepState, SweepTop, inserted_xid_defaulted, sweep,
+    sweep_state,
+};
 pub use topic_wait::{
     TOPIC_WAIT_MIGRATION, TopicWait, end_topic_waits, record_topic_waits, topic_waits,
 };

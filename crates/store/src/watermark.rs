@@ -25,7 +25,7 @@ use crate::{Conn, Prepared, Session, Sql};
 /// `$4` the fetch's byte budget); `$2` = now, `$5` = the job's outbox types. The first
 /// row carries the statement's snapshot: every row above `$8` it sees is in the batch
 /// up to the batch's last, and the batch's mark records it for the sweep
-/// ([`super::relay_state::sweep`]).
+/// ([`super::sweep::sweep`]).
 ///
 /// No probe per row: the rows held back (a key with an older row backing off or in
 /// flight, a topic that cannot take its rows) are told apart by the relay from the
@@ -137,7 +137,7 @@ pub fn pending_above(
 /// A batch's mark: its receipts and the `high` it moves the watermark to, in one
 /// statement; `$1`..`$4` the receipts (seq, id, partition, offset), `$5` now, `$6` the
 /// types' key, `$7` the batch's `high`, `$8` its fetch's snapshot (the sweep's top while
-/// batches are in flight: [`super::relay_state::SweepTop::LastMark`]). Plain inserts (a receipt is new: a re-queue
+/// batches are in flight: [`super::sweep::SweepTop::LastMark`]). Plain inserts (a receipt is new: a re-queue
 /// deletes the old one), and one small row updated in place (its only index, the key,
 /// is not changed: a HOT update).
 pub const MARK_RECEIPTS_SQL: &str = "\
