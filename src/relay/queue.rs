@@ -201,10 +201,19 @@ impl Own {
         in_flight: &[&str],
         waiting: &[&str],
     ) -> Result<Fetched> {
-        let exceptions = store::exceptions(client, &cfg.outbox_types, self.high)?;
+        let store::Settling {
+            exceptions,
+            delivered_above,
+        } = store::settling(client, &cfg.outbox_types, self.high)?;
         let waiting: HashSet<&str> = waiting.iter().copied().collect();
         let in_flight: HashSet<&str> = in_flight.iter().copied().collect();
-        let skip: Vec<i64> = exceptions.iter().map(|e| e.seq).collect();
+        // Never a new row: the exceptions (theirs is another path), and the rows above
+        // `high` an exception's delivery already has a receipt for.
+        let skip: Vec<i64> = exceptions
+            .iter()
+            .map(|e| e.seq)
+            .chain(delivered_above)
+            .collect();
         let blocking = blocking(&exceptions, now, &waiting, &in_flight);
         let due: Vec<i64> = exceptions
             .iter()

@@ -539,3 +539,62 @@ fn a_first_start_on_a_backlog_reads_no_row_of_the_outbox_by_a_sequential_scan() 
         "rows of crm.outbox read by a sequential scan"
     );
 }
+
+/// A run that ended between a fetch that held a row (behind an older row of its key, as
+/// an exception) and that batch's mark leaves an exception above `high`. It is sent as
+/// an exception, its receipt then above `high`: no later fetch takes it again as a new
+/// row (a run once did, and failed on the receipt's key).
+#[test]
+fn an_exception_above_high_is_sent_once_and_never_fetched_again_as_a_new_row() {
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, 1, &[]);
+    let db = TestDb::new();
+    let mut c = db.client();
+    insert(&mut c, &topic, OWN_TYPE);
+    assert_eq!(relay(&db, &brokers, &[])["Published"], 1);
+    let key = Uuid::new_v4().to_string();
+    let of_key: Vec<(Uuid, i64)> = (0..2)
+        .map(|_| {
+            let id = Uuid::now_v7();
+            let seq: i64 = c
+                .query_one(
+                    "INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload)
+                     VALUES ($1, 'Booking', $2, $3, $4, '{}') RETURNING seq",
+                    &[&id, &key, &OWN_TYPE, &topic],
+                )
+                .unwrap()
+                .get(0);
+            (id, seq)
+        })
+        .collect();
+    // The later row held behind the older one, by a run that ended before its mark.
+    c.execute(
+        "INSERT INTO crm.booking_expiration_exception
+                (seq, id, key, topic, type, reason, attempts, failures, since)
+         VALUES ($1, $2, $3, $4, $5, 'behind', 0, 0, now())",
+        &[&of_key[1].1, &of_key[1].0, &key, &topic, &OWN_TYPE],
+    )
+    .unwrap();
+    let (_, high) = watermark(&mut c);
+    assert!(high < of_key[0].1, "the held row above high {high}");
+
+    let mut published = 0;
+    for _ in 0..3 {
+        published += relay(&db, &brokers, &[])["Published"].as_i64().unwrap();
+    }
+    assert_eq!(published, 2, "each row of the key once");
+    assert_eq!(records_on(&brokers, &topic, 1), 3, "records on the topic");
+    let got = consume(&brokers, &topic, 1, 3, Duration::from_secs(30));
+    let order: Vec<String> = got
+        .iter()
+        .filter(|m| m.key == key)
+        .map(|m| m.headers["ce_id"].clone())
+        .collect();
+    assert_eq!(
+        order,
+        vec![of_key[0].0.to_string(), of_key[1].0.to_string()],
+        "the key's rows once each, in order"
+    );
+    assert_eq!(own_state(&mut c), (3, 0), "receipts and exceptions");
+}

@@ -80,8 +80,8 @@ pub use outbox_lag::{
 pub use phase_failure::{PhaseFailure, clear_phase_failure, phase_failures, record_phase_failure};
 pub use preflight::{Facts, backend_pid, check_schema, read_facts};
 pub use relay_state::{
-    Exception, Loaded, NewException, OUTBOX_STATE_SQL, RELAY_STATE_MIGRATION, Watermark,
-    exceptions, load_watermark, put_exceptions, relay_state_usable, types_key,
+    Exception, Loaded, NewException, OUTBOX_STATE_SQL, RELAY_STATE_MIGRATION, Settling, Watermark,
+    load_watermark, put_exceptions, relay_state_usable, settling, types_key,
 };
 pub use report::{
     Backlog, CHUNK_ROWS, Figures, NextClaim, Overdue, Quarantined, begin_read_only,

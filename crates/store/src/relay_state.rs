@@ -227,26 +227,45 @@ pub struct Exception {
     pub failed: bool,
 }
 
-/// The exceptions of `types` the fetch needs (see [`Exception`]).
-pub fn exceptions(
-    client: &mut impl Conn,
-    types: &OutboxTypes,
-    high: i64,
-) -> Result<Vec<Exception>> {
+/// What the fetch above `high` must know of the relay's own state: the exceptions of
+/// its types it needs (see [`Exception`]), and the `seq`s above `high` that already have
+/// a receipt.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Settling {
+    pub exceptions: Vec<Exception>,
+    /// Rows above `high` delivered already: exceptions above `high` sent as exceptions
+    /// (a row held behind an older one of its key, or by its topic, by a run that ended
+    /// before its batch's mark moved `high` past it). Their receipts are there but
+    /// `high` is not, so the fetch of new rows must not take them again.
+    pub delivered_above: Vec<i64>,
+}
+
+/// The exceptions of `types` the fetch needs (see [`Exception`]), and the receipts
+/// above `high` ([`Settling::delivered_above`]), in one statement: the receipts' part
+/// is one range of their key's rightmost pages, almost always empty.
+pub fn settling(client: &mut impl Conn, types: &OutboxTypes, high: i64) -> Result<Settling> {
     let client = client.pg();
     let rows = client
         .query(
             "SELECT seq, key, topic, attempts, failures, next_attempt_at,
-                    failed_at IS NOT NULL AS failed
+                    failed_at IS NOT NULL AS failed, false AS delivered
                FROM crm.booking_expiration_exception
               WHERE type = ANY($1::text[]) AND (failed_at IS NULL OR seq > $2)
+             UNION ALL
+             SELECT seq, NULL, NULL, NULL, NULL, NULL, NULL, true
+               FROM crm.booking_expiration_receipt
+              WHERE seq > $2
               ORDER BY seq",
             &[&types.as_slice(), &high],
         )
         .context("cannot read the relay's exceptions")?;
-    Ok(rows
-        .iter()
-        .map(|r| Exception {
+    let mut settling = Settling::default();
+    for r in &rows {
+        if r.get("delivered") {
+            settling.delivered_above.push(r.get("seq"));
+            continue;
+        }
+        settling.exceptions.push(Exception {
             seq: r.get("seq"),
             key: r.get("key"),
             topic: r.get("topic"),
@@ -254,8 +273,9 @@ pub fn exceptions(
             failures: r.get("failures"),
             next_attempt_at: r.get("next_attempt_at"),
             failed: r.get("failed"),
-        })
-        .collect())
+        });
+    }
+    Ok(settling)
 }
 
 /// An exception as the relay writes it: the row, why, and its counters.
