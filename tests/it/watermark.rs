@@ -548,7 +548,7 @@ fn a_first_start_on_a_backlog_reads_no_row_of_the_outbox_by_a_sequential_scan() 
 fn an_exception_above_high_is_sent_once_and_never_fetched_again_as_a_new_row() {
     let brokers = shared_brokers();
     let topic = unique_topic();
-    create_topic(&brokers, &topic, 1, &[]);
+    create_topic(&brokers, &topic, 6, &[]);
     let db = TestDb::new();
     let mut c = db.client();
     insert(&mut c, &topic, OWN_TYPE);
@@ -584,8 +584,8 @@ fn an_exception_above_high_is_sent_once_and_never_fetched_again_as_a_new_row() {
         published += relay(&db, &brokers, &[])["Published"].as_i64().unwrap();
     }
     assert_eq!(published, 2, "each row of the key once");
-    assert_eq!(records_on(&brokers, &topic, 1), 3, "records on the topic");
-    let got = consume(&brokers, &topic, 1, 3, Duration::from_secs(30));
+    assert_eq!(records_on(&brokers, &topic, 6), 3, "records on the topic");
+    let got = consume(&brokers, &topic, 6, 3, Duration::from_secs(30));
     let order: Vec<String> = got
         .iter()
         .filter(|m| m.key == key)
