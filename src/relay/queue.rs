@@ -212,7 +212,7 @@ impl Own {
         let skip: Vec<i64> = exceptions
             .iter()
             .map(|e| e.seq)
-            .chain(delivered_above)
+            .chain(delivered_above.iter().copied())
             .collect();
         let blocking = blocking(&exceptions, now, &waiting, &in_flight);
         let due: Vec<i64> = exceptions
@@ -238,9 +238,23 @@ impl Own {
             cfg.kafka.max_message_bytes,
             &cfg.outbox_types,
         )?;
+        // A fetch its limit or its byte budget did not cut saw every new row above
+        // `high`: the watermark passes the delivered rows above them too (else a
+        // delivered row stays above `high`, unpurged, until a newer row comes), in a
+        // batch of its own when there is no row to send.
+        let new_rows = rows.iter().filter(|r| !r.extra.excepted);
+        let cut = new_rows.clone().count() >= cfg.batch_size as usize
+            || new_rows.clone().any(|r| r.fetch == Fetch::Later);
+        let passed = delivered_above.into_iter().max().filter(|_| !cut);
         let sorted = Sorted::of(rows, blocking, now, &waiting, &in_flight, self.legacy_marks);
-        let progressed =
-            !sorted.take.is_empty() || !sorted.hold.is_empty() || !sorted.settled.is_empty();
+        let passed = passed.filter(|&seq| seq > sorted.high.unwrap_or(self.high).max(self.high));
+        if let Some(seq) = passed {
+            self.high = seq;
+        }
+        let progressed = !sorted.take.is_empty()
+            || !sorted.hold.is_empty()
+            || !sorted.settled.is_empty()
+            || passed.is_some();
         let holds: Vec<NewException> = sorted
             .hold
             .iter()

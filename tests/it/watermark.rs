@@ -597,4 +597,7 @@ fn an_exception_above_high_is_sent_once_and_never_fetched_again_as_a_new_row() {
         "the key's rows once each, in order"
     );
     assert_eq!(own_state(&mut c), (3, 0), "receipts and exceptions");
+    // The watermark passed the delivered row above it (else it stays there, unpurged,
+    // until a newer row comes): floor and high at the held row.
+    assert_eq!(watermark(&mut c), (of_key[1].1, of_key[1].1));
 }

@@ -71,6 +71,13 @@ pub struct Model {
     /// it sees as 'late' (the seq window the store's sweep keeps beside the commit
     /// window).
     pub seq_window: bool,
+    /// A fetch may hold its last row as an exception (a row behind an older row of its
+    /// key, or of a topic that cannot take it), written by the fetch, not the mark
+    /// ([`crate::step::Action::FetchHold`]).
+    pub holds: bool,
+    /// The fetch skips the rows above P that have a receipt (the store's `settling`:
+    /// a held row sent as an exception before its batch's mark moved `high` past it).
+    pub skip_receipts: bool,
 }
 
 impl Model {
@@ -87,6 +94,8 @@ impl Model {
             crashes: 1,
             moved: Moved::Newer,
             seq_window: false,
+            holds: false,
+            skip_receipts: true,
         }
     }
 
@@ -104,6 +113,13 @@ impl Model {
         }
         if self.rule != Rule::Today && self.seq_window {
             name.push_str(" (+ the seq window each sweep)");
+        }
+        if self.holds {
+            name.push_str(if self.skip_receipts {
+                " (fetches hold rows; the fetch skips receipts above P)"
+            } else {
+                " (fetches hold rows; the fetch does not skip receipts above P)"
+            });
         }
         name
     }

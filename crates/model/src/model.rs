@@ -25,6 +25,12 @@ pub fn settled_below_floor(m: &Model, s: &State) -> bool {
             .all(|(i, seq)| seq > wm.floor || s.handled(i))
 }
 
+/// No mark wrote a receipt a row already had (the receipts' key would refuse it, and
+/// the run fail: every run after it too, while the row stays above `high`).
+pub fn one_receipt(s: &State) -> bool {
+    s.twice == 0
+}
+
 /// The writers stopped with no transaction in progress.
 pub fn writers_quiet(s: &State) -> bool {
     s.txs
@@ -36,6 +42,7 @@ pub fn writers_quiet(s: &State) -> bool {
 pub const SAFETY: &str = "safety: no row purged without a receipt";
 pub const INVARIANT: &str =
     "invariant: every committed row W sees at or below the floor is settled";
+pub const ONE_RECEIPT: &str = "one receipt: no mark writes a receipt a row already has";
 pub const PROGRESS: &str = "progress: once the writers stop (none in progress), the relay sends \
                             every committed row, moves the floor to high and purges every \
                             delivered row";
@@ -63,6 +70,7 @@ impl stateright::Model for Model {
         vec![
             Property::always(SAFETY, |_, s| safe(s)),
             Property::always(INVARIANT, settled_below_floor),
+            Property::always(ONE_RECEIPT, |_, s| one_receipt(s)),
             Property::always(PROGRESS, |m, s| !writers_quiet(s) || drain(m, s).is_ok()),
             // The quiet states are progress's own: one schedule per state.
             Property::always(PROGRESS_OPEN, |m, s| {

@@ -101,6 +101,9 @@ pub struct State {
     pub delivered: Mask,
     /// Rows a purge deleted without a receipt (history: the safety property).
     pub lost: Mask,
+    /// Rows a mark wrote a second receipt for: the receipts' key refuses it, and the
+    /// run fails (history: the property [`crate::model::ONE_RECEIPT`]).
+    pub twice: Mask,
     /// The relay: None while it is down.
     pub run: Option<Run>,
     pub crashes: u8,
@@ -132,6 +135,7 @@ impl State {
             purged: 0,
             delivered: 0,
             lost: 0,
+            twice: 0,
             run: None,
             crashes: 0,
         }

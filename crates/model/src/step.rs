@@ -21,6 +21,8 @@ pub enum Action {
     /// A run starts: the watermark read (made on the first start), P := high.
     Start,
     Fetch,
+    /// A fetch that holds its batch's last row as an exception (`Model::holds`).
+    FetchHold,
     /// The oldest batch in flight marked.
     Mark,
     /// Today: the gap check (start of run, every 3 s); the sweep's rules: the sweep.
@@ -44,7 +46,8 @@ pub fn apply(m: &Model, s: &mut State, action: Action) -> bool {
         Action::Rollback(t) => writers::rollback(m, s, t as usize),
         Action::Prepare(t) => writers::prepare(m, s, t as usize),
         Action::Start => relay_state::start(s),
-        Action::Fetch => watermark::fetch(m, s),
+        Action::Fetch => watermark::fetch(m, s, false),
+        Action::FetchHold => watermark::fetch(m, s, true),
         Action::Mark => watermark::mark(m, s),
         Action::Check => check(m, s, Window::Full),
         Action::SendException(t) => watermark::send_exception(s, t as usize),
@@ -99,7 +102,12 @@ pub fn candidates(s: &State, out: &mut Vec<Action>) {
         out.push(Action::Start);
         return;
     }
-    out.extend([Action::Fetch, Action::Mark, Action::Check]);
+    out.extend([
+        Action::Fetch,
+        Action::FetchHold,
+        Action::Mark,
+        Action::Check,
+    ]);
     for t in 0..s.txs.len() as u8 {
         if s.exceptions & bit(t as usize) != 0 {
             out.push(Action::SendException(t));

@@ -32,6 +32,7 @@ pub fn summary(s: &State) -> String {
             (s.exceptions, " +exception"),
             (s.purged, " PURGED"),
             (s.lost, " UNSENT"),
+            (s.twice, " RECEIPT TWICE"),
         ] {
             if mask & bit(i) != 0 {
                 out.push_str(word);

@@ -12,16 +12,25 @@ use crate::bounds::{Model, Rule};
 use crate::pg::bit;
 use crate::state::{Batch, State};
 
-/// The fetch: the rows above P visible in its statement snapshot F, in `seq` order, at
-/// most `limit`; P := the batch's greatest `seq`. A fetch that finds nothing changes
-/// nothing.
-pub fn fetch(m: &Model, s: &mut State) -> bool {
+/// The fetch: the rows above P visible in its statement snapshot F, none of the
+/// exceptions (nor, with `skip_receipts`, a row with a receipt), in `seq` order, at
+/// most `limit`; P := the batch's greatest `seq`. With `skip_receipts`, a fetch not
+/// cut by its limit saw every row above P: P moves past the receipts above it too,
+/// and with no row to send the batch is empty (its mark moves `high` alone and keeps
+/// `high_snapshot`: the store's fetch carries its snapshot on its first row). A fetch
+/// that moves nothing changes nothing. With `hold` (and `holds`), the batch's last
+/// row of at least two is held: it becomes an exception at once, in the fetch's
+/// transaction, and the batch sends the others, P past it all the same.
+pub fn fetch(m: &Model, s: &mut State, hold: bool) -> bool {
+    if hold && !m.holds {
+        return false;
+    }
     let snapshot = s.snapshot();
-    let exceptions = s.exceptions;
+    let skip = s.exceptions | if m.skip_receipts { s.receipts } else { 0 };
     let rows: Vec<(usize, u8)> = s
         .rows_in(snapshot)
         .into_iter()
-        .filter(|&(i, _)| exceptions & bit(i) == 0)
+        .filter(|&(i, _)| skip & bit(i) == 0)
         .collect();
     let Some(run) = &mut s.run else { return false };
     if run.batches.len() >= m.in_flight as usize {
@@ -32,12 +41,32 @@ pub fn fetch(m: &Model, s: &mut State) -> bool {
         .filter(|&(_, seq)| seq > run.p)
         .take(m.limit as usize)
         .collect();
-    let Some(&(_, max)) = batch.last() else {
+    let passed = if m.skip_receipts && batch.len() < m.limit as usize {
+        (0..s.txs.len())
+            .filter(|&i| s.receipts & bit(i) != 0 && s.purged & bit(i) == 0)
+            .filter_map(|i| s.txs[i].seq)
+            .filter(|&seq| seq > run.p)
+            .max()
+    } else {
+        None
+    };
+    if hold && batch.len() < 2 {
+        return false;
+    }
+    let Some(max) = batch.last().map(|&(_, seq)| seq).max(passed) else {
         return false;
     };
     run.p = max;
+    let mut rows = batch.iter().fold(0, |m, &(i, _)| m | bit(i));
+    if hold {
+        let (last, _) = batch[batch.len() - 1];
+        rows &= !bit(last);
+        s.exceptions |= bit(last);
+        s.relay_write();
+    }
+    let run = s.run.as_mut().expect("checked above");
     run.batches.push(Batch {
-        rows: batch.iter().fold(0, |m, &(i, _)| m | bit(i)),
+        rows,
         max,
         snapshot,
     });
@@ -53,10 +82,11 @@ pub fn mark(m: &Model, s: &mut State) -> bool {
         return false;
     }
     let batch = run.batches.remove(0);
+    s.twice |= s.receipts & batch.rows;
     s.receipts |= batch.rows;
     s.delivered |= batch.rows;
     let wm = s.wm.as_mut().expect("a run has its watermark");
-    if m.rule != Rule::Today && batch.max >= wm.high {
+    if m.rule != Rule::Today && batch.max >= wm.high && batch.rows != 0 {
         wm.high_snapshot = batch.snapshot;
     }
     wm.high = wm.high.max(batch.max);
