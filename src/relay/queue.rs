@@ -204,6 +204,7 @@ impl Own {
         let store::Settling {
             exceptions,
             delivered_above,
+            fetch_upto,
         } = store::settling(client, &cfg.outbox_types, self.high)?;
         let waiting: HashSet<&str> = waiting.iter().copied().collect();
         let in_flight: HashSet<&str> = in_flight.iter().copied().collect();
@@ -232,6 +233,7 @@ impl Own {
             cfg.batch_size,
             store::Above {
                 high: self.high,
+                upto: fetch_upto,
                 skip: &skip,
                 due: &due,
             },

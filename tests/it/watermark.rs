@@ -601,3 +601,44 @@ fn an_exception_above_high_is_sent_once_and_never_fetched_again_as_a_new_row() {
     // until a newer row comes): floor and high at the held row.
     assert_eq!(watermark(&mut c), (of_key[1].1, of_key[1].1));
 }
+
+/// A relay far behind the receipts of another set of types (another relay's, above its
+/// `high`) reads them a bounded number at a time: its fetch stops at the last it read
+/// (beyond it, an own row delivered as an exception is not taken again), passes them
+/// when nothing of its own is cut off, and reaches its own newer row.
+#[test]
+fn receipts_above_high_are_read_a_bounded_number_at_a_time_and_passed() {
+    const THEIRS: i64 = 12_000;
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, 6, &[]);
+    let db = TestDb::new();
+    let mut c = db.client();
+    insert(&mut c, &topic, OWN_TYPE);
+    assert_eq!(relay(&db, &brokers, &[])["Published"], 1);
+    // Another relay's deliveries above this one's high, more than one read takes, then
+    // an own row delivered as an exception (its receipt above high), then a new one.
+    c.execute(
+        "INSERT INTO crm.outbox (id, aggregatetype, aggregateid, type, topic, payload)
+         SELECT gen_random_uuid(), 'Deal', gen_random_uuid()::text, 'crm.deal-won', $1, '{}'
+           FROM generate_series(1, $2::int8)",
+        &[&topic, &THEIRS],
+    )
+    .unwrap();
+    let (delivered, _) = insert(&mut c, &topic, OWN_TYPE);
+    c.execute(
+        "INSERT INTO crm.booking_expiration_receipt (seq, id, published_at, partition, \"offset\")
+         SELECT seq, id, now(), 0, 0 FROM crm.outbox WHERE type = 'crm.deal-won' OR id = $1",
+        &[&delivered],
+    )
+    .unwrap();
+    let (_, newest) = insert(&mut c, &topic, OWN_TYPE);
+    let run = relay(&db, &brokers, &[]);
+    assert_eq!(run["Published"], 1, "the new row alone: {run}");
+    assert_eq!(
+        watermark(&mut c),
+        (newest, newest),
+        "floor and high at the new row"
+    );
+    assert_eq!(records_on(&brokers, &topic, 6), 2, "records on the topic");
+}

@@ -233,16 +233,24 @@ pub struct Exception {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Settling {
     pub exceptions: Vec<Exception>,
-    /// Rows above `high` delivered already: exceptions above `high` sent as exceptions
-    /// (a row held behind an older one of its key, or by its topic, by a run that ended
-    /// before its batch's mark moved `high` past it). Their receipts are there but
-    /// `high` is not, so the fetch of new rows must not take them again.
+    /// Rows above `high` delivered already, the lowest [`DELIVERED_ABOVE`] at most:
+    /// exceptions above `high` sent as exceptions (a row held behind an older one of its
+    /// key, or by its topic, by a run that ended before its batch's mark moved `high`
+    /// past it), or rows of another set of types another relay delivered. Their
+    /// receipts are there but `high` is not, so the fetch of new rows must not take
+    /// them again.
     pub delivered_above: Vec<i64>,
+    /// Where the fetch must stop when there were more (the last of them): beyond it
+    /// a delivered row could be taken again. `i64::MAX` when all were read.
+    pub fetch_upto: i64,
 }
+
+/// The receipts above `high` one fetch reads at most ([`Settling::delivered_above`]).
+pub const DELIVERED_ABOVE: i64 = 10_000;
 
 /// The exceptions of `types` the fetch needs (see [`Exception`]), and the receipts
 /// above `high` ([`Settling::delivered_above`]), in one statement: the receipts' part
-/// is one range of their key's rightmost pages, almost always empty.
+/// is one range of their key, bounded, almost always empty.
 pub fn settling(client: &mut impl Conn, types: &OutboxTypes, high: i64) -> Result<Settling> {
     let client = client.pg();
     let rows = client
@@ -252,17 +260,26 @@ pub fn settling(client: &mut impl Conn, types: &OutboxTypes, high: i64) -> Resul
                FROM crm.booking_expiration_exception
               WHERE type = ANY($1::text[]) AND (failed_at IS NULL OR seq > $2)
              UNION ALL
-             SELECT seq, NULL, NULL, NULL, NULL, NULL, NULL, true
-               FROM crm.booking_expiration_receipt
-              WHERE seq > $2
+             (SELECT seq, NULL, NULL, NULL, NULL, NULL, NULL, true
+                FROM crm.booking_expiration_receipt
+               WHERE seq > $2
+               ORDER BY seq
+               LIMIT $3::int8 + 1)
               ORDER BY seq",
-            &[&types.as_slice(), &high],
+            &[&types.as_slice(), &high, &DELIVERED_ABOVE],
         )
         .context("cannot read the relay's exceptions")?;
-    let mut settling = Settling::default();
+    let mut settling = Settling {
+        fetch_upto: i64::MAX,
+        ..Settling::default()
+    };
     for r in &rows {
         if r.get("delivered") {
-            settling.delivered_above.push(r.get("seq"));
+            if settling.delivered_above.len() as i64 == DELIVERED_ABOVE {
+                settling.fetch_upto = *settling.delivered_above.last().expect("not empty");
+            } else {
+                settling.delivered_above.push(r.get("seq"));
+            }
             continue;
         }
         settling.exceptions.push(Exception {

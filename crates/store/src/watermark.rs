@@ -20,7 +20,8 @@ use crate::{Conn, Prepared, Session, Sql};
 /// release before did not mark (its columns; a filter on the same range), none of
 /// `$6` (the exceptions: theirs is another path), at most `$1` of them, read as one
 /// range of `ux_outbox_seq` (or of `ix_outbox_pending`, whose order is the same); and
-/// the due exceptions `$7`, by `seq` (a part never run when there are none). Payloads
+/// the due exceptions `$7`, by `seq` (a part never run when there are none); none above
+/// `$9` (past the receipts above `high` the relay read). Payloads
 /// and headers are loaded as [`super::PENDING_SQL`] does (`$3` the largest message,
 /// `$4` the fetch's byte budget); `$2` = now, `$5` = the job's outbox types. The first
 /// row carries the statement's snapshot: every row above `$8` it sees is in the batch
@@ -46,7 +47,7 @@ SELECT id, seq, aggregateid, topic, type, occurred_at, size, attempts, failures,
         CASE WHEN isfinite(o.occurred_at) AND o.occurred_at <= $2 THEN o.occurred_at ELSE $2 END AS occurred_at,
         o.attempts, o.failures, o.next_attempt_at, o.last_error, false AS published
    FROM crm.outbox o
-  WHERE o.seq > $8::int8 AND o.type = ANY($5::text[])
+  WHERE o.seq > $8::int8 AND o.seq <= $9::int8 AND o.type = ANY($5::text[])
     AND o.published_at IS NULL AND o.failed_at IS NULL
     AND o.seq NOT IN (SELECT unnest($6::int8[]))
   ORDER BY o.seq
@@ -71,6 +72,8 @@ pub fn prepare_pending_above(client: &mut impl Conn) -> Result<Prepared> {
 #[derive(Debug, Clone, Copy)]
 pub struct Above<'a> {
     pub high: i64,
+    /// The fetch's last `seq` at most ([`super::relay_state::Settling::fetch_upto`]).
+    pub upto: i64,
     /// The exceptions' `seq`s: never fetched as new rows.
     pub skip: &'a [i64],
     /// The due exceptions to send now.
@@ -111,6 +114,7 @@ pub fn pending_above(
             &above.skip,
             &above.due,
             &above.high,
+            &above.upto,
         ],
     )?;
     let due: std::collections::HashSet<i64> = above.due.iter().copied().collect();
