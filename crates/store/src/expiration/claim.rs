@@ -219,7 +219,8 @@ pub fn count_left(
     cap: i64,
 ) -> Result<u64> {
     let client = client.pg();
-    let row = client.query_one(&stmts.left[phase.slot()], &[&as_of, &cap])?;
+    let statement = stmts.left[phase.slot()].get(client)?;
+    let row = client.query_one(statement, &[&as_of, &cap])?;
     Ok(row.get::<_, i64>("left").max(0) as u64)
 }
 

@@ -19,6 +19,7 @@ pub use claim::{
 };
 pub use quarantine::{quarantine, release_stale_quarantine};
 pub use statements::CycleStatements;
+use statements::OnFirstUse;
 pub use write::{DbRejection, WriteOutcome, write_direct, write_isolating};
 
 use crate::domain::Phase;
@@ -61,11 +62,11 @@ impl CycleStatements {
                 prepare(&claim_counting_sql(Phase::Booking))?,
             ],
             left: [
-                prepare(&left_sql(Phase::Reserve))?,
-                prepare(&left_sql(Phase::Booking))?,
+                OnFirstUse::new(left_sql(Phase::Reserve)),
+                OnFirstUse::new(left_sql(Phase::Booking)),
             ],
             write: prepare(&write::write_sql(&status_type))?,
-            quarantine: prepare(quarantine::QUARANTINE_SQL)?,
+            quarantine: OnFirstUse::new(quarantine::QUARANTINE_SQL),
             release_stale: prepare(quarantine::RELEASE_STALE_SQL)?,
         })
     }

@@ -82,8 +82,9 @@ pub fn quarantine(
     let states: Vec<Option<&str>> = poison.iter().map(|p| p.sqlstate.as_deref()).collect();
     let versions: Vec<i64> = poison.iter().map(|p| p.version).collect();
     let statuses: Vec<&str> = poison.iter().map(|p| p.status.as_str()).collect();
+    let statement = stmts.quarantine.get(tx)?;
     tx.execute(
-        &stmts.quarantine,
+        statement,
         &[
             &as_of, &run_id, &ids, &tenants, &phases, &reasons, &errors, &states, &versions,
             &statuses,
