@@ -7,7 +7,8 @@ use crate::postgres;
 
 use booking_expire::domain::Phase;
 use booking_expire::store::{
-    MARK_PUBLISHED_SQL, PENDING_SQL, WAITING_SQL, claim_counting_sql, claim_sql,
+    MARK_PUBLISHED_SQL, Need, PENDING_SQL, WAITING_SQL, catalog_statements, claim_counting_sql,
+    claim_sql,
 };
 use common::*;
 
@@ -517,6 +518,29 @@ fn the_claim_keeps_its_partial_index_on_bookings_a_burst_filled_after_their_last
             );
             assert!(!plan.contains("Seq Scan"), "{phase} {mode}:\n{plan}");
             assert!(!plan.contains("Sort"), "{phase} {mode}:\n{plan}");
+        }
+    }
+}
+
+/// The preflight asks the catalog at every run of every writing command. Each table and
+/// column it checks is looked up by the catalog's indexes, never by reading the whole
+/// of `pg_attribute` or `pg_class`: on a host whose other applications have thousands
+/// of tables those scans took milliseconds at every run, and more as the host grew.
+/// The planner prefers the scans on a catalog this small, so a join that lets it choose
+/// shows here too.
+#[test]
+fn the_preflights_catalog_reads_look_up_each_column_by_index() {
+    let db = TestDb::new();
+    let mut c = db.client();
+    for need in [Need::Cycle, Need::Relay, Need::Report] {
+        for sql in catalog_statements(need) {
+            let plan = explain(&mut c, "auto", &sql, &[]);
+            for catalog in ["pg_attribute", "pg_class"] {
+                assert!(
+                    !plan.contains(&format!("Seq Scan on {catalog}")),
+                    "{need:?}: a scan of {catalog}:\n{sql}\n{plan}"
+                );
+            }
         }
     }
 }

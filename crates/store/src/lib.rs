@@ -78,7 +78,9 @@ pub use outbox_lag::{
     OtherRows, OutboxLag, other_rows, outbox_lag,
 };
 pub use phase_failure::{PhaseFailure, clear_phase_failure, phase_failures, record_phase_failure};
-pub use preflight::{Facts, backend_pid, check_schema, read_facts};
+pub use preflight::{
+    Facts, backend_pid, check_schema, read_facts, statements as catalog_statements,
+};
 pub use relay_state::{
     Exception, Loaded, NewException, OUTBOX_STATE_SQL, RELAY_STATE_MIGRATION, Settling, Watermark,
     load_watermark, put_exceptions, relay_state_usable, settling, types_key,

@@ -117,8 +117,10 @@ pub fn read_facts(client: &mut Session, need: Need, command: &'static str) -> Re
 }
 
 /// The schema statements, the compatibility statements (the history's releases, the
-/// read-only role's reach), then the privileges statement, of `need`.
-fn statements(need: Need) -> Vec<String> {
+/// read-only role's reach), then the privileges statement, of `need`: what every
+/// preflight of a writing command asks the catalog each time it runs (public for the
+/// tests of their plans).
+pub fn statements(need: Need) -> Vec<String> {
     let mut out = schema::statements(need);
     out.push(compat::PROBE_STATEMENT.to_owned());
     out.push(compat::READS_ALL_STATS_STATEMENT.to_owned());

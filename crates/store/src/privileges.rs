@@ -181,18 +181,21 @@ pub(super) fn statement_as(need: Need, role: Option<&str>) -> String {
             columns.push(*col);
         }
     }
+    // A lateral subquery with LIMIT looks each column up by pg_attribute's index; a
+    // subplan let the planner hash the whole catalog (see schema::statements).
     format!(
         "SELECT w.priv, w.tbl, w.col, {who} AS role_name
            FROM unnest({}, {}, {}) WITH ORDINALITY AS w(priv, tbl, col, n)
-          WHERE NOT CASE WHEN to_regclass(format('crm.%I', w.tbl)) IS NULL THEN true
-                         WHEN w.col = ''
-                         THEN has_table_privilege({of}format('crm.%I', w.tbl), w.priv)
-                         WHEN NOT EXISTS (
-                              SELECT 1 FROM pg_catalog.pg_attribute a
-                               WHERE a.attrelid = to_regclass(format('crm.%I', w.tbl))
-                                 AND a.attname = w.col AND a.attnum > 0 AND NOT a.attisdropped)
-                         THEN true
-                         ELSE has_column_privilege({of}format('crm.%I', w.tbl), w.col, w.priv)
+          CROSS JOIN LATERAL (SELECT to_regclass(format('crm.%I', w.tbl)) AS rel) r
+           LEFT JOIN LATERAL (
+                SELECT true AS present FROM pg_catalog.pg_attribute a
+                 WHERE a.attrelid = r.rel AND a.attname = w.col::name
+                   AND a.attnum > 0 AND NOT a.attisdropped
+                 LIMIT 1) a ON true
+          WHERE NOT CASE WHEN r.rel IS NULL THEN true
+                         WHEN w.col = '' THEN has_table_privilege({of}r.rel, w.priv)
+                         WHEN a.present IS NULL THEN true
+                         ELSE has_column_privilege({of}r.rel, w.col, w.priv)
                     END
           ORDER BY w.n",
         text_array(privileges),
