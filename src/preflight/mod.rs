@@ -57,16 +57,19 @@ pub fn require_own_session(db: &mut Db, cfg: &DbConfig, command: &str) -> Result
 /// privileges (78).
 pub fn check(db: &mut Db, cfg: &DbConfig, checks: Checks, now: DateTime<Utc>) -> Result<Preflight> {
     let writer = checks.writer;
+    // The pooler check's second session connects beside the read (a new backend's start
+    // is most of its cost), but sends its first statement only after the first
+    // session's transaction ended: behind a transaction pooler that statement then lands
+    // on the server session the first just gave back (sent beside the first's read, it
+    // took another, and the check could pass). A connection takes no server session of
+    // a pooler before its first statement.
+    let second = store::open_another(cfg);
     let facts = store::read_facts(&mut db.client, writer.need(), writer.as_str())?;
     if let Some(row) = &facts.pause {
         return Ok(Preflight::Paused(pause::honour(writer, row, now)));
     }
     db.require_writable(cfg, writer.as_str())?;
-    // The second session opens only now, after the first's transaction ended: behind a
-    // transaction pooler its first transaction then lands on the server session the first
-    // just gave back (opened beside the first's read, its setup took another, and the
-    // check could pass).
-    let second = store::connect_another(cfg);
+    let second = second.finish(cfg);
     pooler::require_session(
         &mut db.client,
         facts.backend_pid,

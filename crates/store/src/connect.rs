@@ -118,15 +118,63 @@ const SETUP_ATTEMPTS: u32 = 3;
 /// How long `connect` tries again while the connection slots are full.
 const FULL_SLOTS_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
 
+fn open(cfg: &DbConfig, patience: std::time::Duration) -> Result<Db> {
+    let (client, tls) = handshake(cfg, patience)?;
+    set_up(cfg, client, tls)
+}
+
+/// A further session like [`connect_another`]'s whose connection (the server's new
+/// backend, authentication) is made on a thread of its own beside the caller's work,
+/// and whose first statement, the session setup, is sent only by [`Opening::finish`].
+/// Behind a transaction pooler no server session is tied to a client before its first
+/// statement, so the caller still decides when this session first takes one.
+pub struct Opening(std::sync::mpsc::Receiver<Result<(Client, LazyTls)>>);
+
+/// Starts opening a further session from `cfg` (see [`Opening`]).
+pub fn open_another(cfg: &DbConfig) -> Opening {
+    let (done, opened) = std::sync::mpsc::channel();
+    let cfg = cfg.clone();
+    let spawned = std::thread::Builder::new()
+        .name("open-another".into())
+        .spawn({
+            let done = done.clone();
+            move || {
+                let _ = done.send(handshake(&cfg, std::time::Duration::ZERO));
+            }
+        });
+    if let Err(e) = spawned {
+        let _ = done.send(
+            Err::<(Client, LazyTls), _>(e)
+                .classify(Fault::Temporary, "cannot start the connecting thread"),
+        );
+    }
+    Opening(opened)
+}
+
+impl Opening {
+    /// The session, once its connection is made, with its setup run now.
+    pub fn finish(self, cfg: &DbConfig) -> Result<Db> {
+        let (client, tls) = self.0.recv().map_err(|_| {
+            fail(
+                Fault::Temporary,
+                "the connecting thread ended without a word",
+            )
+        })??;
+        set_up(cfg, client, tls)
+    }
+}
+
+/// A connection from `cfg`, tried again while the server's connection slots are full
+/// for up to `patience`; no statement sent yet.
 #[allow(
     clippy::disallowed_methods,
     reason = "a short real-time back-off while the server's connection slots are full"
 )]
-fn open(cfg: &DbConfig, patience: std::time::Duration) -> Result<Db> {
+fn handshake(cfg: &DbConfig, patience: std::time::Duration) -> Result<(Client, LazyTls)> {
     let tls = tls_connector(cfg)?;
     let started = std::time::Instant::now();
     let mut pause = std::time::Duration::from_millis(25);
-    let mut client = loop {
+    let client = loop {
         match connect_within(cfg, tls.clone()) {
             Err(e) if too_many_connections(&e) && started.elapsed() + pause <= patience => {
                 std::thread::sleep(pause);
@@ -135,6 +183,12 @@ fn open(cfg: &DbConfig, patience: std::time::Duration) -> Result<Db> {
             other => break other?,
         }
     };
+    Ok((client, tls))
+}
+
+/// Runs the session setup (timeouts, application name, what the server is) on a new
+/// connection.
+fn set_up(cfg: &DbConfig, mut client: Client, tls: LazyTls) -> Result<Db> {
     // The setup itself runs under the role's or database's own timeouts until its
     // first SET: with one of a few milliseconds, a timer firing between two of its
     // statements cancels it (57014, "due to user request"). It is all SETs and reads,

@@ -55,7 +55,9 @@ mod waiting;
 mod watermark;
 
 pub use clock::ClockSkew;
-pub use connect::{Db, Writable, connect, connect_another, too_many_connections};
+pub use connect::{
+    Db, Opening, Writable, connect, connect_another, open_another, too_many_connections,
+};
 pub use error::{
     ClassifyExt, Fault, StoreError, code_in, database_fault, fail, refusal_in, session_lost,
 };
