@@ -53,15 +53,18 @@ fn history(c: &mut Client) -> Vec<(i32, String, String, bool, i64)> {
 }
 
 /// 0.1.0's files up to `last`, applied as the old harness and script did: each file
-/// whole, one `batch_execute`.
-fn migrate_the_old_way(c: &mut Client, last: i32) {
+/// whole, one `batch_execute`. The guard it returns keeps the other tests' old ways
+/// waiting while the caller holds it: 0.1.0's 010 grants the read-only role
+/// `pg_read_all_stats` (a cluster-wide membership, which its 011 revokes), and a
+/// `migrate` adopting 011 meanwhile would find the membership there and run 011.
+fn migrate_the_old_way(c: &mut Client, last: i32) -> std::sync::MutexGuard<'static, ()> {
     // The files create the job's group roles, which are the cluster's, in DO blocks
     // that look first: two databases migrated at once race there ("role … does not
     // exist"), as two old scripts would. So the roles are made first, by the suite's
     // template (migrated once per run), and one database is migrated at a time.
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     drop(TestDb::new());
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = crate::common::repo().join("tests/it/fixtures/sql-0.1.0");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
@@ -85,6 +88,7 @@ fn migrate_the_old_way(c: &mut Client, last: i32) {
             eprintln!("{}: applied again after {e:?}", file.display());
         }
     }
+    one
 }
 
 #[test]
@@ -157,7 +161,7 @@ fn catalog_versions(c: &mut Client) -> Vec<(String, String)> {
 fn a_database_migrated_the_old_way_is_adopted_and_nothing_runs_again() {
     let db = TestDb::empty();
     let mut c = db.client();
-    migrate_the_old_way(&mut c, 12);
+    let _one = migrate_the_old_way(&mut c, 12);
     // A marker 009 would put back (its autovacuum settings), had it run again.
     c.batch_execute("ALTER TABLE crm.outbox SET (autovacuum_vacuum_threshold = 4321)")
         .unwrap();
@@ -212,7 +216,7 @@ fn a_database_of_the_release_before_last_is_adopted_up_to_its_files_and_the_rest
     // 001–010, as a database the build of migrations 001–010 migrated.
     let db = TestDb::empty();
     let mut c = db.client();
-    migrate_the_old_way(&mut c, 10);
+    let _one = migrate_the_old_way(&mut c, 10);
     let result = result_of(&db.run(&["migrate"]));
     let files = all_files();
     assert_eq!(names(&result["Adopted"]), files[..10]);
@@ -617,7 +621,7 @@ fn a_shipped_concurrent_build_that_failed_before_is_dropped_and_built_again_by_m
 fn a_target_run_on_an_old_way_database_then_migrate_adopts_the_rest_of_the_baseline() {
     let db = TestDb::empty();
     let mut c = db.client();
-    migrate_the_old_way(&mut c, 12);
+    let _one = migrate_the_old_way(&mut c, 12);
     // A DBA's setting on an object of 009, which running 009 again would reset.
     c.batch_execute("ALTER TABLE crm.outbox SET (autovacuum_vacuum_threshold = 5000)")
         .unwrap();
@@ -680,7 +684,7 @@ fn an_old_way_database_missing_a_column_and_a_grant_is_not_adopted_and_migrate_n
     // run-once says what is missing too.
     let db = TestDb::empty();
     let mut c = db.client();
-    migrate_the_old_way(&mut c, 12);
+    let _one = migrate_the_old_way(&mut c, 12);
     c.batch_execute(
         "ALTER TABLE crm.booking_expiration_poison DROP COLUMN retry_at;
          REVOKE UPDATE (updated_at) ON crm.bookings FROM crm_booking_expiration_worker",
@@ -758,7 +762,7 @@ fn an_old_way_database_missing_a_column_and_a_grant_is_not_adopted_and_migrate_n
 fn an_old_way_index_recreated_under_the_files_name_on_other_columns_is_not_adopted() {
     let db = TestDb::empty();
     let mut c = db.client();
-    migrate_the_old_way(&mut c, 12);
+    let _one = migrate_the_old_way(&mut c, 12);
     c.batch_execute(
         "DROP INDEX crm.ix_outbox_pending;
          CREATE INDEX ix_outbox_pending ON crm.outbox (occurred_at)",
@@ -862,7 +866,7 @@ fn the_path_through_0_1_0s_007_only_is_refused_with_the_steps_and_ends_as_a_fres
     // only has integer, and no file of this binary changes it.
     let db = TestDb::empty();
     let mut c = db.client();
-    migrate_the_old_way(&mut c, 7);
+    let _one = migrate_the_old_way(&mut c, 7);
     let want = "003_audit_and_timeline.sql: column crm.booking_audit.version is integer NOT \
                 NULL where the file makes it bigint NOT NULL (running the file again would not \
                 change it; change it in a quiet moment: ALTER TABLE crm.booking_audit ALTER \
@@ -896,4 +900,28 @@ fn the_path_through_0_1_0s_007_only_is_refused_with_the_steps_and_ends_as_a_fres
     assert!(differ.is_empty(), "{differ:?}");
     let once = db.run(&["run-once"]);
     assert_eq!(once.code, 0, "{}", once.stderr);
+}
+
+#[test]
+fn a_recorded_database_with_an_integer_audit_version_is_warned_with_the_statement() {
+    // Adopted by an earlier build after 0.1.0's script took it through 007: every file
+    // recorded, the column still integer. migrate runs nothing and says how to change it.
+    let db = TestDb::new();
+    let mut c = db.client();
+    result_of(&db.run(&["migrate"]));
+    c.batch_execute("ALTER TABLE crm.booking_audit ALTER COLUMN version TYPE integer")
+        .unwrap();
+    let run = db.run(&["migrate"]);
+    let done = result_of(&run);
+    assert_eq!(names(&done["Applied"]), Vec::<String>::new());
+    assert!(
+        warnings(&run.stderr).iter().any(|l| l.contains(
+            "migrate: crm.booking_audit.version is integer where a fresh database has bigint"
+        ) && l.contains(
+            "ALTER TABLE crm.booking_audit ALTER COLUMN version TYPE bigint \
+             (docs/guides/upgrading.md, \"A column of another type\")"
+        )),
+        "{}",
+        run.stderr
+    );
 }

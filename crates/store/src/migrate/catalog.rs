@@ -231,18 +231,25 @@ pub fn parse(text: &str) -> Vec<Fact> {
         .collect()
 }
 
+/// Every built-in fact, parsed once.
+fn built_in() -> &'static [Fact] {
+    static FACTS: std::sync::OnceLock<Vec<Fact>> = std::sync::OnceLock::new();
+    FACTS.get_or_init(|| parse(EXPECTED))
+}
+
 /// The facts file `version` makes, as built in.
 pub fn expected(version: i32) -> Vec<Fact> {
-    parse(EXPECTED)
-        .into_iter()
+    built_in()
+        .iter()
         .filter(|f| f.version == version)
+        .cloned()
         .collect()
 }
 
 /// Whether a later file up to `last` makes the same fact otherwise (its value then is
 /// the one to find).
 pub fn superseded(fact: &Fact, last: i32) -> bool {
-    parse(EXPECTED)
+    built_in()
         .iter()
         .any(|f| f.version > fact.version && f.version <= last && f.key() == fact.key())
 }
