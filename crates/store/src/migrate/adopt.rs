@@ -17,7 +17,7 @@
 //!   constraint of another definition under the file's name): `migrate` refuses with 78
 //!   naming each, before anything is made or recorded.
 
-use super::catalog::{ABSENT, Fact, Snapshot, expected, superseded};
+use super::catalog::{ABSENT, Fact, ROLE_EXISTS, Snapshot, expected, superseded};
 use super::embedded::BASELINE;
 
 /// What a baseline file without a history row gets.
@@ -71,9 +71,10 @@ pub fn judge(version: i32, actual: &Snapshot) -> Verdict {
             .any(|f| f.kind == "table" && f.object == table && f.value != ABSENT)
     };
     let table_present = |table: &str| actual.contains_key(&("table".to_owned(), table.to_owned()));
+    let exists = |role: &str| actual.contains_key(&(ROLE_EXISTS.to_owned(), role.to_owned()));
     let missing_roles: Vec<&str> = facts
         .iter()
-        .filter(|f| f.kind == "role" && !actual.contains_key(&f.key()))
+        .filter(|f| f.kind == "role" && !exists(&f.object))
         .map(|f| f.object.as_str())
         .collect();
     let mut v = Verdict::default();
@@ -138,6 +139,9 @@ fn missing(
 ) {
     let table = table_of(f);
     match f.kind.as_str() {
+        // A role that exists and holds none of the file's privileges here: each grant
+        // is named.
+        "role" if !missing_roles.contains(&f.object.as_str()) => {}
         "role" => v.run.push(format!("role {} does not exist", f.object)),
         // Named once, with its role.
         "grant"
@@ -229,6 +233,18 @@ fn differs(f: &Fact, found: &str, v: &mut Verdict) {
             f.object.split(' ').nth(1).unwrap_or_default(),
             f.value
         )),
+        // Disabled or set to fire on replicas only by a DBA: the trigger is the file's.
+        "trigger" if found.starts_with(&f.value) && found.ends_with(')') => {
+            let state = match &found[f.value.len()..] {
+                " (DISABLED)" => "disabled",
+                " (ENABLE REPLICA)" => "enabled on replicas only",
+                _ => "enabled always (replicas too)",
+            };
+            v.kept.push(format!(
+                "trigger {} is {state} where the file makes it enabled: kept as it is",
+                f.object
+            ))
+        }
         "function" | "trigger" => v.run.push(format!(
             "{} {} differs from the file's (its definition: `{}`): the file replaces it",
             f.kind,
@@ -257,10 +273,48 @@ mod tests {
     use super::*;
 
     fn actual_of(version: i32) -> Snapshot {
-        (1..=version)
+        let mut actual: Snapshot = (1..=version)
             .flat_map(expected)
             .map(|f| (f.key(), f.value))
-            .collect()
+            .collect();
+        for role in crate::migrate::catalog::roles() {
+            actual.insert((ROLE_EXISTS.to_owned(), role.to_owned()), String::new());
+        }
+        actual
+    }
+
+    #[test]
+    fn a_role_that_exists_without_the_files_grants_is_named_by_its_grants_and_a_missing_one_once() {
+        let mut actual = actual_of(BASELINE);
+        let role = "crm_outbox_relay";
+        actual.retain(|(kind, object), _| {
+            !(kind == "grant" && object.ends_with(&format!(" to {role}")) || object == role)
+        });
+        actual.insert((ROLE_EXISTS.to_owned(), role.to_owned()), String::new());
+        let v = judge(7, &actual);
+        assert!(v.run.iter().all(|d| d.starts_with("privilege ")), "{v:?}");
+        assert_eq!(v.run.len(), 7, "{v:?}");
+        actual.remove(&(ROLE_EXISTS.to_owned(), role.to_owned()));
+        let v = judge(7, &actual);
+        assert_eq!(v.run, vec![format!("role {role} does not exist")]);
+    }
+
+    #[test]
+    fn a_disabled_trigger_is_kept_and_named() {
+        let mut actual = actual_of(BASELINE);
+        let key = ("trigger".to_owned(), "crm.outbox.outbox_notify".to_owned());
+        let def = actual[&key].clone();
+        actual.insert(key, format!("{def} (DISABLED)"));
+        let v = judge(6, &actual);
+        assert!(v.adopts(), "{v:?}");
+        assert_eq!(
+            v.kept,
+            vec![
+                "trigger crm.outbox.outbox_notify is disabled where the file makes it \
+                 enabled: kept as it is"
+                    .to_owned()
+            ]
+        );
     }
 
     #[test]

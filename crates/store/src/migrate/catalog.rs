@@ -156,6 +156,38 @@ pub fn snapshot(client: &mut Client) -> Result<Snapshot> {
         .collect())
 }
 
+/// The kind of the facts [`with_roles`] adds: a role of the cluster that exists,
+/// whether or not it holds a privilege here (a `role` fact is a role that does).
+pub const ROLE_EXISTS: &str = "role exists";
+
+/// `snapshot` with a [`ROLE_EXISTS`] fact for each of `names` that is a role of the
+/// cluster. Reads only.
+pub fn with_roles(client: &mut Client, mut snapshot: Snapshot, names: &[&str]) -> Result<Snapshot> {
+    let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+    for row in client
+        .query(
+            "SELECT rolname::text FROM pg_catalog.pg_roles WHERE rolname = ANY($1)",
+            &[&names],
+        )
+        .classify(Fault::Temporary, "cannot read the job's roles for adoption")?
+    {
+        snapshot.insert((ROLE_EXISTS.to_owned(), row.get(0)), String::new());
+    }
+    Ok(snapshot)
+}
+
+/// The roles the built-in facts name (those the files grant to).
+pub fn roles() -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = built_in()
+        .iter()
+        .filter(|f| f.kind == "role")
+        .map(|f| f.object.as_str())
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
 /// What `after` adds to or changes in `before`; what it removes has the value
 /// [`ABSENT`].
 pub fn diff(before: &Snapshot, after: &Snapshot) -> Vec<(Key, String)> {
@@ -215,6 +247,7 @@ fn unescape(s: &str) -> String {
 
 /// The facts of `text` (`catalog.tsv`'s form); lines starting with `#` are comments.
 pub fn parse(text: &str) -> Vec<Fact> {
+    // `lines` leaves no carriage return of a CRLF copy (values escape theirs).
     text.lines()
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .map(|l| {
@@ -294,6 +327,24 @@ mod tests {
                 m.file
             );
         }
+    }
+
+    #[test]
+    fn the_built_in_catalog_was_generated_from_the_built_in_files() {
+        let sums: Vec<&str> = EXPECTED
+            .lines()
+            .filter(|l| l.starts_with("# 0") || l.starts_with("# 1"))
+            .collect();
+        let want: Vec<String> = MIGRATIONS
+            .iter()
+            .map(|m| format!("# {:03} {}", m.version, crate::migrate::checksum(m.sql)))
+            .collect();
+        assert!(
+            sums == want,
+            "crates/store/src/migrate/catalog.tsv was generated from other files than sql/ \
+             holds: write it again with BOOKING_EXPIRE_REFRESH_CATALOG=1 cargo test --test it \
+             -- migrate_catalog:: ({sums:?} against {want:?})"
+        );
     }
 
     #[test]

@@ -175,7 +175,8 @@ fn plan_on(client: &mut Client, target: i32) -> Result<Plan> {
     let actual = if MIGRATIONS.iter().any(|m| {
         m.version <= BASELINE.min(target) && !history.iter().any(|a| a.version == m.version)
     }) {
-        catalog::snapshot(client)?
+        let facts = catalog::snapshot(client)?;
+        catalog::with_roles(client, facts, &catalog::roles())?
     } else {
         catalog::Snapshot::new()
     };
