@@ -898,6 +898,17 @@ fn the_path_through_0_1_0s_007_only_is_refused_with_the_steps_and_ends_as_a_fres
         .chain(theirs.iter().filter(|(k, _)| !ours.contains_key(*k)))
         .collect();
     assert!(differ.is_empty(), "{differ:?}");
+    let (ours, theirs) = (
+        crate::migrate_partial::dump(&db),
+        crate::migrate_partial::dump(&fresh),
+    );
+    assert!(ours == theirs, "pg_dump --schema-only differs:\n{}", {
+        let a: std::collections::BTreeSet<&str> = ours.lines().collect();
+        let b: std::collections::BTreeSet<&str> = theirs.lines().collect();
+        let mut d: Vec<String> = a.difference(&b).map(|l| format!("- {l}")).collect();
+        d.extend(b.difference(&a).map(|l| format!("+ {l}")));
+        d.join("\n")
+    });
     let once = db.run(&["run-once"]);
     assert_eq!(once.code, 0, "{}", once.stderr);
 }
