@@ -631,6 +631,18 @@ fn a_target_run_on_an_old_way_database_then_migrate_adopts_the_rest_of_the_basel
     // The history now holds 1–5: the rest of the baseline is compared with what its
     // files make all the same, and adopted (not run again); the DBA's setting is kept,
     // and named.
+    let kept = "009_operations.sql: storage parameter autovacuum_vacuum_threshold of \
+                crm.outbox is 5000 where the file sets 1000: kept as it is";
+    let dry = db.run(&["migrate", "--dry-run"]);
+    assert!(
+        dry.stdout
+            .contains(&format!("would adopt, keeping the DBA's setting: {kept}\n"))
+            && dry
+                .stdout
+                .contains("would adopt 009_operations.sql (what it makes is there"),
+        "{}",
+        dry.stdout
+    );
     let run = db.run(&["migrate"]);
     let rest = result_of(&run);
     assert_eq!(names(&rest["Adopted"]), files[5..BASELINE as usize]);
@@ -638,11 +650,7 @@ fn a_target_run_on_an_old_way_database_then_migrate_adopts_the_rest_of_the_basel
     assert_eq!(
         warnings(&run.stderr)
             .iter()
-            .filter(|l| l.contains(
-                "migrate: adopted, the DBA's setting kept: 009_operations.sql: storage \
-                 parameter autovacuum_vacuum_threshold of crm.outbox is 5000 where the file \
-                 sets 1000: kept as it is"
-            ))
+            .filter(|l| l.contains(&format!("migrate: adopted, the DBA's setting kept: {kept}")))
             .count(),
         1,
         "{}",
