@@ -669,6 +669,37 @@ fn a_target_run_on_an_old_way_database_then_migrate_adopts_the_rest_of_the_basel
     );
 }
 
+#[test]
+fn a_file_that_must_run_again_where_it_would_reset_a_dbas_setting_is_refused() {
+    // 009 sets the outbox's autovacuum thresholds and grants the relay its receipt
+    // columns: with the grant revoked it must run again, which would reset the DBA's
+    // threshold. Neither silently: 78 naming both.
+    let db = TestDb::empty();
+    let mut c = db.client();
+    let _one = migrate_the_old_way(&mut c, 12);
+    c.batch_execute(
+        "ALTER TABLE crm.outbox SET (autovacuum_vacuum_threshold = 5000);
+         REVOKE UPDATE (delivered_offset) ON crm.outbox FROM crm_outbox_relay",
+    )
+    .unwrap();
+    let run = db.run(&["migrate"]);
+    assert_eq!(run.code, 78, "{}", run.stderr);
+    let want = "009_operations.sql: storage parameter autovacuum_vacuum_threshold of crm.outbox \
+                is 5000 where the file sets 1000: kept as it is; the file must run again \
+                (privilege UPDATE on crm.outbox (delivered_offset) to crm_outbox_relay is not \
+                granted), which would reset these settings of the DBA's";
+    assert!(run.stderr.contains(want), "{}", run.stderr);
+    assert!(!has_history(&mut c), "nothing was made");
+    // The grant back by hand: 009 is adopted, the setting kept.
+    c.batch_execute("GRANT UPDATE (delivered_offset) ON crm.outbox TO crm_outbox_relay")
+        .unwrap();
+    let done = result_of(&db.run(&["migrate"]));
+    assert!(
+        names(&done["Adopted"]).contains(&"009_operations.sql".to_owned()),
+        "{done}"
+    );
+}
+
 /// Whether the runner's history table exists.
 fn has_history(c: &mut Client) -> bool {
     c.query_one(
