@@ -697,8 +697,8 @@ light_checks() {
 second_pass_modules=(
     run_once relay design poison_and_races relay_isolation relay_pipeline golden
     explain republish pause backlog dry_run roles exit_codes pooler delivery_faults
-    host_rows migrate migrate_compat migrate_notices migrate_partial migrate_refuse
-    migrate_split shared_outbox waiting upgrade row_security watermark
+    host_rows migrate migrate_catalog migrate_compat migrate_notices migrate_partial
+    migrate_refuse migrate_split shared_outbox waiting upgrade row_security watermark
 )
 second_pass() {
     (

@@ -348,9 +348,16 @@ pub enum Command {
                       partial, and the next run checks again.\n\n\
                       One migrator at a time: a session advisory lock, polled every 500ms for up \
                       to --lock-wait; a second migrator waits, then finds nothing to do and \
-                      exits 0. A database migrated by the old script (no history) is adopted: \
-                      the files whose objects are there (and whose check holds) are recorded \
-                      without running, whatever the history holds. Once every file is \
+                      exits 0. A database migrated by the old script (no history) is adopted \
+                      file by file, whatever the history holds: a baseline file is recorded \
+                      without running only when what it makes is there as it makes it \
+                      (columns with their types and defaults, index definitions, \
+                      constraints, triggers, functions, storage parameters, roles and \
+                      privileges, compared with the facts built into the binary) and its \
+                      check holds. Where they differ it says what differs (WARN) and runs \
+                      the file again when that puts the difference back, keeps a DBA's \
+                      storage parameters (named at WARN), and otherwise refuses before any \
+                      change naming each difference (78). Once every file is \
                       recorded it runs the commands' schema and grant checks and names each \
                       difference a DBA made since (78). A role that cannot do what the pending \
                       files need (own crm.bookings and crm.outbox, create in schema crm, create \

@@ -115,8 +115,20 @@ fn dry_run(db: &mut Db, target: i32) -> Result<()> {
     let plan = runner::plan(&mut db.client, target)?;
     let mut out = String::new();
     let missing = runner::missing_privileges(&mut db.client, &plan)?;
+    if !plan.refused.is_empty() {
+        out.push_str(&format!(
+            "would refuse: {}\n",
+            runner::adoption_refusal(&plan)
+        ));
+    }
     if !missing.is_empty() {
         out.push_str(&format!("would refuse: {}\n", runner::refusal(&missing)));
+    }
+    for what in &plan.reruns {
+        out.push_str(&format!("would not adopt, would run again: {what}\n"));
+    }
+    for what in &plan.kept {
+        out.push_str(&format!("would adopt, keeping the DBA's setting: {what}\n"));
     }
     if plan.steps.is_empty() {
         out.push_str("nothing to do: every migration up to the target is applied\n");
@@ -135,7 +147,7 @@ fn dry_run(db: &mut Db, target: i32) -> Result<()> {
         let (from, verb) = match step {
             Step::Adopt(m) => {
                 out.push_str(&format!(
-                    "would adopt {} (its objects are there: applied by the old script)\n",
+                    "would adopt {} (what it makes is there as it makes it: applied by the old script)\n",
                     m.file
                 ));
                 continue;

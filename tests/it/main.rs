@@ -46,6 +46,7 @@ mod hygiene;
 mod long_running;
 mod metrics;
 mod migrate;
+mod migrate_catalog;
 mod migrate_compat;
 mod migrate_notices;
 mod migrate_partial;

@@ -18,7 +18,7 @@ const STOP_AFTER: &str = "BOOKING_EXPIRE_TEST_MIGRATE_STOP_AFTER";
 
 /// The schema as `pg_dump --schema-only` prints it, without what differs between two
 /// dumps of one schema (PostgreSQL 17.6+'s `\restrict` keys).
-fn dump(db: &TestDb) -> String {
+pub(crate) fn dump(db: &TestDb) -> String {
     let bindir = booking_expire_testbed::postgres::bindir().expect("the PostgreSQL binaries");
     let out = Command::new(bindir.join("pg_dump"))
         .args(["--schema-only", "--no-comments", "--dbname", &db.url])

@@ -54,7 +54,7 @@ pub const MIGRATIONS: &[Migration] = migrations![
 ];
 
 /// The last version of the baseline (release 0.1.0): the files a database migrated
-/// by the old script may hold, and adoption probes for.
+/// by the old script may hold, and adoption compares with what they make.
 pub const BASELINE: i32 = 12;
 
 /// The schema version this binary expects: the highest built in.

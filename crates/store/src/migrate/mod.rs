@@ -2,13 +2,15 @@
 //! split into statements (`split`) and run one at a time, each in its own transaction
 //! on one session, under the runner's timeouts (`policy`, `run`); a history with
 //! checksums (`history`); migrators serialised by a polled advisory lock (`lock`); a
-//! database migrated by the old script adopted through catalog probes (`adopt`).
+//! database migrated by the old script adopted file by file when what each file makes
+//! is there as it makes it (`adopt`, against the facts of `catalog`).
 //!
 //! Hand-written, not a crate's: the migrators' lock must be polled outside any
 //! transaction, steps must run outside transaction blocks (CONCURRENTLY), on the sync
 //! `postgres` driver the job already uses, with no second driver.
 
 mod adopt;
+pub mod catalog;
 mod check;
 pub mod compat;
 mod embedded;
@@ -66,6 +68,14 @@ pub struct Plan {
     pub steps: Vec<Step>,
     /// Versions in the history that this binary does not know (a newer release's).
     pub unknown: Vec<Applied>,
+    /// Why baseline files without a history row can be neither adopted nor run, one
+    /// phrase each naming the file (`migrate` refuses with 78 before any change).
+    pub refused: Vec<String>,
+    /// Baseline files without a history row that run because what they make differs,
+    /// with why ("007_roles.sql: privilege … is not granted").
+    pub reruns: Vec<String>,
+    /// Settings of a DBA's on the objects of adopted files, kept and named.
+    pub kept: Vec<String>,
 }
 
 impl Plan {
@@ -160,9 +170,18 @@ fn plan_on(client: &mut Client, target: i32) -> Result<Plan> {
     }
     let partial = partial::read(client)?;
     // A database migrated by the old script has no history of some baseline files
-    // (none, or only those a `--target` run adopted): what each of those made is
-    // probed, before anything runs, whatever the history holds.
-    let mut steps = Vec::new();
+    // (none, or only those a `--target` run adopted): what each of those makes is
+    // compared with what is there, before anything runs, whatever the history holds.
+    let actual = if MIGRATIONS.iter().any(|m| {
+        m.version <= BASELINE.min(target) && !history.iter().any(|a| a.version == m.version)
+    }) {
+        let facts = catalog::snapshot(client)?;
+        catalog::with_roles(client, facts, &catalog::roles())?
+    } else {
+        catalog::Snapshot::new()
+    };
+    let mut steps: Vec<Step> = Vec::new();
+    let (mut refused, mut reruns, mut kept) = (Vec::new(), Vec::new(), Vec::new());
     for m in MIGRATIONS.iter().filter(|m| m.version <= target) {
         if history.iter().any(|a| a.version == m.version) {
             continue;
@@ -178,27 +197,59 @@ fn plan_on(client: &mut Client, target: i32) -> Result<Plan> {
             });
             continue;
         }
-        let present = m.version <= BASELINE
-            && probe(client, m.version)?
+        if m.version > BASELINE {
+            steps.push(Step::Run(m));
+            continue;
+        }
+        let verdict = adopt::judge(m.version, &actual);
+        let name = |what: &String| format!("{}: {what}", m.file);
+        refused.extend(verdict.refusals().iter().map(name));
+        // A file that makes nothing (010) counts as applied when the file before it is.
+        let empty = catalog::expected(m.version).is_empty();
+        let before_adopted = steps.last().map_or_else(
+            || history.iter().any(|a| a.version == m.version - 1),
+            |s| matches!(s, Step::Adopt(_)),
+        );
+        let adopt = verdict.adopts()
+            && (!empty || before_adopted)
             && check::failure(client, m.version)?.is_none();
-        steps.push(if present {
-            Step::Adopt(m)
+        if adopt {
+            kept.extend(verdict.kept.iter().map(name));
+            steps.push(Step::Adopt(m));
         } else {
-            Step::Run(m)
-        });
+            reruns.extend(verdict.run.iter().map(name));
+            steps.push(Step::Run(m));
+        }
     }
     let unknown = history
         .into_iter()
         .filter(|a| !MIGRATIONS.iter().any(|m| m.version == a.version))
         .collect();
-    Ok(Plan { steps, unknown })
+    Ok(Plan {
+        steps,
+        unknown,
+        refused,
+        reruns,
+        kept,
+    })
 }
 
-/// Whether what baseline file `version` made is there; 010 made nothing, and counts as
-/// applied when 009 is (the old script applied every file in order).
-fn probe(client: &mut Client, version: i32) -> Result<bool> {
-    let probed = if version == 10 { 9 } else { version };
-    Ok(adopt::present(client, probed)?.unwrap_or(false))
+/// The refusal of baseline files that can be neither adopted nor run (`refused`),
+/// naming too the files that would then run again and why (`reruns`).
+pub fn adoption_refusal(plan: &Plan) -> String {
+    let mut out = format!(
+        "migrate cannot adopt what the old script made, nor run the files again: {}; nothing \
+         was done (not even the history table). Put each back as its file in sql/ makes it \
+         (docs/guides/upgrading.md, \"Adoption\"), then run booking-expire migrate again",
+        plan.refused.join("; ")
+    );
+    if !plan.reruns.is_empty() {
+        out.push_str(&format!(
+            ", which then also runs again what differs in a way running puts back: {}",
+            plan.reruns.join("; ")
+        ));
+    }
+    out
 }
 
 /// The INVALID index (`schema.name`) an earlier build left that `statement` would drop
@@ -304,6 +355,9 @@ fn apply_locked(
     // Before anything is made or recorded: can this role do what the pending files
     // need? (The history may not exist yet: the plan reads it as empty.)
     let pending = plan_on(client, target)?;
+    if !pending.refused.is_empty() {
+        return Err(fail(Fault::Config, adoption_refusal(&pending)));
+    }
     let missing = refuse::missing(client, &pending.runs())?;
     if !missing.is_empty() {
         return Err(fail(Fault::Config, refusal(&missing)));
@@ -316,6 +370,15 @@ fn apply_locked(
     for a in &plan.unknown {
         warn!(Migration = a.name.as_str(), Release = a.release.as_str();
               "migrate: the history holds a migration this binary does not know (applied by a newer release); left as it is");
+    }
+    if !plan.refused.is_empty() {
+        return Err(fail(Fault::Config, adoption_refusal(&plan)));
+    }
+    for what in &plan.reruns {
+        warn!("migrate: not adopted, runs again: {what}");
+    }
+    for what in &plan.kept {
+        warn!("migrate: adopted, the DBA's setting kept: {what}");
     }
     if plan.steps.is_empty() {
         info!("migrate: nothing to do");
@@ -341,7 +404,7 @@ fn apply_locked(
                 true,
                 m.works_from,
             )?;
-            info!(Migration = m.file; "migrate: adopted (its objects are there: applied by the old script)");
+            info!(Migration = m.file; "migrate: adopted (what it makes is there as it makes it: applied by the old script)");
             outcome.adopted.push(m.file.to_owned());
             continue;
         }

@@ -95,7 +95,7 @@ pub fn divergences(client: &mut Client) -> Result<Vec<String>> {
              007 only keeps it): the job works while booking versions stay below 2147483648; \
              changing it rewrites the table under an ACCESS EXCLUSIVE lock, so migrate leaves \
              it to a quiet moment of the DBA's: ALTER TABLE crm.booking_audit ALTER COLUMN \
-             version TYPE bigint (docs/guides/upgrading.md)"
+             version TYPE bigint (docs/guides/upgrading.md, \"A column of another type\")"
                 .to_owned()
         })
         .into_iter()
