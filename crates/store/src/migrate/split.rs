@@ -66,22 +66,28 @@ pub fn statements(sql: &str) -> Result<Vec<&str>, SplitError> {
             Ok(0) | Err(_) => sql.len(),
             Ok(len) => (start + len).min(sql.len()),
         };
-        if let Some(s) = trimmed(sql, &tokens, start, end) {
-            out.push(s);
+        if let Some((from, to)) = trimmed(&tokens, start, end) {
+            // Tokens end at characters' ends; were one not to, the statement is refused,
+            // never dropped.
+            let statement = sql.get(from..to).ok_or_else(|| SplitError::Invalid {
+                message: "the scanner's token bounds cut a character".into(),
+                line: line_of(sql, from),
+            })?;
+            out.push(statement);
         }
     }
     Ok(out)
 }
 
-/// `sql[start..end]` from its first token to its last, comments left out; `None` when
-/// it holds no token.
-fn trimmed<'a>(sql: &'a str, tokens: &[ScanToken], start: usize, end: usize) -> Option<&'a str> {
+/// The bytes of `start..end` from its first token to its last, comments left out;
+/// `None` when it holds no token.
+fn trimmed(tokens: &[ScanToken], start: usize, end: usize) -> Option<(usize, usize)> {
     let mut inside = tokens.iter().filter(|t| {
         !is_comment(t) && offset(t.start) >= start && offset(t.end) <= end && t.end > t.start
     });
     let first = inside.next()?;
     let last = inside.next_back().unwrap_or(first);
-    sql.get(offset(first.start)..offset(last.end))
+    Some((offset(first.start), offset(last.end)))
 }
 
 fn is_comment(t: &ScanToken) -> bool {
@@ -220,10 +226,10 @@ fn invalid(sql: &str, tokens: &[ScanToken], error: pg_query::Error) -> SplitErro
         .and_then(|parts| {
             parts.into_iter().find_map(|part| {
                 let start = (part.as_ptr() as usize).saturating_sub(base);
-                let first = trimmed(sql, tokens, start, start + part.len())?;
+                let (first, _) = trimmed(tokens, start, start + part.len())?;
                 pg_query::parse(part, pg_query::ParserOptions::DEFAULT)
                     .is_err()
-                    .then(|| line_of(sql, first.as_ptr() as usize - base))
+                    .then(|| line_of(sql, first))
             })
         })
         .unwrap_or(1);
@@ -270,6 +276,22 @@ mod tests {
         assert_eq!(statements(sql).unwrap(), ["SELECT 1"]);
         assert!(statements("-- nothing\n").unwrap().is_empty());
         assert!(statements("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn statements_around_characters_of_more_than_one_byte_are_cut_whole() {
+        let sql = "-- déjà vu;\nSELECT 'ü;é' AS \"naïve;\";\n/* ß; */ SELECT '日本;語'";
+        assert_eq!(
+            statements(sql).unwrap(),
+            ["SELECT 'ü;é' AS \"naïve;\"", "SELECT '日本;語'"]
+        );
+        assert_eq!(
+            statements("SELECT 'é';\nSELECT 'ü").unwrap_err(),
+            SplitError::Unterminated {
+                what: "string '".into(),
+                line: 2
+            }
+        );
     }
 
     #[test]
