@@ -31,10 +31,12 @@ FROM docker.io/library/rust:${RUST_VERSION}-bookworm AS build
 # Unset, the version line says `commit unknown`.
 ARG BOOKING_EXPIRE_COMMIT=
 # What `cargo build` needs besides Rust (as scripts/lib.sh ensure_build_deps):
-# OpenSSL and zlib headers, a C/C++ toolchain and make for librdkafka, pkg-config.
+# OpenSSL and zlib headers, a C/C++ toolchain and make for librdkafka and libpg_query,
+# libclang for pg_query's bindgen (build time only: nothing of it is in the binary's
+# runtime libraries), pkg-config.
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        pkg-config libssl-dev zlib1g-dev make gcc g++ \
+        pkg-config libssl-dev zlib1g-dev make gcc g++ libclang-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # The whole workspace, its member crates (crates/) with it (.dockerignore leaves out

@@ -41,12 +41,13 @@ ensure_apt_packages() {
 }
 
 # ensure_build_deps — what `cargo build` needs besides Rust: OpenSSL and zlib headers
-# (native-tls, librdkafka), a C toolchain and make (librdkafka is built from source),
-# pkg-config to find them, psql for the migration script, openssl for the
-# certificates the TLS tests make, faketime for the clock-guard test, and pgbouncer
-# for the pooler-guard test (tests/it/pooler.rs).
+# (native-tls, librdkafka), a C toolchain and make (librdkafka and libpg_query are
+# built from source), libclang (bindgen makes pg_query's bindings to libpg_query, the
+# migration runner's SQL splitter), pkg-config to find them, psql for the migration
+# script, openssl for the certificates the TLS tests make, faketime for the
+# clock-guard test, and pgbouncer for the pooler-guard test (tests/it/pooler.rs).
 ensure_build_deps() {
-    ensure_apt_packages pkg-config libssl-dev zlib1g-dev make gcc g++ postgresql-client openssl faketime pgbouncer
+    ensure_apt_packages pkg-config libssl-dev zlib1g-dev make gcc g++ libclang-dev postgresql-client openssl faketime pgbouncer
 }
 
 # testbed_bin — builds the project's test services tool (crates/testbed, the same crate

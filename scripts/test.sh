@@ -444,8 +444,9 @@ fi
 
 # The Debian packages the scripts install when missing (as root) or name (otherwise).
 debian_packages() {
-    # scripts/lib.sh ensure_build_deps: the build, psql, certificates, faketime, PgBouncer.
-    echo pkg-config libssl-dev zlib1g-dev make gcc g++ postgresql-client openssl faketime pgbouncer
+    # scripts/lib.sh ensure_build_deps: the build (libclang for pg_query's bindgen),
+    # psql, certificates, faketime, PgBouncer.
+    echo pkg-config libssl-dev zlib1g-dev make gcc g++ libclang-dev postgresql-client openssl faketime pgbouncer
     # scripts/pg-start.sh: the throwaway PostgreSQL (15 on Debian 12) with contrib.
     echo postgresql postgresql-contrib
     # scripts/check-deploy.sh: promtool and the Pushgateway (tests/it/metrics.rs,

@@ -361,9 +361,10 @@ pub enum Command {
                       recorded it runs the commands' schema and grant checks and names each \
                       difference a DBA made since (78). A role that cannot do what the pending \
                       files need (own crm.bookings and crm.outbox, create in schema crm, create \
-                      a missing job role) is refused before any change (78). A file with a \
-                      comment or string it does not close is \
-                      refused naming its line (78). A file \
+                      a missing job role) is refused before any change (78). Files are split \
+                      by PostgreSQL's own grammar (libpg_query, PostgreSQL 18): a file with a \
+                      comment or string it does not close, or a statement the grammar \
+                      refuses, is refused naming its line before any of it runs (78). A file \
                       whose checksum differs from the one applied (a shipped migration edited) \
                       is refused before any work (78). Behind a transaction pooler it refuses \
                       to run (78).\n\n\

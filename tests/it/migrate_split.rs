@@ -1,9 +1,11 @@
-//! The splitter and the classifier on a real server: the inputs a hand lexer used to get
-//! wrong. `CREATE /* … */ INDEX CONCURRENTLY` and a quoted index name with a space are
-//! index builds (an INVALID leftover of an earlier build dropped and built again); a
-//! `BEGIN ATOMIC … END` body is one statement that the server takes; a comment or a
-//! string a file does not close is refused naming its line; and a history whose
-//! checksums are those of a CRLF checkout's raw bytes is accepted as it is.
+//! The splitter and the classifier (PostgreSQL's own scanner and grammar, libpg_query)
+//! on a real server: the inputs a hand lexer used to get wrong. `CREATE /* … */ INDEX
+//! CONCURRENTLY` and a quoted index name with a space are index builds (an INVALID
+//! leftover of an earlier build dropped and built again); a `BEGIN ATOMIC … ; … END`
+//! body is one statement that the server takes; a comment or a string a file does not
+//! close, and a statement the grammar refuses, refuse the file naming it and the line,
+//! before any of it runs; and a history whose checksums are those of a CRLF checkout's
+//! raw bytes is accepted as it is.
 
 use crate::common;
 use crate::postgres;
@@ -11,7 +13,7 @@ use crate::postgres;
 use std::time::Duration;
 
 use booking_expire::store::Session;
-use booking_expire::store::migrate::{MIGRATIONS, Policy, run_one, statements};
+use booking_expire::store::migrate::{MIGRATIONS, Migration, Policy, run_one, split, statements};
 use common::*;
 use postgres::Client;
 
@@ -84,14 +86,17 @@ fn a_commented_build_and_a_quoted_name_with_a_space_get_the_invalid_check() {
 fn a_begin_atomic_body_is_one_statement_the_server_takes() {
     let db = TestDb::new();
     let mut c = db.client();
-    let file = "CREATE OR REPLACE FUNCTION crm.split_test_sign(a integer) RETURNS integer\n\
+    let file = "-- A SQL-standard body: its ;s end no statement.\n\
+                CREATE OR REPLACE FUNCTION crm.split_test_sign(a integer) RETURNS integer\n\
                 LANGUAGE sql\n\
                 BEGIN ATOMIC\n\
+                \x20   SELECT 0;\n\
                 \x20   SELECT CASE WHEN a > 0 THEN 1 WHEN a < 0 THEN -1 ELSE 0 END;\n\
                 END;\n\
                 SELECT crm.split_test_sign(-5);\n";
     let all = statements(file).unwrap();
     assert_eq!(all.len(), 2, "{all:?}");
+    assert!(all[0].starts_with("CREATE OR REPLACE FUNCTION") && all[0].ends_with("END"));
     let mut session = Session::from_driver(db.client());
     for s in &all {
         run_one(&mut session, None, s, "099_split_test.sql", &policy()).unwrap();
@@ -101,14 +106,61 @@ fn a_begin_atomic_body_is_one_statement_the_server_takes() {
         .unwrap()
         .get(0);
     assert_eq!(sign, 1);
-    // And what no file may do: leave a comment or a string open.
+}
+
+/// A file of the runner's, as `sql/` would ship it.
+fn file(sql: &'static str) -> &'static Migration {
+    Box::leak(Box::new(Migration {
+        version: 99,
+        file: "099_split_test.sql",
+        sql,
+        works_from: "0.1.0",
+    }))
+}
+
+#[test]
+fn a_comment_or_string_a_file_does_not_close_refuses_it_naming_file_and_line() {
+    let db = TestDb::new();
+    let mut c = db.client();
+    // What the hand lexer did with an open /*: the rest of the file dropped, the index
+    // never built, the file recorded. PostgreSQL's scanner refuses it, and so does psql.
+    for (sql, message) in [
+        (
+            "SELECT 1;\n/* online\nCREATE INDEX CONCURRENTLY ix_split_never ON crm.outbox (seq);\n",
+            "migration 099_split_test.sql: unterminated comment /* opened on line 2: the rest of \
+             the file would be part of it; nothing of it ran",
+        ),
+        (
+            "SELECT 1;\nCOMMENT ON TABLE crm.outbox IS 'the job''s;\nSELECT 2;\n",
+            "migration 099_split_test.sql: unterminated string ' opened on line 2: the rest of \
+             the file would be part of it; nothing of it ran",
+        ),
+        (
+            "SELECT 1;\n\nDO $body$ BEGIN PERFORM 1; END $$;\n",
+            "migration 099_split_test.sql: unterminated $body$ body opened on line 3: the rest \
+             of the file would be part of it; nothing of it ran",
+        ),
+        (
+            "SELECT 1;\n-- a typo\nCREATE INDX ix_split_never ON crm.outbox (seq);\n",
+            "migration 099_split_test.sql: the statement on line 3 is not SQL PostgreSQL's \
+             grammar accepts: syntax error at or near \"INDX\"; nothing of it ran",
+        ),
+    ] {
+        let err = split(file(sql)).unwrap_err();
+        assert_eq!(err.to_string(), message);
+    }
+    // The server agrees that the file is not SQL: it refuses it whole.
+    let unclosed =
+        "SELECT 1;\n/* online\nCREATE INDEX CONCURRENTLY ix_split_never ON crm.outbox (seq);\n";
+    let refused = c.batch_execute(unclosed).unwrap_err();
     assert_eq!(
-        statements("SELECT 1;\n/* online\nCREATE INDEX x ON t (a);\n")
-            .unwrap_err()
-            .to_string(),
-        "unterminated comment /* opened on line 2: the rest of the file would be part of it"
+        refused.as_db_error().map(|e| e.message()),
+        Some(
+            "unterminated /* comment at or near \"/* online\nCREATE INDEX CONCURRENTLY ix_split_never ON crm.outbox (seq);\n\""
+        ),
+        "{refused:?}"
     );
-    assert_eq!(statements("SELECT 'a;\nSELECT 2;").unwrap_err().line, 1);
+    assert!(index(&mut c, "ix_split_never").is_none());
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! The migration runner: the files of `sql/` built into the binary (`embedded`), each
-//! split into statements (`split`) and run one at a time, each in its own transaction
+//! split into statements by PostgreSQL's own scanner and grammar (`split`, libpg_query)
+//! and run one at a time, each in its own transaction
 //! on one session, under the runner's timeouts (`policy`, `run`); a history with
 //! checksums (`history`); migrators serialised by a polled advisory lock (`lock`); a
 //! database migrated by the old script adopted file by file when what each file makes
@@ -38,7 +39,7 @@ pub use lock::MIGRATE_LOCK;
 pub use notices::{Notice, Notices, attach as attach_notices};
 pub use partial::Partial;
 pub use policy::{Policy, backoff};
-pub use split::{Unterminated, first_line, statements};
+pub use split::{SplitError, first_line, statements};
 
 use crate::error::{Fault, fail};
 

@@ -7,6 +7,8 @@
 
 use std::time::Duration;
 
+use pg_query::NodeEnum;
+
 /// The limits of a run, from the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Policy {
@@ -57,19 +59,22 @@ pub fn jitter() -> f64 {
     (bits >> 11) as f64 / (1u64 << 53) as f64
 }
 
-/// What kind of statement it is, for its policy.
+/// What kind of statement it is, for its policy, as PostgreSQL's grammar reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Kind {
     /// Anything that takes its locks in a queue: short lock_timeout, retried.
     Queued,
-    /// `CREATE [UNIQUE] INDEX CONCURRENTLY [IF NOT EXISTS] name ON [ONLY] table`: the
-    /// index (its schema: the table's, else `None` for the search path) is checked for
-    /// an invalid leftover first.
+    /// A named concurrent index build (`IndexStmt` with `concurrent` and an `idxname`):
+    /// the index (its schema: the table's, else `None` for the search path) is checked
+    /// for an INVALID leftover first.
     IndexBuild {
         schema: Option<String>,
         index: String,
     },
-    /// Another `CONCURRENTLY` statement (DROP INDEX, REINDEX): patient, no check.
+    /// Another statement that waits for older transactions instead of queueing (`DROP
+    /// INDEX CONCURRENTLY`, `REINDEX … CONCURRENTLY`, `REFRESH MATERIALIZED VIEW
+    /// CONCURRENTLY`, `DETACH PARTITION … CONCURRENTLY`, a build without a name):
+    /// patient, no check.
     Concurrent,
 }
 
@@ -85,139 +90,83 @@ impl Kind {
     }
 }
 
-/// One token of a statement's head, for its kind: a word (an identifier or keyword,
-/// upper-cased unless quoted) or a character of punctuation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Token {
-    /// A keyword or an unquoted identifier, as written.
-    Word(String),
-    /// A quoted identifier, as the catalog spells it (`""` made `"`).
-    Quoted(String),
-    Punct(char),
-}
-
-impl Token {
-    fn is(&self, keyword: &str) -> bool {
-        matches!(self, Token::Word(w) if w.eq_ignore_ascii_case(keyword))
-    }
-
-    /// The name the catalog has for this identifier: a quoted one as written, an
-    /// unquoted one in lower case.
-    fn name(&self) -> Option<String> {
-        match self {
-            Token::Word(w) => Some(w.to_ascii_lowercase()),
-            Token::Quoted(q) => Some(q.clone()),
-            Token::Punct(_) => None,
-        }
-    }
-}
-
-/// The first `limit` tokens of a statement, comments (`--`, nested `/* */`) skipped,
-/// strings skipped whole.
-fn tokens(statement: &str, limit: usize) -> Vec<Token> {
-    let b = statement.as_bytes();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < b.len() && out.len() < limit {
-        let c = b[i];
-        if c == b'-' && b.get(i + 1) == Some(&b'-') {
-            i = b[i..]
-                .iter()
-                .position(|&c| c == b'\n')
-                .map_or(b.len(), |p| i + p);
-        } else if c == b'/' && b.get(i + 1) == Some(&b'*') {
-            let mut depth = 0;
-            while i < b.len() {
-                if b[i] == b'/' && b.get(i + 1) == Some(&b'*') {
-                    depth += 1;
-                    i += 2;
-                } else if b[i] == b'*' && b.get(i + 1) == Some(&b'/') {
-                    depth -= 1;
-                    i += 2;
-                    if depth == 0 {
-                        break;
-                    }
-                } else {
-                    i += 1;
-                }
-            }
-        } else if c.is_ascii_whitespace() {
-            i += 1;
-        } else if c == b'"' || c == b'\'' {
-            let mut j = i + 1;
-            let mut text = Vec::new();
-            while j < b.len() {
-                if b[j] == c {
-                    if b.get(j + 1) == Some(&c) {
-                        text.push(c);
-                        j += 2;
-                        continue;
-                    }
-                    break;
-                }
-                text.push(b[j]);
-                j += 1;
-            }
-            if c == b'"' {
-                out.push(Token::Quoted(String::from_utf8_lossy(&text).into_owned()));
-            }
-            i = j + 1;
-        } else if c.is_ascii_alphanumeric() || c == b'_' || c >= 0x80 {
-            let mut j = i;
-            while j < b.len()
-                && (b[j].is_ascii_alphanumeric() || b[j] == b'_' || b[j] == b'$' || b[j] >= 0x80)
-            {
-                j += 1;
-            }
-            out.push(Token::Word(statement[i..j].to_owned()));
-            i = j;
-        } else {
-            out.push(Token::Punct(c as char));
-            i += 1;
-        }
-    }
-    out
-}
-
-/// The kind of `statement`, from its first tokens: `CREATE [UNIQUE] INDEX CONCURRENTLY
-/// [IF NOT EXISTS] name ON [ONLY] [schema.]table` is an index build (comments anywhere,
-/// quoted names with spaces), any other statement with `CONCURRENTLY` among its first
-/// words a concurrent one, the rest queued.
+/// The kind of `statement` (one statement, as [`super::split::statements`] gives it),
+/// from its parse tree: comments, quoting, letter case and layout do not matter, a word
+/// inside a string or a comment is no keyword. A statement the grammar refuses is
+/// queued (the server refuses it too, under the short limits).
 pub fn kind(statement: &str) -> Kind {
-    let t = tokens(statement, 24);
-    let at = |i: usize, keyword: &str| t.get(i).is_some_and(|t| t.is(keyword));
-    if at(0, "CREATE") {
-        let mut i = 1;
-        if at(i, "UNIQUE") {
-            i += 1;
-        }
-        if at(i, "INDEX") && at(i + 1, "CONCURRENTLY") {
-            i += 2;
-            if at(i, "IF") && at(i + 1, "NOT") && at(i + 2, "EXISTS") {
-                i += 3;
+    let Ok(parsed) = pg_query::parse(statement, pg_query::ParserOptions::DEFAULT) else {
+        return Kind::Queued;
+    };
+    let Some(node) = parsed
+        .protobuf
+        .stmts
+        .first()
+        .and_then(|raw| raw.stmt.as_ref())
+        .and_then(|stmt| stmt.node.as_ref())
+    else {
+        return Kind::Queued;
+    };
+    match node {
+        NodeEnum::IndexStmt(build) if build.concurrent => {
+            // Without a name (`… CONCURRENTLY ON t`) the server chooses one, which no
+            // check can look for.
+            if build.idxname.is_empty() {
+                return Kind::Concurrent;
             }
-            // A name, then ON; without a name (`… CONCURRENTLY ON t`) the server
-            // chooses one, which no check can look for.
-            if !at(i, "ON")
-                && at(i + 1, "ON")
-                && let Some(index) = t.get(i).and_then(Token::name)
-            {
-                let mut table = i + 2;
-                if at(table, "ONLY") {
-                    table += 1;
-                }
-                let schema = (t.get(table + 1) == Some(&Token::Punct('.')))
-                    .then(|| t.get(table).and_then(Token::name))
-                    .flatten();
-                return Kind::IndexBuild { schema, index };
+            let schema = build
+                .relation
+                .as_ref()
+                .map(|table| table.schemaname.clone())
+                .filter(|schema| !schema.is_empty());
+            Kind::IndexBuild {
+                schema,
+                index: build.idxname.clone(),
             }
-            return Kind::Concurrent;
         }
+        NodeEnum::DropStmt(drop) if drop.concurrent => Kind::Concurrent,
+        NodeEnum::RefreshMatViewStmt(refresh) if refresh.concurrent => Kind::Concurrent,
+        NodeEnum::ReindexStmt(reindex) if reindex.params.iter().any(concurrently) => {
+            Kind::Concurrent
+        }
+        NodeEnum::AlterTableStmt(alter) if alter.cmds.iter().any(detaches_concurrently) => {
+            Kind::Concurrent
+        }
+        _ => Kind::Queued,
     }
-    if t.iter().take(6).any(|w| w.is("CONCURRENTLY")) {
-        return Kind::Concurrent;
+}
+
+/// Whether a REINDEX option is `CONCURRENTLY` switched on (`REINDEX INDEX CONCURRENTLY
+/// x` and `REINDEX (CONCURRENTLY) INDEX x` alike; `(CONCURRENTLY false)` is off), as
+/// the server's `defGetBoolean` reads it.
+fn concurrently(option: &pg_query::Node) -> bool {
+    let Some(NodeEnum::DefElem(option)) = &option.node else {
+        return false;
+    };
+    if option.defname != "concurrently" {
+        return false;
     }
-    Kind::Queued
+    match option.arg.as_ref().and_then(|arg| arg.node.as_ref()) {
+        None => true,
+        Some(NodeEnum::Boolean(b)) => b.boolval,
+        Some(NodeEnum::Integer(i)) => i.ival != 0,
+        Some(NodeEnum::String(s)) => matches!(
+            s.sval.to_ascii_lowercase().as_str(),
+            "true" | "on" | "yes" | "t" | "y" | "1"
+        ),
+        Some(_) => false,
+    }
+}
+
+/// Whether an ALTER TABLE command is `DETACH PARTITION … CONCURRENTLY`.
+fn detaches_concurrently(command: &pg_query::Node) -> bool {
+    let Some(NodeEnum::AlterTableCmd(command)) = &command.node else {
+        return false;
+    };
+    matches!(
+        command.def.as_ref().and_then(|def| def.node.as_ref()),
+        Some(NodeEnum::PartitionCmd(partition)) if partition.concurrent
+    )
 }
 
 #[cfg(test)]
@@ -313,6 +262,54 @@ mod tests {
             Kind::Concurrent
         );
         assert_eq!(kind("SELECT 'CONCURRENTLY'"), Kind::Queued);
+    }
+
+    #[test]
+    fn the_other_concurrent_statements_are_told_by_their_parse_tree() {
+        for statement in [
+            "DROP INDEX CONCURRENTLY crm.ix",
+            "REINDEX INDEX CONCURRENTLY crm.ix",
+            "REINDEX (CONCURRENTLY) TABLE crm.outbox",
+            "REINDEX (VERBOSE, CONCURRENTLY true) TABLE crm.outbox",
+            "REFRESH MATERIALIZED VIEW CONCURRENTLY crm.v",
+            "ALTER TABLE crm.p DETACH PARTITION crm.p1 CONCURRENTLY",
+            "create index concurrently on crm.t (a)",
+        ] {
+            assert_eq!(kind(statement), Kind::Concurrent, "{statement}");
+        }
+        for statement in [
+            "REINDEX (CONCURRENTLY false) TABLE crm.outbox",
+            "REINDEX (CONCURRENTLY off) TABLE crm.outbox",
+            "REINDEX INDEX crm.ix",
+            "DROP INDEX IF EXISTS crm.ix",
+            "ALTER TABLE crm.p DETACH PARTITION crm.p1",
+            "CREATE TABLE concurrently (a int)",
+            "SELECT 1 -- CREATE INDEX CONCURRENTLY ix ON t (a)",
+            "COMMENT ON TABLE t IS 'CREATE INDEX CONCURRENTLY ix ON t (a)'",
+            "CREATE INDEX \"concurrently\" ON t (a)",
+            "DO $$ BEGIN EXECUTE 'CREATE INDEX CONCURRENTLY ix ON t (a)'; END $$",
+            "not sql at all",
+        ] {
+            assert_eq!(kind(statement), Kind::Queued, "{statement}");
+        }
+    }
+
+    #[test]
+    fn an_index_name_is_the_catalogs_spelling() {
+        assert_eq!(
+            kind("CREATE INDEX CONCURRENTLY IX_Upper ON Crm.T (a)"),
+            Kind::IndexBuild {
+                schema: Some("crm".into()),
+                index: "ix_upper".into()
+            }
+        );
+        assert_eq!(
+            kind("CREATE INDEX CONCURRENTLY U&\"\\0049x\" ON t (a)"),
+            Kind::IndexBuild {
+                schema: None,
+                index: "Ix".into()
+            }
+        );
     }
 
     #[test]
