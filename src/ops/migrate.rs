@@ -183,6 +183,12 @@ fn dry_run(db: &mut Db, target: i32) -> Result<()> {
                     "      first drops the INVALID index {index} an earlier build left\n"
                 ));
             }
+            if let Some(twin) = runner::renamed_twin(&mut db.client, s)? {
+                out.push_str(&format!(
+                    "      {twin} has this definition under another name: a second, \
+                     identical index would be built\n"
+                ));
+            }
         }
     }
     for a in &plan.unknown {

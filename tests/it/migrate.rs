@@ -797,6 +797,55 @@ fn an_old_way_database_missing_a_column_and_a_grant_is_not_adopted_and_migrate_n
     assert_eq!(once.code, 0, "{}", once.stderr);
 }
 
+/// The job's index renamed by a DBA: its file runs again and builds the index under
+/// the file's name, a second, identical one. `--dry-run` and the run name the twin.
+#[test]
+fn an_index_the_dba_renamed_is_named_by_dry_run_and_the_run_that_builds_its_twin() {
+    let db = TestDb::empty();
+    let mut c = db.client();
+    let _one = migrate_the_old_way(&mut c, 12);
+    c.batch_execute("ALTER INDEX crm.ix_outbox_failed RENAME TO ix_outbox_failed_by_dba")
+        .unwrap();
+    let dry = db.run(&["migrate", "--dry-run"]);
+    assert_eq!(dry.code, 0, "{}", dry.stderr);
+    assert!(
+        dry.stdout.contains(
+            "      crm.ix_outbox_failed_by_dba has this definition under another name: a \
+             second, identical index would be built\n"
+        ),
+        "{}",
+        dry.stdout
+    );
+    let run = db.run(&["migrate"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        warnings(&run.stderr).iter().any(|l| l.contains(
+            "migrate: crm.ix_outbox_failed_by_dba has the definition ix_outbox_failed builds, \
+             under another name (renamed by hand?): building it makes a second, identical \
+             index that every write of the table keeps up; drop one of the two afterwards"
+        ) && l
+            .contains("Migration=005_outbox_failed_index.sql")),
+        "{}",
+        run.stderr
+    );
+    // Built, beside the renamed one; the next run has nothing to say of it.
+    let twins: i64 = c
+        .query_one(
+            "SELECT count(*) FROM pg_indexes WHERE schemaname = 'crm'
+                AND indexname IN ('ix_outbox_failed', 'ix_outbox_failed_by_dba')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(twins, 2);
+    let again = db.run(&["migrate", "--dry-run"]);
+    assert!(
+        !again.stdout.contains("under another name"),
+        "{}",
+        again.stdout
+    );
+}
+
 #[test]
 fn an_old_way_index_recreated_under_the_files_name_on_other_columns_is_not_adopted() {
     let db = TestDb::empty();

@@ -279,6 +279,16 @@ pub fn expected(version: i32) -> Vec<Fact> {
         .collect()
 }
 
+/// The definition (`pg_get_indexdef`) the files give index `object` (`schema.name`),
+/// as the last file that makes it leaves it.
+pub fn index_definition(object: &str) -> Option<&'static str> {
+    built_in()
+        .iter()
+        .rev()
+        .find(|f| f.kind == "index" && f.object == object)
+        .map(|f| f.value.as_str())
+}
+
 /// Whether a later file up to `last` makes the same fact otherwise (its value then is
 /// the one to find).
 pub fn superseded(fact: &Fact, last: i32) -> bool {

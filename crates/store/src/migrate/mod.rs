@@ -262,6 +262,15 @@ pub fn invalid_leftover(client: &mut Session, statement: &str) -> Result<Option<
     Ok(run::invalid(client.pg(), schema.as_deref(), &index)?.map(|s| format!("{s}.{index}")))
 }
 
+/// A valid index with the definition `statement` builds under another name, while
+/// the one it builds is not there (`schema.name`), if any. Reads only.
+pub fn renamed_twin(client: &mut Session, statement: &str) -> Result<Option<String>> {
+    let policy::Kind::IndexBuild { schema, index } = policy::kind(statement) else {
+        return Ok(None);
+    };
+    run::renamed_twin(client.pg(), schema.as_deref(), &index)
+}
+
 /// What the job lacks once every file is recorded (nothing when some file is not):
 /// the preflights' findings, one phrase each. Reads only.
 pub fn job_needs(client: &mut Session, plan: &Plan) -> Result<Vec<String>> {

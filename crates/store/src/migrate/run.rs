@@ -59,6 +59,14 @@ pub fn statement(
         // up or deadlocked) leaves an INVALID index that IF NOT EXISTS would skip.
         if let Kind::IndexBuild { schema, index } = &kind {
             drop_invalid(client, schema.as_deref(), index, at, policy)?;
+            if attempt == 1
+                && let Some(twin) = renamed_twin(client, schema.as_deref(), index)?
+            {
+                warn!(Migration = at.file, Statement = at.statement().as_str(), Index:% = twin;
+                      "migrate: {twin} has the definition {} builds, under another name (renamed \
+                       by hand?): building it makes a second, identical index that every write \
+                       of the table keeps up; drop one of the two afterwards", index);
+            }
         }
         set_timeouts(client, lock_timeout, statement_timeout)?;
         let pid = backend_pid(client)?;
@@ -280,6 +288,36 @@ pub(super) fn invalid(
             &[&index, &schema],
         )
         .classify(Fault::Temporary, "cannot read whether the index is valid")?
+        .map(|row| row.get(0)))
+}
+
+/// A valid index of `schema` (`crm` when none) that has, under another name, the
+/// definition the files give `index`, while `index` itself is not there: the build
+/// would make a second, identical index (a DBA renamed the job's). `schema.name`.
+pub(super) fn renamed_twin(
+    client: &mut Client,
+    schema: Option<&str>,
+    index: &str,
+) -> Result<Option<String>> {
+    let schema = schema.unwrap_or("crm");
+    let Some(definition) = super::catalog::index_definition(&format!("{schema}.{index}")) else {
+        return Ok(None);
+    };
+    Ok(client
+        .query_opt(
+            "SELECT n.nspname || '.' || c.relname
+               FROM pg_catalog.pg_index i
+               JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+               JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+              WHERE n.nspname = $1 AND c.relname <> $2 AND i.indisvalid
+                AND to_regclass(format('%I.%I', $1, $2)) IS NULL
+                AND regexp_replace(pg_catalog.pg_get_indexdef(i.indexrelid),
+                                   '^(CREATE (UNIQUE )?INDEX )\\S+ ON ', '\\1' || $2 || ' ON ') = $3
+              ORDER BY c.relname
+              LIMIT 1",
+            &[&schema, &index, &definition],
+        )
+        .classify(Fault::Temporary, "cannot read the schema's indexes")?
         .map(|row| row.get(0)))
 }
 
