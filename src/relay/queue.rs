@@ -27,6 +27,8 @@ pub(super) const GAP_CHECK_EVERY: Duration = Duration::from_secs(3);
 /// The relay's own state for its run.
 pub(super) struct Own {
     fetch: Prepared,
+    /// The exceptions and the receipts above `high`, read before every fetch.
+    settling: Prepared,
     /// The highest `seq` dealt with by this run's fetches (in flight included).
     high: i64,
     pub(super) floor: i64,
@@ -87,6 +89,7 @@ impl Queue {
         log_gap(&checked, result);
         Ok(Queue::Own(Own {
             fetch: store::prepare_pending_above(client)?,
+            settling: store::prepare_settling(client)?,
             high: checked.watermark.high,
             floor: checked.watermark.floor,
             legacy_marks,
@@ -205,7 +208,7 @@ impl Own {
             exceptions,
             delivered_above,
             fetch_upto,
-        } = store::settling(client, &cfg.outbox_types, self.high)?;
+        } = store::settling(client, &self.settling, &cfg.outbox_types, self.high)?;
         let waiting: HashSet<&str> = waiting.iter().copied().collect();
         let in_flight: HashSet<&str> = in_flight.iter().copied().collect();
         // Never a new row: the exceptions (theirs is another path), and the rows above

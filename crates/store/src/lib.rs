@@ -85,7 +85,7 @@ pub use preflight::{
 };
 pub use relay_state::{
     Exception, Loaded, NewException, OUTBOX_STATE_SQL, RELAY_STATE_MIGRATION, Settling, Watermark,
-    load_watermark, put_exceptions, relay_state_usable, settling, types_key,
+    load_watermark, prepare_settling, put_exceptions, relay_state_usable, settling, types_key,
 };
 pub use report::{
     Backlog, CHUNK_ROWS, Figures, NextClaim, Overdue, Quarantined, begin_read_only,

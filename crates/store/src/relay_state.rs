@@ -12,8 +12,8 @@ use chrono::{DateTime, Utc};
 use postgres::GenericClient;
 use uuid::Uuid;
 
-use crate::Conn;
 use crate::domain::OutboxTypes;
+use crate::{Conn, Prepared, Sql};
 
 /// The migration that makes the tables, named when they are missing.
 pub const RELAY_STATE_MIGRATION: &str = "sql/016_relay_receipts.sql";
@@ -248,26 +248,39 @@ pub struct Settling {
 /// The receipts above `high` one fetch reads at most ([`Settling::delivered_above`]).
 pub const DELIVERED_ABOVE: i64 = 10_000;
 
-/// The exceptions of `types` the fetch needs (see [`Exception`]), and the receipts
-/// above `high` ([`Settling::delivered_above`]), in one statement: the receipts' part
-/// is one range of their key, bounded, almost always empty.
-pub fn settling(client: &mut impl Conn, types: &OutboxTypes, high: i64) -> Result<Settling> {
+/// The exceptions of `$1` (the types) the fetch needs (see [`Exception`]), and the
+/// receipts above `$2` (`high`; [`Settling::delivered_above`]), in one statement: the
+/// receipts' part is one range of their key, bounded, almost always empty.
+pub const SETTLING_SQL: &str = "\
+SELECT seq, key, topic, attempts, failures, next_attempt_at,
+       failed_at IS NOT NULL AS failed, false AS delivered
+  FROM crm.booking_expiration_exception
+ WHERE type = ANY($1::text[]) AND (failed_at IS NULL OR seq > $2)
+UNION ALL
+(SELECT seq, NULL, NULL, NULL, NULL, NULL, NULL, true
+   FROM crm.booking_expiration_receipt
+  WHERE seq > $2
+  ORDER BY seq
+  LIMIT $3::int8 + 1)
+ ORDER BY seq";
+
+/// [`SETTLING_SQL`] prepared on the session that fetches: it runs before every fetch.
+pub fn prepare_settling(client: &mut impl Conn) -> Result<Prepared> {
+    let client = client.pg();
+    Ok(Prepared(client.prepare(SETTLING_SQL)?))
+}
+
+/// Reads [`SETTLING_SQL`] (`sql`: it, or its prepared statement) for `types` above
+/// `high`.
+pub fn settling(
+    client: &mut impl Conn,
+    sql: &(impl Sql + ?Sized),
+    types: &OutboxTypes,
+    high: i64,
+) -> Result<Settling> {
     let client = client.pg();
     let rows = client
-        .query(
-            "SELECT seq, key, topic, attempts, failures, next_attempt_at,
-                    failed_at IS NOT NULL AS failed, false AS delivered
-               FROM crm.booking_expiration_exception
-              WHERE type = ANY($1::text[]) AND (failed_at IS NULL OR seq > $2)
-             UNION ALL
-             (SELECT seq, NULL, NULL, NULL, NULL, NULL, NULL, true
-                FROM crm.booking_expiration_receipt
-               WHERE seq > $2
-               ORDER BY seq
-               LIMIT $3::int8 + 1)
-              ORDER BY seq",
-            &[&types.as_slice(), &high, &DELIVERED_ABOVE],
-        )
+        .query(sql.stmt(), &[&types.as_slice(), &high, &DELIVERED_ABOVE])
         .context("cannot read the relay's exceptions")?;
     let mut settling = Settling {
         fetch_upto: i64::MAX,
