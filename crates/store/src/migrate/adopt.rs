@@ -150,25 +150,12 @@ fn missing(
                 .any(|r| f.object.ends_with(&format!(" to {r}"))) => {}
         "grant" => v.run.push(format!("privilege {} is not granted", f.object)),
         "column" if table_present(&table) && creates_table(&table) => {
-            v.refused.push(format!(
-                "column {} is missing (the file makes it {}; running the file again would not \
-                 add it to the table that is there: add it back, ALTER TABLE {table} ADD \
-                 COLUMN {} {})",
-                f.object,
-                f.value,
-                f.object.rsplit_once('.').map_or("", |(_, c)| c),
-                f.value
-            ));
+            v.refused.push(missing_from_its_table("column", f, &table));
         }
-        "constraint" if table_present(&table) => v.refused.push(format!(
-            "constraint {} is missing (the file makes it {}; running the file again would \
-             not add it to the table that is there: add it back, ALTER TABLE {table} ADD \
-             CONSTRAINT {} {})",
-            f.object,
-            f.value,
-            f.object.rsplit_once('.').map_or("", |(_, c)| c),
-            f.value
-        )),
+        "constraint" if table_present(&table) => {
+            v.refused
+                .push(missing_from_its_table("constraint", f, &table));
+        }
         "storage parameter" if table_present(&table) => v.kept.push(format!(
             "storage parameter {} of {table} is reset (the file sets it to {}): kept as it is",
             f.object.split(' ').nth(1).unwrap_or_default(),
@@ -266,6 +253,21 @@ fn type_of(value: &str) -> Option<&str> {
         .next()
         .and_then(|s| s.split(" NULL").next())
         .filter(|s| !s.is_empty())
+}
+
+/// The refusal for a column or constraint (`what`) of fact `f` missing from `table`,
+/// which is there: running the file again would not add it (its `CREATE TABLE IF NOT
+/// EXISTS` skips the table), so the DBA adds it back, as the statement given says.
+fn missing_from_its_table(what: &str, f: &Fact, table: &str) -> String {
+    format!(
+        "{what} {} is missing (the file makes it {}; running the file again would not add it \
+         to the table that is there: add it back, ALTER TABLE {table} ADD {} {} {})",
+        f.object,
+        f.value,
+        what.to_uppercase(),
+        f.object.rsplit_once('.').map_or("", |(_, c)| c),
+        f.value
+    )
 }
 
 #[cfg(test)]
