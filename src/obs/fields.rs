@@ -113,6 +113,10 @@ pub const FIELDS: &[(&str, &str)] = &[
         "relay: the highest outbox seq its watermark has dealt with",
     ),
     (
+        "Index",
+        "migrate: an index of the schema, `schema.name` (one the build would make twice)",
+    ),
+    (
         "Failures",
         "failures of the phase's batches in a row (the last cycles')",
     ),
