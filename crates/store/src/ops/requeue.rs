@@ -316,10 +316,7 @@ pub fn requeue(client: &mut impl Conn, ids: &[Uuid], types: &OutboxTypes) -> Res
             // The exceptions first: the state read here is of the columns the legacy
             // re-queue clears.
             let changed = client
-                .query_one(
-                    &REQUEUE_OWN_SQL.replace("{STATE}", &format!("({})", crate::OUTBOX_STATE_SQL)),
-                    &[&ids, &types.as_slice()],
-                )
+                .query_one(&requeue_own_sql(), &[&ids, &types.as_slice()])
                 .context("cannot re-queue the outbox rows")?
                 .get::<_, i64>(0)
                 .max(0) as u64;
@@ -338,12 +335,15 @@ pub fn requeue(client: &mut impl Conn, ids: &[Uuid], types: &OutboxTypes) -> Res
 }
 
 /// The re-queue on the relay's own state: each row published or failed (as
-/// [`crate::OUTBOX_STATE_SQL`] reads it; `{STATE}`) becomes an exception due at once (a row already one is reset), and its
-/// receipt goes (the relay writes the new one). `crm.outbox` is not written.
-const REQUEUE_OWN_SQL: &str = "\
+/// [`crate::OUTBOX_STATE_SQL`] reads it) becomes an exception due at once (a row
+/// already one is reset), and its receipt goes (the relay writes the new one).
+/// `crm.outbox` is not written.
+fn requeue_own_sql() -> String {
+    format!(
+        "\
 WITH sel AS (
     SELECT o.seq, o.id, o.aggregateid, o.topic, o.type, o.attempts
-      FROM {STATE} o
+      FROM ({state}) o
      WHERE o.id = ANY($1) AND o.type = ANY($2::text[])
        AND (o.published_at IS NOT NULL OR o.failed_at IS NOT NULL)
 ), receipts AS (
@@ -358,7 +358,10 @@ WITH sel AS (
            failed_at = NULL
     RETURNING 1
 )
-SELECT count(*) FROM requeued";
+SELECT count(*) FROM requeued",
+        state = crate::OUTBOX_STATE_SQL
+    )
+}
 
 /// The re-queue of the release before: the columns cleared.
 fn requeue_columns(
