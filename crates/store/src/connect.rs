@@ -197,9 +197,7 @@ fn set_up(cfg: &DbConfig, mut client: Client, tls: LazyTls) -> Result<Db> {
     let replies = loop {
         attempts += 1;
         match client.simple_query(&session_setup(cfg)) {
-            Err(e)
-                if attempts < SETUP_ATTEMPTS
-                    && e.code() == Some(&postgres::error::SqlState::QUERY_CANCELED) => {}
+            Err(e) if attempts < SETUP_ATTEMPTS && crate::sqlstate::query_canceled(&e) => {}
             other => {
                 break other.classify(Fault::Temporary, "cannot set the session's timeouts")?;
             }
@@ -238,7 +236,7 @@ fn set_up(cfg: &DbConfig, mut client: Client, tls: LazyTls) -> Result<Db> {
 /// Whether a connection was refused for too many connections (SQLSTATE 53300: the
 /// role's `CONNECTION LIMIT`, the database's, or `max_connections`).
 pub fn too_many_connections(e: &anyhow::Error) -> bool {
-    super::error::code_in(e) == Some(postgres::error::SqlState::TOO_MANY_CONNECTIONS.code())
+    super::error::code_in(e) == Some(crate::sqlstate::TOO_MANY_CONNECTIONS)
 }
 
 /// Why a connection could not be opened. A refused login or an unknown database is

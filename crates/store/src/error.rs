@@ -113,9 +113,7 @@ pub fn session_lost(e: &anyhow::Error) -> bool {
                 return true;
             }
             match pe.code().map(|c| c.code()) {
-                Some(code) => {
-                    matches!(code, "57P01" | "57P02" | "57P03" | "57P05") || code.starts_with("08")
-                }
+                Some(code) => super::sqlstate::session_ended(code),
                 None => std::iter::successors(
                     std::error::Error::source(pe),
                     |s: &&(dyn std::error::Error + 'static)| s.source(),

@@ -8,7 +8,6 @@ use std::time::Instant;
 
 use anyhow::Result;
 use chrono::{DateTime, TimeDelta, Utc};
-use postgres::error::SqlState;
 use postgres::{Client, SimpleQueryMessage, SimpleQueryRow};
 
 use super::clock::ClockSkew;
@@ -71,12 +70,7 @@ pub fn read_facts(client: &mut Session, need: Need, command: &'static str) -> Re
     let (mut answers, pause_read) = match run(client, &batch) {
         Ok(answers) => (answers, true),
         // The switch's table is missing or not granted: the rest, without it.
-        Err(e)
-            if matches!(
-                e.code(),
-                Some(&SqlState::UNDEFINED_TABLE | &SqlState::INSUFFICIENT_PRIVILEGE)
-            ) =>
-        {
+        Err(e) if crate::sqlstate::missing_or_forbidden(&e) => {
             let mut batch = vec![head];
             batch.extend(checks);
             let answers = run(client, &batch)

@@ -38,6 +38,44 @@ fn of_code(code: &str) -> Class {
     }
 }
 
+/// The SQLSTATE of a server error (`""` for one not from the server), for log lines.
+pub(crate) fn code_of(e: &postgres::Error) -> &str {
+    e.code().map_or("", |c| c.code())
+}
+
+/// A missing table (42P01) or an insufficient privilege (42501): what the preflight's
+/// read meets where the pause switches cannot be read.
+pub(crate) fn missing_or_forbidden(e: &postgres::Error) -> bool {
+    matches!(code_of(e), "42P01" | "42501")
+}
+
+/// A feature the server does not support here (0A000): a rule in the way of a
+/// data-modifying `WITH`.
+pub(crate) fn feature_not_supported(e: &postgres::Error) -> bool {
+    code_of(e) == "0A000"
+}
+
+/// A statement cancelled (57014): `statement_timeout`, or a cancel request.
+pub(crate) fn query_canceled(e: &postgres::Error) -> bool {
+    code_of(e) == QUERY_CANCELED
+}
+
+/// Too many connections (53300): a role's `CONNECTION LIMIT`, the database's, or
+/// `max_connections`.
+pub const TOO_MANY_CONNECTIONS: &str = "53300";
+
+/// A lock not granted in time (55P03) or a deadlock (40P01): a statement that gave its
+/// lock up, worth another try.
+pub(crate) fn lock_given_up(e: &postgres::Error) -> bool {
+    matches!(code_of(e), LOCK_NOT_AVAILABLE | "40P01")
+}
+
+/// The server ended the session (57P01 admin shutdown, 57P02 crash shutdown, 57P03
+/// cannot connect now, 57P05 idle_session_timeout) or the connection failed (class 08).
+pub(crate) fn session_ended(code: &str) -> bool {
+    matches!(code, "57P01" | "57P02" | "57P03" | "57P05") || code.starts_with("08")
+}
+
 /// A write refused as the server is read-only (a standby, a primary during a failover).
 pub const READ_ONLY_SQL_TRANSACTION: &str = "25006";
 /// `lock_timeout` ran out, or `NOWAIT` met a lock.
@@ -58,6 +96,19 @@ mod tests {
         );
         assert_eq!(LOCK_NOT_AVAILABLE, SqlState::LOCK_NOT_AVAILABLE.code());
         assert_eq!(QUERY_CANCELED, SqlState::QUERY_CANCELED.code());
+        assert_eq!(TOO_MANY_CONNECTIONS, SqlState::TOO_MANY_CONNECTIONS.code());
+        for (code, named) in [
+            ("42P01", SqlState::UNDEFINED_TABLE),
+            ("42501", SqlState::INSUFFICIENT_PRIVILEGE),
+            ("0A000", SqlState::FEATURE_NOT_SUPPORTED),
+            ("40P01", SqlState::T_R_DEADLOCK_DETECTED),
+            ("57P01", SqlState::ADMIN_SHUTDOWN),
+            ("57P02", SqlState::CRASH_SHUTDOWN),
+            ("57P03", SqlState::CANNOT_CONNECT_NOW),
+            ("57P05", SqlState::IDLE_SESSION_TIMEOUT),
+        ] {
+            assert_eq!(code, named.code());
+        }
     }
 
     #[test]

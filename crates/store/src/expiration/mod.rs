@@ -32,7 +32,7 @@ pub use crate::domain::{BatchWrite, Poison};
 /// refused and how to fix it; any other error is left as it is.
 fn rule_in_the_way(e: &postgres::Error) -> Option<String> {
     let db = e.as_db_error()?;
-    (db.code() == &postgres::error::SqlState::FEATURE_NOT_SUPPORTED).then(|| {
+    crate::sqlstate::feature_not_supported(e).then(|| {
         format!(
             "cannot prepare the cycle's write: PostgreSQL says \"{}\": a rule on \
              crm.bookings, crm.booking_audit, crm.deal_timeline or crm.outbox rewrites the \

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use log::{info, warn};
 use postgres::Client;
-use postgres::error::SqlState;
 
 use super::policy::{self, Kind, Policy};
 use super::split::first_line;
@@ -82,10 +81,7 @@ pub fn statement(
             Ok(()) => return Ok(()),
             Err(e) => e,
         };
-        let retryable = matches!(
-            error.code(),
-            Some(&SqlState::LOCK_NOT_AVAILABLE | &SqlState::T_R_DEADLOCK_DETECTED)
-        );
+        let retryable = crate::sqlstate::lock_given_up(&error);
         let lock = waited_for.unwrap_or_else(|| "a lock the watcher did not see".to_owned());
         if !retryable {
             let failure = crate::error::db_fault(&error);
@@ -118,7 +114,7 @@ pub fn statement(
             ));
         }
         warn!(Migration = at.file, Statement = at.statement().as_str(), Attempt = attempt,
-              RetryInMs = delay.as_millis() as u64, Lock = lock.as_str(), SqlState = error.code().map_or("", SqlState::code);
+              RetryInMs = delay.as_millis() as u64, Lock = lock.as_str(), SqlState = crate::sqlstate::code_of(&error);
               "migrate: gave up waiting for a lock after {} (so that nobody queues behind it); retry {attempt} in {}",
               show_duration(lock_timeout), show_duration(delay));
         std::thread::sleep(delay);
