@@ -12,7 +12,7 @@ use crate::rdkafka;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::kafka::{consume, create_topic, records_on, shared_brokers, unique_topic};
+use common::kafka::{Fresh, consume, records_on, unique_topic};
 use common::*;
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
@@ -133,10 +133,7 @@ fn send_foreign(brokers: &str, topic: &str, ce_id: &str) {
 
 #[test]
 fn a_delivered_window_has_nothing_missing_read_in_several_chunks() {
-    let brokers = shared_brokers();
-    let topic = unique_topic();
-    create_topic(&brokers, &topic, PARTITIONS, &[]);
-    let db = TestDb::new();
+    let Fresh { brokers, topic, db } = Fresh::new(PARTITIONS);
     delivered(&db, &brokers, &topic, 10);
 
     let (code, report, stderr) = audit_json(&db, &brokers, &topic, &["--chunk-rows", "3"]);
@@ -185,10 +182,7 @@ fn a_delivered_window_has_nothing_missing_read_in_several_chunks() {
 
 #[test]
 fn messages_removed_from_the_topic_are_missing_and_repair_sends_each_once_more() {
-    let brokers = shared_brokers();
-    let topic = unique_topic();
-    create_topic(&brokers, &topic, PARTITIONS, &[]);
-    let db = TestDb::new();
+    let Fresh { brokers, topic, db } = Fresh::new(PARTITIONS);
     let mut c = db.client();
     let rows = delivered(&db, &brokers, &topic, 6);
     remove_messages(&brokers, &topic);
@@ -338,10 +332,7 @@ fn messages_removed_from_the_topic_are_missing_and_repair_sends_each_once_more()
 
 #[test]
 fn a_message_with_no_outbox_row_is_reported_apart_from_a_purged_one() {
-    let brokers = shared_brokers();
-    let topic = unique_topic();
-    create_topic(&brokers, &topic, PARTITIONS, &[]);
-    let db = TestDb::new();
+    let Fresh { brokers, topic, db } = Fresh::new(PARTITIONS);
     let mut c = db.client();
     let rows = delivered(&db, &brokers, &topic, 4);
     // One row deleted whose receipt is still there: its message counts as purged.
@@ -409,10 +400,7 @@ fn a_message_with_no_outbox_row_is_reported_apart_from_a_purged_one() {
 
 #[test]
 fn the_read_only_login_may_audit_but_not_repair() {
-    let brokers = shared_brokers();
-    let topic = unique_topic();
-    create_topic(&brokers, &topic, PARTITIONS, &[]);
-    let db = TestDb::new();
+    let Fresh { brokers, topic, db } = Fresh::new(PARTITIONS);
     delivered(&db, &brokers, &topic, 2);
     // Read-only by default, and may read the outbox alone (not the relay's receipts).
     let role = ReadOnlyRole::new(&db);
@@ -450,10 +438,7 @@ fn the_read_only_login_may_audit_but_not_repair() {
 
 #[test]
 fn the_operator_role_repairs_and_the_read_only_role_audits_what_the_relay_sent() {
-    let brokers = shared_brokers();
-    let topic = unique_topic();
-    create_topic(&brokers, &topic, PARTITIONS, &[]);
-    let db = TestDb::new();
+    let Fresh { brokers, topic, db } = Fresh::new(PARTITIONS);
     let rows = delivered(&db, &brokers, &topic, 2);
     remove_messages(&brokers, &topic);
     let base = [
@@ -492,10 +477,7 @@ fn the_operator_role_repairs_and_the_read_only_role_audits_what_the_relay_sent()
 
 #[test]
 fn a_topic_the_brokers_do_not_know_has_every_row_missing() {
-    let brokers = shared_brokers();
-    let topic = unique_topic();
-    create_topic(&brokers, &topic, PARTITIONS, &[]);
-    let db = TestDb::new();
+    let Fresh { brokers, topic, db } = Fresh::new(PARTITIONS);
     let mut c = db.client();
     let rows = delivered(&db, &brokers, &topic, 3);
     // As if the topic were deleted: the rows name one the brokers never had.

@@ -135,30 +135,9 @@ fn ce_ids(got: &[Received]) -> Vec<String> {
     ids
 }
 
-/// The brokers, a topic of 6 partitions of its own and a database of its own: what
-/// each test here starts from.
-struct Setup {
-    brokers: String,
-    topic: String,
-    db: TestDb,
-}
-
-impl Setup {
-    fn new() -> Self {
-        let brokers = shared_brokers();
-        let topic = unique_topic();
-        create_topic(&brokers, &topic, 6, &[]);
-        Setup {
-            brokers,
-            topic,
-            db: TestDb::new(),
-        }
-    }
-}
-
 #[test]
 fn a_lower_seq_committed_after_a_higher_one_was_relayed_is_published_exactly_once() {
-    let Setup { brokers, topic, db } = Setup::new();
+    let Fresh { brokers, topic, db } = Fresh::new(6);
     let mut c = db.client();
     // The first start makes the watermark (nothing pending: at the newest row).
     assert_eq!(relay(&db, &brokers, &[])["Published"], 0);
@@ -246,7 +225,7 @@ fn a_lower_seq_committed_after_a_higher_one_was_relayed_is_published_exactly_onc
 
 #[test]
 fn without_legacy_marks_no_outbox_row_is_written_republish_resends_and_the_purge_goes_by_range() {
-    let Setup { brokers, topic, db } = Setup::new();
+    let Fresh { brokers, topic, db } = Fresh::new(6);
     let mut c = db.client();
     let theirs = insert(&mut c, &topic, "crm.deal-won");
     let ours: Vec<(Uuid, i64)> = (0..5).map(|_| insert(&mut c, &topic, OWN_TYPE)).collect();
@@ -296,7 +275,7 @@ fn without_legacy_marks_no_outbox_row_is_written_republish_resends_and_the_purge
 
 #[test]
 fn a_following_relay_sends_a_row_committed_below_one_it_relayed_within_seconds() {
-    let Setup { brokers, topic, db } = Setup::new();
+    let Fresh { brokers, topic, db } = Fresh::new(6);
     let mut c = db.client();
     assert_eq!(relay(&db, &brokers, &[])["Published"], 0);
     let mut follower = Background::start(db.command(&[
@@ -365,7 +344,7 @@ fn footprint(db: &TestDb, c: &mut postgres::Client) -> (i64, i64) {
 #[test]
 fn without_legacy_marks_a_relay_and_its_purge_cost_under_a_tenth_of_an_index_scan_per_event() {
     const ROWS: i64 = 3000;
-    let Setup { brokers, topic, db } = Setup::new();
+    let Fresh { brokers, topic, db } = Fresh::new(6);
     let mut c = db.client();
     assert_eq!(relay(&db, &brokers, &[])["Published"], 0);
     insert_own(&mut c, &topic, ROWS);
@@ -392,7 +371,7 @@ fn without_legacy_marks_a_relay_and_its_purge_cost_under_a_tenth_of_an_index_sca
 
 #[test]
 fn a_relay_of_another_set_of_types_sends_only_what_no_relay_delivered() {
-    let Setup { brokers, topic, db } = Setup::new();
+    let Fresh { brokers, topic, db } = Fresh::new(6);
     let mut c = db.client();
     let ours: Vec<(Uuid, i64)> = (0..3).map(|_| insert(&mut c, &topic, OWN_TYPE)).collect();
     let (theirs, _) = insert(&mut c, &topic, "crm.deal-won");
@@ -411,7 +390,7 @@ fn a_relay_of_another_set_of_types_sends_only_what_no_relay_delivered() {
 
 #[test]
 fn the_release_befores_back_off_and_failures_are_carried_over_without_rewriting_the_rows() {
-    let Setup { brokers, topic, db } = Setup::new();
+    let Fresh { brokers, topic, db } = Fresh::new(6);
     let mut c = db.client();
     // As release 0.1.0's relay left them: one row backing off an hour, one failed, one
     // pending.
@@ -484,7 +463,7 @@ fn the_release_befores_back_off_and_failures_are_carried_over_without_rewriting_
 #[test]
 fn without_legacy_marks_the_run_after_the_relaying_one_purges_all_it_relayed_leaving_theirs() {
     const ROWS: i64 = 1200;
-    let Setup { brokers, topic, db } = Setup::new();
+    let Fresh { brokers, topic, db } = Fresh::new(6);
     let mut c = db.client();
     insert_own(&mut c, &topic, ROWS);
     // Another producer's row in the middle of the range the purge deletes.
@@ -514,7 +493,7 @@ fn without_legacy_marks_the_run_after_the_relaying_one_purges_all_it_relayed_lea
 #[test]
 fn a_first_start_on_a_backlog_reads_no_row_of_the_outbox_by_a_sequential_scan() {
     const ROWS: i64 = 3000;
-    let Setup { brokers, topic, db } = Setup::new();
+    let Fresh { brokers, topic, db } = Fresh::new(6);
     let mut c = db.client();
     insert_own(&mut c, &topic, ROWS);
     c.batch_execute("ANALYZE crm.outbox").unwrap();
@@ -543,7 +522,7 @@ fn a_first_start_on_a_backlog_reads_no_row_of_the_outbox_by_a_sequential_scan() 
 /// row (a run once did, and failed on the receipt's key).
 #[test]
 fn an_exception_above_high_is_sent_once_and_never_fetched_again_as_a_new_row() {
-    let Setup { brokers, topic, db } = Setup::new();
+    let Fresh { brokers, topic, db } = Fresh::new(6);
     let mut c = db.client();
     insert(&mut c, &topic, OWN_TYPE);
     assert_eq!(relay(&db, &brokers, &[])["Published"], 1);
@@ -603,7 +582,7 @@ fn an_exception_above_high_is_sent_once_and_never_fetched_again_as_a_new_row() {
 #[test]
 fn receipts_above_high_are_read_a_bounded_number_at_a_time_and_passed() {
     const THEIRS: i64 = 12_000;
-    let Setup { brokers, topic, db } = Setup::new();
+    let Fresh { brokers, topic, db } = Fresh::new(6);
     let mut c = db.client();
     insert(&mut c, &topic, OWN_TYPE);
     assert_eq!(relay(&db, &brokers, &[])["Published"], 1);

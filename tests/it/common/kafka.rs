@@ -19,6 +19,27 @@ use rdkafka::{Offset, TopicPartitionList};
 
 pub use super::services::shared_brokers;
 
+/// What a relay test starts from: the suite's brokers, a topic of its own with
+/// `partitions` partitions, and a database of its own.
+pub struct Fresh {
+    pub brokers: String,
+    pub topic: String,
+    pub db: super::TestDb,
+}
+
+impl Fresh {
+    pub fn new(partitions: i32) -> Self {
+        let brokers = shared_brokers();
+        let topic = unique_topic();
+        create_topic(&brokers, &topic, partitions, &[]);
+        Fresh {
+            brokers,
+            topic,
+            db: super::TestDb::new(),
+        }
+    }
+}
+
 /// A unique topic name for one test: every test uses topics of its own, so tests can
 /// run side by side on one broker at any thread count. On a broker of yours
 /// (`KAFKA_BROKERS`) the name is on the harness's record first, so a later run deletes
