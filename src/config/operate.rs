@@ -30,6 +30,14 @@ impl Pausable {
             Pausable::RelayOutbox => "relay-outbox",
         }
     }
+
+    /// Its pause switch and working lock in the store.
+    pub fn worker(self) -> crate::store::running::Worker {
+        match self {
+            Pausable::RunOnce => crate::store::running::Worker::Cycle,
+            Pausable::RelayOutbox => crate::store::running::Worker::Relay,
+        }
+    }
 }
 
 impl From<cli::Pausable> for Pausable {

@@ -117,7 +117,7 @@ fn run_batch(
     let pause = if b.alone {
         None
     } else {
-        b.cycle.pause.command()
+        b.cycle.pause.switch()
     };
     let ended = store::end_and_chain(lane.client, end, pause).map(|switch| lane.switch = switch);
     let staged = outcome?;

@@ -80,7 +80,7 @@ impl<'s> Lane<'s> {
         stmts: &'s CycleStatements,
         cycle: &Cycle,
     ) -> Result<Self> {
-        let switch = store::begin_chain(client, cycle.pause.command()).classify(
+        let switch = store::begin_chain(client, cycle.pause.switch()).classify(
             Failure::Temporary,
             "cannot begin the first batch's transaction",
         )?;

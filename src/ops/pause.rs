@@ -74,7 +74,7 @@ fn wait_for_work(client: &mut Session, command: Pausable, wait: Duration) -> Res
 }
 
 fn working_now(client: &mut Session, command: Pausable) -> Result<Vec<Working>> {
-    running::working(client, command.as_str()).classify(
+    running::working(client, command.worker()).classify(
         Failure::Temporary,
         "the switch is on, but cannot read which runs are still working",
     )

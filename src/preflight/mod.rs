@@ -64,7 +64,7 @@ pub fn check(db: &mut Db, cfg: &DbConfig, checks: Checks, now: DateTime<Utc>) ->
     // took another, and the check could pass). A connection takes no server session of
     // a pooler before its first statement.
     let second = store::open_another(cfg);
-    let facts = store::read_facts(&mut db.client, writer.need(), writer.as_str())?;
+    let facts = store::read_facts(&mut db.client, writer.need(), writer.worker())?;
     if let Some(row) = &facts.pause {
         return Ok(Preflight::Paused(pause::honour(writer, row, now)));
     }

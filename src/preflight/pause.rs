@@ -14,7 +14,7 @@ use crate::domain::rfc3339;
 use crate::exit::{ClassifyExt, Failure};
 use crate::render::duration;
 use crate::store::ops::PauseRow;
-use crate::store::running;
+use crate::store::running::{self, Worker};
 
 /// A pause in force, as runs, `backlog` and `explain` show it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -55,7 +55,7 @@ pub(super) fn honour(writer: Writer, row: &PauseRow, now: DateTime<Utc>) -> Paus
 
 /// The pause switch of a command as its working run watches it at every batch
 /// boundary, on the session the run already holds: the cycle reads it in the round trip
-/// that ends each batch's transaction ([`PauseWatch::command`]), the relay after each
+/// that ends each batch's transaction ([`PauseWatch::switch`]), the relay after each
 /// fetch ([`PauseWatch::check`]).
 #[derive(Debug, Clone, Copy)]
 pub struct PauseWatch {
@@ -70,18 +70,18 @@ impl PauseWatch {
         PauseWatch { writer, readable }
     }
 
-    /// The switch's name to read with a statement the run makes anyway, or `None` when
-    /// it cannot be read.
-    pub fn command(&self) -> Option<&'static str> {
-        self.readable.then(|| self.writer.as_str())
+    /// The switch to read with a statement the run makes anyway, or `None` when it
+    /// cannot be read.
+    pub fn switch(&self) -> Option<Worker> {
+        self.readable.then(|| self.writer.worker())
     }
 
     /// The pause, if the switch is on now: one round trip.
     pub fn check(&self, client: &mut Session, now: DateTime<Utc>) -> Result<Option<Paused>> {
-        let Some(command) = self.command() else {
+        let Some(worker) = self.switch() else {
             return Ok(None);
         };
-        let row = running::pause_switch(client, command)
+        let row = running::pause_switch(client, worker)
             .classify(Failure::Temporary, "cannot read the pause switch")?;
         Ok(row.map(|row| Paused::of(&row, now)))
     }
@@ -102,6 +102,6 @@ pub fn stopped_mid_run(writer: Writer, paused: &Paused, done: &str) {
 /// Marks this session as a working run of `writer` until it ends, at the latest at
 /// `ends` (see [`running`]): what `pause --wait` waits for.
 pub fn announce_working(client: &mut Session, writer: Writer, ends: DateTime<Utc>) -> Result<()> {
-    running::announce_working(client, writer.as_str(), ends)
+    running::announce_working(client, writer.worker(), ends)
         .classify(Failure::Temporary, "cannot mark this run as working")
 }

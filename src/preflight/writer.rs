@@ -2,6 +2,7 @@
 //! and what the preflight checks of its schema.
 
 use crate::store::Need;
+use crate::store::running::Worker;
 
 /// A command that writes, and so honours a pause switch; its name is the switch's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,6 +16,14 @@ impl Writer {
         match self {
             Writer::RunOnce => "run-once",
             Writer::RelayOutbox => "relay-outbox",
+        }
+    }
+
+    /// Its pause switch and working lock in the store.
+    pub fn worker(self) -> Worker {
+        match self {
+            Writer::RunOnce => Worker::Cycle,
+            Writer::RelayOutbox => Worker::Relay,
         }
     }
 

@@ -14,7 +14,7 @@ use super::clock::ClockSkew;
 use super::migrate::compat;
 use super::ops::PauseRow;
 use super::privileges;
-use super::running::{pause_row, pause_statement};
+use super::running::{Worker, pause_row, pause_statement};
 use super::schema::{self, Need};
 use crate::Session;
 use crate::error::{ClassifyExt, Fault};
@@ -29,7 +29,7 @@ pub struct Facts {
     /// Whether the role can read the pause switches (a schema not yet migrated, or a
     /// role without the grant, pauses nothing; the schema check names what is missing).
     pub pause_readable: bool,
-    /// The command's pause switch, when it is on.
+    /// The worker's pause switch, when it is on.
     pub pause: Option<PauseRow>,
     need: Need,
     answers: Vec<Vec<SimpleQueryRow>>,
@@ -44,13 +44,13 @@ impl Facts {
     }
 }
 
-/// Reads the facts of `command`'s preflight for `need` in one round trip. Where the
+/// Reads the facts of `worker`'s preflight for `need` in one round trip. Where the
 /// pause switches cannot be read (no table, no grant), a second batch reads the rest.
 #[allow(
     clippy::disallowed_methods,
     reason = "the clock guard reads the system clock beside the database's, on purpose; the round trip's time is real"
 )]
-pub fn read_facts(client: &mut Session, need: Need, command: &'static str) -> Result<Facts> {
+pub fn read_facts(client: &mut Session, need: Need, worker: Worker) -> Result<Facts> {
     let client = client.pg();
     let head = "SELECT pg_backend_pid()::text AS pid,
                        (extract(epoch FROM clock_timestamp()) * 1000000)::int8::text AS database_now_us,
@@ -59,7 +59,7 @@ pub fn read_facts(client: &mut Session, need: Need, command: &'static str) -> Re
                         AS pause_readable"
         .to_owned();
     let checks = statements(need);
-    let mut batch = vec![head.clone(), pause_statement(command)];
+    let mut batch = vec![head.clone(), pause_statement(worker)];
     batch.extend(checks.iter().cloned());
     // The round trip's timer starts first: it then spans the system clock's reading
     // as well as the database's, so that the midpoint is within half of it of both

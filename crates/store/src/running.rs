@@ -1,8 +1,8 @@
 //! Which runs are working right now, and whether their pause switch is on, as cheap as
 //! a run can ask between its batches.
 //!
-//! A working run (`run-once` past its pause check, the relay holding its lock) holds a
-//! session-level shared advisory lock with two keys: the first names the command, the
+//! A working run (a cycle past its pause check, the relay holding its lock) holds a
+//! session-level shared advisory lock with two keys: the first names its kind, the
 //! second is the latest moment the run can end (Unix seconds, as an unsigned 32-bit
 //! number: good until 2106). `pg_locks` shows both to every role, so `pause --wait`
 //! sees who works and until when without any privilege, and the lock ends with the
@@ -15,18 +15,37 @@ use postgres::{GenericClient, SimpleQueryMessage, SimpleQueryRow};
 use super::ops::PauseRow;
 use crate::{Conn, Session};
 
-/// The first key of the working lock of `command` (ASCII "bkx1", "bkx2").
-pub fn working_key(command: &str) -> i32 {
-    match command {
-        "run-once" => 0x626b_7831,
-        _ => 0x626b_7832,
+/// A kind of run that works on the database and has a pause switch: the expiration
+/// cycle and the relay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Worker {
+    Cycle,
+    Relay,
+}
+
+impl Worker {
+    /// Its switch's key in `crm.booking_expiration_pause.command`, as the table's check
+    /// constraint (`sql/009_operations.sql`) spells it.
+    pub fn switch_key(self) -> &'static str {
+        match self {
+            Worker::Cycle => "run-once",
+            Worker::Relay => "relay-outbox",
+        }
+    }
+
+    /// The first key of its working lock (ASCII "bkx1", "bkx2").
+    pub fn working_key(self) -> i32 {
+        match self {
+            Worker::Cycle => 0x626b_7831,
+            Worker::Relay => 0x626b_7832,
+        }
     }
 }
 
-/// Holds the working lock of `command` until this session ends; `ends` is the latest
-/// moment the run can end. Shared: runs of the same command never wait for each other.
+/// Holds the working lock of `worker` until this session ends; `ends` is the latest
+/// moment the run can end. Shared: runs of the same kind never wait for each other.
 /// One round trip (the simple query protocol: the keys are numbers of ours).
-pub fn announce_working(client: &mut Session, command: &str, ends: DateTime<Utc>) -> Result<()> {
+pub fn announce_working(client: &mut Session, worker: Worker, ends: DateTime<Utc>) -> Result<()> {
     let client = client.pg();
     // Rounded up to the second: the lock never says a run ends before it can.
     let up = i64::from(ends.timestamp_subsec_nanos() > 0);
@@ -34,22 +53,22 @@ pub fn announce_working(client: &mut Session, command: &str, ends: DateTime<Utc>
     client
         .simple_query(&format!(
             "SELECT pg_advisory_lock_shared({}, {})",
-            working_key(command),
+            worker.working_key(),
             ends as i32
         ))
         .context("cannot take the working lock")?;
     Ok(())
 }
 
-/// A run of a command working now: its session and the latest moment it can end.
+/// A run working now: its session and the latest moment it can end.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Working {
     pub pid: i32,
     pub ends: DateTime<Utc>,
 }
 
-/// The runs of `command` working now on this database, latest end first.
-pub fn working(client: &mut impl Conn, command: &str) -> Result<Vec<Working>> {
+/// The runs of `worker` working now on this database, latest end first.
+pub fn working(client: &mut impl Conn, worker: Worker) -> Result<Vec<Working>> {
     let client = client.pg();
     let rows = client
         .query(
@@ -59,7 +78,7 @@ pub fn working(client: &mut impl Conn, command: &str) -> Result<Vec<Working>> {
                 AND l.database = (SELECT oid FROM pg_catalog.pg_database
                                    WHERE datname = current_database())
               ORDER BY ends DESC, l.pid",
-            &[&i64::from(working_key(command))],
+            &[&i64::from(worker.working_key())],
         )
         .context("cannot read which runs are working (pg_locks)")?;
     Ok(rows
@@ -71,13 +90,13 @@ pub fn working(client: &mut impl Conn, command: &str) -> Result<Vec<Working>> {
         .collect())
 }
 
-/// The statement reading the pause switch of `command` as a run reads it: `paused_at`
+/// The statement reading the pause switch of `worker` as a run reads it: `paused_at`
 /// clamped to years 1–9999 (a moment set by hand to `±infinity` reads as the nearest),
 /// in microseconds; no row when the switch is off. For the simple query protocol, so
 /// that it joins a round trip the run makes anyway; takes no lock but the table's
-/// share. `command` is one of the fixed command names, never operator input.
-pub fn pause_statement(command: &'static str) -> String {
-    debug_assert!(command.bytes().all(|b| b.is_ascii_lowercase() || b == b'-'));
+/// share. The key is one of [`Worker::switch_key`]'s, never operator input.
+pub fn pause_statement(worker: Worker) -> String {
+    let command = worker.switch_key();
     format!(
         "SELECT command, paused_by, reason,
                 (extract(epoch FROM least(greatest(paused_at, '0001-01-01 00:00:00Z'),
@@ -99,12 +118,12 @@ pub(crate) fn pause_row(rows: &[SimpleQueryRow]) -> Option<PauseRow> {
     })
 }
 
-/// The pause switch of `command`, if it is on: one round trip while it is off (the
+/// The pause switch of `worker`, if it is on: one round trip while it is off (the
 /// cheapest read there is: `SELECT 1`), a second for the switch's row when it is on.
 /// Runs in whatever transaction the session has open.
-pub fn pause_switch(client: &mut Session, command: &'static str) -> Result<Option<PauseRow>> {
+pub fn pause_switch(client: &mut Session, worker: Worker) -> Result<Option<PauseRow>> {
     let client = client.pg();
-    debug_assert!(command.bytes().all(|b| b.is_ascii_lowercase() || b == b'-'));
+    let command = worker.switch_key();
     let on = client
         .simple_query(&format!(
             "SELECT 1 FROM crm.booking_expiration_pause WHERE command = '{command}'"
@@ -116,7 +135,7 @@ pub fn pause_switch(client: &mut Session, command: &'static str) -> Result<Optio
         return Ok(None);
     }
     let rows: Vec<SimpleQueryRow> = client
-        .simple_query(&pause_statement(command))
+        .simple_query(&pause_statement(worker))
         .context("cannot read the pause switch")?
         .into_iter()
         .filter_map(|m| match m {

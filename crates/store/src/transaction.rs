@@ -8,7 +8,7 @@
 use postgres::{Client, SimpleQueryMessage, SimpleQueryRow};
 
 use super::ops::PauseRow;
-use super::running::{pause_row, pause_statement};
+use super::running::{Worker, pause_row, pause_statement};
 use crate::Session;
 
 /// Every batch's transaction checks each constraint at the statement that breaks it,
@@ -29,12 +29,12 @@ pub enum End {
 pub type Switch = Option<Option<PauseRow>>;
 
 /// Begins the first transaction of a session's chain; with `pause`, reads that
-/// command's switch in the same round trip.
-pub fn begin_chain(client: &mut Session, pause: Option<&'static str>) -> anyhow::Result<Switch> {
+/// worker's switch in the same round trip.
+pub fn begin_chain(client: &mut Session, pause: Option<Worker>) -> anyhow::Result<Switch> {
     let client = client.pg();
     let mut sql = format!("BEGIN; {IMMEDIATE}");
-    if let Some(command) = pause {
-        sql = format!("{sql}; {}", pause_statement(command));
+    if let Some(worker) = pause {
+        sql = format!("{sql}; {}", pause_statement(worker));
     }
     Ok(read(client, &sql, pause.is_some())?)
 }
@@ -49,7 +49,7 @@ pub fn begin_chain(client: &mut Session, pause: Option<&'static str>) -> anyhow:
 pub fn end_and_chain(
     client: &mut Session,
     end: End,
-    pause: Option<&'static str>,
+    pause: Option<Worker>,
 ) -> anyhow::Result<Switch> {
     let client = client.pg();
     let read_pause = pause.map(pause_statement);
