@@ -5,6 +5,16 @@
 
 use super::*;
 
+/// A database 0.1.0's script migrated (through 012), then changed by a DBA's `sql`; the
+/// guard keeps the other old ways waiting (see `migrate_the_old_way`).
+fn the_old_way_then(sql: &str) -> (TestDb, Client, std::sync::MutexGuard<'static, ()>) {
+    let db = TestDb::empty();
+    let mut c = db.client();
+    let one = migrate_the_old_way(&mut c, 12);
+    c.batch_execute(sql).unwrap();
+    (db, c, one)
+}
+
 /// What a file run again would change: the rows of the job's functions and triggers
 /// and of its tables' grants in the catalog (CREATE OR REPLACE and GRANT rewrite them).
 fn catalog_versions(c: &mut Client) -> Vec<(String, String)> {
@@ -28,12 +38,9 @@ fn catalog_versions(c: &mut Client) -> Vec<(String, String)> {
 
 #[test]
 fn a_database_migrated_the_old_way_is_adopted_and_nothing_runs_again() {
-    let db = TestDb::empty();
-    let mut c = db.client();
-    let _one = migrate_the_old_way(&mut c, 12);
     // A marker 009 would put back (its autovacuum settings), had it run again.
-    c.batch_execute("ALTER TABLE crm.outbox SET (autovacuum_vacuum_threshold = 4321)")
-        .unwrap();
+    let (db, mut c, _one) =
+        the_old_way_then("ALTER TABLE crm.outbox SET (autovacuum_vacuum_threshold = 4321)");
     let before = catalog_versions(&mut c);
     assert!(before.len() > 20, "{before:?}");
 
@@ -101,12 +108,9 @@ fn a_database_of_the_release_before_last_is_adopted_up_to_its_files_and_the_rest
 
 #[test]
 fn a_target_run_on_an_old_way_database_then_migrate_adopts_the_rest_of_the_baseline() {
-    let db = TestDb::empty();
-    let mut c = db.client();
-    let _one = migrate_the_old_way(&mut c, 12);
     // A DBA's setting on an object of 009, which running 009 again would reset.
-    c.batch_execute("ALTER TABLE crm.outbox SET (autovacuum_vacuum_threshold = 5000)")
-        .unwrap();
+    let (db, mut c, _one) =
+        the_old_way_then("ALTER TABLE crm.outbox SET (autovacuum_vacuum_threshold = 5000)");
     let first = result_of(&db.run(&["migrate", "--target", "5"]));
     let files = all_files();
     assert_eq!(names(&first["Adopted"]), files[..5]);
@@ -156,14 +160,10 @@ fn a_file_that_must_run_again_where_it_would_reset_a_dbas_setting_is_refused() {
     // 009 sets the outbox's autovacuum thresholds and grants the relay its receipt
     // columns: with the grant revoked it must run again, which would reset the DBA's
     // threshold. Neither silently: 78 naming both.
-    let db = TestDb::empty();
-    let mut c = db.client();
-    let _one = migrate_the_old_way(&mut c, 12);
-    c.batch_execute(
+    let (db, mut c, _one) = the_old_way_then(
         "ALTER TABLE crm.outbox SET (autovacuum_vacuum_threshold = 5000);
          REVOKE UPDATE (delivered_offset) ON crm.outbox FROM crm_outbox_relay",
-    )
-    .unwrap();
+    );
     let run = db.run(&["migrate"]);
     assert_eq!(run.code, 78, "{}", run.stderr);
     let want = "009_operations.sql: storage parameter autovacuum_vacuum_threshold of crm.outbox \
@@ -188,14 +188,10 @@ fn an_old_way_database_missing_a_column_and_a_grant_is_not_adopted_and_migrate_n
     // privilege of 007: not adopted (what 004 makes is not there, and running it would
     // not add a column to the table that is there), refused before anything is made;
     // run-once says what is missing too.
-    let db = TestDb::empty();
-    let mut c = db.client();
-    let _one = migrate_the_old_way(&mut c, 12);
-    c.batch_execute(
+    let (db, mut c, _one) = the_old_way_then(
         "ALTER TABLE crm.booking_expiration_poison DROP COLUMN retry_at;
          REVOKE UPDATE (updated_at) ON crm.bookings FROM crm_booking_expiration_worker",
-    )
-    .unwrap();
+    );
     let column = "004_expiration_poison.sql: column crm.booking_expiration_poison.retry_at is \
                   missing (the file makes it timestamp with time zone NOT NULL; running the \
                   file again would not add it to the table that is there: add it back, ALTER \
@@ -268,11 +264,8 @@ fn an_old_way_database_missing_a_column_and_a_grant_is_not_adopted_and_migrate_n
 /// the file's name, a second, identical one. `--dry-run` and the run name the twin.
 #[test]
 fn an_index_the_dba_renamed_is_named_by_dry_run_and_the_run_that_builds_its_twin() {
-    let db = TestDb::empty();
-    let mut c = db.client();
-    let _one = migrate_the_old_way(&mut c, 12);
-    c.batch_execute("ALTER INDEX crm.ix_outbox_failed RENAME TO ix_outbox_failed_by_dba")
-        .unwrap();
+    let (db, mut c, _one) =
+        the_old_way_then("ALTER INDEX crm.ix_outbox_failed RENAME TO ix_outbox_failed_by_dba");
     let dry = db.run(&["migrate", "--dry-run"]);
     assert_eq!(dry.code, 0, "{}", dry.stderr);
     assert!(
@@ -315,14 +308,10 @@ fn an_index_the_dba_renamed_is_named_by_dry_run_and_the_run_that_builds_its_twin
 
 #[test]
 fn an_old_way_index_recreated_under_the_files_name_on_other_columns_is_not_adopted() {
-    let db = TestDb::empty();
-    let mut c = db.client();
-    let _one = migrate_the_old_way(&mut c, 12);
-    c.batch_execute(
+    let (db, mut c, _one) = the_old_way_then(
         "DROP INDEX crm.ix_outbox_pending;
          CREATE INDEX ix_outbox_pending ON crm.outbox (occurred_at)",
-    )
-    .unwrap();
+    );
     let run = db.run(&["migrate"]);
     assert_eq!(run.code, 78, "{}", run.stderr);
     let want = "002_outbox.sql: index crm.ix_outbox_pending is `CREATE INDEX ix_outbox_pending \
