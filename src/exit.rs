@@ -139,7 +139,7 @@ pub fn failure_of(err: &anyhow::Error) -> Failure {
         c.failure
     } else if let Some(e) = err.downcast_ref::<store::StoreError>() {
         of_fault(e.fault)
-    } else if let Some(fault) = store::database_fault(err) {
+    } else if let Some(fault) = store::fault_of_any(err) {
         of_fault(fault)
     } else {
         Failure::Internal

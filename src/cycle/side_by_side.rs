@@ -12,7 +12,7 @@ use super::schedule::{self, Budget, Turn};
 use super::types::{Cycle, CycleResult, Drained, Lane};
 use crate::obs::trace;
 use crate::shutdown;
-use crate::store::{self, CycleStatements, Db, Switch};
+use crate::store::{self, CycleStatements, Db, PauseRead};
 
 /// What the phases share across the two sessions.
 pub(super) struct OnTwo<'a> {
@@ -28,7 +28,7 @@ pub(super) fn side_by_side(
     db: &mut Db,
     stmts: &CycleStatements,
     cycle: &Cycle,
-    switch: &mut Switch,
+    switch: &mut PauseRead,
     on: &mut OnTwo,
 ) {
     let [reserve, booking] = &mut *on.turns;

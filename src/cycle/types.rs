@@ -16,7 +16,7 @@ use crate::domain::{self, Phase};
 use crate::exit::{ClassifyExt, Failure};
 use crate::obs::lateness::Lateness;
 use crate::preflight::{PauseWatch, Paused};
-use crate::store::{self, ClaimKey, CycleStatements, Poison, Session, Switch};
+use crate::store::{self, ClaimKey, CycleStatements, PauseRead, Poison, Session};
 
 /// The result of a cycle, printed as one JSON line on stdout.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -70,7 +70,7 @@ impl Cycle<'_> {
 pub(super) struct Lane<'s> {
     pub(super) client: &'s mut Session,
     pub(super) stmts: &'s CycleStatements,
-    pub(super) switch: Switch,
+    pub(super) switch: PauseRead,
 }
 
 impl<'s> Lane<'s> {

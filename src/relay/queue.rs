@@ -234,7 +234,7 @@ impl Own {
             &self.fetch,
             now,
             cfg.batch_size,
-            store::Above {
+            store::FetchAbove {
                 high: self.high,
                 upto: fetch_upto,
                 skip: &skip,

@@ -64,7 +64,7 @@ where
 }
 
 /// How a PostgreSQL error met during work (not while connecting) is to be treated.
-pub(crate) fn db_fault(e: &postgres::Error) -> Fault {
+pub(crate) fn fault_of(e: &postgres::Error) -> Fault {
     match class(e) {
         // The deployment is wrong (missing table/column, insufficient privilege, a
         // feature the server lacks): a retry will not help.
@@ -77,8 +77,8 @@ pub(crate) fn db_fault(e: &postgres::Error) -> Fault {
 
 /// The fault of the PostgreSQL error an error stands for, when it is one (the error
 /// itself or its root: what `anyhow` finds by type).
-pub fn database_fault(err: &anyhow::Error) -> Option<Fault> {
-    err.downcast_ref::<postgres::Error>().map(db_fault)
+pub fn fault_of_any(err: &anyhow::Error) -> Option<Fault> {
+    err.downcast_ref::<postgres::Error>().map(fault_of)
 }
 
 fn first_database_error(e: &anyhow::Error) -> Option<&postgres::Error> {

@@ -59,7 +59,7 @@ pub use connect::{
     Db, Opening, Writable, connect, connect_another, open_another, too_many_connections,
 };
 pub use error::{
-    ClassifyExt, Fault, StoreError, code_in, database_fault, fail, refusal_in, session_lost,
+    ClassifyExt, Fault, StoreError, code_in, fail, fault_of_any, refusal_in, session_lost,
 };
 pub use expiration::{
     BatchWrite, Claim, ClaimKey, CycleStatements, DbRejection, Poison, WriteOutcome,
@@ -105,10 +105,10 @@ pub use sweep::{
 pub use topic_wait::{
     TOPIC_WAIT_MIGRATION, TopicWait, end_topic_waits, record_topic_waits, topic_waits,
 };
-pub use transaction::{End, Switch, begin_chain, end_and_chain, end_chain};
+pub use transaction::{End, PauseRead, begin_chain, end_and_chain, end_chain};
 pub use waiting::{TopicWaiting, WAITING_SQL, waiting, waiting_total};
 pub use watermark::{
-    Above, Delivered, FetchedAbove, MARK_RECEIPTS_SQL, NewHigh, PENDING_ABOVE_SQL, Purged,
+    Delivered, FetchAbove, FetchedAbove, MARK_RECEIPTS_SQL, NewHigh, PENDING_ABOVE_SQL, Purged,
     drop_exceptions, mark_receipts, pending_above, prepare_mark_receipts, prepare_pending_above,
     purge_range,
 };

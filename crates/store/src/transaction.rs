@@ -26,11 +26,11 @@ pub enum End {
 }
 
 /// The pause switch as a chain's round trip read it: `None` when it was not asked for.
-pub type Switch = Option<Option<PauseRow>>;
+pub type PauseRead = Option<Option<PauseRow>>;
 
 /// Begins the first transaction of a session's chain; with `pause`, reads that
 /// worker's switch in the same round trip.
-pub fn begin_chain(client: &mut Session, pause: Option<Worker>) -> anyhow::Result<Switch> {
+pub fn begin_chain(client: &mut Session, pause: Option<Worker>) -> anyhow::Result<PauseRead> {
     let client = client.pg();
     let mut sql = format!("BEGIN; {IMMEDIATE}");
     if let Some(worker) = pause {
@@ -50,7 +50,7 @@ pub fn end_and_chain(
     client: &mut Session,
     end: End,
     pause: Option<Worker>,
-) -> anyhow::Result<Switch> {
+) -> anyhow::Result<PauseRead> {
     let client = client.pg();
     let read_pause = pause.map(pause_statement);
     let sql = match (end, &read_pause) {
@@ -75,7 +75,7 @@ pub fn end_chain(client: &mut Session) {
     }
 }
 
-fn read(client: &mut Client, sql: &str, pause: bool) -> Result<Switch, postgres::Error> {
+fn read(client: &mut Client, sql: &str, pause: bool) -> Result<PauseRead, postgres::Error> {
     let messages = client.simple_query(sql)?;
     if !pause {
         return Ok(None);

@@ -70,7 +70,7 @@ pub fn prepare_pending_above(client: &mut impl Conn) -> Result<Prepared> {
 
 /// What one fetch above the watermark asks for.
 #[derive(Debug, Clone, Copy)]
-pub struct Above<'a> {
+pub struct FetchAbove<'a> {
     pub high: i64,
     /// The fetch's last `seq` at most ([`super::relay_state::Settling::fetch_upto`]).
     pub upto: i64,
@@ -96,7 +96,7 @@ pub fn pending_above(
     sql: &(impl Sql + ?Sized),
     now: DateTime<Utc>,
     limit: u32,
-    above: Above,
+    above: FetchAbove,
     max_bytes: usize,
     types: &OutboxTypes,
 ) -> Result<FetchedAbove> {

@@ -438,10 +438,10 @@ fn apply_locked(
             if run.policy.stop_after.is_some_and(|stop| ran >= stop) {
                 return Err(stopped::stopped_error());
             }
-            let at = run::At {
+            let at = run::StatementAt {
                 file: m.file,
-                k: k + 1,
-                n,
+                number: k + 1,
+                count: n,
             };
             let result = run::statement(
                 client,
@@ -532,6 +532,10 @@ pub fn run_one(
 ) -> Result<()> {
     let client = client.pg();
     let watcher = watcher.map(|w| w.pg());
-    let at = run::At { file, k: 1, n: 1 };
+    let at = run::StatementAt {
+        file,
+        number: 1,
+        count: 1,
+    };
     run::statement(client, watcher, statement, &at, policy, &|| false)
 }

@@ -16,16 +16,16 @@ use super::split::first_line;
 use crate::duration::show_duration;
 use crate::error::{ClassifyExt, Fault, fail};
 
-/// Where a statement is: its file, and its place there (k of n).
-pub struct At {
+/// Where a statement is: its file, and its place there (`number` of `count`, from 1).
+pub struct StatementAt {
     pub file: &'static str,
-    pub k: usize,
-    pub n: usize,
+    pub number: usize,
+    pub count: usize,
 }
 
-impl At {
+impl StatementAt {
     fn statement(&self) -> String {
-        format!("{}/{}", self.k, self.n)
+        format!("{}/{}", self.number, self.count)
     }
 }
 
@@ -39,7 +39,7 @@ pub fn statement(
     client: &mut Client,
     mut watcher: Option<&mut Client>,
     statement: &str,
-    at: &At,
+    at: &StatementAt,
     policy: &Policy,
     stopped: &dyn Fn() -> bool,
 ) -> Result<()> {
@@ -48,7 +48,7 @@ pub fn statement(
     }
     let kind = policy::kind(statement);
     info!(Migration = at.file, Statement = at.statement().as_str();
-          "migrate: statement {}/{}: {}", at.k, at.n, first_line(statement));
+          "migrate: statement {}/{}: {}", at.number, at.count, first_line(statement));
     let (lock_timeout, statement_timeout) = kind.timeouts(policy);
     let mut attempt = 0u32;
     let mut first_failure: Option<Instant> = None;
@@ -84,7 +84,7 @@ pub fn statement(
         let retryable = crate::sqlstate::lock_given_up(&error);
         let lock = waited_for.unwrap_or_else(|| "a lock the watcher did not see".to_owned());
         if !retryable {
-            let failure = crate::error::db_fault(&error);
+            let failure = crate::error::fault_of(&error);
             return Err(error).classify(
                 failure,
                 format!(
@@ -156,7 +156,7 @@ fn watched(
     pid: i32,
     statement: &str,
     lock_timeout: Duration,
-    concurrent: Option<&At>,
+    concurrent: Option<&StatementAt>,
 ) -> (Result<(), postgres::Error>, Option<String>) {
     let Some(watcher) = watcher else {
         return (client.batch_execute(statement), None);
@@ -323,7 +323,7 @@ fn drop_invalid(
     client: &mut Client,
     schema: Option<&str>,
     index: &str,
-    at: &At,
+    at: &StatementAt,
     policy: &Policy,
 ) -> Result<()> {
     let Some(schema) = invalid(client, schema, index)? else {
