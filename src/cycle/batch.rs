@@ -12,7 +12,7 @@ use super::{logbook, poison};
 use crate::domain::{self, Phase};
 use crate::exit::{ClassifyExt, Failure};
 use crate::obs::trace::{self, Attr};
-use crate::store::{self, ClaimKey, End, Poison};
+use crate::store::{self, BatchEnd, ClaimKey, Poison};
 
 /// What a batch's attempt left to know when it failed.
 #[derive(Default)]
@@ -109,8 +109,8 @@ fn run_batch(
     let phase = b.phase;
     let outcome = batch_in_transaction(lane, b, isolation, attempt);
     let end = match &outcome {
-        Ok(Some(_)) => End::Commit,
-        Ok(None) | Err(_) => End::Rollback,
+        Ok(Some(_)) => BatchEnd::Commit,
+        Ok(None) | Err(_) => BatchEnd::Rollback,
     };
     // The pause switch is read in the same round trip, for the next batch boundary;
     // not for a booking taken alone, whose failure at COMMIT is the booking's.

@@ -10,7 +10,7 @@ use super::types::{Batch, BatchOutcome, Lane};
 use super::{logbook, schedule};
 use crate::domain::{self, Phase};
 use crate::exit::{ClassifyExt, Failure};
-use crate::store::{self, End, Poison};
+use crate::store::{self, BatchEnd, Poison};
 
 /// The poison entries of the rows of `writes` that the write neither expired nor saw
 /// refused: the database dropped their update without an error.
@@ -103,9 +103,9 @@ pub(super) fn quarantine_alone(
         std::slice::from_ref(&poison),
     );
     let end = if written.is_ok() {
-        End::Commit
+        BatchEnd::Commit
     } else {
-        End::Rollback
+        BatchEnd::Rollback
     };
     let ended = store::end_and_chain(lane.client, end, None);
     written.map_err(|e| e.context(format!("{phase} batch: quarantine failed; rolled back")))?;

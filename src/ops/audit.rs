@@ -23,7 +23,7 @@ use crate::kafka::scan::{Seen, TopicScan};
 use crate::render::{self as format, Table};
 use crate::shutdown::Shutdown;
 use crate::store::ops::{self, AuditWindow, Operation, SeenMessage};
-use crate::store::{self, Need};
+use crate::store::{self, SchemaNeed};
 
 /// The missing rows and the messages with no row the report lists (each); the rest are
 /// counted.
@@ -189,9 +189,9 @@ pub fn audit(cfg: &AuditConfig, shutdown: &Shutdown) -> Result<()> {
     crate::preflight::require_own_session(&mut db, &cfg.db, COMMAND)?;
     // --repair re-queues as republish does, with its grants.
     let need = if cfg.repair.is_some() {
-        Need::Requeue
+        SchemaNeed::Requeue
     } else {
-        Need::Audit
+        SchemaNeed::Audit
     };
     store::check_schema(&mut db.client, need)?;
     crate::preflight::check_row_security(&mut db.client, COMMAND, types)?;

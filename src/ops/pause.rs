@@ -21,7 +21,7 @@ use crate::render::duration;
 use crate::store::duration::show_duration;
 use crate::store::ops::{self, Operation};
 use crate::store::running::{self, Working};
-use crate::store::{self, Need};
+use crate::store::{self, SchemaNeed};
 
 /// How often `pause --wait` looks whether the working runs have stopped.
 const WAIT_POLL: Duration = Duration::from_millis(100);
@@ -152,7 +152,7 @@ pub fn switch(cfg: &SwitchConfig) -> Result<()> {
     let on = wait.is_some();
     let mut db = store::connect(&cfg.db)?;
     db.require_writable(&cfg.db, if on { "pause" } else { "resume" })?;
-    store::check_schema(&mut db.client, Need::Operate)?;
+    store::check_schema(&mut db.client, SchemaNeed::Operate)?;
     let command = cfg.command.as_str();
     let now = SystemClock.now();
     let mut tx = db

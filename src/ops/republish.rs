@@ -17,7 +17,7 @@ use crate::exit::{ClassifyExt, Failure, fail};
 use crate::render::{self as format, Table};
 use crate::store::ids::IdTable;
 use crate::store::ops::{self, Operation, OutboxEntry, Requeue, Selection};
-use crate::store::{self, Need};
+use crate::store::{self, SchemaNeed};
 
 #[derive(Serialize)]
 #[serde(rename_all = "PascalCase")]
@@ -132,7 +132,7 @@ pub fn republish(cfg: &RequeueConfig) -> Result<()> {
     if !cfg.dry_run {
         db.require_writable(&cfg.db, command)?;
     }
-    store::check_schema(&mut db.client, Need::Requeue)?;
+    store::check_schema(&mut db.client, SchemaNeed::Requeue)?;
     crate::preflight::check_row_security(&mut db.client, command, &cfg.outbox_types)?;
     let mut tx = db
         .client

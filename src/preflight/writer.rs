@@ -1,7 +1,7 @@
 //! The commands that write, and so honour a pause switch: each one's name, the switch's,
 //! and what the preflight checks of its schema.
 
-use crate::store::Need;
+use crate::store::SchemaNeed;
 use crate::store::running::Worker;
 
 /// A command that writes, and so honours a pause switch; its name is the switch's.
@@ -27,10 +27,10 @@ impl Writer {
         }
     }
 
-    pub(super) fn need(self) -> Need {
+    pub(super) fn need(self) -> SchemaNeed {
         match self {
-            Writer::RunOnce => Need::Cycle,
-            Writer::RelayOutbox => Need::Relay,
+            Writer::RunOnce => SchemaNeed::Cycle,
+            Writer::RelayOutbox => SchemaNeed::Relay,
         }
     }
 }

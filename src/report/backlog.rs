@@ -20,7 +20,7 @@ use crate::preflight::Defence;
 use crate::render::{self, Table};
 use crate::shutdown::Shutdown;
 use crate::store::{
-    self, Backlog, Figures, Need, NextClaim, OtherRows, OutboxLag, Overdue, TopicWait,
+    self, Backlog, Figures, NextClaim, OtherRows, OutboxLag, Overdue, SchemaNeed, TopicWait,
 };
 
 /// The figures of the report: all of them were read.
@@ -73,7 +73,7 @@ fn age(b: &Backlog, oldest: Option<Timestamp>) -> Option<f64> {
 pub fn backlog(cfg: &BacklogConfig, clock: &dyn Clock, shutdown: &Shutdown) -> Result<()> {
     let mut db = store::connect(&cfg.db)?;
     shutdown.on_signal(db.interrupter());
-    store::check_schema(&mut db.client, Need::Report)?;
+    store::check_schema(&mut db.client, SchemaNeed::Report)?;
     let defence =
         crate::preflight::check_row_security(&mut db.client, "backlog", &cfg.outbox_types)?;
     // The cycle's clock: "overdue" here means what the next run-once would see as such.

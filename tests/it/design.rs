@@ -7,8 +7,8 @@ use crate::postgres;
 
 use booking_expire::domain::Phase;
 use booking_expire::store::{
-    MARK_PUBLISHED_SQL, Need, PENDING_SQL, WAITING_SQL, catalog_statements, claim_counting_sql,
-    claim_sql,
+    MARK_PUBLISHED_SQL, PENDING_SQL, SchemaNeed, WAITING_SQL, catalog_statements,
+    claim_counting_sql, claim_sql,
 };
 use common::*;
 
@@ -532,7 +532,7 @@ fn the_claim_keeps_its_partial_index_on_bookings_a_burst_filled_after_their_last
 fn the_preflights_catalog_reads_look_up_each_column_by_index() {
     let db = TestDb::new();
     let mut c = db.client();
-    for need in [Need::Cycle, Need::Relay, Need::Report] {
+    for need in [SchemaNeed::Cycle, SchemaNeed::Relay, SchemaNeed::Report] {
         for sql in catalog_statements(need) {
             let plan = explain(&mut c, "auto", &sql, &[]);
             for catalog in ["pg_attribute", "pg_class"] {

@@ -391,7 +391,7 @@ impl Sim {
 
 fn open_session(cfg: &RunOnceConfig) -> (Db, CycleStatements) {
     let mut db = store::connect(&cfg.db).expect("connect the cycle's session");
-    store::check_schema(&mut db.client, store::Need::Cycle).unwrap();
+    store::check_schema(&mut db.client, store::SchemaNeed::Cycle).unwrap();
     let stmts = CycleStatements::prepare(&mut db.client).unwrap();
     (db, stmts)
 }

@@ -95,7 +95,7 @@ pub use report::{
 pub use row_security::{
     OWN_TYPES_POLICY, ROW_SECURITY_MIGRATION, RowSecurity, outbox_type_listing, row_security,
 };
-pub use schema::{Need, status_type};
+pub use schema::{SchemaNeed, status_type};
 pub use session::{Conn, Prepared, Session, Sql, Tx};
 pub use settings::{Conninfo, DbConfig, SslMode, TargetSessionAttrs, check_ca_pem};
 pub use sweep::{
@@ -105,7 +105,7 @@ pub use sweep::{
 pub use topic_wait::{
     TOPIC_WAIT_MIGRATION, TopicWait, end_topic_waits, record_topic_waits, topic_waits,
 };
-pub use transaction::{End, PauseRead, begin_chain, end_and_chain, end_chain};
+pub use transaction::{BatchEnd, PauseRead, begin_chain, end_and_chain, end_chain};
 pub use waiting::{TopicWaiting, WAITING_SQL, waiting, waiting_total};
 pub use watermark::{
     Delivered, FetchAbove, FetchedAbove, MARK_RECEIPTS_SQL, NewHigh, PENDING_ABOVE_SQL, Purged,

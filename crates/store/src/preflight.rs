@@ -15,7 +15,7 @@ use super::migrate::compat;
 use super::ops::PauseRow;
 use super::privileges;
 use super::running::{Worker, pause_row, pause_statement};
-use super::schema::{self, Need};
+use super::schema::{self, SchemaNeed};
 use crate::Session;
 use crate::error::{ClassifyExt, Fault};
 
@@ -31,7 +31,7 @@ pub struct Facts {
     pub pause_readable: bool,
     /// The worker's pause switch, when it is on.
     pub pause: Option<PauseRow>,
-    need: Need,
+    need: SchemaNeed,
     answers: Vec<Vec<SimpleQueryRow>>,
     /// The migrations' history, as far as compatibility goes.
     history: Vec<compat::Row>,
@@ -50,7 +50,7 @@ impl Facts {
     clippy::disallowed_methods,
     reason = "the clock guard reads the system clock beside the database's, on purpose; the round trip's time is real"
 )]
-pub fn read_facts(client: &mut Session, need: Need, worker: Worker) -> Result<Facts> {
+pub fn read_facts(client: &mut Session, need: SchemaNeed, worker: Worker) -> Result<Facts> {
     let client = client.pg();
     let head = "SELECT pg_backend_pid()::text AS pid,
                        (extract(epoch FROM clock_timestamp()) * 1000000)::int8::text AS database_now_us,
@@ -114,7 +114,7 @@ pub fn read_facts(client: &mut Session, need: Need, worker: Worker) -> Result<Fa
 /// read-only role's reach), then the privileges statement, of `need`: what every
 /// preflight of a writing command asks the catalog each time it runs (public for the
 /// tests of their plans).
-pub fn statements(need: Need) -> Vec<String> {
+pub fn statements(need: SchemaNeed) -> Vec<String> {
     let mut out = schema::statements(need);
     out.push(compat::PROBE_STATEMENT.to_owned());
     out.push(compat::READS_ALL_STATS_STATEMENT.to_owned());
@@ -135,7 +135,7 @@ fn history(client: &mut Client, answers: &[Vec<SimpleQueryRow>]) -> Result<Vec<c
 
 /// Compatibility first (a schema ahead of the binary may lack what it looks for, and
 /// "run migrate" would be the wrong advice), then the schema, then the privileges.
-fn judge(need: Need, answers: &[Vec<SimpleQueryRow>], history: &[compat::Row]) -> Result<()> {
+fn judge(need: SchemaNeed, answers: &[Vec<SimpleQueryRow>], history: &[compat::Row]) -> Result<()> {
     let (schema_answers, rest) = answers.split_at(answers.len().saturating_sub(3));
     let answer = |i: usize| rest.get(i).map_or(&[][..], Vec::as_slice);
     compat::judge(history, answer(1))?;
@@ -163,7 +163,7 @@ pub(super) fn run(
 
 /// Fails with "schema not migrated: …" naming every missing table and column, then with
 /// "role … lacks privileges …" naming every missing grant: one round trip.
-pub fn check_schema(client: &mut Session, need: Need) -> Result<()> {
+pub fn check_schema(client: &mut Session, need: SchemaNeed) -> Result<()> {
     let client = client.pg();
     let answers = run(client, &statements(need))
         .classify(Fault::Temporary, "cannot read the schema catalog")?;

@@ -5,7 +5,7 @@
 use anyhow::Result;
 use postgres::SimpleQueryRow;
 
-use super::schema::{AUDIT, BOOKING_READ, Need, TIMELINE, text_array};
+use super::schema::{AUDIT, BOOKING_READ, SchemaNeed, TIMELINE, text_array};
 use crate::error::{Fault, fail};
 
 /// A privilege on a table of `crm`: on the whole table, or on the listed columns.
@@ -36,17 +36,17 @@ const fn on_columns(
     }
 }
 
-impl Need {
-    /// The grants the subcommand needs, each on a table [`Need::tables`] checks.
+impl SchemaNeed {
+    /// The grants the subcommand needs, each on a table [`SchemaNeed::tables`] checks.
     pub(super) fn privileges(self) -> &'static [Privilege] {
         match self {
-            Need::Cycle => CYCLE,
-            Need::Relay => RELAY,
-            Need::Report => REPORT,
-            Need::Explain => EXPLAIN,
-            Need::Operate => OPERATE,
-            Need::Requeue => REQUEUE,
-            Need::Audit => AUDIT_READ,
+            SchemaNeed::Cycle => CYCLE,
+            SchemaNeed::Relay => RELAY,
+            SchemaNeed::Report => REPORT,
+            SchemaNeed::Explain => EXPLAIN,
+            SchemaNeed::Operate => OPERATE,
+            SchemaNeed::Requeue => REQUEUE,
+            SchemaNeed::Audit => AUDIT_READ,
         }
     }
 }
@@ -155,12 +155,12 @@ pub(super) const REQUEUE: &[Privilege] = &[
 /// The statement listing each privilege `need` asks for that the current role lacks
 /// (directly, through a group role, or as superuser). A table or column that does not
 /// exist is skipped, never an error: the schema check, judged first, names it.
-pub(super) fn statement(need: Need) -> String {
+pub(super) fn statement(need: SchemaNeed) -> String {
     statement_as(need, None)
 }
 
 /// [`statement`] for the role `role` (it must exist) instead of the current one.
-pub(super) fn statement_as(need: Need, role: Option<&str>) -> String {
+pub(super) fn statement_as(need: SchemaNeed, role: Option<&str>) -> String {
     let (who, of) = match role {
         Some(role) => (
             super::schema::literal(role),
@@ -206,7 +206,7 @@ pub(super) fn statement_as(need: Need, role: Option<&str>) -> String {
 
 /// Fails with "role … lacks privileges …" naming each privilege [`statement`] found
 /// missing.
-pub(super) fn judge(need: Need, rows: &[SimpleQueryRow]) -> Result<()> {
+pub(super) fn judge(need: SchemaNeed, rows: &[SimpleQueryRow]) -> Result<()> {
     let Some(user) = rows.first().and_then(|r| r.get("role_name")) else {
         return Ok(());
     };
@@ -265,13 +265,13 @@ mod tests {
     #[test]
     fn every_privilege_names_a_table_the_subcommand_checks() {
         for need in [
-            Need::Cycle,
-            Need::Relay,
-            Need::Report,
-            Need::Explain,
-            Need::Operate,
-            Need::Requeue,
-            Need::Audit,
+            SchemaNeed::Cycle,
+            SchemaNeed::Relay,
+            SchemaNeed::Report,
+            SchemaNeed::Explain,
+            SchemaNeed::Operate,
+            SchemaNeed::Requeue,
+            SchemaNeed::Audit,
         ] {
             for p in need.privileges() {
                 let (_, cols) = need

@@ -15,7 +15,7 @@ use crate::error::{ClassifyExt, Fault, fail};
 /// schema before may lack (`booking_expiration_phase_failure` of 12,
 /// `booking_expiration_topic_wait` of 14) are probed where used instead: a warning.
 #[derive(Debug, Clone, Copy)]
-pub enum Need {
+pub enum SchemaNeed {
     /// run-once: bookings, outbox, audit, timeline, poison.
     Cycle,
     /// relay-outbox: the outbox only.
@@ -143,40 +143,44 @@ pub(super) const BOOKING_READ: &[&str] = &[
     "version",
 ];
 
-impl Need {
+impl SchemaNeed {
     pub(super) fn tables(self) -> &'static [(&'static str, &'static [&'static str])] {
         match self {
-            Need::Cycle => &[BOOKINGS, OUTBOX, AUDIT, TIMELINE, POISON, PAUSE],
-            Need::Relay => &[OUTBOX, PAUSE],
-            Need::Report => &[BOOKINGS, POISON, OUTBOX],
-            Need::Explain => &[BOOKINGS, POISON, OUTBOX, AUDIT, TIMELINE],
-            Need::Operate => &[PAUSE, OPERATIONS],
-            Need::Requeue => &[OUTBOX, OPERATIONS],
-            Need::Audit => &[OUTBOX],
+            SchemaNeed::Cycle => &[BOOKINGS, OUTBOX, AUDIT, TIMELINE, POISON, PAUSE],
+            SchemaNeed::Relay => &[OUTBOX, PAUSE],
+            SchemaNeed::Report => &[BOOKINGS, POISON, OUTBOX],
+            SchemaNeed::Explain => &[BOOKINGS, POISON, OUTBOX, AUDIT, TIMELINE],
+            SchemaNeed::Operate => &[PAUSE, OPERATIONS],
+            SchemaNeed::Requeue => &[OUTBOX, OPERATIONS],
+            SchemaNeed::Audit => &[OUTBOX],
         }
     }
 
     /// Who needs it, and the group role of `sql/007_roles.sql` that grants it.
     pub(super) fn who(self) -> (&'static str, &'static str) {
         match self {
-            Need::Cycle => ("run-once", "crm_booking_expiration_worker"),
-            Need::Relay => ("relay-outbox", "crm_outbox_relay"),
-            Need::Report => ("dry-run and backlog", "crm_booking_expiration_readonly"),
-            Need::Explain => ("explain", "crm_booking_expiration_readonly"),
-            Need::Operate => ("pause and resume", "crm_booking_expiration_operator"),
-            Need::Requeue => (
+            SchemaNeed::Cycle => ("run-once", "crm_booking_expiration_worker"),
+            SchemaNeed::Relay => ("relay-outbox", "crm_outbox_relay"),
+            SchemaNeed::Report => ("dry-run and backlog", "crm_booking_expiration_readonly"),
+            SchemaNeed::Explain => ("explain", "crm_booking_expiration_readonly"),
+            SchemaNeed::Operate => ("pause and resume", "crm_booking_expiration_operator"),
+            SchemaNeed::Requeue => (
                 "republish and retry-failed",
                 "crm_booking_expiration_operator",
             ),
-            Need::Audit => ("audit", "crm_booking_expiration_readonly"),
+            SchemaNeed::Audit => ("audit", "crm_booking_expiration_readonly"),
         }
     }
 
     /// The migration that grants the group role what this subcommand needs.
     pub(super) fn grants(self) -> &'static str {
         match self {
-            Need::Cycle | Need::Relay | Need::Report | Need::Audit => "sql/007_roles.sql",
-            Need::Explain | Need::Operate | Need::Requeue => "sql/009_operations.sql",
+            SchemaNeed::Cycle | SchemaNeed::Relay | SchemaNeed::Report | SchemaNeed::Audit => {
+                "sql/007_roles.sql"
+            }
+            SchemaNeed::Explain | SchemaNeed::Operate | SchemaNeed::Requeue => {
+                "sql/009_operations.sql"
+            }
         }
     }
 
@@ -185,7 +189,7 @@ impl Need {
     fn reads_bookings(self) -> bool {
         !matches!(
             self,
-            Need::Relay | Need::Operate | Need::Requeue | Need::Audit
+            SchemaNeed::Relay | SchemaNeed::Operate | SchemaNeed::Requeue | SchemaNeed::Audit
         )
     }
 }
@@ -205,7 +209,7 @@ pub(super) fn text_array<'a>(items: impl IntoIterator<Item = &'a str>) -> String
 /// missing tables and columns, then (when it reads bookings) the nullable columns, then
 /// the columns' types. Reads `pg_catalog`, which (unlike `information_schema`) lists
 /// columns whatever the role's privileges are.
-pub(super) fn statements(need: Need) -> Vec<String> {
+pub(super) fn statements(need: SchemaNeed) -> Vec<String> {
     let (mut tables, mut columns) = (Vec::new(), Vec::new());
     for (table, cols) in need.tables() {
         for col in *cols {
@@ -261,7 +265,7 @@ pub(super) fn statements(need: Need) -> Vec<String> {
 /// Judges the answers to [`statements`] (one row set each, in order): fails with
 /// "schema not migrated: …" naming every missing table and column, then with "schema
 /// not as expected: …" for nullable columns, then for wrong types.
-pub(super) fn judge(need: Need, answers: &[Vec<SimpleQueryRow>]) -> Result<()> {
+pub(super) fn judge(need: SchemaNeed, answers: &[Vec<SimpleQueryRow>]) -> Result<()> {
     let mut answers = answers.iter();
     judge_tables(answers.next().map_or(&[], Vec::as_slice))?;
     if need.reads_bookings() {

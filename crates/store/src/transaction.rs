@@ -20,7 +20,7 @@ const IMMEDIATE: &str = "SET CONSTRAINTS ALL IMMEDIATE";
 
 /// How a batch's transaction ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum End {
+pub enum BatchEnd {
     Commit,
     Rollback,
 }
@@ -48,16 +48,16 @@ pub fn begin_chain(client: &mut Session, pause: Option<Worker>) -> anyhow::Resul
 /// write in autocommit.
 pub fn end_and_chain(
     client: &mut Session,
-    end: End,
+    end: BatchEnd,
     pause: Option<Worker>,
 ) -> anyhow::Result<PauseRead> {
     let client = client.pg();
     let read_pause = pause.map(pause_statement);
     let sql = match (end, &read_pause) {
-        (End::Commit, Some(read)) => format!("{read}; COMMIT AND CHAIN; {IMMEDIATE}"),
-        (End::Commit, None) => format!("COMMIT AND CHAIN; {IMMEDIATE}"),
-        (End::Rollback, Some(read)) => format!("ROLLBACK AND CHAIN; {IMMEDIATE}; {read}"),
-        (End::Rollback, None) => format!("ROLLBACK AND CHAIN; {IMMEDIATE}"),
+        (BatchEnd::Commit, Some(read)) => format!("{read}; COMMIT AND CHAIN; {IMMEDIATE}"),
+        (BatchEnd::Commit, None) => format!("COMMIT AND CHAIN; {IMMEDIATE}"),
+        (BatchEnd::Rollback, Some(read)) => format!("ROLLBACK AND CHAIN; {IMMEDIATE}; {read}"),
+        (BatchEnd::Rollback, None) => format!("ROLLBACK AND CHAIN; {IMMEDIATE}"),
     };
     let ended = read(client, &sql, pause.is_some());
     if ended.is_err() && !client.is_closed() {

@@ -21,7 +21,7 @@ use crate::exit::{Failure, fail};
 use crate::kafka::readback;
 use crate::render;
 use crate::shutdown::Shutdown;
-use crate::store::{self, Need};
+use crate::store::{self, SchemaNeed};
 
 /// `explain BOOKING_ID`.
 pub fn explain(args: &ExplainConfig, shutdown: &Shutdown) -> Result<()> {
@@ -32,7 +32,7 @@ pub fn explain(args: &ExplainConfig, shutdown: &Shutdown) -> Result<()> {
     };
     let mut db = store::connect(cfg)?;
     shutdown.on_signal(db.interrupter());
-    store::check_schema(&mut db.client, Need::Explain)?;
+    store::check_schema(&mut db.client, SchemaNeed::Explain)?;
     let resolved = super::ids::resolve(
         &mut db.client,
         store::ids::IdTable::Bookings,

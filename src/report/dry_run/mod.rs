@@ -26,7 +26,7 @@ use crate::domain::{self, BookingRow, Phase, rfc3339};
 use crate::exit::{ClassifyExt, Failure};
 use crate::render::Stdout;
 use crate::shutdown::Shutdown;
-use crate::store::{self, CHUNK_ROWS, Need};
+use crate::store::{self, CHUNK_ROWS, SchemaNeed};
 
 /// `dry-run --as-of T`.
 pub fn dry_run(
@@ -43,7 +43,7 @@ pub fn dry_run(
 
     let mut db = store::connect(&cfg.db)?;
     shutdown.on_signal(db.interrupter());
-    store::check_schema(&mut db.client, Need::Report)?;
+    store::check_schema(&mut db.client, SchemaNeed::Report)?;
     let scope = Scope {
         run_id,
         as_of,

@@ -10,16 +10,16 @@ use anyhow::Result;
 use postgres::{Client, SimpleQueryMessage, SimpleQueryRow};
 
 use crate::error::{ClassifyExt, Fault};
-use crate::schema::{self, Need};
+use crate::schema::{self, SchemaNeed};
 
 /// Every subcommand's needs.
-const NEEDS: [Need; 6] = [
-    Need::Cycle,
-    Need::Relay,
-    Need::Report,
-    Need::Explain,
-    Need::Operate,
-    Need::Requeue,
+const NEEDS: [SchemaNeed; 6] = [
+    SchemaNeed::Cycle,
+    SchemaNeed::Relay,
+    SchemaNeed::Report,
+    SchemaNeed::Explain,
+    SchemaNeed::Operate,
+    SchemaNeed::Requeue,
 ];
 
 /// What the schema lacks of what the job needs, one phrase each (the preflights' own
