@@ -169,8 +169,8 @@ def check_cronjob(path):
     equal("relay-outbox: subcommand", (relay.get("args") or [None])[0], "relay-outbox")
     ro, rl = flags(run_once), flags(relay)
     equal("run-once: flags", ro, {"--log-format": "json", "--batch-size": "200", "--max-batches": "2000", "--deadline": "25s"})
-    equal("relay-outbox: flags", rl, {"--log-format": "json", "--follow": "28s", "--message-timeout": "5s", "--max-message-bytes": "1000000", "--batch-size": "500"})
-    for name, c, memory in (("run-once", run_once, ("32Mi", "64Mi")), ("relay-outbox", relay, ("32Mi", "128Mi"))):
+    equal("relay-outbox: flags", rl, {"--log-format": "json", "--follow": "28s", "--message-timeout": "5s", "--max-message-bytes": "1000000", "--batch-size": "2000"})
+    for name, c, memory in (("run-once", run_once, ("32Mi", "64Mi")), ("relay-outbox", relay, ("64Mi", "128Mi"))):
         equal(
             f"{name}: memory request/limit (from the measured peaks)",
             (dig(c, "resources", "requests", "memory"), dig(c, "resources", "limits", "memory")),

@@ -100,7 +100,7 @@ pub struct RelayArgs {
     pub outbox: OutboxTypesArgs,
 
     /// Outbox rows fetched and sent per batch (1..=10000)
-    #[arg(long, env = "OUTBOX_RELAY_BATCH_SIZE", value_name = "N", default_value_t = 500,
+    #[arg(long, env = "OUTBOX_RELAY_BATCH_SIZE", value_name = "N", default_value_t = 2000,
           value_parser = trimmed(clap::value_parser!(u32).range(1..=10_000)))]
     pub batch_size: u32,
 

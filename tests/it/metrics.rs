@@ -498,7 +498,7 @@ fn the_pod_as_deployed_gets_each_commit_to_kafka_within_5_seconds() {
         "--log-format=json",
         "--follow=28s",
         "--message-timeout=5s",
-        "--batch-size=500",
+        "--batch-size=2000",
     ])));
     let cycle = with_env(db.command(&[
         "run-once",

@@ -34,11 +34,10 @@ use crate::{Conn, Prepared, Session, Sql};
 pub const PENDING_ABOVE_SQL: &str = "\
 SELECT id, seq, aggregateid, topic, type, occurred_at, size, attempts, failures,
        next_attempt_at, last_error, published,
-       CASE WHEN row_number() OVER (ORDER BY seq) = 1 THEN pg_current_snapshot()::text END
-           AS snapshot,
+       CASE WHEN nth = 1 THEN pg_current_snapshot()::text END AS snapshot,
        CASE WHEN size <= $3::int8 AND loaded - fits < $4::int8 THEN payload END AS payload,
        CASE WHEN size <= $3::int8 AND loaded - fits < $4::int8 THEN headers END AS headers
-  FROM (SELECT q.*, sum(q.fits) OVER (ORDER BY q.seq ROWS UNBOUNDED PRECEDING) AS loaded
+  FROM (SELECT q.*, sum(q.fits) OVER w AS loaded, row_number() OVER w AS nth
           FROM (SELECT r.*, CASE WHEN r.size <= $3::int8 THEN r.size ELSE 0 END AS fits
                   FROM (SELECT p.*, octet_length(p.payload)::int8 + octet_length(p.headers) AS size
                           FROM (
@@ -59,7 +58,8 @@ UNION ALL
         o.published_at IS NOT NULL OR o.failed_at IS NOT NULL
    FROM crm.outbox o
   WHERE o.seq = ANY($7::int8[]) AND cardinality($7::int8[]) > 0 AND o.type = ANY($5::text[]))
-) p) r) q) s
+) p) r) q
+        WINDOW w AS (ORDER BY q.seq ROWS UNBOUNDED PRECEDING)) s
  ORDER BY seq";
 
 /// [`PENDING_ABOVE_SQL`] prepared on the session that fetches.
