@@ -693,11 +693,12 @@ light_checks() {
 
 # The dependency rules of deny.toml: cargo-deny (built once, cached by version), then
 # its bans check offline: no advisory database is read (the advisories check needs a
-# network). The crates are fetched first, as the build fetches them.
+# network). The crates of the one target deny.toml reads are fetched first, as the
+# build fetches them.
 deny_check() {
     local deny
     deny=$(scripts/cargo-tool.sh cargo-deny "$CARGO_DENY_VERSION") || return 1
-    cargo fetch --locked --quiet || return 1
+    cargo fetch --locked --quiet --target x86_64-unknown-linux-gnu || return 1
     "$deny" --offline --locked check bans
 }
 
