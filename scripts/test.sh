@@ -50,6 +50,9 @@ a line at least once a minute while it runs):
   prerequisites     everything the suite needs, checked first
   fmt               cargo fmt --check
   build-tests       cargo test --no-run: the tests' build
+  deny              cargo deny check bans, offline: which package may list which
+                    (deny.toml; beside, from the start: cargo-deny built once and
+                    cached by version, scripts/cargo-tool.sh)
   clippy            cargo clippy -D warnings (beside, its own target directory)
   check-deploy      scripts/check-deploy.sh: manifests, image, alert rules (beside)
   light-checks      contracts, squawk, changelog, shellcheck, this script's --help
@@ -109,7 +112,7 @@ test_second_pass || true # TEST_SECOND_PASS is checked before the long first pas
 cache_dirs() {
     local cache=${XDG_CACHE_HOME:-$HOME/.cache}/booking-expire
     printf '%s\t%s\n' \
-        "$cache" "Jaeger (go-tools/), the release before (releases/), the npm contract tooling, the Python venvs, Kafka's classpath and JVM archives" \
+        "$cache" "Jaeger (go-tools/), cargo-deny (cargo-tools/), the release before (releases/), the npm contract tooling, the Python venvs, Kafka's classpath and JVM archives" \
         /var/cache/booking-expire "the second pass's PostgreSQL 18 venv, when run as root" \
         "${CARGO_TARGET_DIR:-target}" "Cargo's build of the binary and the tests, and clippy's (clippy/)" \
         "/dev/shm/booking-expire-tests-$(id -u)" "the test servers' files a failed test kept (removed after a day anyway)"
@@ -178,6 +181,7 @@ with_servers_tmpdir() {
 }
 
 readonly JAEGER_VERSION=v1.76.0
+readonly CARGO_DENY_VERSION=0.20.2
 readonly RUST_MIN_MINOR=85 # edition 2024
 readonly GO_MIN_MINOR=24   # `go get -tool`, scripts/go-tool.sh
 
@@ -185,7 +189,7 @@ readonly GO_MIN_MINOR=24   # `go get -tool`, scripts/go-tool.sh
 
 STARTED=$SECONDS
 # Every stage, in the order of the table; those not reached are listed as not run.
-PLANNED=(prerequisites fmt build-tests clippy check-deploy light-checks jaeger previous-release first-pass)
+PLANNED=(prerequisites fmt build-tests deny clippy check-deploy light-checks jaeger previous-release first-pass)
 test_second_pass && PLANNED+=(second-pass)
 (($#)) || PLANNED+=(long-tests) # split_first_pass below
 STAGE_NAMES=()
@@ -257,7 +261,7 @@ report() { # the time table and the verdict line; $1 the exit status
     if ((rc)) && ! ((DRY_RUN)); then failed_tests >&2; fi
     local dry=""
     ((DRY_RUN)) && dry="; DRY: a dry run's, not run"
-    echo "== stages (seconds of wall time; clippy, jaeger, previous-release, light-checks, check-deploy and long-tests run beside the others$dry)" >&2
+    echo "== stages (seconds of wall time; deny, clippy, jaeger, previous-release, light-checks, check-deploy and long-tests run beside the others$dry)" >&2
     for i in "${!STAGE_NAMES[@]}"; do
         printf '   %-18s %-4s %6s\n' "${STAGE_NAMES[$i]}" "${STAGE_RESULTS[$i]}" "${STAGE_SECONDS[$i]}" >&2
         case ${STAGE_RESULTS[$i]} in
@@ -687,6 +691,17 @@ light_checks() {
     return "$rc"
 }
 
+# The dependency rules of deny.toml: cargo-deny (built once, cached by version), then
+# its bans check offline: no advisory database is read (the advisories check needs a
+# network). The crates of the one target deny.toml reads are fetched first, as the
+# build fetches them.
+deny_check() {
+    local deny
+    deny=$(scripts/cargo-tool.sh cargo-deny "$CARGO_DENY_VERSION") || return 1
+    cargo fetch --locked --quiet --target x86_64-unknown-linux-gnu || return 1
+    "$deny" --offline --locked check bans
+}
+
 # Second pass: the versions users run besides the first pass's (PostgreSQL 15 from
 # Debian 12, Kafka 4.x): the tests of SQL, plans and the Kafka protocol again, on
 # PostgreSQL 18 (PG_FLAVOR=embedded) and Kafka 3.9 the harness starts for it, whatever
@@ -773,8 +788,13 @@ BG_LIVE=1 stage_bg previous-release "the previous release for tests/it/upgrade.r
 BG_NICE=10 stage_bg light-checks "scripts/contract-check.sh, squawk over sql/, scripts/changelog-check.sh (and its self-test), shellcheck over scripts/" \
     light_checks
 
+# Which package may list which (deny.toml), from the start: cargo-deny's one build (its
+# own target directory) overlaps the tests' build, and it is joined before the tests.
+BG_NICE=10 stage_bg deny "cargo deny check bans: which package may list which (deny.toml)" deny_check
+
 stage fmt "cargo fmt --check" cargo fmt --all -- --check
 stage build-tests "cargo test --no-run: the tests' build" cargo test --locked --workspace --all-targets --no-run
+join deny
 if split_first_pass "$@"; then
     stage_bg long-tests "the first pass's longest modules (${long_modules[*]}), beside the rest" long_tests
 fi

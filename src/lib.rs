@@ -6,8 +6,6 @@
 #![forbid(unsafe_code)]
 
 pub mod app;
-#[cfg(test)]
-mod architecture;
 pub mod cli;
 pub mod clock;
 pub mod config;
@@ -22,6 +20,4 @@ pub mod relay;
 pub mod render;
 pub mod report;
 pub mod shutdown;
-#[cfg(test)]
-mod source;
 pub use booking_expire_store as store;

@@ -3,9 +3,10 @@
 use std::collections::BTreeSet;
 
 use super::*;
-use proc_macro2::TokenTree;
+use booking_expire_layout::proc_macro2::{self, TokenTree};
+use booking_expire_layout::source;
 
-use crate::source::{line_of, sequences, string_of, tokens};
+use source::{line_of, sequences, string_of, tokens};
 
 const LEVELS: [&str; 5] = ["error", "warn", "info", "debug", "trace"];
 
@@ -99,7 +100,7 @@ fn misnamed(files: &std::collections::BTreeMap<String, String>) -> Vec<String> {
 
 #[test]
 fn every_log_field_and_span_attribute_of_src_is_in_the_vocabulary() {
-    let files = crate::source::files();
+    let files = source::files();
     let wrong = misnamed(&files);
     assert!(
         wrong.is_empty(),
@@ -148,7 +149,7 @@ fn a_key_out_of_the_vocabulary_fails_naming_its_place() {
 
 #[test]
 fn the_reference_lists_the_vocabulary() {
-    let root = crate::source::root();
+    let root = source::root();
     let page = std::fs::read_to_string(root.join(PAGE)).unwrap();
     let start = page
         .find(TABLE_HEADER)

@@ -1,8 +1,7 @@
-//! The workspace's own source, read by tests that hold rules about it (the import
-//! rules in `architecture`, the log vocabulary in `obs::fields`): the files of `src/`
-//! and of every member crate's `crates/NAME/src/`, and their tokens as proc-macro2
-//! reads them (the lexer syn parses with), so that comments are no code and a literal
-//! is one token.
+//! The workspace's own source, read by tests that hold rules about it (this crate's,
+//! the application's log vocabulary in `obs::fields`): the files of `src/` and of every
+//! member crate's `crates/NAME/src/`, and their tokens as proc-macro2 reads them (the
+//! lexer syn parses with), so that comments are no code and a literal is one token.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -10,12 +9,20 @@ use std::path::{Path, PathBuf};
 
 use proc_macro2::{Delimiter, Group, Literal, TokenStream, TokenTree};
 
-/// The workspace's root: cargo's `CARGO_MANIFEST_DIR` when it runs the tests (the
-/// checkout they run in), else the one they were built in. A test binary that cargo
-/// finds fresh in a target directory shared by two checkouts keeps the first's path.
+/// The workspace's root: the first folder up from cargo's `CARGO_MANIFEST_DIR` (the
+/// package whose tests run, in the checkout they run in; else the one they were built
+/// in) whose `Cargo.toml` has a `[workspace]`.
 pub fn root() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), Into::into)
+    let start: PathBuf = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), Into::into);
+    start
+        .ancestors()
+        .find(|dir| {
+            fs::read_to_string(dir.join("Cargo.toml"))
+                .is_ok_and(|toml| toml.lines().any(|l| l.trim() == "[workspace]"))
+        })
+        .unwrap_or_else(|| panic!("no workspace's Cargo.toml above {}", start.display()))
+        .to_path_buf()
 }
 
 /// Where the member crates live, each in a folder of its own with its `src/`.
@@ -37,8 +44,28 @@ pub fn files() -> BTreeMap<String, String> {
     files
 }
 
+/// Every Rust file of the workspace: those of [`files`], the integration tests'
+/// (`tests/`, `crates/*/tests/`) and the build scripts.
+pub fn all_files() -> BTreeMap<String, String> {
+    let root = root();
+    let mut files = self::files();
+    let mut dirs = vec![root.join("tests")];
+    let mut scripts = vec![root.join("build.rs")];
+    for member in member_crates() {
+        dirs.push(root.join(CRATES).join(&member).join("tests"));
+        scripts.push(root.join(CRATES).join(&member).join("build.rs"));
+    }
+    for dir in dirs.iter().filter(|d| d.is_dir()) {
+        read_sources(&root, dir, &mut files);
+    }
+    for script in scripts.iter().filter(|s| s.is_file()) {
+        files.insert(relative(&root, script), fs::read_to_string(script).unwrap());
+    }
+    files
+}
+
 /// The folder names of the member crates under `crates/` (`kafka`), sorted.
-fn member_crates() -> Vec<String> {
+pub fn member_crates() -> Vec<String> {
     let dir = root().join(CRATES);
     let mut names: Vec<String> = match fs::read_dir(&dir) {
         Ok(entries) => entries
@@ -52,6 +79,13 @@ fn member_crates() -> Vec<String> {
     names
 }
 
+fn relative(root: &Path, path: &Path) -> String {
+    path.strip_prefix(root)
+        .unwrap()
+        .to_string_lossy()
+        .replace('\\', "/")
+}
+
 /// Every `.rs` file under `dir`, by its path relative to `root`.
 fn read_sources(root: &Path, dir: &Path, files: &mut BTreeMap<String, String>) {
     for entry in fs::read_dir(dir).unwrap() {
@@ -59,12 +93,7 @@ fn read_sources(root: &Path, dir: &Path, files: &mut BTreeMap<String, String>) {
         if path.is_dir() {
             read_sources(root, &path, files);
         } else if path.extension().is_some_and(|e| e == "rs") {
-            let relative = path
-                .strip_prefix(root)
-                .unwrap()
-                .to_string_lossy()
-                .replace('\\', "/");
-            files.insert(relative, fs::read_to_string(&path).unwrap());
+            files.insert(relative(root, &path), fs::read_to_string(&path).unwrap());
         }
     }
 }

@@ -1,40 +1,15 @@
-//! The circles of a directed graph: the room-level ones each once (every elementary
-//! cycle), the file-level ones by their strongly connected parts (each tangle of files
-//! that import each other): for every edge of a tangle, the shortest circle through it,
-//! each circle once. A tangle is broken when none of its circles is left.
+//! The circles of a directed graph, by its strongly connected parts (each tangle of
+//! nodes that reach each other): for every edge of a tangle, the shortest circle
+//! through it, each circle once, from its smallest node and back to it. A tangle is
+//! broken when none of its circles is left.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-/// Every elementary cycle of `edges`, each once, from its smallest node and back to it.
-pub(super) fn every_cycle<V>(edges: &BTreeMap<String, BTreeMap<String, V>>) -> Vec<Vec<String>> {
-    fn walk<V>(
-        edges: &BTreeMap<String, BTreeMap<String, V>>,
-        start: &str,
-        path: &mut Vec<String>,
-        found: &mut Vec<Vec<String>>,
-    ) {
-        let here = path.last().unwrap().clone();
-        for next in edges.get(&here).into_iter().flat_map(|e| e.keys()) {
-            if next == start {
-                let mut cycle = path.clone();
-                cycle.push(start.to_owned());
-                found.push(cycle);
-            } else if next.as_str() > start && !path.contains(next) {
-                path.push(next.clone());
-                walk(edges, start, path, found);
-                path.pop();
-            }
-        }
-    }
-    let mut found = Vec::new();
-    for start in edges.keys() {
-        walk(edges, start, &mut vec![start.clone()], &mut found);
-    }
-    found
-}
+/// Node → node → what the edge is (its first place).
+pub type Edges = BTreeMap<String, BTreeMap<String, String>>;
 
-/// The strongly connected parts of `edges` with more than one node, each sorted.
-fn tangles<V>(edges: &BTreeMap<String, BTreeMap<String, V>>) -> Vec<BTreeSet<String>> {
+/// The strongly connected parts of `edges` with more than one node.
+fn tangles(edges: &Edges) -> Vec<BTreeSet<String>> {
     let reach = |from: &str| -> BTreeSet<String> {
         let mut seen = BTreeSet::from([from.to_owned()]);
         let mut queue = VecDeque::from([from.to_owned()]);
@@ -68,7 +43,7 @@ fn tangles<V>(edges: &BTreeMap<String, BTreeMap<String, V>>) -> Vec<BTreeSet<Str
 
 /// For every edge of every tangle of `edges`, the shortest circle through it (from its
 /// smallest node and back to it), each circle once, in order.
-pub(super) fn circles<V>(edges: &BTreeMap<String, BTreeMap<String, V>>) -> Vec<Vec<String>> {
+pub fn circles(edges: &Edges) -> Vec<Vec<String>> {
     let mut found = BTreeSet::new();
     for part in tangles(edges) {
         for from in &part {
@@ -88,16 +63,16 @@ pub(super) fn circles<V>(edges: &BTreeMap<String, BTreeMap<String, V>>) -> Vec<V
                         }
                     }
                 }
+                // from → to → … → from, walked back from `from`.
                 let mut circle = vec![from.clone()];
                 let mut at = from.clone();
                 while at != *to {
                     at = back[&at].clone();
                     circle.push(at.clone());
                 }
+                circle.push(from.clone());
                 circle.reverse();
-                // `circle` is to … from; the circle is from → to → … → from.
-                circle.insert(0, from.clone());
-                let circle: Vec<String> = circle[..circle.len() - 1].to_vec();
+                circle.pop();
                 let smallest = (0..circle.len()).min_by_key(|i| &circle[*i]).unwrap();
                 let mut turned: Vec<String> = circle[smallest..]
                     .iter()
@@ -110,4 +85,26 @@ pub(super) fn circles<V>(edges: &BTreeMap<String, BTreeMap<String, V>>) -> Vec<V
         }
     }
     found.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn edges(pairs: &[(&str, &str)]) -> Edges {
+        let mut e = Edges::new();
+        for (a, b) in pairs {
+            e.entry((*a).to_owned())
+                .or_default()
+                .insert((*b).to_owned(), String::new());
+        }
+        e
+    }
+
+    #[test]
+    fn each_edge_of_a_tangle_gets_its_shortest_circle_once() {
+        let e = edges(&[("a", "b"), ("b", "a"), ("b", "c"), ("c", "a"), ("c", "d")]);
+        assert_eq!(circles(&e), [vec!["a", "b", "a"], vec!["a", "b", "c", "a"]]);
+        assert!(circles(&edges(&[("a", "b"), ("b", "c")])).is_empty());
+    }
 }
