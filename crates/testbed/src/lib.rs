@@ -17,5 +17,6 @@ pub mod observe;
 pub mod ports;
 pub mod postgres;
 pub mod process;
+pub mod random;
 pub mod scripts;
 pub mod tls;

@@ -51,7 +51,7 @@ fn candidates(ephemeral_start: u16) -> (u16, u16) {
 /// Binds `n` ports of [low, high), walking from a random one, skipping those in use.
 fn below_ephemeral(n: usize, low: u16, high: u16) -> Result<Vec<TcpListener>, String> {
     let span = u32::from(high - low);
-    let start = u32::from_le_bytes(random_four()) % span;
+    let start = crate::random::u32() % span;
     let mut bound = Vec::with_capacity(n);
     for step in 0..span {
         if bound.len() == n {
@@ -69,11 +69,6 @@ fn below_ephemeral(n: usize, low: u16, high: u16) -> Result<Vec<TcpListener>, St
         ));
     }
     Ok(bound)
-}
-
-fn random_four() -> [u8; 4] {
-    let bytes = crate::kafka::config::random_bytes();
-    [bytes[0], bytes[1], bytes[2], bytes[3]]
 }
 
 #[cfg(test)]

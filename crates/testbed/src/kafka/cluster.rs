@@ -82,7 +82,7 @@ impl Cluster {
         let voters: Vec<String> = (1..=NODES)
             .map(|i| format!("{i}@127.0.0.1:{}", ports[2 * i as usize - 1]))
             .collect();
-        let id = config::cluster_id(config::random_bytes);
+        let id = config::cluster_id(crate::random::bytes16);
         let mut nodes = Vec::new();
         for i in 1..=NODES {
             let home = dir.join(format!("node{i}"));

@@ -184,19 +184,9 @@ fn base64url(bytes: &[u8]) -> String {
     out
 }
 
-/// 16 bytes from the kernel's random source.
-pub fn random_bytes() -> [u8; 16] {
-    use std::io::Read;
-    let mut bytes = [0; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .expect("read /dev/urandom");
-    bytes
-}
-
 /// A random password: 32 hexadecimal digits.
 pub fn random_password() -> String {
-    random_bytes().iter().map(|b| format!("{b:02x}")).collect()
+    crate::random::hex::<16>()
 }
 
 /// Whether `text` may be a SCRAM user's name or password here: letters, digits, `-`
@@ -346,7 +336,7 @@ mod tests {
             "AAAAAAAAAAAAAAAAAAAAAA"
         );
         assert_eq!(base64url(&[0xfb, 0xff]), "-_8");
-        let id = cluster_id(random_bytes);
+        let id = cluster_id(crate::random::bytes16);
         assert_eq!(id.len(), 22, "{id}");
     }
 

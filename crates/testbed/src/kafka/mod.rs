@@ -169,7 +169,7 @@ impl Kafka {
             node.authorizer = self.authorizer;
             write_node(dir.path(), &node)?;
             let _ = std::fs::remove_dir_all(dir.path().join("data"));
-            let id = config::cluster_id(config::random_bytes);
+            let id = config::cluster_id(crate::random::bytes16);
             let scram = config::scram_args(&users);
             jvm.jars
                 .format(&dir.path().join("server.properties"), &id, true, &scram)?;
