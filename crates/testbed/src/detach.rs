@@ -8,6 +8,7 @@
 //! leaves the data for a start again. scripts/pg-start.sh, pg-stop.sh, kafka-start.sh
 //! and kafka-stop.sh run these.
 
+use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
 use crate::kafka::{self, cli::Args};
@@ -27,10 +28,10 @@ pub enum Detached {
 
 /// The arguments of `start` or `stop` (their first); the environment gives Kafka's
 /// defaults as `testbed serve kafka` takes them.
-pub fn parse(args: &[String], env: &dyn Fn(&str) -> Option<String>) -> Result<Detached, String> {
+pub fn parse(args: &[String], env: &dyn Fn(&str) -> Option<String>) -> Result<Detached> {
     let mut rest = args.iter().map(String::as_str);
     let verb = rest.next();
-    let usage = |why: String| format!("{why}\n{USAGE}");
+    let usage = |why: String| Error::Usage(format!("{why}\n{USAGE}"));
     match verb {
         Some("start") => {
             let service = rest.next();
@@ -87,12 +88,12 @@ pub fn parse(args: &[String], env: &dyn Fn(&str) -> Option<String>) -> Result<De
                 ))),
             }
         }
-        _ => Err(USAGE.into()),
+        _ => Err(Error::Usage(USAGE.into())),
     }
 }
 
 /// Does it: a start's address, to print.
-pub fn run(what: Detached) -> Result<Option<String>, String> {
+pub fn run(what: Detached) -> Result<Option<String>> {
     match what {
         Detached::Postgres { state, setup } => postgres::start(&state, &setup).map(Some),
         Detached::Kafka { state, args } => kafka::state_dir::start(&state, &args).map(Some),
@@ -101,7 +102,7 @@ pub fn run(what: Detached) -> Result<Option<String>, String> {
 }
 
 /// Stops what `state` holds.
-fn stop(state: &Path, kill: bool) -> Result<(), String> {
+fn stop(state: &Path, kill: bool) -> Result<()> {
     if !state.exists() {
         eprintln!(
             "testbed: {} does not exist; nothing to stop",
@@ -125,7 +126,7 @@ fn stop(state: &Path, kill: bool) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    fn parse_line(line: &str) -> Result<Detached, String> {
+    fn parse_line(line: &str) -> Result<Detached> {
         let args: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
         parse(&args, &|_| None)
     }
@@ -133,42 +134,42 @@ mod tests {
     #[test]
     fn a_start_names_the_service_and_its_state_dir() {
         assert_eq!(
-            parse_line("start postgres /s --tls /c"),
-            Ok(Detached::Postgres {
+            parse_line("start postgres /s --tls /c").unwrap(),
+            Detached::Postgres {
                 state: "/s".into(),
                 setup: Setup {
                     tls: Some("/c".into()),
                     standby_of: None
                 }
-            })
+            }
         );
         assert_eq!(
-            parse_line("start postgres /s --standby-of /p"),
-            Ok(Detached::Postgres {
+            parse_line("start postgres /s --standby-of /p").unwrap(),
+            Detached::Postgres {
                 state: "/s".into(),
                 setup: Setup {
                     tls: None,
                     standby_of: Some("/p".into())
                 }
-            })
+            }
         );
         let Ok(Detached::Kafka { state, args }) = parse_line("start kafka /k --nodes 3") else {
             panic!("a kafka start")
         };
         assert_eq!((state, args.nodes), (PathBuf::from("/k"), 3));
         assert_eq!(
-            parse_line("stop /s --kill"),
-            Ok(Detached::Stop {
+            parse_line("stop /s --kill").unwrap(),
+            Detached::Stop {
                 state: "/s".into(),
                 kill: true
-            })
+            }
         );
     }
 
     #[test]
     fn what_is_not_allowed_is_refused_naming_it() {
         let refused = |line: &str, says: &str| {
-            let e = parse_line(line).unwrap_err();
+            let e = parse_line(line).unwrap_err().to_string();
             assert!(e.contains(says), "{line}: {e}");
         };
         refused("start", "needs a service and a STATE_DIR");

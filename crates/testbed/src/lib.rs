@@ -12,6 +12,7 @@
 //! detached, for `testbed start` and `testbed stop` (the scripts' by-hand servers).
 
 pub mod detach;
+pub mod error;
 pub mod kafka;
 pub mod observe;
 pub mod ports;
@@ -20,3 +21,5 @@ pub mod process;
 pub mod random;
 pub mod scripts;
 pub mod tls;
+
+pub use error::{Error, Result};

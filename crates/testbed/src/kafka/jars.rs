@@ -7,13 +7,14 @@
 //! StorageTool). Each is one `bash` call into the script, so the scripts and the
 //! crate share one cache and one lock.
 
+use crate::error::{Error, Result};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// Runs `body` in `bash` with `scripts/kafka/lib.sh` sourced and `KAFKA_POM` set for
 /// `version` (empty: the default), `args` as `$2`…; its stdout, or its stderr's story.
-fn lib_sh(scripts: &Path, version: &str, body: &str, args: &[&OsStr]) -> Result<String, String> {
+fn lib_sh(scripts: &Path, version: &str, body: &str, args: &[&OsStr]) -> Result<String> {
     let script = format!(
         "set -euo pipefail; source \"$KAFKA_LIB\"; kafka_use_version \"$1\"; shift; {body}"
     );
@@ -26,15 +27,15 @@ fn lib_sh(scripts: &Path, version: &str, body: &str, args: &[&OsStr]) -> Result<
         .env("KAFKA_LIB", scripts.join("kafka/lib.sh"))
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| format!("bash (for scripts/kafka/lib.sh): {e}"))?;
+        .map_err(|e| Error::Tool(format!("bash (for scripts/kafka/lib.sh): {e}")))?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
-        Err(format!(
+        Err(Error::Tool(format!(
             "scripts/kafka/lib.sh failed ({}):\n{}",
             out.status,
             String::from_utf8_lossy(&out.stderr).trim_end()
-        ))
+        )))
     }
 }
 
@@ -95,7 +96,7 @@ impl Cds {
 impl Jars {
     /// Resolves `version` (empty: the default); a version no pom pins is refused with
     /// the list of those there are.
-    pub fn resolve(scripts: &Path, version: &str) -> Result<Jars, String> {
+    pub fn resolve(scripts: &Path, version: &str) -> Result<Jars> {
         let out = lib_sh(
             scripts,
             version,
@@ -108,7 +109,7 @@ impl Jars {
                 .next()
                 .filter(|l| !l.is_empty())
                 .map(str::to_owned)
-                .ok_or_else(|| format!("scripts/kafka/lib.sh printed no {what}"))
+                .ok_or_else(|| Error::Tool(format!("scripts/kafka/lib.sh printed no {what}")))
         };
         Ok(Jars {
             scripts: scripts.to_owned(),
@@ -121,7 +122,7 @@ impl Jars {
 
     /// The AppCDS flags of one broker JVM (none with `KAFKA_CDS=0`, or for a version
     /// other than the default's).
-    pub fn cds(&self) -> Result<Cds, String> {
+    pub fn cds(&self) -> Result<Cds> {
         let out = lib_sh(
             &self.scripts,
             &self.asked,
@@ -157,7 +158,7 @@ impl Jars {
         cluster_id: &str,
         standalone: bool,
         scram: &[String],
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         let mut args: Vec<&OsStr> = vec![OsStr::new("format")];
         if standalone {
             args.push(OsStr::new("--standalone"));
@@ -176,6 +177,11 @@ impl Jars {
             &args,
         )
         .map(drop)
-        .map_err(|e| format!("formatting the storage of {}: {e}", properties.display()))
+        .map_err(|e| {
+            Error::Tool(format!(
+                "formatting the storage of {}: {e}",
+                properties.display()
+            ))
+        })
     }
 }

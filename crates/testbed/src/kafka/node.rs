@@ -7,6 +7,7 @@
 //! once ready, released ([`Node::release`]) to outlive this process: its PID goes to
 //! `kafka.pid`, the archive its JVM is to write to `cds_pending`, for `testbed stop`.
 
+use crate::error::{Error, Result};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -42,9 +43,10 @@ pub enum NotReady {
 }
 
 impl NotReady {
-    pub fn message(self) -> String {
+    /// The error it is, for a start that gives up.
+    pub fn into_error(self) -> Error {
         match self {
-            NotReady::Exited { why, .. } | NotReady::TimedOut(why) => why,
+            NotReady::Exited { why, .. } | NotReady::TimedOut(why) => Error::Server(why),
         }
     }
 }
@@ -66,16 +68,15 @@ pub struct Node {
 
 impl Node {
     /// The node whose configuration `dir` holds (written and formatted already).
-    pub fn new(dir: &Path, jvm: Jvm) -> Result<Node, String> {
+    pub fn new(dir: &Path, jvm: Jvm) -> Result<Node> {
         let properties = dir.join("server.properties");
-        let text = std::fs::read_to_string(&properties)
-            .map_err(|e| format!("{}: {e}", properties.display()))?;
+        let text = std::fs::read_to_string(&properties).map_err(Error::at(&properties))?;
         let (broker_port, controller_port, tls_ports) =
             super::config::ports_of(&text).ok_or_else(|| {
-                format!(
+                Error::Refused(format!(
                     "no PLAINTEXT and CONTROLLER listener in {}",
                     properties.display()
-                )
+                ))
             })?;
         Ok(Node {
             dir: dir.to_owned(),
@@ -98,15 +99,14 @@ impl Node {
     /// Leaves the JVM running when this value goes, for good: its PID is written to
     /// `kafka.pid` and the archive it is to write at exit to `cds_pending` ("TMP
     /// FINAL"), which a stop publishes after a clean exit.
-    pub fn release(&mut self) -> Result<u32, String> {
-        let child = self
-            .child
-            .take()
-            .ok_or_else(|| format!("the node in {} is not running", self.dir.display()))?;
+    pub fn release(&mut self) -> Result<u32> {
+        let child = self.child.take().ok_or_else(|| {
+            Error::Server(format!("the node in {} is not running", self.dir.display()))
+        })?;
         let pid = child.release();
         let write = |name: &str, text: String| {
             let file = self.dir.join(name);
-            std::fs::write(&file, text).map_err(|e| format!("{}: {e}", file.display()))
+            std::fs::write(&file, text).map_err(Error::at(&file))
         };
         write("kafka.pid", format!("{pid}\n"))?;
         if let Some((tmp, last)) = std::mem::take(&mut self.cds).pending {
@@ -140,15 +140,20 @@ impl Node {
     }
 
     /// Starts the JVM (its ports must be free), without waiting for it.
-    pub fn launch(&mut self) -> Result<(), String> {
+    pub fn launch(&mut self) -> Result<()> {
         if self.running() {
-            return Err(format!("the node in {} runs already", self.dir.display()));
+            return Err(Error::Server(format!(
+                "the node in {} runs already",
+                self.dir.display()
+            )));
         }
         self.reap();
         let mut ports = vec![self.broker_port, self.controller_port];
         ports.extend(self.tls_ports.iter().flat_map(|(a, b)| [*a, *b]));
         if let Some(port) = ports.iter().find(|p| accepts(**p)) {
-            return Err(format!("port {port} on 127.0.0.1 is already in use"));
+            return Err(Error::Server(format!(
+                "port {port} on 127.0.0.1 is already in use"
+            )));
         }
         let log = self.dir.join("kafka.log");
         // The run before's log stays for post-mortems; the ready check reads the new one.
@@ -157,7 +162,7 @@ impl Node {
         }
         let jars = &self.jvm.jars;
         std::fs::write(self.dir.join("classpath"), format!("{}\n", jars.classpath))
-            .map_err(|e| format!("{}: {e}", self.dir.display()))?;
+            .map_err(Error::at(&self.dir))?;
         if self.detached {
             // An archive an earlier detached JVM was to write, never published (a
             // crash, a failed start).
@@ -190,7 +195,11 @@ impl Node {
             spawn
         };
         let what = spawn.command_line();
-        self.child = Some(spawn.spawn().map_err(|e| format!("{what}: {e}"))?);
+        self.child = Some(
+            spawn
+                .spawn()
+                .map_err(|e| Error::Server(format!("{what}: {e}")))?,
+        );
         Ok(())
     }
 
@@ -225,11 +234,11 @@ impl Node {
     }
 
     /// Launches it and waits until it serves; killed again if it does not.
-    pub fn start(&mut self) -> Result<(), String> {
+    pub fn start(&mut self) -> Result<()> {
         self.launch()?;
         self.wait_ready().map_err(|e| {
             self.kill();
-            e.message()
+            e.into_error()
         })
     }
 
@@ -266,10 +275,13 @@ impl Node {
     }
 
     /// Sends `signal` to the JVM while it runs (STOP and CONT: a frozen broker).
-    pub fn signal(&mut self, signal: Signal) -> Result<(), String> {
+    pub fn signal(&mut self, signal: Signal) -> Result<()> {
         match self.child.as_mut() {
-            Some(child) => child.signal(signal).map_err(|e| e.to_string()),
-            None => Err(format!("the node in {} is not running", self.dir.display())),
+            Some(child) => child.signal(signal).map_err(Error::from),
+            None => Err(Error::Server(format!(
+                "the node in {} is not running",
+                self.dir.display()
+            ))),
         }
     }
 

@@ -11,6 +11,7 @@
 //! cluster's node its `heap_opts`; a cluster's directory `cluster_nodes`,
 //! `kafka_brokers` and `kafka_version`.
 
+use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
 use super::cli::Args;
@@ -32,15 +33,17 @@ fn is_cluster(dir: &Path) -> bool {
 
 /// Starts what `args` asks for in `state` (an existing directory) detached, or again
 /// what it holds, and waits until it serves: the PLAINTEXT addresses, comma-separated.
-pub fn start(state: &Path, args: &Args) -> Result<String, String> {
+pub fn start(state: &Path, args: &Args) -> Result<String> {
     if !state.is_dir() {
-        return Err(format!(
+        return Err(Error::Refused(format!(
             "STATE_DIR {} is not a directory (create it first, e.g. with mktemp -d)",
             state.display()
-        ));
+        )));
     }
     if args.state.is_some() {
-        return Err("--state is serve's: a start writes its files into STATE_DIR".into());
+        return Err(Error::Refused(
+            "--state is serve's: a start writes its files into STATE_DIR".into(),
+        ));
     }
     let state = canonical(state)?;
     let started = process::now();
@@ -58,7 +61,7 @@ pub fn start(state: &Path, args: &Args) -> Result<String, String> {
 }
 
 /// One node: started afresh, or again with its data, or found running.
-fn start_node(state: &Path, args: &Args) -> Result<String, String> {
+fn start_node(state: &Path, args: &Args) -> Result<String> {
     if let (Some(pid), Some(brokers)) = (running_pid(state), read(state, "kafka_brokers")) {
         eprintln!(
             "testbed: the broker in {} runs already (pid {pid})",
@@ -118,16 +121,16 @@ fn start_node(state: &Path, args: &Args) -> Result<String, String> {
 
 /// The builder on the version of the first start: a broker's data is only read back by
 /// the version that wrote it.
-fn first_version(state: &Path, args: &Args, kafka: Kafka) -> Result<Kafka, String> {
+fn first_version(state: &Path, args: &Args, kafka: Kafka) -> Result<Kafka> {
     let Some(first) = read(state, "kafka_version") else {
         return Ok(kafka);
     };
     match &args.version {
-        Some(asked) if *asked != first => Err(format!(
+        Some(asked) if *asked != first => Err(Error::Refused(format!(
             "--version (KAFKA_VERSION) {asked}, but the broker in {} was first started with \
              {first}; a start again keeps its version",
             state.display()
-        )),
+        ))),
         _ => Ok(kafka.version(&first)),
     }
 }
@@ -135,11 +138,13 @@ fn first_version(state: &Path, args: &Args, kafka: Kafka) -> Result<Kafka, Strin
 /// A cluster: three fresh nodes, or those of its nodes that do not run started again,
 /// launched together and waited for together (a node is ready only once a majority of
 /// the quorum runs).
-fn start_cluster(state: &Path, args: &Args) -> Result<String, String> {
+fn start_cluster(state: &Path, args: &Args) -> Result<String> {
     if args.tls.is_some() || args.authorizer {
-        return Err("three nodes run PLAINTEXT only (no --tls / KAFKA_TLS_DIR, \
-                    no --authorizer / KAFKA_AUTHORIZER=1)"
-            .into());
+        return Err(Error::Refused(
+            "three nodes run PLAINTEXT only (no --tls / KAFKA_TLS_DIR, \
+             no --authorizer / KAFKA_AUTHORIZER=1)"
+                .into(),
+        ));
     }
     if !is_cluster(state) {
         let jvm = args.kafka().jvm(NODE_HEAP)?;
@@ -171,7 +176,7 @@ fn start_cluster(state: &Path, args: &Args) -> Result<String, String> {
     }
     let ready = launched
         .iter_mut()
-        .try_for_each(|n| n.wait_ready().map_err(NotReady::message));
+        .try_for_each(|n| n.wait_ready().map_err(NotReady::into_error));
     if let Err(e) = ready {
         // None of them is left half-started.
         launched.iter_mut().for_each(Node::kill);
@@ -180,11 +185,12 @@ fn start_cluster(state: &Path, args: &Args) -> Result<String, String> {
     for node in &mut launched {
         node.release()?;
     }
-    read(state, "kafka_brokers").ok_or_else(|| format!("{} has no kafka_brokers", state.display()))
+    read(state, "kafka_brokers")
+        .ok_or_else(|| Error::Refused(format!("{} has no kafka_brokers", state.display())))
 }
 
 /// A cluster's node, to be started again detached with the heap of its first start.
-fn node_again(dir: &Path, jvm: &Jvm) -> Result<Node, String> {
+fn node_again(dir: &Path, jvm: &Jvm) -> Result<Node> {
     let mut jvm = jvm.clone();
     if let Some(heap) = read(dir, "heap_opts") {
         jvm.heap = heap;
@@ -199,7 +205,7 @@ fn node_again(dir: &Path, jvm: &Jvm) -> Result<Node, String> {
 /// after `KAFKA_STOP_TIMEOUT` (30 s); `kill`: KILL at once, a crash. The data stay, for
 /// [`start`]; a JVM's archive is published after a clean stop only. A broker that does
 /// not run is no failure.
-pub fn stop(state: &Path, kill: bool) -> Result<(), String> {
+pub fn stop(state: &Path, kill: bool) -> Result<()> {
     let state = canonical(state)?;
     let dirs = if is_cluster(&state) {
         cluster_nodes(&state)?
@@ -246,7 +252,8 @@ pub fn stop(state: &Path, kill: bool) -> Result<(), String> {
     if failed.is_empty() {
         Ok(())
     } else {
-        Err(failed.join("\n"))
+        let failed: Vec<String> = failed.iter().map(Error::to_string).collect();
+        Err(Error::Server(failed.join("\n")))
     }
 }
 
@@ -260,9 +267,9 @@ fn running_pid(dir: &Path) -> Option<u32> {
 }
 
 /// The node directories `cluster_nodes` lists.
-fn cluster_nodes(state: &Path) -> Result<Vec<PathBuf>, String> {
+fn cluster_nodes(state: &Path) -> Result<Vec<PathBuf>> {
     let file = state.join("cluster_nodes");
-    let text = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let text = std::fs::read_to_string(&file).map_err(Error::at(&file))?;
     Ok(text
         .lines()
         .filter(|l| !l.is_empty())
@@ -272,11 +279,15 @@ fn cluster_nodes(state: &Path) -> Result<Vec<PathBuf>, String> {
 
 /// Moves the PLAINTEXT listener of a node's `server.properties` to `port` (the
 /// controller's port stays: it is in the metadata log).
-fn move_listener(state: &Path, port: u16) -> Result<(), String> {
+fn move_listener(state: &Path, port: u16) -> Result<()> {
     let file = state.join("server.properties");
-    let text = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let (old, _, _) = config::ports_of(&text)
-        .ok_or_else(|| format!("no PLAINTEXT and CONTROLLER listener in {}", file.display()))?;
+    let text = std::fs::read_to_string(&file).map_err(Error::at(&file))?;
+    let (old, _, _) = config::ports_of(&text).ok_or_else(|| {
+        Error::Refused(format!(
+            "no PLAINTEXT and CONTROLLER listener in {}",
+            file.display()
+        ))
+    })?;
     if old == port {
         return Ok(());
     }
@@ -285,11 +296,11 @@ fn move_listener(state: &Path, port: u16) -> Result<(), String> {
         &format!("PLAINTEXT://127.0.0.1:{old}"),
         &format!("PLAINTEXT://127.0.0.1:{port}"),
     );
-    std::fs::write(&file, text).map_err(|e| format!("{}: {e}", file.display()))
+    std::fs::write(&file, text).map_err(Error::at(&file))
 }
 
-fn canonical(dir: &Path) -> Result<PathBuf, String> {
-    std::fs::canonicalize(dir).map_err(|e| format!("{}: {e}", dir.display()))
+fn canonical(dir: &Path) -> Result<PathBuf> {
+    std::fs::canonicalize(dir).map_err(Error::at(dir))
 }
 
 /// The first line of `dir/name`, if there is one.

@@ -4,6 +4,7 @@
 //! running) and waited for with pg_isready; and the standby's slot dropped on its
 //! primary when it stops.
 
+use crate::error::{Error, Result};
 use std::ffi::OsStr;
 use std::fs;
 use std::path::Path;
@@ -19,7 +20,7 @@ const DROP_SLOT: &str = include_str!("../../sql/drop_standby_slot.sql");
 pub(super) const MAKE_SLOT: &str = include_str!("../../sql/make_standby_slot.sql");
 
 impl Server {
-    pub(super) fn init_cluster(&self, tls: Option<&Path>) -> Result<(), String> {
+    pub(super) fn init_cluster(&self, tls: Option<&Path>) -> Result<()> {
         // C.UTF-8 gives UTF-8 character semantics without generated locales.
         let locales = Command::new("locale").arg("-a").output();
         let utf8 = locales.is_ok_and(|o| {
@@ -48,17 +49,15 @@ impl Server {
             .output();
         checked("initdb", out)?;
         let conf = self.data.join("postgresql.conf");
-        let mut text = fs::read(&conf).map_err(|e| e.to_string())?;
+        let mut text = fs::read(&conf).map_err(Error::from)?;
         text.extend_from_slice(b"\ninclude 'throwaway.conf'\n");
         self.write(&conf, &text, 0o600)?;
         if let Some(certs) = tls {
             let read = |name: &str| {
-                fs::read(certs.join(name)).map_err(|e| {
-                    format!(
-                        "the TLS directory {} has no readable {name}: {e}",
-                        certs.display()
-                    )
-                })
+                fs::read(certs.join(name)).map_err(Error::doing(format!(
+                    "the TLS directory {} has no readable {name}",
+                    certs.display()
+                )))
             };
             self.write(&self.data.join("server.crt"), &read("server.crt")?, 0o644)?;
             self.write(&self.data.join("server.key"), &read("server.key")?, 0o600)?;
@@ -71,13 +70,13 @@ impl Server {
         Ok(())
     }
 
-    pub(super) fn clone_cluster(&mut self, primary: &Server) -> Result<(), String> {
+    pub(super) fn clone_cluster(&mut self, primary: &Server) -> Result<()> {
         if primary.bindir != self.bindir {
-            return Err(format!(
+            return Err(Error::Server(format!(
                 "the primary runs other binaries ({}) than {}",
                 primary.bindir.display(),
                 self.bindir.display()
-            ));
+            )));
         }
         let name = self
             .dir
@@ -122,7 +121,7 @@ impl Server {
 
     /// Starts `postgres` on a port the kernel picked free, again on another one (up to
     /// 5 times) when another process took it first.
-    pub(super) fn start_on_free_port(&mut self) -> Result<(), String> {
+    pub(super) fn start_on_free_port(&mut self) -> Result<()> {
         let mut taken = Vec::new();
         for _ in 0..PORT_ATTEMPTS {
             self.port = free_port()?;
@@ -133,13 +132,13 @@ impl Server {
                 Err(why) => taken.push(why),
             }
         }
-        Err(format!(
+        Err(Error::Server(format!(
             "no usable port after {PORT_ATTEMPTS} attempts: {taken:?}"
-        ))
+        )))
     }
 
     /// Spawns the server and waits for it: `Ok(Err(why))` when its port was taken.
-    pub(super) fn spawn_and_wait(&self) -> Result<Result<(), String>, String> {
+    pub(super) fn spawn_and_wait(&self) -> Result<Result<()>> {
         let before = fs::metadata(&self.log).map_or(0, |m| m.len()) as usize;
         let spawn = Spawn::new("PostgreSQL", self.bindir.join("postgres"))
             .arg("-D")
@@ -155,7 +154,7 @@ impl Server {
         } else {
             spawn
         };
-        let mut child = spawn.spawn().map_err(|e| e.to_string())?;
+        let mut child = spawn.spawn().map_err(Error::from)?;
         let limit = seconds_from_env("PG_START_TIMEOUT", 60);
         let isready = binaries::tool(&self.bindir, "pg_isready");
         let mut exited = None;
@@ -175,9 +174,11 @@ impl Server {
             let log = fs::read(&self.log).unwrap_or_default();
             let since = String::from_utf8_lossy(&log[before.min(log.len())..]).into_owned();
             if conf::port_taken(&since) {
-                return Ok(Err(format!("port {}: {status}", self.port)));
+                return Ok(Err(Error::Server(format!("port {}: {status}", self.port))));
             }
-            return Err(child.failure(&format!("exited before it was ready ({status})")));
+            return Err(Error::Server(
+                child.failure(&format!("exited before it was ready ({status})")),
+            ));
         }
         if !ready {
             let why = child.failure(&format!(
@@ -186,7 +187,7 @@ impl Server {
                 limit.as_secs()
             ));
             let _ = child.kill();
-            return Err(why);
+            return Err(Error::Server(why));
         }
         if self.detached {
             child.release();

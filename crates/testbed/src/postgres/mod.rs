@@ -14,6 +14,7 @@ mod os_user;
 mod pgbouncer;
 pub mod state_dir;
 
+use crate::error::{Error, Result};
 pub use binaries::{Flavor, bindir};
 pub use pgbouncer::PgBouncer;
 
@@ -67,9 +68,9 @@ impl<'a> Postgres<'a> {
     }
 
     /// Starts it and waits until it accepts TCP connections (`PG_START_TIMEOUT`, 60 s).
-    pub fn start(self) -> Result<Server, String> {
+    pub fn start(self) -> Result<Server> {
         let (bindir, run_as) = binaries_and_user(self.tls.is_some())?;
-        let dir = TempDir::new("postgres").map_err(|e| e.to_string())?;
+        let dir = TempDir::new("postgres").map_err(Error::from)?;
         let socket = socket_dir_for(dir.path())?;
         let socket_dir = socket
             .as_ref()
@@ -88,14 +89,14 @@ impl<'a> Postgres<'a> {
 
 /// The binaries a start runs and the OS user it runs them as (`postgres` when we are
 /// root, created if missing); TLS is refused with the embedded flavour's.
-fn binaries_and_user(tls: bool) -> Result<(PathBuf, Option<String>), String> {
+fn binaries_and_user(tls: bool) -> Result<(PathBuf, Option<String>)> {
     let bindir = bindir()?;
     if tls && Flavor::from_env()? == Flavor::Embedded {
-        return Err(
+        return Err(Error::Refused(
             "TLS needs a server built with OpenSSL, and PG_FLAVOR=embedded's is \
                     not; use PG_FLAVOR=system for TLS"
                 .into(),
-        );
+        ));
     }
     let run_as = process::is_root().then(|| OS_USER_WHEN_ROOT.to_owned());
     if let Some(user) = &run_as {
@@ -106,11 +107,11 @@ fn binaries_and_user(tls: bool) -> Result<(PathBuf, Option<String>), String> {
 
 /// A socket directory of its own under /tmp when `dir/sock` would be too long a unix
 /// socket path; `None`: `dir/sock`.
-fn socket_dir_for(dir: &Path) -> Result<Option<TempDir>, String> {
+fn socket_dir_for(dir: &Path) -> Result<Option<TempDir>> {
     if dir.join("sock").as_os_str().len() > MAX_SOCKET_DIR_LEN {
         TempDir::new_in(Path::new("/tmp"), "pgsock")
             .map(Some)
-            .map_err(|e| e.to_string())
+            .map_err(Error::from)
     } else {
         Ok(None)
     }
@@ -168,9 +169,8 @@ impl Server {
     }
 
     /// Its directory and its socket's, made the server user's.
-    fn prepare_dirs(&self) -> Result<(), String> {
-        fs::create_dir_all(&self.socket_dir)
-            .map_err(|e| format!("{}: {e}", self.socket_dir.display()))?;
+    fn prepare_dirs(&self) -> Result<()> {
+        fs::create_dir_all(&self.socket_dir).map_err(Error::at(&self.socket_dir))?;
         self.give(self.dir.path())?;
         self.give(&self.socket_dir)
     }
@@ -213,37 +213,40 @@ impl Server {
 
     /// Fast shutdown (SIGINT; `PG_STOP_TIMEOUT`, 60 s, then KILL), as `pg_ctl stop -m
     /// fast`; a standby's slot is dropped on its primary.
-    pub fn stop(&self) -> Result<(), String> {
+    pub fn stop(&self) -> Result<()> {
         if let Some(mut child) = self.child().take() {
-            child.stop().map_err(|e| e.to_string())?;
+            child.stop().map_err(Error::from)?;
         }
         self.drop_slot();
         Ok(())
     }
 
     /// Immediate shutdown (SIGQUIT), as in a crash: nothing is flushed.
-    pub fn stop_immediately(&self) -> Result<(), String> {
+    pub fn stop_immediately(&self) -> Result<()> {
         if let Some(mut child) = self.child().take() {
             child
                 .stop_with(Signal::Quit, seconds_from_env("PG_STOP_TIMEOUT", 60))
-                .map_err(|e| e.to_string())?;
+                .map_err(Error::from)?;
         }
         Ok(())
     }
 
     /// Fast shutdown, then a start on the same port.
-    pub fn restart(&self) -> Result<(), String> {
+    pub fn restart(&self) -> Result<()> {
         if let Some(mut child) = self.child().take() {
-            child.stop().map_err(|e| e.to_string())?;
+            child.stop().map_err(Error::from)?;
         }
         match self.spawn_and_wait()? {
             Ok(()) => Ok(()),
-            Err(taken) => Err(format!("port {} was taken meanwhile:\n{taken}", self.port)),
+            Err(taken) => Err(Error::Server(format!(
+                "port {} was taken meanwhile:\n{taken}",
+                self.port
+            ))),
         }
     }
 
     /// `pg_ctl promote -w`: a standby becomes a primary that takes writes.
-    pub fn promote(&self) -> Result<(), String> {
+    pub fn promote(&self) -> Result<()> {
         let out = self
             .tool("pg_ctl")
             .arg("-D")
@@ -254,7 +257,7 @@ impl Server {
     }
 
     /// `sql` through psql (over TCP, as superuser), its unaligned output.
-    pub fn psql(&self, sql: &str) -> Result<String, String> {
+    pub fn psql(&self, sql: &str) -> Result<String> {
         let out = Command::new(binaries::tool(&self.bindir, "psql"))
             .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d"])
             .arg(self.conninfo())
@@ -304,7 +307,7 @@ impl Server {
     }
 
     /// Makes `path` the server user's.
-    fn give(&self, path: &Path) -> Result<(), String> {
+    fn give(&self, path: &Path) -> Result<()> {
         let Some(user) = &self.run_as else {
             return Ok(());
         };
@@ -313,11 +316,10 @@ impl Server {
     }
 
     /// Writes `text` to `path` inside the data directory, as the server's file.
-    fn write(&self, path: &Path, text: &[u8], mode: u32) -> Result<(), String> {
+    fn write(&self, path: &Path, text: &[u8], mode: u32) -> Result<()> {
         use std::os::unix::fs::PermissionsExt;
-        fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
-        fs::set_permissions(path, fs::Permissions::from_mode(mode))
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        fs::write(path, text).map_err(Error::at(path))?;
+        fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(Error::at(path))?;
         self.give(path)
     }
 }
@@ -341,16 +343,16 @@ impl Drop for Server {
 /// the callers retry).
 pub use crate::ports::free_port;
 
-fn checked(what: &str, out: std::io::Result<Output>) -> Result<Output, String> {
-    let out = out.map_err(|e| format!("{what}: {e} (is it installed?)"))?;
+fn checked(what: &str, out: std::io::Result<Output>) -> Result<Output> {
+    let out = out.map_err(|e| Error::Tool(format!("{what}: {e} (is it installed?)")))?;
     if out.status.success() {
         Ok(out)
     } else {
-        Err(format!(
+        Err(Error::Refused(format!(
             "{what} failed ({}):\n{}{}",
             out.status,
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
-        ))
+        )))
     }
 }

@@ -7,6 +7,7 @@
 //! `database_url`, `port`, `pg_bindir`, `socket_dir`; a standby's `replication_slot`
 //! and `primary_dir`; `tmp_socket_dir` when STATE_DIR is too long a socket path.
 
+use crate::error::{Error, Result};
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -34,8 +35,9 @@ pub struct Setup {
 
 /// Starts the server of `state` (created if missing) detached, or again, and waits
 /// until it accepts connections; if it runs already, only finds it. Its URL.
-pub fn start(state: &Path, setup: &Setup) -> Result<String, String> {
-    fs::create_dir_all(state).map_err(|e| format!("cannot create {}: {e}", state.display()))?;
+pub fn start(state: &Path, setup: &Setup) -> Result<String> {
+    fs::create_dir_all(state)
+        .map_err(Error::doing(format!("cannot create {}", state.display())))?;
     let state = canonical(state)?;
     let started = process::now();
     let server = if holds(&state) {
@@ -57,7 +59,7 @@ pub fn start(state: &Path, setup: &Setup) -> Result<String, String> {
 /// Stops the server of `state` (a fast shutdown; `kill`: an immediate one, as in a
 /// crash), drops a standby's slot on its primary and removes a socket directory of
 /// its own under /tmp. Its data stay, for [`start`]. Nothing to stop is no failure.
-pub fn stop(state: &Path, kill: bool) -> Result<(), String> {
+pub fn stop(state: &Path, kill: bool) -> Result<()> {
     if !state.exists() {
         eprintln!(
             "testbed: {} does not exist; nothing to stop",
@@ -95,12 +97,12 @@ pub fn stop(state: &Path, kill: bool) -> Result<(), String> {
         if let Err(e) = checked("pg_ctl stop", out)
             && running(&server)
         {
-            return Err(format!(
+            return Err(Error::Refused(format!(
                 "could not stop the server in {}: {e}\n  last lines of {}:\n{}",
                 server.data.display(),
                 server.log.display(),
                 server.log_tail(20)
-            ));
+            )));
         }
     } else {
         eprintln!(
@@ -114,13 +116,13 @@ pub fn stop(state: &Path, kill: bool) -> Result<(), String> {
 }
 
 /// A first start: initdb (or a base backup of the primary), then a free port.
-fn first(state: &Path, setup: &Setup) -> Result<Server, String> {
+fn first(state: &Path, setup: &Setup) -> Result<Server> {
     if setup.tls.is_some() && setup.standby_of.is_some() {
-        return Err(
+        return Err(Error::Refused(
             "--standby-of (PG_STANDBY_OF) copies the primary's TLS set-up; \
                     do not give --tls (PG_SSL_CERT_DIR) too"
                 .into(),
-        );
+        ));
     }
     let primary = setup.standby_of.as_deref().map(primary_of).transpose()?;
     let (bindir, run_as) = binaries_and_user(setup.tls.is_some())?;
@@ -160,12 +162,7 @@ fn first(state: &Path, setup: &Setup) -> Result<Server, String> {
     Ok(server)
 }
 
-fn make(
-    server: &mut Server,
-    state: &Path,
-    setup: &Setup,
-    primary: Option<&Server>,
-) -> Result<(), String> {
+fn make(server: &mut Server, state: &Path, setup: &Setup, primary: Option<&Server>) -> Result<()> {
     match primary {
         Some(primary) => {
             eprintln!(
@@ -188,7 +185,7 @@ fn make(
 
 /// A start of a server whose data `state` holds: nothing if it runs, else the server
 /// as it was first set up, on its port (a standby's slot made again on its primary).
-fn again(state: &Path, setup: &Setup) -> Result<Server, String> {
+fn again(state: &Path, setup: &Setup) -> Result<Server> {
     let server = attach(state)?;
     if running(&server) {
         eprintln!(
@@ -216,29 +213,29 @@ fn again(state: &Path, setup: &Setup) -> Result<Server, String> {
     );
     match server.spawn_and_wait()? {
         Ok(()) => Ok(server),
-        Err(why) => Err(format!(
+        Err(why) => Err(Error::Refused(format!(
             "the server in {} cannot start again: its port {} (since its first start) is \
              taken by another process ({why}; log {})",
             state.display(),
             server.port,
             server.log.display()
-        )),
+        ))),
     }
 }
 
 /// The server of the STATE_DIR `state`, as its files describe it (not started).
-fn attach(state: &Path) -> Result<Server, String> {
+fn attach(state: &Path) -> Result<Server> {
     let data = state.join("pgdata");
     let file = data.join("throwaway.conf");
     let text = fs::read_to_string(&file).map_err(|e| {
-        format!(
+        Error::Refused(format!(
             "{}: {e} (a start that did not finish? remove {} and start afresh)",
             file.display(),
             state.display()
-        )
+        ))
     })?;
     let (port, tls) = conf::read_throwaway_conf(&text)
-        .ok_or_else(|| format!("{} names no port", file.display()))?;
+        .ok_or_else(|| Error::Refused(format!("{} names no port", file.display())))?;
     let bindir = match read(state, "pg_bindir") {
         Some(dir) => PathBuf::from(dir),
         None => bindir()?,
@@ -259,8 +256,13 @@ fn attach(state: &Path) -> Result<Server, String> {
 }
 
 /// The primary of a standby to be: a running server of a STATE_DIR.
-fn primary_of(dir: &Path) -> Result<Server, String> {
-    let named = |why: &str| format!("--standby-of (PG_STANDBY_OF) {}: {why}", dir.display());
+fn primary_of(dir: &Path) -> Result<Server> {
+    let named = |why: &str| {
+        Error::Refused(format!(
+            "--standby-of (PG_STANDBY_OF) {}: {why}",
+            dir.display()
+        ))
+    };
     let dir = canonical(dir).map_err(|_| named("does not exist"))?;
     if !holds(&dir) || !dir.join("port").is_file() {
         return Err(named(
@@ -340,13 +342,11 @@ fn running(server: &Server) -> bool {
 
 /// The OS user the server runs as: the owner of its data when we are root and it is
 /// not (PostgreSQL's tools refuse root).
-fn owner(data: &Path) -> Result<Option<String>, String> {
+fn owner(data: &Path) -> Result<Option<String>> {
     if !process::is_root() {
         return Ok(None);
     }
-    let uid = fs::metadata(data)
-        .map_err(|e| format!("{}: {e}", data.display()))?
-        .uid();
+    let uid = fs::metadata(data).map_err(Error::at(data))?.uid();
     if uid == 0 {
         return Ok(None);
     }
@@ -356,13 +356,12 @@ fn owner(data: &Path) -> Result<Option<String>, String> {
 }
 
 /// The server's user must reach STATE_DIR (mktemp -d makes it root's, mode 0700).
-fn reachable(server: &Server) -> Result<(), String> {
+fn reachable(server: &Server) -> Result<()> {
     let Some(user) = &server.run_as else {
         return Ok(());
     };
     let dir = server.dir();
-    fs::set_permissions(dir, fs::Permissions::from_mode(0o755))
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).map_err(Error::at(dir))?;
     let ok = Command::new("runuser")
         .args(["-u", user, "--", "test", "-w"])
         .arg(dir)
@@ -375,11 +374,11 @@ fn reachable(server: &Server) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
+        Err(Error::Refused(format!(
             "user '{user}' cannot reach {} (a parent directory is not traversable); use a \
              directory under /tmp, e.g. mktemp -d",
             dir.display()
-        ))
+        )))
     }
 }
 
@@ -393,8 +392,8 @@ fn remove_tmp_socket_dir(state: &Path) {
     }
 }
 
-fn canonical(dir: &Path) -> Result<PathBuf, String> {
-    fs::canonicalize(dir).map_err(|e| format!("{}: {e}", dir.display()))
+fn canonical(dir: &Path) -> Result<PathBuf> {
+    fs::canonicalize(dir).map_err(Error::at(dir))
 }
 
 /// The first line of `state/name`, if there is one.
@@ -407,7 +406,7 @@ fn read(state: &Path, name: &str) -> Option<String> {
 }
 
 /// Writes `text` and a newline into `state/name`.
-fn put(state: &Path, name: &str, text: &str) -> Result<(), String> {
+fn put(state: &Path, name: &str, text: &str) -> Result<()> {
     let file = state.join(name);
-    fs::write(&file, format!("{text}\n")).map_err(|e| format!("{}: {e}", file.display()))
+    fs::write(&file, format!("{text}\n")).map_err(Error::at(&file))
 }

@@ -4,6 +4,7 @@
 //! it), a signal, and a bounded wait for its end (gone, or a zombie its new parent has
 //! not reaped yet: it cannot be waited for, not being ours).
 
+use crate::error::{Error, Result};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -49,28 +50,31 @@ pub fn gone(pid: u32) -> bool {
 
 /// Sends `signal` to `pid` (the `kill` command); a process that has gone meanwhile is
 /// no failure.
-pub fn signal(pid: u32, signal: Signal) -> Result<(), String> {
+pub fn signal(pid: u32, signal: Signal) -> Result<()> {
     let status = Command::new("kill")
         .args(["-s", signal.name(), &pid.to_string()])
         .stderr(Stdio::null())
         .status()
-        .map_err(|e| format!("kill: {e}"))?;
+        .map_err(|e| Error::Tool(format!("kill: {e}")))?;
     if status.success() || gone(pid) {
         Ok(())
     } else {
-        Err(format!("kill -s {} {pid}: {status}", signal.name()))
+        Err(Error::Tool(format!(
+            "kill -s {} {pid}: {status}",
+            signal.name()
+        )))
     }
 }
 
 /// Stops `pid`: `first`, at most `grace` for it to go, then KILL. Whether it went
 /// after `first` (a clean stop), or only after a KILL; an error if it survives that.
-pub fn stop(pid: u32, first: Signal, grace: Duration, what: &str) -> Result<bool, String> {
+pub fn stop(pid: u32, first: Signal, grace: Duration, what: &str) -> Result<bool> {
     signal(pid, first)?;
     await_exit(pid, first, grace, what)
 }
 
 /// The rest of [`stop`], once `sent` has been sent (to several processes at once, say).
-pub fn await_exit(pid: u32, sent: Signal, grace: Duration, what: &str) -> Result<bool, String> {
+pub fn await_exit(pid: u32, sent: Signal, grace: Duration, what: &str) -> Result<bool> {
     if wait_until(grace, || gone(pid)) {
         return Ok(sent != Signal::Kill);
     }
@@ -85,7 +89,9 @@ pub fn await_exit(pid: u32, sent: Signal, grace: Duration, what: &str) -> Result
     if wait_until(AFTER_KILL, || gone(pid)) {
         Ok(false)
     } else {
-        Err(format!("{what} (pid {pid}) survived SIGKILL"))
+        Err(Error::Server(format!(
+            "{what} (pid {pid}) survived SIGKILL"
+        )))
     }
 }
 
@@ -105,10 +111,7 @@ mod tests {
         assert!(!runs(pid, &["sleep", "31"]));
         assert!(!gone(pid));
         // Ours, so a zombie until reaped: gone all the same.
-        assert_eq!(
-            stop(pid, Signal::Term, Duration::from_secs(5), "sleep"),
-            Ok(true)
-        );
+        assert!(stop(pid, Signal::Term, Duration::from_secs(5), "sleep").unwrap());
         assert!(!runs(pid, &["sleep", "30"]));
         child.wait().unwrap();
         assert!(gone(pid));
