@@ -9,6 +9,9 @@
 //! and kafka-stop.sh run these.
 
 use crate::error::{Error, Result};
+pub mod kept;
+pub mod state;
+
 use std::path::{Path, PathBuf};
 
 use crate::kafka::{self, cli::Args};

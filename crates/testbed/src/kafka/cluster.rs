@@ -5,11 +5,11 @@
 //! its data on the same ports.
 
 use crate::error::{Error, Result};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use super::config::write_node;
 use super::config::{self, NodeConfig};
-use super::config::{write, write_node};
-use super::node::{self, Jvm, Node, NotReady};
+use super::node::{self, Jvm, Node, NotReady, Released};
 use crate::process::{Signal, TempDir};
 
 /// How many nodes a cluster has.
@@ -27,9 +27,8 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Writes and formats the three nodes in `dir` (`node1`…`node3`; `cluster_nodes`
-    /// lists them, `kafka_brokers` the addresses, each node's `heap_opts` its heap for a
-    /// start again), launches them (detached: see `state_dir`) and waits for them. A
+    /// Writes and formats the three nodes in `dir` (`node1`…`node3`), launches them
+    /// (detached: see `state_dir`) and waits for them. A
     /// port taken between its choice and a node's bind (another process's connection
     /// may take it) makes every node again on new ports (3 attempts).
     pub(super) fn start_in(jvm: Jvm, dir: TempDir, detached: bool) -> Result<Cluster> {
@@ -37,12 +36,7 @@ impl Cluster {
         for _ in 0..3 {
             let mut nodes = Self::make_nodes(&jvm, dir.path(), detached)?;
             match Self::launch_together(&mut nodes) {
-                Ok(()) => {
-                    let cluster = Cluster { nodes, dir };
-                    let brokers = cluster.brokers();
-                    write(cluster.dir.path(), "kafka_brokers", &brokers)?;
-                    return Ok(cluster);
-                }
+                Ok(()) => return Ok(Cluster { nodes, dir }),
                 Err(e) => {
                     // No half-started cluster is left behind.
                     nodes.iter_mut().for_each(Node::kill);
@@ -99,25 +93,12 @@ impl Cluster {
             // A static quorum: no --standalone; the nodes share the cluster's id.
             jvm.jars
                 .format(&home.join("server.properties"), &id, false, &[])?;
-            write(&home, "kafka_version", &jvm.jars.version)?;
-            write(&home, "heap_opts", &jvm.heap)?;
-            write(
-                &home,
-                "kafka_brokers",
-                &format!("127.0.0.1:{}", node.broker_port),
-            )?;
             let mut node = Node::new(&home, jvm.clone())?;
             if detached {
                 node.detach();
             }
             nodes.push(node);
         }
-        let listed: Vec<String> = nodes
-            .iter()
-            .map(|n| n.dir().display().to_string())
-            .collect();
-        write(dir, "cluster_nodes", &listed.join("\n"))?;
-        write(dir, "kafka_version", &jvm.jars.version)?;
         Ok(nodes)
     }
 
@@ -194,12 +175,17 @@ impl Cluster {
         }
     }
 
-    /// Leaves every node running for good (detached ones): their PIDs in their
-    /// `kafka.pid`.
-    pub(super) fn release(&mut self) -> Result<()> {
-        self.nodes
-            .iter_mut()
-            .try_for_each(|n| n.release().map(drop))
+    /// Leaves every node running for good (detached ones): the cluster is consumed
+    /// (its drop then has no node to stop), each node's JVM returned with its
+    /// directory and address.
+    pub(super) fn release(mut self) -> Result<Vec<(PathBuf, String, Released)>> {
+        std::mem::take(&mut self.nodes)
+            .into_iter()
+            .map(|n| {
+                let (dir, address) = (n.dir().to_owned(), n.address());
+                n.release().map(|released| (dir, address, released))
+            })
+            .collect()
     }
 
     /// Kills every node.

@@ -2,8 +2,8 @@
 //! version's pom (`scripts/kafka/pom.xml`, or a `pom-*.xml` pinning another), Java 17
 //! or newer, the classpath that Maven resolves once and the cache keeps (installing a
 //! missing Java or Maven stays that script's, as root only), the AppCDS archive a JVM
-//! maps or writes at its clean exit (a detached JVM's named in its node's `cds_pending`
-//! until a stop settles it), and the KRaft storage format (Kafka's own
+//! maps or writes at its clean exit (a detached JVM's named in its node's state until a
+//! stop settles it), and the KRaft storage format (Kafka's own
 //! StorageTool). Each is one `bash` call into the script, so the scripts and the
 //! crate share one cache and one lock.
 
@@ -73,23 +73,15 @@ impl Cds {
         }
     }
 
-    /// Settles the archive a detached JVM of the node in `dir` was to write, as its
-    /// `cds_pending` ("TMP FINAL") names it: published if `clean`, else dropped; the
-    /// file is removed.
-    pub fn settle_pending(dir: &Path, scripts: &Path, clean: bool) {
-        let file = dir.join("cds_pending");
-        let Ok(text) = std::fs::read_to_string(&file) else {
-            return;
+    /// Settles the archive a detached JVM was to write (`pending`, as its STATE_DIR's
+    /// state names it: the file it writes, the name it is published under): published
+    /// if `clean`, else dropped.
+    pub fn settle_pending(pending: Option<(PathBuf, PathBuf)>, scripts: &Path, clean: bool) {
+        let cds = Cds {
+            flags: Vec::new(),
+            pending,
         };
-        let mut words = text.split_whitespace();
-        if let (Some(tmp), Some(last)) = (words.next(), words.next()) {
-            let cds = Cds {
-                flags: Vec::new(),
-                pending: Some((tmp.into(), last.into())),
-            };
-            cds.publish(scripts, clean);
-        }
-        let _ = std::fs::remove_file(&file);
+        cds.publish(scripts, clean);
     }
 }
 

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use cluster::Cluster;
-use config::{NodeConfig, write, write_node};
+use config::{NodeConfig, write_node};
 use jars::Jars;
 use node::{Jvm, Node, NotReady};
 
@@ -182,7 +182,6 @@ impl Kafka {
             match running.wait_ready() {
                 Ok(()) => {
                     let version = jvm.jars.version.clone();
-                    write(dir.path(), "kafka_version", &version)?;
                     return Ok(Broker {
                         node: running,
                         users,

@@ -4,8 +4,8 @@
 //! stopped (SIGTERM, its grace, KILL; the archive it wrote published only after a clean
 //! exit), killed, frozen, and started again from its directory with its data on the
 //! same ports. Detached ([`Node::detach`]), it is launched in a session of its own and,
-//! once ready, released ([`Node::release`]) to outlive this process: its PID goes to
-//! `kafka.pid`, the archive its JVM is to write to `cds_pending`, for `testbed stop`.
+//! once ready, released ([`Node::release`]) to outlive this process: its PID and the
+//! archive its JVM is to write go to its STATE_DIR's state, for `testbed stop`.
 
 use crate::error::{Error, Result};
 use std::net::TcpStream;
@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::jars::{Cds, Jars};
-use crate::process::{Owned, Signal, Spawn, now, pause};
+use crate::process::{Detached, Owned, Signal, Spawn, now, pause};
 
 /// The line a broker logs once it serves.
 pub const READY_LINE: &str = "Kafka Server started";
@@ -49,6 +49,14 @@ impl NotReady {
             NotReady::Exited { why, .. } | NotReady::TimedOut(why) => Error::Server(why),
         }
     }
+}
+
+/// A node's JVM left running ([`Node::release`]): the process, and the AppCDS archive
+/// it is to write at exit (the file it writes, the name it is published under).
+#[derive(Debug)]
+pub struct Released {
+    pub process: Detached,
+    pub cds_pending: Option<(PathBuf, PathBuf)>,
 }
 
 /// A node in its directory (`server.properties`, `log4j2.properties`, `data/`,
@@ -96,26 +104,17 @@ impl Node {
         self.detached = true;
     }
 
-    /// Leaves the JVM running when this value goes, for good: its PID is written to
-    /// `kafka.pid` and the archive it is to write at exit to `cds_pending` ("TMP
-    /// FINAL"), which a stop publishes after a clean exit.
-    pub fn release(&mut self) -> Result<u32> {
+    /// Leaves the JVM running for good: this node is consumed (its drop then has no
+    /// child to stop), the JVM is the [`Released`] returned, with the archive it is to
+    /// write at exit, which a stop publishes after a clean exit.
+    pub fn release(mut self) -> Result<Released> {
         let child = self.child.take().ok_or_else(|| {
             Error::Server(format!("the node in {} is not running", self.dir.display()))
         })?;
-        let pid = child.release();
-        let write = |name: &str, text: String| {
-            let file = self.dir.join(name);
-            std::fs::write(&file, text).map_err(Error::at(&file))
-        };
-        write("kafka.pid", format!("{pid}\n"))?;
-        if let Some((tmp, last)) = std::mem::take(&mut self.cds).pending {
-            write(
-                "cds_pending",
-                format!("{} {}\n", tmp.display(), last.display()),
-            )?;
-        }
-        Ok(pid)
+        Ok(Released {
+            process: child.release(),
+            cds_pending: std::mem::take(&mut self.cds).pending,
+        })
     }
 
     pub fn dir(&self) -> &Path {
@@ -163,11 +162,6 @@ impl Node {
         let jars = &self.jvm.jars;
         std::fs::write(self.dir.join("classpath"), format!("{}\n", jars.classpath))
             .map_err(Error::at(&self.dir))?;
-        if self.detached {
-            // An archive an earlier detached JVM was to write, never published (a
-            // crash, a failed start).
-            Cds::settle_pending(&self.dir, jars.scripts(), false);
-        }
         self.cds = jars.cds()?;
         let spawn = Spawn::new(format!("Kafka in {}", self.dir.display()), &jars.java)
             .args(self.jvm.heap.split_whitespace())

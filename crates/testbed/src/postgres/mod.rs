@@ -75,14 +75,23 @@ impl<'a> Postgres<'a> {
         let socket_dir = socket
             .as_ref()
             .map_or_else(|| dir.path().join("sock"), |s| s.path().to_owned());
-        let mut server = Server::in_dir(dir, socket_dir, socket, bindir, run_as);
-        server.tls = self.tls.is_some();
-        server.prepare_dirs()?;
+        let mut instance = Instance::in_dir(dir.path(), socket_dir, bindir, run_as);
+        instance.tls = self.tls.is_some();
+        // Owned from here: a start that fails stops what it started and drops the slot
+        // a standby's base backup made.
+        let mut server = Server {
+            instance,
+            child: Mutex::new(None),
+            dir,
+            _socket: socket,
+        };
+        server.instance.prepare_dirs()?;
         match self.standby_of {
-            Some(primary) => server.clone_cluster(primary)?,
-            None => server.init_cluster(self.tls.as_deref())?,
+            Some(primary) => server.instance.clone_cluster(primary)?,
+            None => server.instance.init_cluster(self.tls.as_deref())?,
         }
-        server.start_on_free_port()?;
+        let child = server.instance.start_on_free_port(false)?;
+        *server.child() = Some(child);
         Ok(server)
     }
 }
@@ -117,6 +126,13 @@ fn socket_dir_for(dir: &Path) -> Result<Option<TempDir>> {
     }
 }
 
+/// How a spawn of the server ended: ready (the child, ours until released), or out
+/// because another process took its port first (why).
+enum Started {
+    Ready(Box<Owned>),
+    PortTaken(String),
+}
+
 /// A standby's slot on its primary: its name, the primary's port and data directory.
 struct Slot {
     name: String,
@@ -124,9 +140,11 @@ struct Slot {
     primary_data: PathBuf,
 }
 
-/// A running server of the tests: fast shutdown when dropped.
-pub struct Server {
-    dir: TempDir,
+/// A server's files, binaries, OS user and port, wherever its process is: our child
+/// (a [`Server`]'s) or a detached one (`state_dir`'s). No drop: what stops the process
+/// is the [`Server`] that owns it.
+pub struct Instance {
+    dir: PathBuf,
     data: PathBuf,
     log: PathBuf,
     socket_dir: PathBuf,
@@ -135,43 +153,46 @@ pub struct Server {
     port: u16,
     tls: bool,
     slot: Option<Slot>,
-    child: Mutex<Option<Owned>>,
-    _socket: Option<TempDir>,
-    /// Started detached, in a STATE_DIR (`state_dir`): it outlives this value, which
-    /// neither stops it nor drops its slot.
-    detached: bool,
 }
 
-impl Server {
+/// A running server of the tests, our child: fast shutdown when dropped (a standby's
+/// slot dropped on its primary), always. What it is reads through [`Instance`].
+pub struct Server {
+    instance: Instance,
+    child: Mutex<Option<Owned>>,
+    dir: TempDir,
+    _socket: Option<TempDir>,
+}
+
+impl std::ops::Deref for Server {
+    type Target = Instance;
+
+    fn deref(&self) -> &Instance {
+        &self.instance
+    }
+}
+
+impl Instance {
     /// A server in `dir` (its data in `pgdata`, its log `postgres.log`), its socket in
     /// `socket_dir`, not started.
-    fn in_dir(
-        dir: TempDir,
-        socket_dir: PathBuf,
-        socket: Option<TempDir>,
-        bindir: PathBuf,
-        run_as: Option<String>,
-    ) -> Server {
-        Server {
-            data: dir.path().join("pgdata"),
-            log: dir.path().join("postgres.log"),
+    fn in_dir(dir: &Path, socket_dir: PathBuf, bindir: PathBuf, run_as: Option<String>) -> Self {
+        Instance {
+            dir: dir.to_owned(),
+            data: dir.join("pgdata"),
+            log: dir.join("postgres.log"),
             socket_dir,
             bindir,
             run_as,
             port: 0,
             tls: false,
             slot: None,
-            child: Mutex::new(None),
-            _socket: socket,
-            detached: false,
-            dir,
         }
     }
 
     /// Its directory and its socket's, made the server user's.
     fn prepare_dirs(&self) -> Result<()> {
         fs::create_dir_all(&self.socket_dir).map_err(Error::at(&self.socket_dir))?;
-        self.give(self.dir.path())?;
+        self.give(&self.dir)?;
         self.give(&self.socket_dir)
     }
 
@@ -189,9 +210,9 @@ impl Server {
         format!("127.0.0.1:{}", self.port)
     }
 
-    /// Its temporary directory (the data in `pgdata`, the log `postgres.log`).
+    /// Its directory (the data in `pgdata`, the log `postgres.log`).
     pub fn dir(&self) -> &Path {
-        self.dir.path()
+        &self.dir
     }
 
     pub fn log_path(&self) -> &Path {
@@ -205,44 +226,6 @@ impl Server {
     /// Whether it serves TCP clients over TLS only.
     pub fn is_tls(&self) -> bool {
         self.tls
-    }
-
-    fn child(&self) -> MutexGuard<'_, Option<Owned>> {
-        self.child.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Fast shutdown (SIGINT; `PG_STOP_TIMEOUT`, 60 s, then KILL), as `pg_ctl stop -m
-    /// fast`; a standby's slot is dropped on its primary.
-    pub fn stop(&self) -> Result<()> {
-        if let Some(mut child) = self.child().take() {
-            child.stop().map_err(Error::from)?;
-        }
-        self.drop_slot();
-        Ok(())
-    }
-
-    /// Immediate shutdown (SIGQUIT), as in a crash: nothing is flushed.
-    pub fn stop_immediately(&self) -> Result<()> {
-        if let Some(mut child) = self.child().take() {
-            child
-                .stop_with(Signal::Quit, seconds_from_env("PG_STOP_TIMEOUT", 60))
-                .map_err(Error::from)?;
-        }
-        Ok(())
-    }
-
-    /// Fast shutdown, then a start on the same port.
-    pub fn restart(&self) -> Result<()> {
-        if let Some(mut child) = self.child().take() {
-            child.stop().map_err(Error::from)?;
-        }
-        match self.spawn_and_wait()? {
-            Ok(()) => Ok(()),
-            Err(taken) => Err(Error::Server(format!(
-                "port {} was taken meanwhile:\n{taken}",
-                self.port
-            ))),
-        }
     }
 
     /// `pg_ctl promote -w`: a standby becomes a primary that takes writes.
@@ -276,16 +259,6 @@ impl Server {
         )
     }
 
-    /// Leaves the server to this process's end (its death signal stops it; a guard
-    /// removes its directories): for the server a whole test run shares.
-    pub fn keep_until_exit(self) -> &'static Server {
-        self.dir.remove_at_exit_too();
-        if let Some(socket) = &self._socket {
-            socket.remove_at_exit_too();
-        }
-        Box::leak(Box::new(self))
-    }
-
     /// The last `lines` lines of its log.
     pub fn log_tail(&self, lines: usize) -> String {
         process::tail(&self.log, lines)
@@ -302,7 +275,7 @@ impl Server {
             }
             None => Command::new(program),
         };
-        cmd.current_dir(self.dir.path()).stdin(Stdio::null());
+        cmd.current_dir(&self.dir).stdin(Stdio::null());
         cmd
     }
 
@@ -324,11 +297,59 @@ impl Server {
     }
 }
 
+impl Server {
+    fn child(&self) -> MutexGuard<'_, Option<Owned>> {
+        self.child.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Fast shutdown (SIGINT; `PG_STOP_TIMEOUT`, 60 s, then KILL), as `pg_ctl stop -m
+    /// fast`; a standby's slot is dropped on its primary.
+    pub fn stop(&self) -> Result<()> {
+        if let Some(mut child) = self.child().take() {
+            child.stop()?;
+        }
+        self.drop_slot();
+        Ok(())
+    }
+
+    /// Immediate shutdown (SIGQUIT), as in a crash: nothing is flushed.
+    pub fn stop_immediately(&self) -> Result<()> {
+        if let Some(mut child) = self.child().take() {
+            child.stop_with(Signal::Quit, seconds_from_env("PG_STOP_TIMEOUT", 60))?;
+        }
+        Ok(())
+    }
+
+    /// Fast shutdown, then a start on the same port.
+    pub fn restart(&self) -> Result<()> {
+        if let Some(mut child) = self.child().take() {
+            child.stop()?;
+        }
+        match self.spawn_and_wait(false)? {
+            Started::Ready(child) => {
+                *self.child() = Some(*child);
+                Ok(())
+            }
+            Started::PortTaken(taken) => Err(Error::Server(format!(
+                "port {} was taken meanwhile:\n{taken}",
+                self.port
+            ))),
+        }
+    }
+
+    /// Leaves the server to this process's end (its death signal stops it; a guard
+    /// removes its directories): for the server a whole test run shares.
+    pub fn keep_until_exit(self) -> &'static Server {
+        self.dir.remove_at_exit_too();
+        if let Some(socket) = &self._socket {
+            socket.remove_at_exit_too();
+        }
+        Box::leak(Box::new(self))
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
-        if self.detached {
-            return;
-        }
         if let Err(e) = self.stop() {
             eprintln!("stopping PostgreSQL in {}: {e}", self.dir.path().display());
         }
@@ -348,7 +369,7 @@ fn checked(what: &str, out: std::io::Result<Output>) -> Result<Output> {
     if out.status.success() {
         Ok(out)
     } else {
-        Err(Error::Refused(format!(
+        Err(Error::Tool(format!(
             "{what} failed ({}):\n{}{}",
             out.status,
             String::from_utf8_lossy(&out.stdout),
