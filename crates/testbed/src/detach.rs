@@ -1,6 +1,7 @@
 //! `testbed start` and `testbed stop`: servers that outlive the command, each kept in
-//! a directory of the caller's, STATE_DIR, that holds its data, its log, its PID and
-//! its address (`postgres::state_dir`, `kafka::state_dir`: the files). A start prints
+//! a directory of the caller's, STATE_DIR, that holds its data, its log, its address
+//! and its state (`state`: one file; `postgres::state_dir`, `kafka::state_dir`: the
+//! rest; `kept`: the one shape of their starts). A start prints
 //! the address, starting the server detached (a session of its own, no death signal)
 //! and waiting until it accepts connections, or starting a stopped one again with its
 //! data on its ports, or only finding a running one; a stop stops whatever STATE_DIR
@@ -8,12 +9,12 @@
 //! leaves the data for a start again. scripts/pg-start.sh, pg-stop.sh, kafka-start.sh
 //! and kafka-stop.sh run these.
 
-use crate::error::{Error, Result};
 pub mod kept;
 pub mod state;
 
 use std::path::{Path, PathBuf};
 
+use crate::error::{Error, Result};
 use crate::kafka::{self, cli::Args};
 use crate::postgres::state_dir::{self as postgres, Setup};
 
@@ -23,7 +24,7 @@ pub const USAGE: &str = "usage: testbed start postgres STATE_DIR [--tls DIR] [--
 
 /// What to do.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Detached {
+pub enum Request {
     Postgres { state: PathBuf, setup: Setup },
     Kafka { state: PathBuf, args: Box<Args> },
     Stop { state: PathBuf, kill: bool },
@@ -31,7 +32,7 @@ pub enum Detached {
 
 /// The arguments of `start` or `stop` (their first); the environment gives Kafka's
 /// defaults as `testbed serve kafka` takes them.
-pub fn parse(args: &[String], env: &dyn Fn(&str) -> Option<String>) -> Result<Detached> {
+pub fn parse(args: &[String], env: &dyn Fn(&str) -> Option<String>) -> Result<Request> {
     let mut rest = args.iter().map(String::as_str);
     let verb = rest.next();
     let usage = |why: String| Error::Usage(format!("{why}\n{USAGE}"));
@@ -62,12 +63,12 @@ pub fn parse(args: &[String], env: &dyn Fn(&str) -> Option<String>) -> Result<De
                             other => return Err(usage(format!("unknown argument {other:?}"))),
                         }
                     }
-                    Ok(Detached::Postgres { state, setup })
+                    Ok(Request::Postgres { state, setup })
                 }
                 Some("kafka") => {
                     let flags: Vec<String> = rest.map(str::to_owned).collect();
                     let args = Args::parse(&flags, env)?;
-                    Ok(Detached::Kafka {
+                    Ok(Request::Kafka {
                         state,
                         args: Box::new(args),
                     })
@@ -84,8 +85,8 @@ pub fn parse(args: &[String], env: &dyn Fn(&str) -> Option<String>) -> Result<De
                 _ => return Err(usage("testbed stop needs a STATE_DIR".into())),
             };
             match (rest.next(), rest.next()) {
-                (None, _) => Ok(Detached::Stop { state, kill: false }),
-                (Some("--kill"), None) => Ok(Detached::Stop { state, kill: true }),
+                (None, _) => Ok(Request::Stop { state, kill: false }),
+                (Some("--kill"), None) => Ok(Request::Stop { state, kill: true }),
                 (Some("--kill"), Some(other)) | (Some(other), _) => Err(usage(format!(
                     "testbed stop takes STATE_DIR and --kill only, not {other:?}"
                 ))),
@@ -96,11 +97,11 @@ pub fn parse(args: &[String], env: &dyn Fn(&str) -> Option<String>) -> Result<De
 }
 
 /// Does it: a start's address, to print.
-pub fn run(what: Detached) -> Result<Option<String>> {
+pub fn run(what: Request) -> Result<Option<String>> {
     match what {
-        Detached::Postgres { state, setup } => postgres::start(&state, &setup).map(Some),
-        Detached::Kafka { state, args } => kafka::state_dir::start(&state, &args).map(Some),
-        Detached::Stop { state, kill } => stop(&state, kill).map(|()| None),
+        Request::Postgres { state, setup } => postgres::start(&state, &setup).map(Some),
+        Request::Kafka { state, args } => kafka::state_dir::start(&state, &args).map(Some),
+        Request::Stop { state, kill } => stop(&state, kill).map(|()| None),
     }
 }
 
@@ -129,7 +130,7 @@ fn stop(state: &Path, kill: bool) -> Result<()> {
 mod tests {
     use super::*;
 
-    fn parse_line(line: &str) -> Result<Detached> {
+    fn parse_line(line: &str) -> Result<Request> {
         let args: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
         parse(&args, &|_| None)
     }
@@ -138,7 +139,7 @@ mod tests {
     fn a_start_names_the_service_and_its_state_dir() {
         assert_eq!(
             parse_line("start postgres /s --tls /c").unwrap(),
-            Detached::Postgres {
+            Request::Postgres {
                 state: "/s".into(),
                 setup: Setup {
                     tls: Some("/c".into()),
@@ -148,7 +149,7 @@ mod tests {
         );
         assert_eq!(
             parse_line("start postgres /s --standby-of /p").unwrap(),
-            Detached::Postgres {
+            Request::Postgres {
                 state: "/s".into(),
                 setup: Setup {
                     tls: None,
@@ -156,13 +157,13 @@ mod tests {
                 }
             }
         );
-        let Ok(Detached::Kafka { state, args }) = parse_line("start kafka /k --nodes 3") else {
+        let Ok(Request::Kafka { state, args }) = parse_line("start kafka /k --nodes 3") else {
             panic!("a kafka start")
         };
         assert_eq!((state, args.nodes), (PathBuf::from("/k"), 3));
         assert_eq!(
             parse_line("stop /s --kill").unwrap(),
-            Detached::Stop {
+            Request::Stop {
                 state: "/s".into(),
                 kill: true
             }

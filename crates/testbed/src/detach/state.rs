@@ -19,14 +19,14 @@ pub const FILE: &str = "testbed.json";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "service", rename_all = "snake_case")]
 pub enum Held {
-    Postgres(Postgres),
-    KafkaNode(KafkaNode),
-    KafkaCluster(KafkaCluster),
+    Postgres(PgState),
+    KafkaNode(NodeState),
+    KafkaCluster(ClusterState),
 }
 
 /// A PostgreSQL server's (its port is its `pgdata/throwaway.conf`'s).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Postgres {
+pub struct PgState {
     /// The port of its last start, for the reader (the server reads its configuration).
     pub port: Option<u16>,
     /// The binaries it runs.
@@ -49,7 +49,7 @@ pub struct Standby {
 
 /// A Kafka node's: one broker, or one node of a cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KafkaNode {
+pub struct NodeState {
     /// Its PLAINTEXT address.
     pub brokers: String,
     /// The Kafka version of its first start (its data are read back by that version).
@@ -65,7 +65,7 @@ pub struct KafkaNode {
 
 /// A three-node cluster's: its nodes' directories (each with a state of its own).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KafkaCluster {
+pub struct ClusterState {
     pub nodes: Vec<PathBuf>,
     /// The PLAINTEXT addresses, comma-separated.
     pub brokers: String,

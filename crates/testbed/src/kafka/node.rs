@@ -71,7 +71,9 @@ pub struct Node {
     pub tls_ports: Option<(u16, u16)>,
     child: Option<Owned>,
     cds: Cds,
-    detached: bool,
+    /// How its JVM is launched: in a session of its own, without a death signal (to
+    /// be released). Not whether a drop stops it: a drop always stops a child it holds.
+    own_session: bool,
 }
 
 impl Node {
@@ -94,14 +96,14 @@ impl Node {
             tls_ports,
             child: None,
             cds: Cds::default(),
-            detached: false,
+            own_session: false,
         })
     }
 
     /// Launches it detached from now on: in a session of its own, without a death
     /// signal, so that it outlives this process once [`Node::release`]d.
     pub fn detach(&mut self) {
-        self.detached = true;
+        self.own_session = true;
     }
 
     /// Leaves the JVM running for good: this node is consumed (its drop then has no
@@ -183,7 +185,7 @@ impl Node {
             .current_dir(&self.dir)
             .log(&log)
             .grace(self.jvm.stop_timeout);
-        let spawn = if self.detached {
+        let spawn = if self.own_session {
             spawn.detached()
         } else {
             spawn

@@ -21,7 +21,7 @@ use super::jars::Cds;
 use super::node::{Jvm, Node, NotReady, Released};
 use super::{BROKER_HEAP, Kafka, seconds};
 use crate::detach::kept::{self, Found, Kept, Ready, canonical};
-use crate::detach::state::{self, Held, KafkaCluster, KafkaNode};
+use crate::detach::state::{self, ClusterState, Held, NodeState};
 use crate::error::{Error, Result};
 use crate::process::{Detached, Signal, TempDir};
 
@@ -59,9 +59,9 @@ struct NodeStart<'a>(&'a Args);
 
 impl Kept for NodeStart<'_> {
     /// Its state (none for data from before the state file).
-    type Server = Option<KafkaNode>;
+    type Server = Option<NodeState>;
 
-    fn find(&self, state: &Path) -> Result<Found<Option<KafkaNode>>> {
+    fn find(&self, state: &Path) -> Result<Found<Option<NodeState>>> {
         let kept = node_state(state)?;
         if let Some(node) = &kept
             && running_pid(state, node).is_some()
@@ -101,7 +101,7 @@ impl Kept for NodeStart<'_> {
         Ok(ready(brokers))
     }
 
-    fn again(&self, state: &Path, kept: Option<KafkaNode>) -> Result<Ready> {
+    fn again(&self, state: &Path, kept: Option<NodeState>) -> Result<Ready> {
         let args = self.0;
         let kafka = first_version(state, args, kept.as_ref(), args.kafka())?;
         let mut jvm = kafka.jvm(BROKER_HEAP)?;
@@ -129,7 +129,7 @@ impl Kept for NodeStart<'_> {
         Ok(ready(address))
     }
 
-    fn running(&self, state: &Path, kept: Option<KafkaNode>) -> Result<Ready> {
+    fn running(&self, state: &Path, kept: Option<NodeState>) -> Result<Ready> {
         let kept = kept.expect("a running node has a state");
         if let Some(pid) = running_pid(state, &kept) {
             eprintln!(
@@ -147,9 +147,9 @@ impl Kept for NodeStart<'_> {
 struct ClusterStart<'a>(&'a Args);
 
 impl Kept for ClusterStart<'_> {
-    type Server = KafkaCluster;
+    type Server = ClusterState;
 
-    fn find(&self, state: &Path) -> Result<Found<KafkaCluster>> {
+    fn find(&self, state: &Path) -> Result<Found<ClusterState>> {
         let args = self.0;
         if args.tls.is_some() || args.authorizer {
             return Err(Error::Refused(
@@ -193,7 +193,7 @@ impl Kept for ClusterStart<'_> {
         write(state, "kafka_brokers", &brokers)?;
         state::write(
             state,
-            &Held::KafkaCluster(KafkaCluster {
+            &Held::KafkaCluster(ClusterState {
                 nodes,
                 brokers: brokers.clone(),
                 version,
@@ -202,9 +202,9 @@ impl Kept for ClusterStart<'_> {
         Ok(ready(brokers))
     }
 
-    fn again(&self, state: &Path, cluster: KafkaCluster) -> Result<Ready> {
+    fn again(&self, state: &Path, cluster: ClusterState) -> Result<Ready> {
         let args = self.0;
-        let first = KafkaNode {
+        let first = NodeState {
             brokers: String::new(),
             version: cluster.version.clone(),
             heap: None,
@@ -257,7 +257,7 @@ impl Kept for ClusterStart<'_> {
         Ok(ready(cluster.brokers))
     }
 
-    fn running(&self, _state: &Path, cluster: KafkaCluster) -> Result<Ready> {
+    fn running(&self, _state: &Path, cluster: ClusterState) -> Result<Ready> {
         for dir in &cluster.nodes {
             if let Some(pid) = node_state(dir)?.and_then(|n| running_pid(dir, &n)) {
                 eprintln!("testbed: node {} runs already (pid {pid})", dir.display());
@@ -283,7 +283,7 @@ fn kept_node(
     write(dir, "kafka_brokers", brokers)?;
     state::write(
         dir,
-        &Held::KafkaNode(KafkaNode {
+        &Held::KafkaNode(NodeState {
             brokers: brokers.to_owned(),
             version,
             heap,
@@ -294,7 +294,7 @@ fn kept_node(
 }
 
 /// The state of the node of `dir`, if it has one.
-fn node_state(dir: &Path) -> Result<Option<KafkaNode>> {
+fn node_state(dir: &Path) -> Result<Option<NodeState>> {
     match state::held(dir)? {
         Some(Held::KafkaNode(node)) => Ok(Some(node)),
         None => Ok(None),
@@ -307,12 +307,12 @@ fn node_state(dir: &Path) -> Result<Option<KafkaNode>> {
 
 /// An archive an earlier detached JVM of the node was to write, never published (a
 /// crash, a failed start): dropped, and forgotten by its state.
-fn settle_unpublished(dir: &Path, kept: Option<&KafkaNode>, jvm: &Jvm) {
+fn settle_unpublished(dir: &Path, kept: Option<&NodeState>, jvm: &Jvm) {
     if let Some(node) = kept
         && node.cds_pending.is_some()
     {
         Cds::settle_pending(node.cds_pending.clone(), jvm.jars.scripts(), false);
-        let node = KafkaNode {
+        let node = NodeState {
             cds_pending: None,
             ..node.clone()
         };
@@ -327,7 +327,7 @@ fn settle_unpublished(dir: &Path, kept: Option<&KafkaNode>, jvm: &Jvm) {
 fn first_version(
     state: &Path,
     args: &Args,
-    kept: Option<&KafkaNode>,
+    kept: Option<&NodeState>,
     kafka: Kafka,
 ) -> Result<Kafka> {
     let Some(first) = kept.map(|k| &k.version).filter(|v| !v.is_empty()) else {
@@ -397,12 +397,12 @@ pub fn stop(state: &Path, kill: bool) -> Result<()> {
 
 /// A node's JVM gone: the archive it was to write settled (published after a clean
 /// exit), its PID forgotten.
-fn stopped(dir: &Path, kept: Option<KafkaNode>, scripts: &Path, clean: bool) -> Result<()> {
+fn stopped(dir: &Path, kept: Option<NodeState>, scripts: &Path, clean: bool) -> Result<()> {
     let Some(node) = kept else { return Ok(()) };
     Cds::settle_pending(node.cds_pending.clone(), scripts, clean);
     state::write(
         dir,
-        &Held::KafkaNode(KafkaNode {
+        &Held::KafkaNode(NodeState {
             pid: None,
             cds_pending: None,
             ..node
@@ -412,7 +412,7 @@ fn stopped(dir: &Path, kept: Option<KafkaNode>, scripts: &Path, clean: bool) -> 
 
 /// The PID of the broker of `dir` if it runs: its state's, whose command line must be
 /// that broker's (a recycled PID is never taken for it).
-fn running_pid(dir: &Path, kept: &KafkaNode) -> Option<u32> {
+fn running_pid(dir: &Path, kept: &NodeState) -> Option<u32> {
     let jvm = Detached::found(kept.pid?, "");
     let properties = dir.join("server.properties");
     let properties = properties.to_str()?;

@@ -79,7 +79,7 @@ impl Kept for Setup {
 }
 
 /// Writes the state of the server that now runs, and its URL for the user: ready.
-fn ready(state: &Path, server: &Instance, mut kept: state::Postgres) -> Result<Ready> {
+fn ready(state: &Path, server: &Instance, mut kept: state::PgState) -> Result<Ready> {
     kept.port = Some(server.port);
     state::write(state, &Held::Postgres(kept))?;
     let file = state.join("database_url");
@@ -190,7 +190,7 @@ fn first(state: &Path, setup: &Setup) -> Result<Ready> {
             return Err(e);
         }
     }
-    let kept = state::Postgres {
+    let kept = state::PgState {
         port: Some(server.port),
         bindir: server.bindir.clone(),
         socket_dir: server.socket_dir.clone(),
@@ -265,14 +265,14 @@ fn again(state: &Path, setup: &Setup, server: Instance) -> Result<Ready> {
 /// The state `state` holds of its server; a STATE_DIR that holds none (its files from
 /// before the state file) is taken as a first start left it: the binaries found now,
 /// the socket in `sock`.
-fn kept_state(state: &Path) -> Result<state::Postgres> {
+fn kept_state(state: &Path) -> Result<state::PgState> {
     match state::held(state)? {
         Some(Held::Postgres(kept)) => Ok(kept),
         Some(other) => Err(Error::Refused(format!(
             "{} holds no PostgreSQL server but {other:?}",
             state.display()
         ))),
-        None => Ok(state::Postgres {
+        None => Ok(state::PgState {
             port: None,
             bindir: bindir()?,
             socket_dir: state.join("sock"),
