@@ -27,7 +27,7 @@ impl Certs {
     }
 
     pub fn try_generate() -> Result<Self> {
-        let temp = TempDir::new("tls").map_err(Error::from)?;
+        let temp = TempDir::new("tls")?;
         let dir = temp.path().to_owned();
         let write = |name: &str, text: &str| {
             std::fs::write(dir.join(name), text).map_err(Error::doing(name))

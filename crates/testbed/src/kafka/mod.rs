@@ -139,7 +139,7 @@ impl Kafka {
     /// taken between its choice and the broker's bind is chosen again (3 attempts).
     pub fn start(&self) -> Result<Broker> {
         let jvm = self.jvm(BROKER_HEAP)?;
-        let dir = TempDir::new("kafka").map_err(Error::from)?;
+        let dir = TempDir::new("kafka")?;
         self.start_in(dir, jvm, false)
     }
 
@@ -212,7 +212,7 @@ impl Kafka {
                 "a cluster runs PLAINTEXT only (no TLS, no authorizer)".into(),
             ));
         }
-        let dir = TempDir::new("kafka3").map_err(Error::from)?;
+        let dir = TempDir::new("kafka3")?;
         Cluster::start_in(self.jvm(cluster::NODE_HEAP)?, dir, false)
     }
 }

@@ -51,7 +51,7 @@ impl Instance {
             .output();
         checked("initdb", out)?;
         let conf = self.data.join("postgresql.conf");
-        let mut text = fs::read(&conf).map_err(Error::from)?;
+        let mut text = fs::read(&conf)?;
         text.extend_from_slice(b"\ninclude 'throwaway.conf'\n");
         self.write(&conf, &text, 0o600)?;
         if let Some(certs) = tls {
@@ -153,7 +153,7 @@ impl Instance {
             .death_signal(Signal::Int)
             .grace(seconds_from_env("PG_STOP_TIMEOUT", 60));
         let spawn = if detached { spawn.detached() } else { spawn };
-        let mut child = spawn.spawn().map_err(Error::from)?;
+        let mut child = spawn.spawn()?;
         let limit = seconds_from_env("PG_START_TIMEOUT", 60);
         let isready = binaries::tool(&self.bindir, "pg_isready");
         let mut exited = None;

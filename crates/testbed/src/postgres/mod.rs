@@ -70,7 +70,7 @@ impl<'a> Postgres<'a> {
     /// Starts it and waits until it accepts TCP connections (`PG_START_TIMEOUT`, 60 s).
     pub fn start(self) -> Result<Server> {
         let (bindir, run_as) = binaries_and_user(self.tls.is_some())?;
-        let dir = TempDir::new("postgres").map_err(Error::from)?;
+        let dir = TempDir::new("postgres")?;
         let socket = socket_dir_for(dir.path())?;
         let socket_dir = socket
             .as_ref()

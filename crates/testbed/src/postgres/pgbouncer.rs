@@ -42,17 +42,17 @@ impl PgBouncer {
                     .to_owned(),
             )
         })?;
-        let dir = TempDir::new("pgbouncer").map_err(Error::from)?;
+        let dir = TempDir::new("pgbouncer")?;
         let auth = dir.path().join("userlist.txt");
         let log = dir.path().join("pgbouncer.log");
         let ini = dir.path().join("pgbouncer.ini");
-        fs::write(&auth, format!("\"{user}\" \"\"\n")).map_err(Error::from)?;
+        fs::write(&auth, format!("\"{user}\" \"\"\n"))?;
         let run_as = process::is_root().then_some(OS_USER_WHEN_ROOT);
         let mut exits = Vec::new();
         for _ in 0..5 {
             let port = free_port()?;
             let text = conf::pgbouncer_ini(server_port, port, pool_mode, &auth, &log);
-            fs::write(&ini, text).map_err(Error::from)?;
+            fs::write(&ini, text)?;
             if let Some(user) = run_as {
                 let _ = std::process::Command::new("chown")
                     .args(["-R", user])
