@@ -26,8 +26,8 @@
 #   postgres.log   server log
 #   database_url   postgres://postgres@127.0.0.1:PORT/postgres
 #   testbed.json   the testbed's state (JSON), read by pg-stop.sh and a start again:
-#                  the port, the binaries' directory, the socket directory (one of its
-#                  own under /tmp if STATE_DIR was too long a unix socket path); for a
+#                  the port, the binaries' directory, the socket directory (a short
+#                  one of its own if STATE_DIR was too long a unix socket path); for a
 #                  standby its slot on the primary and the primary's STATE_DIR, for
 #                  pg-stop.sh to drop the slot
 #

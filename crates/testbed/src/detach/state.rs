@@ -33,7 +33,7 @@ pub struct PgState {
     pub bindir: PathBuf,
     /// Its unix socket's directory.
     pub socket_dir: PathBuf,
-    /// A socket directory of its own under /tmp (STATE_DIR was too long a socket path),
+    /// A short socket directory of its own (STATE_DIR was too long a socket path),
     /// which a stop removes.
     pub tmp_socket_dir: Option<PathBuf>,
     /// A standby's slot on its primary, and the primary's STATE_DIR.
