@@ -31,12 +31,13 @@
 #   running it just prints its address.
 #
 # Files in STATE_DIR: server.properties, log4j2.properties, data/ (log.dirs),
-# kafka.log (broker stdout/stderr; kafka.log.1 of the run before), kafka.pid,
-# kafka_brokers, kafka_version, classpath (the broker's jars), cds_pending (the
-# AppCDS archive the JVM is to write at exit, until kafka-stop.sh publishes it);
-# with KAFKA_TLS_DIR also tls/server.pem (the key and certificate, 0600); a
-# cluster's node also heap_opts; a cluster's STATE_DIR holds node1..3,
-# cluster_nodes (their directories), kafka_brokers and kafka_version.
+# kafka.log (broker stdout/stderr; kafka.log.1 of the run before), kafka_brokers,
+# classpath (the broker's jars), testbed.json (the testbed's state, JSON: the
+# broker's pid, its Kafka version, a cluster node's heap, the AppCDS archive the
+# JVM is to write at exit until kafka-stop.sh publishes it); with KAFKA_TLS_DIR
+# also tls/server.pem (the key and certificate, 0600); a cluster's STATE_DIR
+# holds node1..3, kafka_brokers and testbed.json (its nodes' directories, the
+# addresses, the version).
 #
 # Environment (all optional):
 #   KAFKA_VERSION        which Kafka the broker runs: a version pinned by a pom in

@@ -25,10 +25,11 @@
 #                  pgdata/postmaster.pid holds the server's pid while it runs
 #   postgres.log   server log
 #   database_url   postgres://postgres@127.0.0.1:PORT/postgres
-#   port, pg_bindir, socket_dir   details used by pg-stop.sh and for debugging
-#   replication_slot, primary_dir  only for a standby: its slot on the primary, and the
-#                  primary's STATE_DIR, for pg-stop.sh to drop the slot
-#   tmp_socket_dir only if STATE_DIR was too long for a unix socket path
+#   testbed.json   the testbed's state (JSON), read by pg-stop.sh and a start again:
+#                  the port, the binaries' directory, the socket directory (a short
+#                  one of its own if STATE_DIR was too long a unix socket path); for a
+#                  standby its slot on the primary and the primary's STATE_DIR, for
+#                  pg-stop.sh to drop the slot
 #
 # Environment (optional):
 #   PG_FLAVOR         which PostgreSQL to start:

@@ -120,13 +120,6 @@ const BEING_REMOVED: &[&[&str]] = &[
         "crates/store/src/expiration/mod.rs",
         "crates/store/src/schema.rs",
     ],
-    // The testbed: kafka/cli.rs names observe::Jaeger, observe/ names kafka::node's
-    // accepts and free_ports, ports.rs borrows kafka::config::random_bytes.
-    &[
-        "crates/testbed/src/kafka/mod.rs",
-        "crates/testbed/src/observe/mod.rs",
-        "crates/testbed/src/ports.rs",
-    ],
 ];
 
 /// The statement keywords a string literal of SQL opens with.

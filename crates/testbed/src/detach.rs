@@ -1,6 +1,7 @@
 //! `testbed start` and `testbed stop`: servers that outlive the command, each kept in
-//! a directory of the caller's, STATE_DIR, that holds its data, its log, its PID and
-//! its address (`postgres::state_dir`, `kafka::state_dir`: the files). A start prints
+//! a directory of the caller's, STATE_DIR, that holds its data, its log, its address
+//! and its state (`state`: one file; `postgres::state_dir`, `kafka::state_dir`: the
+//! rest; `kept`: the one shape of their starts). A start prints
 //! the address, starting the server detached (a session of its own, no death signal)
 //! and waiting until it accepts connections, or starting a stopped one again with its
 //! data on its ports, or only finding a running one; a stop stops whatever STATE_DIR
@@ -10,6 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::error::{Error, Result};
 use crate::kafka::{self, cli::Args};
 use crate::postgres::state_dir::{self as postgres, Setup};
 
@@ -19,7 +21,7 @@ pub const USAGE: &str = "usage: testbed start postgres STATE_DIR [--tls DIR] [--
 
 /// What to do.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Detached {
+pub enum Request {
     Postgres { state: PathBuf, setup: Setup },
     Kafka { state: PathBuf, args: Box<Args> },
     Stop { state: PathBuf, kill: bool },
@@ -27,10 +29,10 @@ pub enum Detached {
 
 /// The arguments of `start` or `stop` (their first); the environment gives Kafka's
 /// defaults as `testbed serve kafka` takes them.
-pub fn parse(args: &[String], env: &dyn Fn(&str) -> Option<String>) -> Result<Detached, String> {
+pub fn parse(args: &[String], env: &dyn Fn(&str) -> Option<String>) -> Result<Request> {
     let mut rest = args.iter().map(String::as_str);
     let verb = rest.next();
-    let usage = |why: String| format!("{why}\n{USAGE}");
+    let usage = |why: String| Error::Usage(format!("{why}\n{USAGE}"));
     match verb {
         Some("start") => {
             let service = rest.next();
@@ -58,12 +60,12 @@ pub fn parse(args: &[String], env: &dyn Fn(&str) -> Option<String>) -> Result<De
                             other => return Err(usage(format!("unknown argument {other:?}"))),
                         }
                     }
-                    Ok(Detached::Postgres { state, setup })
+                    Ok(Request::Postgres { state, setup })
                 }
                 Some("kafka") => {
                     let flags: Vec<String> = rest.map(str::to_owned).collect();
                     let args = Args::parse(&flags, env)?;
-                    Ok(Detached::Kafka {
+                    Ok(Request::Kafka {
                         state,
                         args: Box::new(args),
                     })
@@ -80,28 +82,28 @@ pub fn parse(args: &[String], env: &dyn Fn(&str) -> Option<String>) -> Result<De
                 _ => return Err(usage("testbed stop needs a STATE_DIR".into())),
             };
             match (rest.next(), rest.next()) {
-                (None, _) => Ok(Detached::Stop { state, kill: false }),
-                (Some("--kill"), None) => Ok(Detached::Stop { state, kill: true }),
+                (None, _) => Ok(Request::Stop { state, kill: false }),
+                (Some("--kill"), None) => Ok(Request::Stop { state, kill: true }),
                 (Some("--kill"), Some(other)) | (Some(other), _) => Err(usage(format!(
                     "testbed stop takes STATE_DIR and --kill only, not {other:?}"
                 ))),
             }
         }
-        _ => Err(USAGE.into()),
+        _ => Err(Error::Usage(USAGE.into())),
     }
 }
 
 /// Does it: a start's address, to print.
-pub fn run(what: Detached) -> Result<Option<String>, String> {
+pub fn run(what: Request) -> Result<Option<String>> {
     match what {
-        Detached::Postgres { state, setup } => postgres::start(&state, &setup).map(Some),
-        Detached::Kafka { state, args } => kafka::state_dir::start(&state, &args).map(Some),
-        Detached::Stop { state, kill } => stop(&state, kill).map(|()| None),
+        Request::Postgres { state, setup } => postgres::start(&state, &setup).map(Some),
+        Request::Kafka { state, args } => kafka::state_dir::start(&state, &args).map(Some),
+        Request::Stop { state, kill } => stop(&state, kill).map(|()| None),
     }
 }
 
 /// Stops what `state` holds.
-fn stop(state: &Path, kill: bool) -> Result<(), String> {
+fn stop(state: &Path, kill: bool) -> Result<()> {
     if !state.exists() {
         eprintln!(
             "testbed: {} does not exist; nothing to stop",
@@ -125,7 +127,7 @@ fn stop(state: &Path, kill: bool) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    fn parse_line(line: &str) -> Result<Detached, String> {
+    fn parse_line(line: &str) -> Result<Request> {
         let args: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
         parse(&args, &|_| None)
     }
@@ -133,42 +135,42 @@ mod tests {
     #[test]
     fn a_start_names_the_service_and_its_state_dir() {
         assert_eq!(
-            parse_line("start postgres /s --tls /c"),
-            Ok(Detached::Postgres {
+            parse_line("start postgres /s --tls /c").unwrap(),
+            Request::Postgres {
                 state: "/s".into(),
                 setup: Setup {
                     tls: Some("/c".into()),
                     standby_of: None
                 }
-            })
+            }
         );
         assert_eq!(
-            parse_line("start postgres /s --standby-of /p"),
-            Ok(Detached::Postgres {
+            parse_line("start postgres /s --standby-of /p").unwrap(),
+            Request::Postgres {
                 state: "/s".into(),
                 setup: Setup {
                     tls: None,
                     standby_of: Some("/p".into())
                 }
-            })
+            }
         );
-        let Ok(Detached::Kafka { state, args }) = parse_line("start kafka /k --nodes 3") else {
+        let Ok(Request::Kafka { state, args }) = parse_line("start kafka /k --nodes 3") else {
             panic!("a kafka start")
         };
         assert_eq!((state, args.nodes), (PathBuf::from("/k"), 3));
         assert_eq!(
-            parse_line("stop /s --kill"),
-            Ok(Detached::Stop {
+            parse_line("stop /s --kill").unwrap(),
+            Request::Stop {
                 state: "/s".into(),
                 kill: true
-            })
+            }
         );
     }
 
     #[test]
     fn what_is_not_allowed_is_refused_naming_it() {
         let refused = |line: &str, says: &str| {
-            let e = parse_line(line).unwrap_err();
+            let e = parse_line(line).unwrap_err().to_string();
             assert!(e.contains(says), "{line}: {e}");
         };
         refused("start", "needs a service and a STATE_DIR");

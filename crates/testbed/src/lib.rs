@@ -12,10 +12,16 @@
 //! detached, for `testbed start` and `testbed stop` (the scripts' by-hand servers).
 
 pub mod detach;
+pub mod error;
 pub mod kafka;
+pub mod kept;
 pub mod observe;
 pub mod ports;
 pub mod postgres;
 pub mod process;
+pub mod random;
 pub mod scripts;
+pub mod state_file;
 pub mod tls;
+
+pub use error::{Error, Result};

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 
 use booking_expire_testbed::postgres::Postgres;
-use booking_expire_testbed::{detach, kafka};
+use booking_expire_testbed::{Error, Result, detach, kafka};
 
 const USAGE: &str = "usage: testbed serve postgres [--tls DIR]
        testbed serve kafka [--nodes 3] [--tls DIR] [--authorizer] [--user NAME:PASSWORD]...
@@ -33,10 +33,10 @@ enum Service {
     Jaeger(Vec<String>),
 }
 
-fn parse(args: &[String]) -> Result<Service, String> {
+fn parse(args: &[String]) -> Result<Service> {
     let mut args = args.iter().map(String::as_str);
     if args.next() != Some("serve") {
-        return Err(USAGE.into());
+        return Err(Error::Usage(USAGE.into()));
     }
     match args.next() {
         Some("postgres") => {
@@ -44,23 +44,27 @@ fn parse(args: &[String]) -> Result<Service, String> {
             while let Some(arg) = args.next() {
                 match arg {
                     "--tls" => {
-                        let dir = args.next().ok_or("--tls needs a directory")?;
+                        let dir = args
+                            .next()
+                            .ok_or_else(|| Error::Usage("--tls needs a directory".into()))?;
                         tls = Some(PathBuf::from(dir));
                     }
-                    other => return Err(format!("unknown argument {other}\n{USAGE}")),
+                    other => {
+                        return Err(Error::Usage(format!("unknown argument {other}\n{USAGE}")));
+                    }
                 }
             }
             Ok(Service::Postgres { tls })
         }
         Some("kafka") => Ok(Service::Kafka(args.map(str::to_owned).collect())),
         Some("jaeger") => Ok(Service::Jaeger(args.map(str::to_owned).collect())),
-        Some(other) => Err(format!("unknown service {other}\n{USAGE}")),
-        None => Err(USAGE.into()),
+        Some(other) => Err(Error::Usage(format!("unknown service {other}\n{USAGE}"))),
+        None => Err(Error::Usage(USAGE.into())),
     }
 }
 
 /// Blocks until stdin reaches end of file or SIGTERM/SIGINT/SIGHUP arrives.
-fn wait_for_the_end() -> Result<(), String> {
+fn wait_for_the_end() -> Result<()> {
     let (done, ended) = mpsc::channel::<()>();
     let on_eof = done.clone();
     std::thread::spawn(move || {
@@ -72,7 +76,7 @@ fn wait_for_the_end() -> Result<(), String> {
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGHUP,
     ])
-    .map_err(|e| format!("cannot catch the signals: {e}"))?;
+    .map_err(Error::doing("cannot catch the signals"))?;
     std::thread::spawn(move || {
         if signals.forever().next().is_some() {
             let _ = done.send(());
@@ -82,7 +86,7 @@ fn wait_for_the_end() -> Result<(), String> {
     Ok(())
 }
 
-fn serve(service: Service) -> Result<(), String> {
+fn serve(service: Service) -> Result<()> {
     match service {
         Service::Postgres { tls } => {
             let mut builder = Postgres::new();
@@ -101,7 +105,7 @@ fn serve(service: Service) -> Result<(), String> {
 
 /// Prints the address of what `kafka::cli` started, serves until the end, then stops
 /// it (the drop).
-fn serve_until_the_end((lines, served): (String, kafka::cli::Served)) -> Result<(), String> {
+fn serve_until_the_end((lines, served): (String, kafka::cli::Served)) -> Result<()> {
     println!("{lines}");
     wait_for_the_end()?;
     drop(served);
@@ -109,7 +113,7 @@ fn serve_until_the_end((lines, served): (String, kafka::cli::Served)) -> Result<
 }
 
 /// `testbed start` and `testbed stop`: the address a start prints.
-fn detached(args: &[String]) -> Result<(), (u8, String)> {
+fn detached(args: &[String]) -> Result<(), (u8, Error)> {
     let what = detach::parse(args, &|name| std::env::var(name).ok()).map_err(|e| (2, e))?;
     if let Some(address) = detach::run(what).map_err(|e| (1, e))? {
         println!("{address}");
@@ -142,37 +146,34 @@ mod tests {
         line.split_whitespace().map(str::to_owned).collect()
     }
 
+    /// The message of the refusal of `line`, as the binary prints it.
+    fn refused(line: &str) -> String {
+        match parse(&args(line)) {
+            Err(Error::Usage(message)) => message,
+            other => panic!("{line}: {other:?}"),
+        }
+    }
+
     #[test]
     fn serve_postgres_takes_a_tls_directory() {
         assert_eq!(
-            parse(&args("serve postgres")),
-            Ok(Service::Postgres { tls: None })
+            parse(&args("serve postgres")).unwrap(),
+            Service::Postgres { tls: None }
         );
         assert_eq!(
-            parse(&args("serve postgres --tls /c")),
-            Ok(Service::Postgres {
+            parse(&args("serve postgres --tls /c")).unwrap(),
+            Service::Postgres {
                 tls: Some("/c".into())
-            })
+            }
         );
     }
 
     #[test]
     fn anything_else_is_refused_with_the_usage() {
-        assert_eq!(parse(&args("")), Err(USAGE.to_owned()));
-        assert_eq!(parse(&args("serve")), Err(USAGE.to_owned()));
-        assert!(
-            parse(&args("serve mysql"))
-                .unwrap_err()
-                .starts_with("unknown service mysql")
-        );
-        assert_eq!(
-            parse(&args("serve postgres --tls")),
-            Err("--tls needs a directory".into())
-        );
-        assert!(
-            parse(&args("serve postgres -x"))
-                .unwrap_err()
-                .starts_with("unknown argument -x")
-        );
+        assert_eq!(refused(""), USAGE);
+        assert_eq!(refused("serve"), USAGE);
+        assert!(refused("serve mysql").starts_with("unknown service mysql"));
+        assert_eq!(refused("serve postgres --tls"), "--tls needs a directory");
+        assert!(refused("serve postgres -x").starts_with("unknown argument -x"));
     }
 }

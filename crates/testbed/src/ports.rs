@@ -5,7 +5,9 @@
 //! them free. Only another server chosen at the same moment can take one, and the
 //! starts choose again when a server says its port is taken.
 
-use std::net::TcpListener;
+use crate::error::{Error, Result};
+use std::net::{TcpListener, TcpStream};
+use std::time::Duration;
 
 /// The lowest port handed out: above the ports services commonly listen on.
 const LOWEST: u16 = 10_000;
@@ -13,24 +15,24 @@ const LOWEST: u16 = 10_000;
 const ENOUGH: u16 = 2_000;
 
 /// `n` distinct ports of 127.0.0.1, free a moment ago (all bound at once, so distinct).
-pub fn free_ports(n: usize) -> Result<Vec<u16>, String> {
+pub fn free_ports(n: usize) -> Result<Vec<u16>> {
     let (low, high) = candidates(ephemeral_start());
     let listeners = match (low, high) {
         (low, high) if high - low >= ENOUGH => below_ephemeral(n, low, high)?,
         _ => (0..n)
             .map(|_| TcpListener::bind("127.0.0.1:0"))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("a free port of 127.0.0.1: {e}"))?,
+            .map_err(Error::doing("a free port of 127.0.0.1"))?,
     };
     listeners
         .iter()
         .map(|l| l.local_addr().map(|a| a.port()))
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("a free port of 127.0.0.1: {e}"))
+        .map_err(Error::doing("a free port of 127.0.0.1"))
 }
 
 /// One free port, as [`free_ports`].
-pub fn free_port() -> Result<u16, String> {
+pub fn free_port() -> Result<u16> {
     free_ports(1).map(|ports| ports[0])
 }
 
@@ -49,9 +51,9 @@ fn candidates(ephemeral_start: u16) -> (u16, u16) {
 }
 
 /// Binds `n` ports of [low, high), walking from a random one, skipping those in use.
-fn below_ephemeral(n: usize, low: u16, high: u16) -> Result<Vec<TcpListener>, String> {
+fn below_ephemeral(n: usize, low: u16, high: u16) -> Result<Vec<TcpListener>> {
     let span = u32::from(high - low);
-    let start = u32::from_le_bytes(random_four()) % span;
+    let start = crate::random::u32() % span;
     let mut bound = Vec::with_capacity(n);
     for step in 0..span {
         if bound.len() == n {
@@ -63,17 +65,21 @@ fn below_ephemeral(n: usize, low: u16, high: u16) -> Result<Vec<TcpListener>, St
         }
     }
     if bound.len() < n {
-        return Err(format!(
+        return Err(Error::Server(format!(
             "only {} of {n} free ports of 127.0.0.1 in {low}..{high}",
             bound.len()
-        ));
+        )));
     }
     Ok(bound)
 }
 
-fn random_four() -> [u8; 4] {
-    let bytes = crate::kafka::config::random_bytes();
-    [bytes[0], bytes[1], bytes[2], bytes[3]]
+/// Whether something accepts connections on 127.0.0.1:`port`.
+pub fn accepts(port: u16) -> bool {
+    TcpStream::connect_timeout(
+        &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_secs(1),
+    )
+    .is_ok()
 }
 
 #[cfg(test)]
@@ -108,7 +114,7 @@ mod tests {
     fn a_port_in_use_is_not_handed_out() {
         let taken = TcpListener::bind(("127.0.0.1", free_port().unwrap())).unwrap();
         let port = taken.local_addr().unwrap().port();
-        let err = below_ephemeral(1, port, port + 1).unwrap_err();
+        let err = below_ephemeral(1, port, port + 1).unwrap_err().to_string();
         assert_eq!(
             err,
             format!(

@@ -3,11 +3,13 @@
 //! through `setpriv --pdeathsig` (as another user too: `--reuid`/`--regid`, the death
 //! signal survives the change) from one long-lived keeper thread, because a death
 //! signal fires when the *thread* that forked exits and libtest's test threads end.
-//! Dropped, it gets its stop signal, a bounded wait, then KILL.
+//! Dropped, it gets its stop signal, a bounded wait, then KILL (`stop`: that sequence,
+//! written once for our children and for detached ones).
 //!
 //! A detached child ([`Spawn::detached`]: `setsid`, no death signal) outlives this
-//! process instead, for `testbed start`: waited for while it starts, then released;
-//! `detached` finds, signals and waits for such a process later, by its PID.
+//! process instead, for `testbed start`: waited for while it starts, then released
+//! ([`Owned::release`]) into a [`Detached`], which has no drop; `detached` finds,
+//! signals and stops such a process later, by its PID.
 //!
 //! Also the temporary directory (`be-it-<kind>.XXXXXX` under TMPDIR: removed on drop,
 //! kept and named when the thread is panicking) and the guard that removes a directory
@@ -16,50 +18,25 @@
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io;
+use std::mem::ManuallyDrop;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub mod detached;
+mod signal;
+mod stop;
 mod temp;
+mod wait;
+pub use detached::Detached;
+pub use signal::Signal;
+use stop::Stoppable;
 pub use temp::{TempDir, at_exit, expecting_panic, failing, is_root, remove_at_exit};
-
-/// The signals this crate sends, by the name `kill -s` takes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Signal {
-    /// SIGTERM: a polite stop (Kafka's controlled shutdown; PostgreSQL's smart one).
-    Term,
-    /// SIGINT: PostgreSQL's fast shutdown.
-    Int,
-    /// SIGQUIT: PostgreSQL's immediate shutdown.
-    Quit,
-    /// SIGHUP: reload the configuration.
-    Hup,
-    /// SIGKILL.
-    Kill,
-    /// SIGSTOP: frozen until [`Signal::Cont`].
-    Stop,
-    /// SIGCONT.
-    Cont,
-}
-
-impl Signal {
-    /// The name `kill -s` and `setpriv --pdeathsig` take.
-    pub fn name(self) -> &'static str {
-        match self {
-            Signal::Term => "TERM",
-            Signal::Int => "INT",
-            Signal::Quit => "QUIT",
-            Signal::Hup => "HUP",
-            Signal::Kill => "KILL",
-            Signal::Stop => "STOP",
-            Signal::Cont => "CONT",
-        }
-    }
-}
+pub use wait::wait_until;
+pub(crate) use wait::{now, pause};
 
 /// How long a stop waits for the child before it sends KILL, unless told otherwise.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(30);
@@ -154,7 +131,7 @@ impl Spawn {
 
     /// In a session of its own (`setsid`) and without a death signal: it outlives this
     /// process. It is our child until this process exits, so its start can be waited
-    /// for; [`Owned::release`] then leaves it running.
+    /// for; [`Owned::release`] then leaves it running, as a [`Detached`].
     pub fn detached(mut self) -> Self {
         self.detached = true;
         self
@@ -178,7 +155,6 @@ impl Spawn {
             spawn: self,
             child,
             status: None,
-            released: false,
         };
         // setpriv sets the death signal, then runs the program: once it has, the child
         // dies with us (killed before that, as setpriv changes user, it would not).
@@ -270,14 +246,13 @@ fn keep(cmd: Command) -> io::Result<Child> {
         .map_err(|_| io::Error::other("the keeper thread is gone"))?
 }
 
-/// A child of ours: stopped (its stop signal, a bounded wait, KILL) when dropped.
+/// A child of ours: stopped (its stop signal, a bounded wait, KILL) when dropped,
+/// always; [`Owned::release`] turns it into a [`Detached`], which no drop stops.
 #[derive(Debug)]
 pub struct Owned {
     spawn: Spawn,
     child: Child,
     status: Option<ExitStatus>,
-    /// Left running ([`Owned::release`]): the drop does nothing.
-    released: bool,
 }
 
 impl Owned {
@@ -341,28 +316,20 @@ impl Owned {
     }
 
     /// Stops it: its stop signal, at most its grace to exit, then KILL.
-    pub fn stop(&mut self) -> io::Result<ExitStatus> {
+    pub fn stop(&mut self) -> crate::Result<ExitStatus> {
         let signal = self.spawn.stop;
         let grace = self.spawn.grace;
         self.stop_with(signal, grace)
     }
 
-    /// Sends `signal`, waits at most `grace`, then KILLs it and waits.
-    pub fn stop_with(&mut self, signal: Signal, grace: Duration) -> io::Result<ExitStatus> {
+    /// Sends `signal`, waits at most `grace`, then KILLs it and waits (`stop`).
+    pub fn stop_with(&mut self, signal: Signal, grace: Duration) -> crate::Result<ExitStatus> {
         if let Some(status) = self.try_wait()? {
             return Ok(status);
         }
-        self.signal(signal)?;
-        if let Some(status) = self.wait_timeout(grace)? {
-            return Ok(status);
-        }
-        eprintln!(
-            "{} did not stop within {} s of SIG{}: killed",
-            self.spawn.what,
-            grace.as_secs(),
-            signal.name()
-        );
-        self.kill()
+        stop::stop(self, signal, grace)?;
+        let status = self.try_wait()?;
+        Ok(status.expect("a stopped child is reaped"))
     }
 
     /// KILL, and the wait.
@@ -377,7 +344,7 @@ impl Owned {
     }
 
     /// Stops it and starts the same command again.
-    pub fn restart(&mut self) -> io::Result<()> {
+    pub fn restart(&mut self) -> crate::Result<()> {
         self.stop()?;
         let next = self.spawn.clone().spawn()?;
         // The old one is reaped: dropping it does nothing.
@@ -385,11 +352,15 @@ impl Owned {
         Ok(())
     }
 
-    /// Leaves it running, as it is, when this value is dropped: for a detached child
-    /// ([`Spawn::detached`]) once it has started. Its PID.
-    pub fn release(mut self) -> u32 {
-        self.released = true;
-        self.id()
+    /// Leaves it running, as it is, for good: for a detached child ([`Spawn::detached`])
+    /// once it has started. This value is consumed without its drop (which would stop
+    /// the child); the process is the [`Detached`] returned, which has no drop.
+    pub fn release(self) -> Detached {
+        let mut this = ManuallyDrop::new(self);
+        // What it holds is moved out, so nothing leaks: its `Child` holds no descriptor
+        // (the child's stdio went to the child, or to nowhere).
+        let spawn = std::mem::replace(&mut this.spawn, Spawn::new("", ""));
+        Detached::found(this.id(), spawn.what)
     }
 
     /// The last `lines` lines of its log, if it has one.
@@ -408,11 +379,22 @@ impl Owned {
     }
 }
 
+impl Stoppable for Owned {
+    fn name(&self) -> String {
+        self.spawn.what.clone()
+    }
+
+    fn send(&mut self, signal: Signal) -> crate::Result<()> {
+        Ok(self.signal(signal)?)
+    }
+
+    fn gone_within(&mut self, limit: Duration) -> crate::Result<bool> {
+        Ok(self.wait_timeout(limit)?.is_some())
+    }
+}
+
 impl Drop for Owned {
     fn drop(&mut self) {
-        if self.released {
-            return;
-        }
         if let Err(e) = self.stop() {
             eprintln!("stopping {}: {e}", self.spawn.what);
         }
@@ -441,36 +423,6 @@ pub fn tail(file: &Path, lines: usize) -> String {
         .iter()
         .map(|l| format!("    {l}\n"))
         .collect()
-}
-
-/// Waits until `done` says yes, asking every 20 ms for at most `limit`: whether it did.
-pub fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let start = now();
-    loop {
-        if done() {
-            return true;
-        }
-        if now().duration_since(start) >= limit {
-            return false;
-        }
-        pause(Duration::from_millis(20));
-    }
-}
-
-#[allow(
-    clippy::disallowed_methods,
-    reason = "the bound of a wait for a child or a server, not a decision of the program"
-)]
-pub(crate) fn now() -> Instant {
-    Instant::now()
-}
-
-#[allow(
-    clippy::disallowed_methods,
-    reason = "the poll of a wait for a child or a server: the event has no other signal"
-)]
-pub(crate) fn pause(step: Duration) {
-    std::thread::sleep(step);
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Certificates for the TLS tests, made with `openssl`: a CA, a server certificate it
 //! signed for `localhost` and 127.0.0.1, and a second, unrelated CA.
 
+use crate::error::{Error, Result};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -25,11 +26,11 @@ impl Certs {
         Self::try_generate().unwrap_or_else(|e| panic!("{e}"))
     }
 
-    pub fn try_generate() -> Result<Self, String> {
-        let temp = TempDir::new("tls").map_err(|e| e.to_string())?;
+    pub fn try_generate() -> Result<Self> {
+        let temp = TempDir::new("tls")?;
         let dir = temp.path().to_owned();
         let write = |name: &str, text: &str| {
-            std::fs::write(dir.join(name), text).map_err(|e| format!("{name}: {e}"))
+            std::fs::write(dir.join(name), text).map_err(Error::doing(name))
         };
         write(
             "ca.cnf",
@@ -43,7 +44,7 @@ impl Certs {
              extendedKeyUsage = serverAuth\nsubjectAltName = DNS:localhost, IP:127.0.0.1\n",
         )?;
         // Arguments are whitespace-separated; no file name here has a space.
-        let openssl = |args: &str| -> Result<(), String> {
+        let openssl = |args: &str| -> Result<()> {
             let args: Vec<&str> = args.split_whitespace().collect();
             let what = format!("openssl {}", args.join(" "));
             let out = Command::new("openssl")
@@ -51,15 +52,17 @@ impl Certs {
                 .current_dir(&dir)
                 .output()
                 .map_err(|e| {
-                    format!("{what}: {e} (is it installed? scripts/test.sh installs it)")
+                    Error::Tool(format!(
+                        "{what}: {e} (is it installed? scripts/test.sh installs it)"
+                    ))
                 })?;
             if out.status.success() {
                 Ok(())
             } else {
-                Err(format!(
+                Err(Error::Tool(format!(
                     "{what} failed: {}",
                     String::from_utf8_lossy(&out.stderr)
-                ))
+                )))
             }
         };
         for name in ["ca", "other-ca"] {

@@ -356,6 +356,9 @@ pub struct OwnCluster {
     cluster: Mutex<Cluster>,
     /// The nodes stopped or killed and not started since: [`OwnCluster::heal`] starts them.
     down: Mutex<Vec<u32>>,
+    /// The one client that reads the cluster's metadata ([`OwnCluster::heal`],
+    /// [`OwnCluster::leader`]): it follows the nodes as they go and come back.
+    metadata: BaseConsumer,
 }
 
 impl OwnCluster {
@@ -363,10 +366,16 @@ impl OwnCluster {
         let cluster = Kafka::new()
             .start_cluster()
             .unwrap_or_else(|e| panic!("a three-node cluster of the test's own: {e}"));
+        let brokers = cluster.brokers();
+        let metadata = ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .create()
+            .unwrap_or_else(|e| panic!("a metadata client of the cluster {brokers}: {e}"));
         OwnCluster {
-            brokers: cluster.brokers(),
+            brokers,
             cluster: Mutex::new(cluster),
             down: Mutex::new(Vec::new()),
+            metadata,
         }
     }
 
@@ -427,15 +436,11 @@ impl OwnCluster {
             let ids: Vec<i32> = down.iter().map(|&id| id as i32).collect();
             self.restart_together(&ids);
         }
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &self.brokers)
-            .create()
-            .unwrap();
         super::wait_for(
             Duration::from_secs(120),
             "the cluster's three brokers in its metadata",
             || {
-                consumer
+                self.metadata
                     .fetch_metadata(None, Duration::from_secs(5))
                     .ok()
                     .filter(|m| m.brokers().len() == 3)
@@ -448,11 +453,8 @@ impl OwnCluster {
     /// The node.id of the leader of `partition` of `topic`, as the cluster's metadata
     /// says now.
     pub fn leader(&self, topic: &str, partition: i32) -> i32 {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &self.brokers)
-            .create()
-            .unwrap();
-        let metadata = consumer
+        let metadata = self
+            .metadata
             .fetch_metadata(Some(topic), Duration::from_secs(10))
             .unwrap();
         metadata.topics()[0]

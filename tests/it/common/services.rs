@@ -18,7 +18,7 @@ pub fn admin_url() -> String {
     if let Some(url) = std::env::var_os("DATABASE_URL") {
         return url.into_string().expect("DATABASE_URL is UTF-8");
     }
-    static POSTGRES: OnceLock<Result<String, String>> = OnceLock::new();
+    static POSTGRES: OnceLock<Result<String, booking_expire_testbed::Error>> = OnceLock::new();
     let started = POSTGRES.get_or_init(|| {
         booking_expire_testbed::postgres::Postgres::new()
             .start()
@@ -40,7 +40,7 @@ pub fn shared_brokers() -> String {
     if let Some(brokers) = std::env::var_os("KAFKA_BROKERS") {
         return brokers.into_string().expect("KAFKA_BROKERS is UTF-8");
     }
-    static KAFKA: OnceLock<Result<String, String>> = OnceLock::new();
+    static KAFKA: OnceLock<Result<String, booking_expire_testbed::Error>> = OnceLock::new();
     let outcome = KAFKA.get_or_init(|| {
         booking_expire_testbed::kafka::Kafka::new()
             .start()

@@ -4,6 +4,7 @@
 //! Jaeger's `OTLP_HTTP=…`, `OTLP_GRPC=…`, `QUERY=…` lines). The environment of
 //! `scripts/kafka-start.sh` sets the defaults; a flag overrides it.
 
+use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
 use super::{Kafka, config};
@@ -37,11 +38,11 @@ fn var(env: &dyn Fn(&str) -> Option<String>, name: &str) -> Option<String> {
 
 impl Args {
     /// The arguments after `serve kafka`, over the defaults of `env`.
-    pub fn parse(args: &[String], env: &dyn Fn(&str) -> Option<String>) -> Result<Args, String> {
+    pub fn parse(args: &[String], env: &dyn Fn(&str) -> Option<String>) -> Result<Args> {
         let number = |what: &str, v: &str| {
             v.trim()
                 .parse::<u32>()
-                .map_err(|_| format!("{what} must be a number, got {v:?}"))
+                .map_err(|_| Error::Usage(format!("{what} must be a number, got {v:?}")))
         };
         let mut a = Args {
             nodes: var(env, "KAFKA_NODES").map_or(Ok(1), |v| number("KAFKA_NODES", &v))?,
@@ -69,7 +70,7 @@ impl Args {
             let mut value = || {
                 rest.next()
                     .map(|v| v.trim().to_owned())
-                    .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))
+                    .ok_or_else(|| Error::Usage(format!("{flag} needs a value\n{USAGE}")))
             };
             match flag.as_str() {
                 "--nodes" => a.nodes = number("--nodes", &value()?)?,
@@ -79,12 +80,14 @@ impl Args {
                 "--authorizer" => a.authorizer = true,
                 "--user" => flag_users.extend(config::parse_users(&value()?)?),
                 "--state" => a.state = Some(value()?.into()),
-                other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
+                other => return Err(Error::Usage(format!("unknown argument {other:?}\n{USAGE}"))),
             }
         }
         if !flag_users.is_empty() {
             if a.tls.is_none() {
-                return Err("SCRAM users need TLS (--tls DIR or KAFKA_TLS_DIR)".into());
+                return Err(Error::Usage(
+                    "SCRAM users need TLS (--tls DIR or KAFKA_TLS_DIR)".into(),
+                ));
             }
             a.users = flag_users;
         } else if a.tls.is_none() {
@@ -99,8 +102,12 @@ impl Args {
         match a.nodes {
             1 => {}
             3 if a.tls.is_none() && !a.authorizer && a.port.is_none() => {}
-            3 => return Err("three nodes run PLAINTEXT only, on free ports".into()),
-            n => return Err(format!("--nodes must be 1 or 3, got {n}")),
+            3 => {
+                return Err(Error::Usage(
+                    "three nodes run PLAINTEXT only, on free ports".into(),
+                ));
+            }
+            n => return Err(Error::Usage(format!("--nodes must be 1 or 3, got {n}"))),
         }
         Ok(a)
     }
@@ -120,14 +127,14 @@ impl Args {
     }
 }
 
-fn port(n: u32) -> Result<u16, String> {
+fn port(n: u32) -> Result<u16> {
     u16::try_from(n)
         .ok()
         .filter(|p| *p > 0)
-        .ok_or_else(|| format!("a port is 1..=65535, not {n}"))
+        .ok_or_else(|| Error::Usage(format!("a port is 1..=65535, not {n}")))
 }
 
-fn write_state(dir: &Path, files: &[(&str, String)]) -> Result<(), String> {
+fn write_state(dir: &Path, files: &[(&str, String)]) -> Result<()> {
     for (name, text) in files {
         super::config::write_private(&dir.join(name), format!("{text}\n").as_bytes())?;
     }
@@ -145,7 +152,7 @@ pub enum Served {
 /// `testbed serve kafka ARGS`: the broker or cluster started, and what to print (its
 /// PLAINTEXT addresses). Should this process die before the value is dropped, the
 /// nodes die with it and a guard removes their directory.
-pub fn start(args: &[String]) -> Result<(String, Served), String> {
+pub fn start(args: &[String]) -> Result<(String, Served)> {
     let args = Args::parse(args, &|name| std::env::var(name).ok())?;
     let kafka = args.kafka();
     if args.nodes == 3 {
@@ -176,11 +183,11 @@ pub fn start(args: &[String]) -> Result<(String, Served), String> {
 
 /// `testbed serve jaeger` (no arguments; `JAEGER_VERSION`, `JAEGER_START_TIMEOUT`):
 /// Jaeger started, and its `OTLP_HTTP=`, `OTLP_GRPC=` and `QUERY=` lines.
-pub fn start_jaeger(args: &[String]) -> Result<(String, Served), String> {
+pub fn start_jaeger(args: &[String]) -> Result<(String, Served)> {
     if let Some(arg) = args.first() {
-        return Err(format!(
+        return Err(Error::Usage(format!(
             "unknown argument {arg:?}\nusage: testbed serve jaeger"
-        ));
+        )));
     }
     let jaeger = Jaeger::start()?;
     remove_at_exit(jaeger.dir());
@@ -195,7 +202,7 @@ pub fn start_jaeger(args: &[String]) -> Result<(String, Served), String> {
 mod tests {
     use super::*;
 
-    fn parse(args: &[&str], env: &[(&str, &str)]) -> Result<Args, String> {
+    fn parse(args: &[&str], env: &[(&str, &str)]) -> Result<Args> {
         let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
         let env: Vec<(String, String)> = env
             .iter()
@@ -246,36 +253,43 @@ mod tests {
         assert!(
             parse(&["--nodes", "2"], &[])
                 .unwrap_err()
+                .to_string()
                 .contains("1 or 3")
         );
         assert!(
             parse(&["--nodes", "3", "--tls", "/c"], &[])
                 .unwrap_err()
+                .to_string()
                 .contains("PLAINTEXT")
         );
         assert!(
             parse(&["--user", "a:b"], &[])
                 .unwrap_err()
+                .to_string()
                 .contains("need TLS")
         );
         assert!(
             parse(&["--port", "70000"], &[])
                 .unwrap_err()
+                .to_string()
                 .contains("1..=65535")
         );
         assert!(
             parse(&["--port"], &[])
                 .unwrap_err()
+                .to_string()
                 .contains("needs a value")
         );
         assert!(
             parse(&["--bogus"], &[])
                 .unwrap_err()
+                .to_string()
                 .contains("unknown argument")
         );
         assert!(
             parse(&[], &[("KAFKA_NODES", "x")])
                 .unwrap_err()
+                .to_string()
                 .contains("a number")
         );
         let plain = parse(&[], &[("KAFKA_SASL_EXTRA_USERS", "a:b")]).unwrap();

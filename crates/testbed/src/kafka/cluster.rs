@@ -4,11 +4,12 @@
 //! every topic. A node is stopped, killed, frozen and started again on its own, with
 //! its data on the same ports.
 
-use std::path::Path;
+use crate::error::{Error, Result};
+use std::path::{Path, PathBuf};
 
+use super::config::write_node;
 use super::config::{self, NodeConfig};
-use super::config::{write, write_node};
-use super::node::{self, Jvm, Node, NotReady};
+use super::node::{self, Jvm, Node, NotReady, Released};
 use crate::process::{Signal, TempDir};
 
 /// How many nodes a cluster has.
@@ -26,22 +27,16 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Writes and formats the three nodes in `dir` (`node1`…`node3`; `cluster_nodes`
-    /// lists them, `kafka_brokers` the addresses, each node's `heap_opts` its heap for a
-    /// start again), launches them (detached: see `state_dir`) and waits for them. A
+    /// Writes and formats the three nodes in `dir` (`node1`…`node3`), launches them
+    /// (detached: see `state_dir`) and waits for them. A
     /// port taken between its choice and a node's bind (another process's connection
     /// may take it) makes every node again on new ports (3 attempts).
-    pub(super) fn start_in(jvm: Jvm, dir: TempDir, detached: bool) -> Result<Cluster, String> {
+    pub(super) fn start_in(jvm: Jvm, dir: TempDir, detached: bool) -> Result<Cluster> {
         let mut last = String::new();
         for _ in 0..3 {
             let mut nodes = Self::make_nodes(&jvm, dir.path(), detached)?;
             match Self::launch_together(&mut nodes) {
-                Ok(()) => {
-                    let cluster = Cluster { nodes, dir };
-                    let brokers = cluster.brokers();
-                    write(cluster.dir.path(), "kafka_brokers", &brokers)?;
-                    return Ok(cluster);
-                }
+                Ok(()) => return Ok(Cluster { nodes, dir }),
                 Err(e) => {
                     // No half-started cluster is left behind.
                     nodes.iter_mut().for_each(Node::kill);
@@ -50,18 +45,18 @@ impl Cluster {
                             port_taken: true,
                             why,
                         } => last = why,
-                        e => return Err(e.message()),
+                        e => return Err(e.into_error()),
                     }
                 }
             }
             for i in 1..=NODES {
                 let home = dir.path().join(format!("node{i}"));
-                std::fs::remove_dir_all(&home).map_err(|e| format!("{}: {e}", home.display()))?;
+                std::fs::remove_dir_all(&home).map_err(Error::at(&home))?;
             }
         }
-        Err(format!(
+        Err(Error::Server(format!(
             "the cluster's nodes could not bind their ports in 3 attempts: {last}"
-        ))
+        )))
     }
 
     /// A node is ready only once a majority of the quorum runs: launched together,
@@ -70,23 +65,23 @@ impl Cluster {
         for node in nodes.iter_mut() {
             node.launch().map_err(|why| NotReady::Exited {
                 port_taken: false,
-                why,
+                why: why.to_string(),
             })?;
         }
         nodes.iter_mut().try_for_each(Node::wait_ready)
     }
 
     /// The three nodes in `dir`, on ports chosen now, written and formatted.
-    fn make_nodes(jvm: &Jvm, dir: &Path, detached: bool) -> Result<Vec<Node>, String> {
+    fn make_nodes(jvm: &Jvm, dir: &Path, detached: bool) -> Result<Vec<Node>> {
         let ports = node::free_ports(2 * NODES as usize)?;
         let voters: Vec<String> = (1..=NODES)
             .map(|i| format!("{i}@127.0.0.1:{}", ports[2 * i as usize - 1]))
             .collect();
-        let id = config::cluster_id(config::random_bytes);
+        let id = config::cluster_id(crate::random::bytes16);
         let mut nodes = Vec::new();
         for i in 1..=NODES {
             let home = dir.join(format!("node{i}"));
-            std::fs::create_dir_all(&home).map_err(|e| format!("{}: {e}", home.display()))?;
+            std::fs::create_dir_all(&home).map_err(Error::at(&home))?;
             let node = NodeConfig {
                 id: i,
                 voters: Some(voters.join(",")),
@@ -98,25 +93,12 @@ impl Cluster {
             // A static quorum: no --standalone; the nodes share the cluster's id.
             jvm.jars
                 .format(&home.join("server.properties"), &id, false, &[])?;
-            write(&home, "kafka_version", &jvm.jars.version)?;
-            write(&home, "heap_opts", &jvm.heap)?;
-            write(
-                &home,
-                "kafka_brokers",
-                &format!("127.0.0.1:{}", node.broker_port),
-            )?;
             let mut node = Node::new(&home, jvm.clone())?;
             if detached {
                 node.detach();
             }
             nodes.push(node);
         }
-        let listed: Vec<String> = nodes
-            .iter()
-            .map(|n| n.dir().display().to_string())
-            .collect();
-        write(dir, "cluster_nodes", &listed.join("\n"))?;
-        write(dir, "kafka_version", &jvm.jars.version)?;
         Ok(nodes)
     }
 
@@ -155,19 +137,19 @@ impl Cluster {
     }
 
     /// Starts node `id` again with its data, and waits until it serves.
-    pub fn restart(&mut self, id: u32) -> Result<(), String> {
+    pub fn restart(&mut self, id: u32) -> Result<()> {
         self.node(id).start()
     }
 
     /// Starts the nodes `ids` again with their data, launched together and waited for
     /// together (as the cluster's first start), so their JVMs start side by side.
-    pub fn restart_together(&mut self, ids: &[u32]) -> Result<(), String> {
+    pub fn restart_together(&mut self, ids: &[u32]) -> Result<()> {
         let started = ids
             .iter()
             .try_for_each(|&id| self.node(id).launch())
             .and_then(|()| {
                 ids.iter()
-                    .try_for_each(|&id| self.node(id).wait_ready().map_err(|e| e.message()))
+                    .try_for_each(|&id| self.node(id).wait_ready().map_err(NotReady::into_error))
             });
         if started.is_err() {
             // None of them is left half-started.
@@ -179,7 +161,7 @@ impl Cluster {
     }
 
     /// Sends `signal` to node `id` (STOP and CONT: a frozen node).
-    pub fn signal(&mut self, id: u32, signal: Signal) -> Result<(), String> {
+    pub fn signal(&mut self, id: u32, signal: Signal) -> Result<()> {
         self.node(id).signal(signal)
     }
 
@@ -193,12 +175,17 @@ impl Cluster {
         }
     }
 
-    /// Leaves every node running for good (detached ones): their PIDs in their
-    /// `kafka.pid`.
-    pub(super) fn release(&mut self) -> Result<(), String> {
-        self.nodes
-            .iter_mut()
-            .try_for_each(|n| n.release().map(drop))
+    /// Leaves every node running for good (detached ones): the cluster is consumed
+    /// (its drop then has no node to stop), each node's JVM returned with its
+    /// directory and address.
+    pub(super) fn release(mut self) -> Result<Vec<(PathBuf, String, Released)>> {
+        std::mem::take(&mut self.nodes)
+            .into_iter()
+            .map(|n| {
+                let (dir, address) = (n.dir().to_owned(), n.address());
+                n.release().map(|released| (dir, address, released))
+            })
+            .collect()
     }
 
     /// Kills every node.

@@ -3,6 +3,7 @@
 //! in memory), its `log4j2.properties`, a KRaft cluster id, and the SCRAM users'
 //! arguments of the storage format. Pure, so the unit tests read them.
 
+use crate::error::{Error, Result};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -184,19 +185,9 @@ fn base64url(bytes: &[u8]) -> String {
     out
 }
 
-/// 16 bytes from the kernel's random source.
-pub fn random_bytes() -> [u8; 16] {
-    use std::io::Read;
-    let mut bytes = [0; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .expect("read /dev/urandom");
-    bytes
-}
-
 /// A random password: 32 hexadecimal digits.
 pub fn random_password() -> String {
-    random_bytes().iter().map(|b| format!("{b:02x}")).collect()
+    crate::random::hex::<16>()
 }
 
 /// Whether `text` may be a SCRAM user's name or password here: letters, digits, `-`
@@ -222,15 +213,15 @@ pub fn scram_args(users: &[(String, String)]) -> Vec<String> {
 }
 
 /// `name:password name:password` (KAFKA_SASL_EXTRA_USERS) as pairs, or what is wrong.
-pub fn parse_users(text: &str) -> Result<Vec<(String, String)>, String> {
+pub fn parse_users(text: &str) -> Result<Vec<(String, String)>> {
     text.split_whitespace()
         .map(|entry| match entry.split_once(':') {
             Some((n, p)) if plain_word(n) && plain_word(p) => Ok((n.to_owned(), p.to_owned())),
-            _ => Err(
+            _ => Err(Error::Usage(
                 "KAFKA_SASL_EXTRA_USERS: want name:password (letters, digits, - and _), \
                  got an entry of another form"
                     .to_owned(),
-            ),
+            )),
         })
         .collect()
 }
@@ -255,13 +246,13 @@ pub fn ports_of(properties: &str) -> Option<Ports> {
 }
 
 /// Writes a node's configuration files into its directory.
-pub(super) fn write_node(dir: &Path, node: &NodeConfig) -> Result<(), String> {
+pub(super) fn write_node(dir: &Path, node: &NodeConfig) -> Result<()> {
     write(dir, "server.properties", &server_properties(dir, node))?;
     write(dir, "log4j2.properties", LOG4J2)
 }
 
 /// Writes `bytes` into `file`, readable by its owner only (mode 0600): a password, a key.
-pub(super) fn write_private(file: &Path, bytes: &[u8]) -> Result<(), String> {
+pub(super) fn write_private(file: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
@@ -271,18 +262,18 @@ pub(super) fn write_private(file: &Path, bytes: &[u8]) -> Result<(), String> {
         .mode(0o600)
         .open(file)
         .and_then(|mut f| f.write_all(bytes))
-        .map_err(|e| format!("{}: {e}", file.display()))
+        .map_err(Error::at(file))
 }
 
 /// Writes `text` into `dir/name`, ending in a newline.
-pub(super) fn write(dir: &Path, name: &str, text: &str) -> Result<(), String> {
+pub(super) fn write(dir: &Path, name: &str, text: &str) -> Result<()> {
     let file = dir.join(name);
     let text = if text.ends_with('\n') {
         text.to_owned()
     } else {
         format!("{text}\n")
     };
-    std::fs::write(&file, text).map_err(|e| format!("{}: {e}", file.display()))
+    std::fs::write(&file, text).map_err(Error::at(&file))
 }
 
 #[cfg(test)]
@@ -346,7 +337,7 @@ mod tests {
             "AAAAAAAAAAAAAAAAAAAAAA"
         );
         assert_eq!(base64url(&[0xfb, 0xff]), "-_8");
-        let id = cluster_id(random_bytes);
+        let id = cluster_id(crate::random::bytes16);
         assert_eq!(id.len(), 22, "{id}");
     }
 

@@ -2,18 +2,19 @@
 //! version's pom (`scripts/kafka/pom.xml`, or a `pom-*.xml` pinning another), Java 17
 //! or newer, the classpath that Maven resolves once and the cache keeps (installing a
 //! missing Java or Maven stays that script's, as root only), the AppCDS archive a JVM
-//! maps or writes at its clean exit (a detached JVM's named in its node's `cds_pending`
-//! until a stop settles it), and the KRaft storage format (Kafka's own
+//! maps or writes at its clean exit (a detached JVM's named in its node's state until a
+//! stop settles it), and the KRaft storage format (Kafka's own
 //! StorageTool). Each is one `bash` call into the script, so the scripts and the
 //! crate share one cache and one lock.
 
+use crate::error::{Error, Result};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// Runs `body` in `bash` with `scripts/kafka/lib.sh` sourced and `KAFKA_POM` set for
 /// `version` (empty: the default), `args` as `$2`…; its stdout, or its stderr's story.
-fn lib_sh(scripts: &Path, version: &str, body: &str, args: &[&OsStr]) -> Result<String, String> {
+fn lib_sh(scripts: &Path, version: &str, body: &str, args: &[&OsStr]) -> Result<String> {
     let script = format!(
         "set -euo pipefail; source \"$KAFKA_LIB\"; kafka_use_version \"$1\"; shift; {body}"
     );
@@ -26,15 +27,15 @@ fn lib_sh(scripts: &Path, version: &str, body: &str, args: &[&OsStr]) -> Result<
         .env("KAFKA_LIB", scripts.join("kafka/lib.sh"))
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| format!("bash (for scripts/kafka/lib.sh): {e}"))?;
+        .map_err(|e| Error::Tool(format!("bash (for scripts/kafka/lib.sh): {e}")))?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
-        Err(format!(
+        Err(Error::Tool(format!(
             "scripts/kafka/lib.sh failed ({}):\n{}",
             out.status,
             String::from_utf8_lossy(&out.stderr).trim_end()
-        ))
+        )))
     }
 }
 
@@ -72,30 +73,22 @@ impl Cds {
         }
     }
 
-    /// Settles the archive a detached JVM of the node in `dir` was to write, as its
-    /// `cds_pending` ("TMP FINAL") names it: published if `clean`, else dropped; the
-    /// file is removed.
-    pub fn settle_pending(dir: &Path, scripts: &Path, clean: bool) {
-        let file = dir.join("cds_pending");
-        let Ok(text) = std::fs::read_to_string(&file) else {
-            return;
+    /// Settles the archive a detached JVM was to write (`pending`, as its STATE_DIR's
+    /// state names it: the file it writes, the name it is published under): published
+    /// if `clean`, else dropped.
+    pub fn settle_pending(pending: Option<(PathBuf, PathBuf)>, scripts: &Path, clean: bool) {
+        let cds = Cds {
+            flags: Vec::new(),
+            pending,
         };
-        let mut words = text.split_whitespace();
-        if let (Some(tmp), Some(last)) = (words.next(), words.next()) {
-            let cds = Cds {
-                flags: Vec::new(),
-                pending: Some((tmp.into(), last.into())),
-            };
-            cds.publish(scripts, clean);
-        }
-        let _ = std::fs::remove_file(&file);
+        cds.publish(scripts, clean);
     }
 }
 
 impl Jars {
     /// Resolves `version` (empty: the default); a version no pom pins is refused with
     /// the list of those there are.
-    pub fn resolve(scripts: &Path, version: &str) -> Result<Jars, String> {
+    pub fn resolve(scripts: &Path, version: &str) -> Result<Jars> {
         let out = lib_sh(
             scripts,
             version,
@@ -108,7 +101,7 @@ impl Jars {
                 .next()
                 .filter(|l| !l.is_empty())
                 .map(str::to_owned)
-                .ok_or_else(|| format!("scripts/kafka/lib.sh printed no {what}"))
+                .ok_or_else(|| Error::Tool(format!("scripts/kafka/lib.sh printed no {what}")))
         };
         Ok(Jars {
             scripts: scripts.to_owned(),
@@ -121,7 +114,7 @@ impl Jars {
 
     /// The AppCDS flags of one broker JVM (none with `KAFKA_CDS=0`, or for a version
     /// other than the default's).
-    pub fn cds(&self) -> Result<Cds, String> {
+    pub fn cds(&self) -> Result<Cds> {
         let out = lib_sh(
             &self.scripts,
             &self.asked,
@@ -157,7 +150,7 @@ impl Jars {
         cluster_id: &str,
         standalone: bool,
         scram: &[String],
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         let mut args: Vec<&OsStr> = vec![OsStr::new("format")];
         if standalone {
             args.push(OsStr::new("--standalone"));
@@ -176,6 +169,11 @@ impl Jars {
             &args,
         )
         .map(drop)
-        .map_err(|e| format!("formatting the storage of {}: {e}", properties.display()))
+        .map_err(|e| {
+            Error::Tool(format!(
+                "formatting the storage of {}: {e}",
+                properties.display()
+            ))
+        })
     }
 }

@@ -15,12 +15,13 @@ pub mod jars;
 pub mod node;
 pub mod state_dir;
 
+use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use cluster::Cluster;
-use config::{NodeConfig, write, write_node};
+use config::{NodeConfig, write_node};
 use jars::Jars;
 use node::{Jvm, Node, NotReady};
 
@@ -124,7 +125,7 @@ impl Kafka {
         self
     }
 
-    fn jvm(&self, heap: &str) -> Result<Jvm, String> {
+    fn jvm(&self, heap: &str) -> Result<Jvm> {
         Ok(Jvm {
             jars: Arc::new(Jars::resolve(&self.scripts, &self.version)?),
             heap: self.heap.clone().unwrap_or_else(|| heap.to_owned()),
@@ -136,15 +137,15 @@ impl Kafka {
 
     /// Starts one node in a new temporary directory and waits until it serves. A port
     /// taken between its choice and the broker's bind is chosen again (3 attempts).
-    pub fn start(&self) -> Result<Broker, String> {
+    pub fn start(&self) -> Result<Broker> {
         let jvm = self.jvm(BROKER_HEAP)?;
-        let dir = TempDir::new("kafka").map_err(|e| e.to_string())?;
+        let dir = TempDir::new("kafka")?;
         self.start_in(dir, jvm, false)
     }
 
     /// Starts one node in `dir` (detached: left running once it serves, see
     /// `state_dir`), as [`Kafka::start`].
-    fn start_in(&self, dir: TempDir, jvm: Jvm, detached: bool) -> Result<Broker, String> {
+    fn start_in(&self, dir: TempDir, jvm: Jvm, detached: bool) -> Result<Broker> {
         let mut users = self.users.clone();
         if self.tls.is_some() && users.is_empty() {
             users.push(("relay".into(), config::random_password()));
@@ -153,9 +154,9 @@ impl Kafka {
             .iter()
             .find(|(n, p)| !config::plain_word(n) || !config::plain_word(p))
         {
-            return Err(format!(
+            return Err(Error::Server(format!(
                 "SCRAM user {bad:?}: names and passwords are letters, digits, - and _ only"
-            ));
+            )));
         }
         if let Some(certs) = &self.tls {
             copy_keystore(certs, dir.path())?;
@@ -169,7 +170,7 @@ impl Kafka {
             node.authorizer = self.authorizer;
             write_node(dir.path(), &node)?;
             let _ = std::fs::remove_dir_all(dir.path().join("data"));
-            let id = config::cluster_id(config::random_bytes);
+            let id = config::cluster_id(crate::random::bytes16);
             let scram = config::scram_args(&users);
             jvm.jars
                 .format(&dir.path().join("server.properties"), &id, true, &scram)?;
@@ -181,7 +182,6 @@ impl Kafka {
             match running.wait_ready() {
                 Ok(()) => {
                     let version = jvm.jars.version.clone();
-                    write(dir.path(), "kafka_version", &version)?;
                     return Ok(Broker {
                         node: running,
                         users,
@@ -196,21 +196,23 @@ impl Kafka {
                     running.kill();
                     last = why;
                 }
-                Err(e) => return Err(e.message()),
+                Err(e) => return Err(e.into_error()),
             }
         }
-        Err(format!(
+        Err(Error::Server(format!(
             "the broker could not bind its ports in 3 attempts: {last}"
-        ))
+        )))
     }
 
     /// Starts a three-node cluster in a new temporary directory (`node1`…`node3`) and
     /// waits until every node serves. PLAINTEXT only.
-    pub fn start_cluster(&self) -> Result<Cluster, String> {
+    pub fn start_cluster(&self) -> Result<Cluster> {
         if self.tls.is_some() || self.authorizer {
-            return Err("a cluster runs PLAINTEXT only (no TLS, no authorizer)".into());
+            return Err(Error::Refused(
+                "a cluster runs PLAINTEXT only (no TLS, no authorizer)".into(),
+            ));
         }
-        let dir = TempDir::new("kafka3").map_err(|e| e.to_string())?;
+        let dir = TempDir::new("kafka3")?;
         Cluster::start_in(self.jvm(cluster::NODE_HEAP)?, dir, false)
     }
 }
@@ -218,19 +220,17 @@ impl Kafka {
 /// Writes `server.properties` and `log4j2.properties` of `node` into `dir`.
 /// The key and the certificate of `certs` as one PEM keystore, `dir/tls/server.pem`
 /// (mode 0600), so a restart needs nothing else.
-fn copy_keystore(certs: &Path, dir: &Path) -> Result<(), String> {
+fn copy_keystore(certs: &Path, dir: &Path) -> Result<()> {
     let read = |name: &str| {
-        std::fs::read(certs.join(name)).map_err(|e| {
-            format!(
-                "the TLS directory {} has no readable {name}: {e}",
-                certs.display()
-            )
-        })
+        std::fs::read(certs.join(name)).map_err(Error::doing(format!(
+            "the TLS directory {} has no readable {name}",
+            certs.display()
+        )))
     };
     let mut pem = read("server.key")?;
     pem.extend(read("server.crt")?);
     let tls = dir.join("tls");
-    std::fs::create_dir_all(&tls).map_err(|e| format!("{}: {e}", tls.display()))?;
+    std::fs::create_dir_all(&tls).map_err(Error::at(&tls))?;
     config::write_private(&tls.join("server.pem"), &pem)
 }
 
@@ -291,12 +291,12 @@ impl Broker {
     }
 
     /// Starts it again (after a stop or a kill) on the same ports with its data.
-    pub fn restart(&mut self) -> Result<(), String> {
+    pub fn restart(&mut self) -> Result<()> {
         self.node.start()
     }
 
     /// Sends `signal` to the broker (STOP and CONT: a frozen broker).
-    pub fn signal(&mut self, signal: Signal) -> Result<(), String> {
+    pub fn signal(&mut self, signal: Signal) -> Result<()> {
         self.node.signal(signal)
     }
 

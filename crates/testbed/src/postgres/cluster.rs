@@ -1,25 +1,28 @@
 //! How a server comes up, as scripts/pg-start.sh did it: initdb (or pg_basebackup -R
 //! for a standby, through a replication slot of its own), the throwaway settings, the
-//! TLS files, `postgres` spawned on a free port (an owned child, or a detached one left
-//! running) and waited for with pg_isready; and the standby's slot dropped on its
+//! TLS files, `postgres` spawned on a free port (an owned child, or a detached one to be
+//! released) and waited for with pg_isready; and the standby's slot dropped on its
 //! primary when it stops.
 
+use crate::error::{Error, Result};
 use std::ffi::OsStr;
 use std::fs;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::{PORT_ATTEMPTS, Server, Slot, binaries, checked, conf, free_port, seconds_from_env};
-use crate::process::{self, Signal, Spawn};
+use super::{
+    Instance, PORT_ATTEMPTS, Slot, Started, binaries, checked, conf, free_port, seconds_from_env,
+};
+use crate::process::{self, Owned, Signal, Spawn};
 
 /// The statement that drops a standby's slot (psql -v slot=NAME).
 const DROP_SLOT: &str = include_str!("../../sql/drop_standby_slot.sql");
 /// The statement that makes it again (psql -v slot=NAME).
 pub(super) const MAKE_SLOT: &str = include_str!("../../sql/make_standby_slot.sql");
 
-impl Server {
-    pub(super) fn init_cluster(&self, tls: Option<&Path>) -> Result<(), String> {
+impl Instance {
+    pub(super) fn init_cluster(&self, tls: Option<&Path>) -> Result<()> {
         // C.UTF-8 gives UTF-8 character semantics without generated locales.
         let locales = Command::new("locale").arg("-a").output();
         let utf8 = locales.is_ok_and(|o| {
@@ -48,17 +51,15 @@ impl Server {
             .output();
         checked("initdb", out)?;
         let conf = self.data.join("postgresql.conf");
-        let mut text = fs::read(&conf).map_err(|e| e.to_string())?;
+        let mut text = fs::read(&conf)?;
         text.extend_from_slice(b"\ninclude 'throwaway.conf'\n");
         self.write(&conf, &text, 0o600)?;
         if let Some(certs) = tls {
             let read = |name: &str| {
-                fs::read(certs.join(name)).map_err(|e| {
-                    format!(
-                        "the TLS directory {} has no readable {name}: {e}",
-                        certs.display()
-                    )
-                })
+                fs::read(certs.join(name)).map_err(Error::doing(format!(
+                    "the TLS directory {} has no readable {name}",
+                    certs.display()
+                )))
             };
             self.write(&self.data.join("server.crt"), &read("server.crt")?, 0o644)?;
             self.write(&self.data.join("server.key"), &read("server.key")?, 0o600)?;
@@ -71,17 +72,16 @@ impl Server {
         Ok(())
     }
 
-    pub(super) fn clone_cluster(&mut self, primary: &Server) -> Result<(), String> {
+    pub(super) fn clone_cluster(&mut self, primary: &Instance) -> Result<()> {
         if primary.bindir != self.bindir {
-            return Err(format!(
+            return Err(Error::Server(format!(
                 "the primary runs other binaries ({}) than {}",
                 primary.bindir.display(),
                 self.bindir.display()
-            ));
+            )));
         }
         let name = self
             .dir
-            .path()
             .file_name()
             .map(OsStr::to_string_lossy)
             .unwrap_or_default()
@@ -121,41 +121,39 @@ impl Server {
     }
 
     /// Starts `postgres` on a port the kernel picked free, again on another one (up to
-    /// 5 times) when another process took it first.
-    pub(super) fn start_on_free_port(&mut self) -> Result<(), String> {
+    /// 5 times) when another process took it first: the child (`detached`: spawned in a
+    /// session of its own, to be released).
+    pub(super) fn start_on_free_port(&mut self, detached: bool) -> Result<Owned> {
         let mut taken = Vec::new();
         for _ in 0..PORT_ATTEMPTS {
             self.port = free_port()?;
             let conf = conf::throwaway_conf(self.port, &self.socket_dir, self.tls);
             self.write(&self.data.join("throwaway.conf"), conf.as_bytes(), 0o600)?;
-            match self.spawn_and_wait()? {
-                Ok(()) => return Ok(()),
-                Err(why) => taken.push(why),
+            match self.spawn_and_wait(detached)? {
+                Started::Ready(child) => return Ok(*child),
+                Started::PortTaken(why) => taken.push(why),
             }
         }
-        Err(format!(
+        Err(Error::Server(format!(
             "no usable port after {PORT_ATTEMPTS} attempts: {taken:?}"
-        ))
+        )))
     }
 
-    /// Spawns the server and waits for it: `Ok(Err(why))` when its port was taken.
-    pub(super) fn spawn_and_wait(&self) -> Result<Result<(), String>, String> {
+    /// Spawns the server (`detached`: in a session of its own, without a death signal)
+    /// and waits for it.
+    pub(super) fn spawn_and_wait(&self, detached: bool) -> Result<Started> {
         let before = fs::metadata(&self.log).map_or(0, |m| m.len()) as usize;
         let spawn = Spawn::new("PostgreSQL", self.bindir.join("postgres"))
             .arg("-D")
             .arg(&self.data)
             .run_as(self.run_as.as_deref())
-            .current_dir(self.dir.path())
+            .current_dir(&self.dir)
             .log(&self.log)
             .stop_signal(Signal::Int)
             .death_signal(Signal::Int)
             .grace(seconds_from_env("PG_STOP_TIMEOUT", 60));
-        let spawn = if self.detached {
-            spawn.detached()
-        } else {
-            spawn
-        };
-        let mut child = spawn.spawn().map_err(|e| e.to_string())?;
+        let spawn = if detached { spawn.detached() } else { spawn };
+        let mut child = spawn.spawn()?;
         let limit = seconds_from_env("PG_START_TIMEOUT", 60);
         let isready = binaries::tool(&self.bindir, "pg_isready");
         let mut exited = None;
@@ -175,9 +173,11 @@ impl Server {
             let log = fs::read(&self.log).unwrap_or_default();
             let since = String::from_utf8_lossy(&log[before.min(log.len())..]).into_owned();
             if conf::port_taken(&since) {
-                return Ok(Err(format!("port {}: {status}", self.port)));
+                return Ok(Started::PortTaken(format!("port {}: {status}", self.port)));
             }
-            return Err(child.failure(&format!("exited before it was ready ({status})")));
+            return Err(Error::Server(
+                child.failure(&format!("exited before it was ready ({status})")),
+            ));
         }
         if !ready {
             let why = child.failure(&format!(
@@ -186,14 +186,9 @@ impl Server {
                 limit.as_secs()
             ));
             let _ = child.kill();
-            return Err(why);
+            return Err(Error::Server(why));
         }
-        if self.detached {
-            child.release();
-        } else {
-            *self.child() = Some(child);
-        }
-        Ok(Ok(()))
+        Ok(Started::Ready(Box::new(child)))
     }
 
     /// A standby's slot, dropped on its primary once the standby's WAL sender has gone

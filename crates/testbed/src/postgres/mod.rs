@@ -14,6 +14,7 @@ mod os_user;
 mod pgbouncer;
 pub mod state_dir;
 
+use crate::error::{Error, Result};
 pub use binaries::{Flavor, bindir};
 pub use pgbouncer::PgBouncer;
 
@@ -67,35 +68,44 @@ impl<'a> Postgres<'a> {
     }
 
     /// Starts it and waits until it accepts TCP connections (`PG_START_TIMEOUT`, 60 s).
-    pub fn start(self) -> Result<Server, String> {
+    pub fn start(self) -> Result<Server> {
         let (bindir, run_as) = binaries_and_user(self.tls.is_some())?;
-        let dir = TempDir::new("postgres").map_err(|e| e.to_string())?;
+        let dir = TempDir::new("postgres")?;
         let socket = socket_dir_for(dir.path())?;
         let socket_dir = socket
             .as_ref()
             .map_or_else(|| dir.path().join("sock"), |s| s.path().to_owned());
-        let mut server = Server::in_dir(dir, socket_dir, socket, bindir, run_as);
-        server.tls = self.tls.is_some();
-        server.prepare_dirs()?;
+        let mut instance = Instance::in_dir(dir.path(), socket_dir, bindir, run_as);
+        instance.tls = self.tls.is_some();
+        // Owned from here: a start that fails stops what it started and drops the slot
+        // a standby's base backup made.
+        let mut server = Server {
+            instance,
+            child: Mutex::new(None),
+            dir,
+            _socket: socket,
+        };
+        server.instance.prepare_dirs()?;
         match self.standby_of {
-            Some(primary) => server.clone_cluster(primary)?,
-            None => server.init_cluster(self.tls.as_deref())?,
+            Some(primary) => server.instance.clone_cluster(primary)?,
+            None => server.instance.init_cluster(self.tls.as_deref())?,
         }
-        server.start_on_free_port()?;
+        let child = server.instance.start_on_free_port(false)?;
+        *server.child() = Some(child);
         Ok(server)
     }
 }
 
 /// The binaries a start runs and the OS user it runs them as (`postgres` when we are
 /// root, created if missing); TLS is refused with the embedded flavour's.
-fn binaries_and_user(tls: bool) -> Result<(PathBuf, Option<String>), String> {
+fn binaries_and_user(tls: bool) -> Result<(PathBuf, Option<String>)> {
     let bindir = bindir()?;
     if tls && Flavor::from_env()? == Flavor::Embedded {
-        return Err(
+        return Err(Error::Refused(
             "TLS needs a server built with OpenSSL, and PG_FLAVOR=embedded's is \
                     not; use PG_FLAVOR=system for TLS"
                 .into(),
-        );
+        ));
     }
     let run_as = process::is_root().then(|| OS_USER_WHEN_ROOT.to_owned());
     if let Some(user) = &run_as {
@@ -106,14 +116,21 @@ fn binaries_and_user(tls: bool) -> Result<(PathBuf, Option<String>), String> {
 
 /// A socket directory of its own under /tmp when `dir/sock` would be too long a unix
 /// socket path; `None`: `dir/sock`.
-fn socket_dir_for(dir: &Path) -> Result<Option<TempDir>, String> {
+fn socket_dir_for(dir: &Path) -> Result<Option<TempDir>> {
     if dir.join("sock").as_os_str().len() > MAX_SOCKET_DIR_LEN {
         TempDir::new_in(Path::new("/tmp"), "pgsock")
             .map(Some)
-            .map_err(|e| e.to_string())
+            .map_err(Error::from)
     } else {
         Ok(None)
     }
+}
+
+/// How a spawn of the server ended: ready (the child, ours until released), or out
+/// because another process took its port first (why).
+enum Started {
+    Ready(Box<Owned>),
+    PortTaken(String),
 }
 
 /// A standby's slot on its primary: its name, the primary's port and data directory.
@@ -123,9 +140,11 @@ struct Slot {
     primary_data: PathBuf,
 }
 
-/// A running server of the tests: fast shutdown when dropped.
-pub struct Server {
-    dir: TempDir,
+/// A server's files, binaries, OS user and port, wherever its process is: our child
+/// (a [`Server`]'s) or a detached one (`state_dir`'s). No drop: what stops the process
+/// is the [`Server`] that owns it.
+pub struct Instance {
+    dir: PathBuf,
     data: PathBuf,
     log: PathBuf,
     socket_dir: PathBuf,
@@ -134,44 +153,46 @@ pub struct Server {
     port: u16,
     tls: bool,
     slot: Option<Slot>,
-    child: Mutex<Option<Owned>>,
-    _socket: Option<TempDir>,
-    /// Started detached, in a STATE_DIR (`state_dir`): it outlives this value, which
-    /// neither stops it nor drops its slot.
-    detached: bool,
 }
 
-impl Server {
+/// A running server of the tests, our child: fast shutdown when dropped (a standby's
+/// slot dropped on its primary), always. What it is reads through [`Instance`].
+pub struct Server {
+    instance: Instance,
+    child: Mutex<Option<Owned>>,
+    dir: TempDir,
+    _socket: Option<TempDir>,
+}
+
+impl std::ops::Deref for Server {
+    type Target = Instance;
+
+    fn deref(&self) -> &Instance {
+        &self.instance
+    }
+}
+
+impl Instance {
     /// A server in `dir` (its data in `pgdata`, its log `postgres.log`), its socket in
     /// `socket_dir`, not started.
-    fn in_dir(
-        dir: TempDir,
-        socket_dir: PathBuf,
-        socket: Option<TempDir>,
-        bindir: PathBuf,
-        run_as: Option<String>,
-    ) -> Server {
-        Server {
-            data: dir.path().join("pgdata"),
-            log: dir.path().join("postgres.log"),
+    fn in_dir(dir: &Path, socket_dir: PathBuf, bindir: PathBuf, run_as: Option<String>) -> Self {
+        Instance {
+            dir: dir.to_owned(),
+            data: dir.join("pgdata"),
+            log: dir.join("postgres.log"),
             socket_dir,
             bindir,
             run_as,
             port: 0,
             tls: false,
             slot: None,
-            child: Mutex::new(None),
-            _socket: socket,
-            detached: false,
-            dir,
         }
     }
 
     /// Its directory and its socket's, made the server user's.
-    fn prepare_dirs(&self) -> Result<(), String> {
-        fs::create_dir_all(&self.socket_dir)
-            .map_err(|e| format!("{}: {e}", self.socket_dir.display()))?;
-        self.give(self.dir.path())?;
+    fn prepare_dirs(&self) -> Result<()> {
+        fs::create_dir_all(&self.socket_dir).map_err(Error::at(&self.socket_dir))?;
+        self.give(&self.dir)?;
         self.give(&self.socket_dir)
     }
 
@@ -189,9 +210,9 @@ impl Server {
         format!("127.0.0.1:{}", self.port)
     }
 
-    /// Its temporary directory (the data in `pgdata`, the log `postgres.log`).
+    /// Its directory (the data in `pgdata`, the log `postgres.log`).
     pub fn dir(&self) -> &Path {
-        self.dir.path()
+        &self.dir
     }
 
     pub fn log_path(&self) -> &Path {
@@ -207,43 +228,8 @@ impl Server {
         self.tls
     }
 
-    fn child(&self) -> MutexGuard<'_, Option<Owned>> {
-        self.child.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Fast shutdown (SIGINT; `PG_STOP_TIMEOUT`, 60 s, then KILL), as `pg_ctl stop -m
-    /// fast`; a standby's slot is dropped on its primary.
-    pub fn stop(&self) -> Result<(), String> {
-        if let Some(mut child) = self.child().take() {
-            child.stop().map_err(|e| e.to_string())?;
-        }
-        self.drop_slot();
-        Ok(())
-    }
-
-    /// Immediate shutdown (SIGQUIT), as in a crash: nothing is flushed.
-    pub fn stop_immediately(&self) -> Result<(), String> {
-        if let Some(mut child) = self.child().take() {
-            child
-                .stop_with(Signal::Quit, seconds_from_env("PG_STOP_TIMEOUT", 60))
-                .map_err(|e| e.to_string())?;
-        }
-        Ok(())
-    }
-
-    /// Fast shutdown, then a start on the same port.
-    pub fn restart(&self) -> Result<(), String> {
-        if let Some(mut child) = self.child().take() {
-            child.stop().map_err(|e| e.to_string())?;
-        }
-        match self.spawn_and_wait()? {
-            Ok(()) => Ok(()),
-            Err(taken) => Err(format!("port {} was taken meanwhile:\n{taken}", self.port)),
-        }
-    }
-
     /// `pg_ctl promote -w`: a standby becomes a primary that takes writes.
-    pub fn promote(&self) -> Result<(), String> {
+    pub fn promote(&self) -> Result<()> {
         let out = self
             .tool("pg_ctl")
             .arg("-D")
@@ -254,7 +240,7 @@ impl Server {
     }
 
     /// `sql` through psql (over TCP, as superuser), its unaligned output.
-    pub fn psql(&self, sql: &str) -> Result<String, String> {
+    pub fn psql(&self, sql: &str) -> Result<String> {
         let out = Command::new(binaries::tool(&self.bindir, "psql"))
             .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d"])
             .arg(self.conninfo())
@@ -273,16 +259,6 @@ impl Server {
         )
     }
 
-    /// Leaves the server to this process's end (its death signal stops it; a guard
-    /// removes its directories): for the server a whole test run shares.
-    pub fn keep_until_exit(self) -> &'static Server {
-        self.dir.remove_at_exit_too();
-        if let Some(socket) = &self._socket {
-            socket.remove_at_exit_too();
-        }
-        Box::leak(Box::new(self))
-    }
-
     /// The last `lines` lines of its log.
     pub fn log_tail(&self, lines: usize) -> String {
         process::tail(&self.log, lines)
@@ -299,12 +275,12 @@ impl Server {
             }
             None => Command::new(program),
         };
-        cmd.current_dir(self.dir.path()).stdin(Stdio::null());
+        cmd.current_dir(&self.dir).stdin(Stdio::null());
         cmd
     }
 
     /// Makes `path` the server user's.
-    fn give(&self, path: &Path) -> Result<(), String> {
+    fn give(&self, path: &Path) -> Result<()> {
         let Some(user) = &self.run_as else {
             return Ok(());
         };
@@ -313,20 +289,67 @@ impl Server {
     }
 
     /// Writes `text` to `path` inside the data directory, as the server's file.
-    fn write(&self, path: &Path, text: &[u8], mode: u32) -> Result<(), String> {
+    fn write(&self, path: &Path, text: &[u8], mode: u32) -> Result<()> {
         use std::os::unix::fs::PermissionsExt;
-        fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
-        fs::set_permissions(path, fs::Permissions::from_mode(mode))
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        fs::write(path, text).map_err(Error::at(path))?;
+        fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(Error::at(path))?;
         self.give(path)
+    }
+}
+
+impl Server {
+    fn child(&self) -> MutexGuard<'_, Option<Owned>> {
+        self.child.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Fast shutdown (SIGINT; `PG_STOP_TIMEOUT`, 60 s, then KILL), as `pg_ctl stop -m
+    /// fast`; a standby's slot is dropped on its primary.
+    pub fn stop(&self) -> Result<()> {
+        if let Some(mut child) = self.child().take() {
+            child.stop()?;
+        }
+        self.drop_slot();
+        Ok(())
+    }
+
+    /// Immediate shutdown (SIGQUIT), as in a crash: nothing is flushed.
+    pub fn stop_immediately(&self) -> Result<()> {
+        if let Some(mut child) = self.child().take() {
+            child.stop_with(Signal::Quit, seconds_from_env("PG_STOP_TIMEOUT", 60))?;
+        }
+        Ok(())
+    }
+
+    /// Fast shutdown, then a start on the same port.
+    pub fn restart(&self) -> Result<()> {
+        if let Some(mut child) = self.child().take() {
+            child.stop()?;
+        }
+        match self.spawn_and_wait(false)? {
+            Started::Ready(child) => {
+                *self.child() = Some(*child);
+                Ok(())
+            }
+            Started::PortTaken(taken) => Err(Error::Server(format!(
+                "port {} was taken meanwhile:\n{taken}",
+                self.port
+            ))),
+        }
+    }
+
+    /// Leaves the server to this process's end (its death signal stops it; a guard
+    /// removes its directories): for the server a whole test run shares.
+    pub fn keep_until_exit(self) -> &'static Server {
+        self.dir.remove_at_exit_too();
+        if let Some(socket) = &self._socket {
+            socket.remove_at_exit_too();
+        }
+        Box::leak(Box::new(self))
     }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        if self.detached {
-            return;
-        }
         if let Err(e) = self.stop() {
             eprintln!("stopping PostgreSQL in {}: {e}", self.dir.path().display());
         }
@@ -341,16 +364,16 @@ impl Drop for Server {
 /// the callers retry).
 pub use crate::ports::free_port;
 
-fn checked(what: &str, out: std::io::Result<Output>) -> Result<Output, String> {
-    let out = out.map_err(|e| format!("{what}: {e} (is it installed?)"))?;
+fn checked(what: &str, out: std::io::Result<Output>) -> Result<Output> {
+    let out = out.map_err(|e| Error::Tool(format!("{what}: {e} (is it installed?)")))?;
     if out.status.success() {
         Ok(out)
     } else {
-        Err(format!(
+        Err(Error::Tool(format!(
             "{what} failed ({}):\n{}{}",
             out.status,
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
-        ))
+        )))
     }
 }

@@ -1,10 +1,11 @@
 //! The system user PostgreSQL runs as when the tests run as root (it refuses to run
 //! as root): created when missing, as scripts/pg-start.sh does.
 
+use crate::error::{Error, Result};
 use std::process::{Command, Stdio};
 
 /// Creates the system user `user` when missing, as scripts/pg-start.sh does.
-pub(super) fn ensure_os_user(user: &str) -> Result<(), String> {
+pub(super) fn ensure_os_user(user: &str) -> Result<()> {
     let exists = |u: &str| {
         Command::new("id")
             .args(["-u", u])
@@ -36,6 +37,6 @@ pub(super) fn ensure_os_user(user: &str) -> Result<(), String> {
     if exists(user) {
         Ok(())
     } else {
-        Err(format!("could not create OS user '{user}'"))
+        Err(Error::Tool(format!("could not create OS user '{user}'")))
     }
 }

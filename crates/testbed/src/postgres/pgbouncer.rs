@@ -2,6 +2,7 @@
 //! picked free (again on another when it was taken), as an owned child; run as the
 //! server's OS user when we are root (it refuses root).
 
+use crate::error::{Error, Result};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -34,21 +35,24 @@ impl PgBouncer {
 
     /// PgBouncer in `pool_mode` in front of the server on 127.0.0.1:`server_port`,
     /// trusting `user` (no password).
-    pub fn start(server_port: u16, user: &str, pool_mode: &str) -> Result<Self, String> {
-        let program = Self::program().ok_or(
-            "pgbouncer is missing: install Debian's pgbouncer package (scripts/test.sh does)",
-        )?;
-        let dir = TempDir::new("pgbouncer").map_err(|e| e.to_string())?;
+    pub fn start(server_port: u16, user: &str, pool_mode: &str) -> Result<Self> {
+        let program = Self::program().ok_or_else(|| {
+            Error::Refused(
+                "pgbouncer is missing: install Debian's pgbouncer package (scripts/test.sh does)"
+                    .to_owned(),
+            )
+        })?;
+        let dir = TempDir::new("pgbouncer")?;
         let auth = dir.path().join("userlist.txt");
         let log = dir.path().join("pgbouncer.log");
         let ini = dir.path().join("pgbouncer.ini");
-        fs::write(&auth, format!("\"{user}\" \"\"\n")).map_err(|e| e.to_string())?;
+        fs::write(&auth, format!("\"{user}\" \"\"\n"))?;
         let run_as = process::is_root().then_some(OS_USER_WHEN_ROOT);
         let mut exits = Vec::new();
         for _ in 0..5 {
             let port = free_port()?;
             let text = conf::pgbouncer_ini(server_port, port, pool_mode, &auth, &log);
-            fs::write(&ini, text).map_err(|e| e.to_string())?;
+            fs::write(&ini, text)?;
             if let Some(user) = run_as {
                 let _ = std::process::Command::new("chown")
                     .args(["-R", user])
@@ -61,9 +65,9 @@ impl PgBouncer {
                 .current_dir(dir.path())
                 .spawn()
                 .map_err(|e| {
-                    format!(
+                    Error::Tool(format!(
                         "{e} (is it installed? Debian's pgbouncer; scripts/test.sh installs it)"
-                    )
+                    ))
                 })?;
             let mut exited = None;
             let ready = process::wait_until(Duration::from_secs(60), || {
@@ -83,17 +87,17 @@ impl PgBouncer {
                     });
                 }
                 None => {
-                    return Err(format!(
+                    return Err(Error::Server(format!(
                         "PgBouncer did not listen on port {port} within 60 s; its log:\n{}",
                         process::tail(&log, 40)
-                    ));
+                    )));
                 }
             }
         }
-        Err(format!(
+        Err(Error::Server(format!(
             "PgBouncer exited before it was ready, 5 times: {exits:?}; its log:\n{}",
             process::tail(&log, 40)
-        ))
+        )))
     }
 
     pub fn port(&self) -> u16 {

@@ -2,10 +2,11 @@
 //! which scripts/pg-start.sh runs): started detached (a session of its own, no death
 //! signal), so it outlives the command, and found again from its files by a later
 //! start (which prints its URL if it runs, else starts it again with its data on its
-//! port) and by `testbed stop` (`pg_ctl stop`; a standby's slot dropped on its
-//! primary). Its files, as the script documents them: `pgdata/`, `postgres.log`,
-//! `database_url`, `port`, `pg_bindir`, `socket_dir`; a standby's `replication_slot`
-//! and `primary_dir`; `tmp_socket_dir` when STATE_DIR is too long a socket path.
+//! port: `kept`'s shape) and by `testbed stop` (`pg_ctl stop`; a standby's slot
+//! dropped on its primary). Its files: `pgdata/` (`pgdata/postmaster.pid` while it
+//! runs), `postgres.log`, `database_url` (for the user), and the state, `testbed.json`
+//! (`state_file`: its port, binaries, socket directories, a standby's slot and
+//! primary).
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -14,9 +15,13 @@ use std::process::{Command, Stdio};
 
 use super::cluster::MAKE_SLOT;
 use super::{
-    Server, Slot, binaries_and_user, bindir, checked, conf, seconds_from_env, socket_dir_for,
+    Instance, Slot, Started, binaries_and_user, bindir, checked, conf, seconds_from_env,
+    socket_dir_for,
 };
-use crate::process::{self, TempDir};
+use crate::error::{Error, Result};
+use crate::kept::{self, Found, Kept, Ready, canonical};
+use crate::process::{self, Owned, TempDir};
+use crate::state_file::{self as state, Held, Standby};
 
 /// Whether `dir` holds a server of this module's (its `pgdata`).
 pub fn holds(dir: &Path) -> bool {
@@ -34,30 +39,61 @@ pub struct Setup {
 
 /// Starts the server of `state` (created if missing) detached, or again, and waits
 /// until it accepts connections; if it runs already, only finds it. Its URL.
-pub fn start(state: &Path, setup: &Setup) -> Result<String, String> {
-    fs::create_dir_all(state).map_err(|e| format!("cannot create {}: {e}", state.display()))?;
-    let state = canonical(state)?;
-    let started = process::now();
-    let server = if holds(&state) {
-        again(&state, setup)?
-    } else {
-        first(&state, setup)?
-    };
-    put(&state, "port", &server.port.to_string())?;
-    put(&state, "database_url", &server.url())?;
-    eprintln!(
-        "testbed: ready in {:.1} s: {} (log {})",
-        process::now().duration_since(started).as_secs_f64(),
-        server.url(),
-        server.log.display()
-    );
-    Ok(server.url())
+pub fn start(state: &Path, setup: &Setup) -> Result<String> {
+    fs::create_dir_all(state)
+        .map_err(Error::doing(format!("cannot create {}", state.display())))?;
+    kept::start(state, setup)
+}
+
+impl Kept for Setup {
+    type Server = Instance;
+
+    fn find(&self, state: &Path) -> Result<Found<Instance>> {
+        if !holds(state) {
+            return Ok(Found::Fresh);
+        }
+        let server = attach(state)?;
+        Ok(if running(&server) {
+            Found::Running(server)
+        } else {
+            Found::Stopped(server)
+        })
+    }
+
+    fn first(&self, state: &Path) -> Result<Ready> {
+        first(state, self)
+    }
+
+    fn again(&self, state: &Path, server: Instance) -> Result<Ready> {
+        again(state, self, server)
+    }
+
+    fn running(&self, state: &Path, server: Instance) -> Result<Ready> {
+        eprintln!(
+            "testbed: the server in {} runs already ({})",
+            state.display(),
+            server.address()
+        );
+        ready(state, &server, kept_state(state)?)
+    }
+}
+
+/// Writes the state of the server that now runs, and its URL for the user: ready.
+fn ready(state: &Path, server: &Instance, mut kept: state::PgState) -> Result<Ready> {
+    kept.port = Some(server.port);
+    state::write(state, &Held::Postgres(kept))?;
+    let file = state.join("database_url");
+    fs::write(&file, format!("{}\n", server.url())).map_err(Error::at(&file))?;
+    Ok(Ready {
+        address: server.url(),
+        log: Some(server.log.clone()),
+    })
 }
 
 /// Stops the server of `state` (a fast shutdown; `kill`: an immediate one, as in a
 /// crash), drops a standby's slot on its primary and removes a socket directory of
 /// its own under /tmp. Its data stay, for [`start`]. Nothing to stop is no failure.
-pub fn stop(state: &Path, kill: bool) -> Result<(), String> {
+pub fn stop(state: &Path, kill: bool) -> Result<()> {
     if !state.exists() {
         eprintln!(
             "testbed: {} does not exist; nothing to stop",
@@ -66,13 +102,14 @@ pub fn stop(state: &Path, kill: bool) -> Result<(), String> {
         return Ok(());
     }
     let state = canonical(state)?;
+    let tmp_socket_dir = kept_state(&state).ok().and_then(|kept| kept.tmp_socket_dir);
     let server = attach(&state);
     if !state.join("pgdata/postmaster.pid").exists() {
         eprintln!("testbed: no server running in {}", state.display());
         if let Ok(server) = &server {
             server.drop_slot();
         }
-        remove_tmp_socket_dir(&state);
+        remove_tmp_socket_dir(tmp_socket_dir.as_deref());
         return Ok(());
     }
     let server = server?;
@@ -95,12 +132,12 @@ pub fn stop(state: &Path, kill: bool) -> Result<(), String> {
         if let Err(e) = checked("pg_ctl stop", out)
             && running(&server)
         {
-            return Err(format!(
+            return Err(Error::Server(format!(
                 "could not stop the server in {}: {e}\n  last lines of {}:\n{}",
                 server.data.display(),
                 server.log.display(),
                 server.log_tail(20)
-            ));
+            )));
         }
     } else {
         eprintln!(
@@ -109,63 +146,69 @@ pub fn stop(state: &Path, kill: bool) -> Result<(), String> {
         );
     }
     server.drop_slot();
-    remove_tmp_socket_dir(&state);
+    remove_tmp_socket_dir(tmp_socket_dir.as_deref());
     Ok(())
 }
 
 /// A first start: initdb (or a base backup of the primary), then a free port.
-fn first(state: &Path, setup: &Setup) -> Result<Server, String> {
+fn first(state: &Path, setup: &Setup) -> Result<Ready> {
     if setup.tls.is_some() && setup.standby_of.is_some() {
-        return Err(
+        return Err(Error::Refused(
             "--standby-of (PG_STANDBY_OF) copies the primary's TLS set-up; \
-                    do not give --tls (PG_SSL_CERT_DIR) too"
+             do not give --tls (PG_SSL_CERT_DIR) too"
                 .into(),
-        );
+        ));
     }
     let primary = setup.standby_of.as_deref().map(primary_of).transpose()?;
     let (bindir, run_as) = binaries_and_user(setup.tls.is_some())?;
-    put(state, "pg_bindir", &bindir.to_string_lossy())?;
-    let mut server = Server::in_dir(
-        TempDir::kept(state),
-        state.join("sock"),
-        None,
-        bindir,
-        run_as,
-    );
-    server.detached = true;
+    let mut server = Instance::in_dir(state, state.join("sock"), bindir, run_as);
     server.tls = setup.tls.is_some();
     server.give(state)?;
     reachable(&server)?;
     let tmp_socket = socket_dir_for(state)?.map(TempDir::keep);
     if let Some(dir) = &tmp_socket {
-        put(state, "tmp_socket_dir", &dir.to_string_lossy())?;
         eprintln!(
             "testbed: the STATE_DIR path is long; the unix socket goes to {}",
             dir.display()
         );
         server.socket_dir = dir.clone();
     }
-    put(state, "socket_dir", &server.socket_dir.to_string_lossy())?;
     let made = server
         .prepare_dirs()
-        .and_then(|()| make(&mut server, state, setup, primary.as_ref()));
-    if let Err(e) = made {
-        // A start again would find half a cluster; the log stays.
-        let _ = fs::remove_dir_all(&server.data);
-        if let Some(dir) = tmp_socket {
-            let _ = fs::remove_dir(dir);
+        .and_then(|()| make(&mut server, setup, primary.as_ref()));
+    match made {
+        // Left running for good: its PID is in pgdata/postmaster.pid.
+        Ok(child) => {
+            child.release();
         }
-        return Err(e);
+        Err(e) => {
+            // A start again would find half a cluster; the log stays.
+            let _ = fs::remove_dir_all(&server.data);
+            if let Some(dir) = tmp_socket {
+                let _ = fs::remove_dir(dir);
+            }
+            return Err(e);
+        }
     }
-    Ok(server)
+    let kept = state::PgState {
+        port: Some(server.port),
+        bindir: server.bindir.clone(),
+        socket_dir: server.socket_dir.clone(),
+        tmp_socket_dir: tmp_socket,
+        standby: primary
+            .as_ref()
+            .zip(server.slot.as_ref())
+            .map(|(primary, slot)| Standby {
+                slot: slot.name.clone(),
+                primary_dir: primary.dir().to_owned(),
+            }),
+    };
+    ready(state, &server, kept)
 }
 
-fn make(
-    server: &mut Server,
-    state: &Path,
-    setup: &Setup,
-    primary: Option<&Server>,
-) -> Result<(), String> {
+/// The cluster made (initdb, or a base backup of `primary`) and started detached on a
+/// free port: the child, to be released.
+fn make(server: &mut Instance, setup: &Setup, primary: Option<&Instance>) -> Result<Owned> {
     match primary {
         Some(primary) => {
             eprintln!(
@@ -174,30 +217,18 @@ fn make(
                 server.bindir.display()
             );
             server.clone_cluster(primary)?;
-            let slot = server.slot.as_ref().expect("a standby has a slot");
-            put(state, "replication_slot", &slot.name)?;
-            put(state, "primary_dir", &primary.dir().to_string_lossy())?;
         }
         None => {
             eprintln!("testbed: initdb (binaries {})", server.bindir.display());
             server.init_cluster(setup.tls.as_deref())?;
         }
     }
-    server.start_on_free_port()
+    server.start_on_free_port(true)
 }
 
-/// A start of a server whose data `state` holds: nothing if it runs, else the server
-/// as it was first set up, on its port (a standby's slot made again on its primary).
-fn again(state: &Path, setup: &Setup) -> Result<Server, String> {
-    let server = attach(state)?;
-    if running(&server) {
-        eprintln!(
-            "testbed: the server in {} runs already ({})",
-            state.display(),
-            server.address()
-        );
-        return Ok(server);
-    }
+/// A start of a server whose data `state` holds and that does not run: the server as
+/// it was first set up, on its port (a standby's slot made again on its primary).
+fn again(state: &Path, setup: &Setup, server: Instance) -> Result<Ready> {
     if setup.tls.is_some() || setup.standby_of.is_some() {
         eprintln!(
             "testbed: {} holds a server: it starts again as it was first set up \
@@ -214,58 +245,77 @@ fn again(state: &Path, setup: &Setup) -> Result<Server, String> {
         state.display(),
         server.address()
     );
-    match server.spawn_and_wait()? {
-        Ok(()) => Ok(server),
-        Err(why) => Err(format!(
-            "the server in {} cannot start again: its port {} (since its first start) is \
-             taken by another process ({why}; log {})",
-            state.display(),
-            server.port,
-            server.log.display()
-        )),
+    match server.spawn_and_wait(true)? {
+        Started::Ready(child) => {
+            child.release();
+        }
+        Started::PortTaken(why) => {
+            return Err(Error::Server(format!(
+                "the server in {} cannot start again: its port {} (since its first start) is \
+                 taken by another process ({why}; log {})",
+                state.display(),
+                server.port,
+                server.log.display()
+            )));
+        }
+    }
+    ready(state, &server, kept_state(state)?)
+}
+
+/// The state `state` holds of its server; a STATE_DIR that holds none (its files from
+/// before the state file) is taken as a first start left it: the binaries found now,
+/// the socket in `sock`.
+fn kept_state(state: &Path) -> Result<state::PgState> {
+    match state::held(state)? {
+        Some(Held::Postgres(kept)) => Ok(kept),
+        Some(other) => Err(Error::Refused(format!(
+            "{} holds no PostgreSQL server but {other:?}",
+            state.display()
+        ))),
+        None => Ok(state::PgState {
+            port: None,
+            bindir: bindir()?,
+            socket_dir: state.join("sock"),
+            tmp_socket_dir: None,
+            standby: None,
+        }),
     }
 }
 
 /// The server of the STATE_DIR `state`, as its files describe it (not started).
-fn attach(state: &Path) -> Result<Server, String> {
+fn attach(state: &Path) -> Result<Instance> {
     let data = state.join("pgdata");
     let file = data.join("throwaway.conf");
     let text = fs::read_to_string(&file).map_err(|e| {
-        format!(
+        Error::Refused(format!(
             "{}: {e} (a start that did not finish? remove {} and start afresh)",
             file.display(),
             state.display()
-        )
+        ))
     })?;
     let (port, tls) = conf::read_throwaway_conf(&text)
-        .ok_or_else(|| format!("{} names no port", file.display()))?;
-    let bindir = match read(state, "pg_bindir") {
-        Some(dir) => PathBuf::from(dir),
-        None => bindir()?,
-    };
-    let socket_dir = read(state, "socket_dir").map_or_else(|| state.join("sock"), PathBuf::from);
-    let mut server = Server::in_dir(
-        TempDir::kept(state),
-        socket_dir,
-        None,
-        bindir,
-        owner(&data)?,
-    );
-    server.detached = true;
+        .ok_or_else(|| Error::Refused(format!("{} names no port", file.display())))?;
+    let kept = kept_state(state)?;
+    let mut server = Instance::in_dir(state, kept.socket_dir, kept.bindir, owner(&data)?);
     server.port = port;
     server.tls = tls;
-    server.slot = slot_of(state);
+    server.slot = kept.standby.as_ref().and_then(slot_of);
     Ok(server)
 }
 
 /// The primary of a standby to be: a running server of a STATE_DIR.
-fn primary_of(dir: &Path) -> Result<Server, String> {
-    let named = |why: &str| format!("--standby-of (PG_STANDBY_OF) {}: {why}", dir.display());
+fn primary_of(dir: &Path) -> Result<Instance> {
+    let named = |why: &str| {
+        Error::Refused(format!(
+            "--standby-of (PG_STANDBY_OF) {}: {why}",
+            dir.display()
+        ))
+    };
     let dir = canonical(dir).map_err(|_| named("does not exist"))?;
-    if !holds(&dir) || !dir.join("port").is_file() {
+    if !holds(&dir) || !matches!(state::held(&dir), Ok(Some(Held::Postgres(_)))) {
         return Err(named(
             "is not the STATE_DIR of a server started by testbed start (or pg-start.sh): \
-             no pgdata or no port file",
+             no pgdata or no testbed.json",
         ));
     }
     let primary = attach(&dir)?;
@@ -275,15 +325,13 @@ fn primary_of(dir: &Path) -> Result<Server, String> {
     Ok(primary)
 }
 
-/// A standby's slot, as its `replication_slot` and `primary_dir` name it, while the
-/// primary's files are there.
-fn slot_of(state: &Path) -> Option<Slot> {
-    let name = read(state, "replication_slot")?;
-    let primary = PathBuf::from(read(state, "primary_dir")?);
+/// A standby's slot, as its state names it, while the primary's files are there.
+fn slot_of(standby: &Standby) -> Option<Slot> {
+    let primary = &standby.primary_dir;
     let text = fs::read_to_string(primary.join("pgdata/throwaway.conf")).ok()?;
     let (primary_port, _) = conf::read_throwaway_conf(&text)?;
     Some(Slot {
-        name,
+        name: standby.slot.clone(),
         primary_port,
         primary_data: primary.join("pgdata"),
     })
@@ -292,7 +340,7 @@ fn slot_of(state: &Path) -> Option<Slot> {
 /// The slot a stop dropped, made again on the primary before the standby starts: it
 /// keeps the WAL from now on. WAL the primary recycled while the standby was stopped is
 /// gone for good; such a standby cannot catch up, and a fresh one is needed.
-fn make_slot_again(server: &Server, slot: &Slot, state: &Path) {
+fn make_slot_again(server: &Instance, slot: &Slot, state: &Path) {
     let primary = slot.primary_data.parent().map(attach);
     let Some(Ok(primary)) = primary else {
         eprintln!(
@@ -326,7 +374,7 @@ fn make_slot_again(server: &Server, slot: &Slot, state: &Path) {
 }
 
 /// Whether the server runs (`pg_ctl status`).
-fn running(server: &Server) -> bool {
+fn running(server: &Instance) -> bool {
     server
         .tool("pg_ctl")
         .arg("-D")
@@ -340,13 +388,11 @@ fn running(server: &Server) -> bool {
 
 /// The OS user the server runs as: the owner of its data when we are root and it is
 /// not (PostgreSQL's tools refuse root).
-fn owner(data: &Path) -> Result<Option<String>, String> {
+fn owner(data: &Path) -> Result<Option<String>> {
     if !process::is_root() {
         return Ok(None);
     }
-    let uid = fs::metadata(data)
-        .map_err(|e| format!("{}: {e}", data.display()))?
-        .uid();
+    let uid = fs::metadata(data).map_err(Error::at(data))?.uid();
     if uid == 0 {
         return Ok(None);
     }
@@ -356,13 +402,12 @@ fn owner(data: &Path) -> Result<Option<String>, String> {
 }
 
 /// The server's user must reach STATE_DIR (mktemp -d makes it root's, mode 0700).
-fn reachable(server: &Server) -> Result<(), String> {
+fn reachable(server: &Instance) -> Result<()> {
     let Some(user) = &server.run_as else {
         return Ok(());
     };
     let dir = server.dir();
-    fs::set_permissions(dir, fs::Permissions::from_mode(0o755))
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).map_err(Error::at(dir))?;
     let ok = Command::new("runuser")
         .args(["-u", user, "--", "test", "-w"])
         .arg(dir)
@@ -375,39 +420,23 @@ fn reachable(server: &Server) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
+        Err(Error::Refused(format!(
             "user '{user}' cannot reach {} (a parent directory is not traversable); use a \
              directory under /tmp, e.g. mktemp -d",
             dir.display()
-        ))
+        )))
     }
 }
 
 /// A socket directory of the server's own under /tmp: removed (if empty) by a stop.
-fn remove_tmp_socket_dir(state: &Path) {
-    if let Some(dir) = read(state, "tmp_socket_dir")
-        && Path::new(&dir).is_dir()
-        && fs::remove_dir(&dir).is_err()
+fn remove_tmp_socket_dir(dir: Option<&Path>) {
+    if let Some(dir) = dir
+        && dir.is_dir()
+        && fs::remove_dir(dir).is_err()
     {
-        eprintln!("testbed: warning: could not remove the socket directory {dir} (not empty?)");
+        eprintln!(
+            "testbed: warning: could not remove the socket directory {} (not empty?)",
+            dir.display()
+        );
     }
-}
-
-fn canonical(dir: &Path) -> Result<PathBuf, String> {
-    fs::canonicalize(dir).map_err(|e| format!("{}: {e}", dir.display()))
-}
-
-/// The first line of `state/name`, if there is one.
-fn read(state: &Path, name: &str) -> Option<String> {
-    let text = fs::read_to_string(state.join(name)).ok()?;
-    text.lines()
-        .next()
-        .map(str::to_owned)
-        .filter(|l| !l.is_empty())
-}
-
-/// Writes `text` and a newline into `state/name`.
-fn put(state: &Path, name: &str, text: &str) -> Result<(), String> {
-    let file = state.join(name);
-    fs::write(&file, format!("{text}\n")).map_err(|e| format!("{}: {e}", file.display()))
 }

@@ -1,6 +1,6 @@
 //! The temporary directory of a server (`be-it-<kind>.XXXXXX` under TMPDIR, kept on
-//! panic; or a detached server's directory, never removed) and the guards that act once this process has exited (a shell holding a pipe
-//! only this process holds).
+//! panic; or a detached server's directory, never removed) and the guards that act
+//! once this process has exited (a shell holding a pipe only this process holds).
 
 use std::cell::Cell;
 use std::ffi::OsStr;
@@ -51,16 +51,9 @@ impl TempDir {
 
     /// `be-it-<kind>.XXXXXX` under `base`.
     pub fn new_in(base: &Path, kind: &str) -> io::Result<Self> {
-        use std::collections::hash_map::RandomState;
-        use std::hash::{BuildHasher, Hasher};
         use std::os::unix::fs::PermissionsExt;
         for _ in 0..100 {
-            let mut hasher = RandomState::new().build_hasher();
-            hasher.write_u32(std::process::id());
-            let suffix: String = format!("{:016x}", hasher.finish())
-                .chars()
-                .take(6)
-                .collect();
+            let suffix = crate::random::hex::<3>();
             let path = base.join(format!("be-it-{kind}.{suffix}"));
             match fs::create_dir(&path) {
                 Ok(()) => {
