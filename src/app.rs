@@ -10,13 +10,13 @@ use log::warn;
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::clock::{Clock, Driver, Monotonic, SystemClock, SystemMonotonic};
+use crate::clock::{Ambient, Clock, Monotonic, SystemClock, SystemMonotonic};
 use crate::config::{Config, DbConfig, MetricsConfig, Refused};
 use crate::cycle::{self, CycleResult};
 use crate::domain::OutboxTypes;
 use crate::obs::figures::{CycleFigures, Publications, RelayFigures, RunEnd};
 use crate::obs::gauges;
-use crate::obs::pushgateway::Step;
+use crate::obs::pushgateway::PushStep;
 use crate::relay::{self, RelayResult};
 use crate::shutdown::Shutdown;
 use crate::store::{self, Backlog, Figures};
@@ -72,30 +72,30 @@ pub fn run(config: Config, run_id: Uuid, shutdown: &Shutdown) -> Result<()> {
     // Which release this is, for the check that the schema is not too new for it.
     store::migrate::compat::set_release(env!("RELEASE_BUILT_IN"));
     let clock = SystemClock;
-    let driver = Driver::system(shutdown);
+    let ambient = Ambient::system(shutdown);
     // run-once reads no outbox figure (its role may not read the outbox).
     let own = OutboxTypes::default();
     match config {
         Config::RunOnce(cfg, metrics) => pushed(
             &metrics,
             Some((&cfg.db, &own, shutdown)),
-            Step::RunOnce,
+            PushStep::RunOnce,
             CycleResult {
                 run_id,
                 ..Default::default()
             },
-            |result| cycle::run_once(&cfg, driver, result),
+            |result| cycle::run_once(&cfg, ambient, result),
             cycle_gauges,
         ),
         Config::RelayOutbox(cfg, metrics) => pushed(
             &metrics,
             Some((&cfg.db, &cfg.outbox_types, shutdown)),
-            Step::RelayOutbox,
+            PushStep::RelayOutbox,
             RelayResult {
                 run_id,
                 ..Default::default()
             },
-            |result| relay::relay_outbox(&cfg, driver, result),
+            |result| relay::relay_outbox(&cfg, ambient, result),
             relay_gauges,
         ),
         Config::DryRun(cfg) => report::dry_run(&cfg, run_id, &clock, shutdown),
@@ -119,7 +119,7 @@ pub fn run(config: Config, run_id: Uuid, shutdown: &Shutdown) -> Result<()> {
 pub fn refused(refused: Refused, run_id: Uuid) -> anyhow::Error {
     let failed: Result<()> = Err(refused.error);
     match refused.push.map(|push| *push) {
-        Some((gateway, Step::RunOnce)) => {
+        Some((gateway, PushStep::RunOnce)) => {
             let metrics = MetricsConfig {
                 pushgateway: Some(gateway),
             };
@@ -130,13 +130,13 @@ pub fn refused(refused: Refused, run_id: Uuid) -> anyhow::Error {
             pushed(
                 &metrics,
                 None,
-                Step::RunOnce,
+                PushStep::RunOnce,
                 result,
                 |_| failed,
                 cycle_gauges,
             )
         }
-        Some((gateway, Step::RelayOutbox)) => {
+        Some((gateway, PushStep::RelayOutbox)) => {
             let metrics = MetricsConfig {
                 pushgateway: Some(gateway),
             };
@@ -147,7 +147,7 @@ pub fn refused(refused: Refused, run_id: Uuid) -> anyhow::Error {
             pushed(
                 &metrics,
                 None,
-                Step::RelayOutbox,
+                PushStep::RelayOutbox,
                 result,
                 |_| failed,
                 relay_gauges,
@@ -187,7 +187,7 @@ impl Reported for RelayResult {
 fn pushed<R: Reported>(
     metrics: &MetricsConfig,
     db: Option<(&DbConfig, &OutboxTypes, &Shutdown)>,
-    step: Step,
+    step: PushStep,
     mut result: R,
     work: impl FnOnce(&mut R) -> Result<()>,
     gauges: Gauges<R>,
@@ -202,7 +202,7 @@ fn pushed<R: Reported>(
         let run = RunEnd {
             failed: outcome.is_err(),
             duration,
-            backlog: backlog.as_ref().map(report::figures::backlog),
+            backlog: backlog.as_ref().map(report::backlog_figures::backlog),
             now: SystemClock.now(),
         };
         let body = gauges(&result, &run);
@@ -222,7 +222,7 @@ fn pushed<R: Reported>(
 
 /// Reads the step's backlog figures in one short read-only transaction. Skipped after
 /// a signal: the pod is going away, and its grace period is for the push.
-fn read_after_run(db: &DbConfig, types: &OutboxTypes, step: Step) -> Option<Backlog> {
+fn read_after_run(db: &DbConfig, types: &OutboxTypes, step: PushStep) -> Option<Backlog> {
     let read = || -> Result<Backlog> {
         let mut quick = db.clone();
         let connect = quick
@@ -234,8 +234,8 @@ fn read_after_run(db: &DbConfig, types: &OutboxTypes, step: Step) -> Option<Back
         quick.lock_timeout = quick.lock_timeout.min(READ_TIMEOUT / 2);
         let mut session = store::connect(&quick)?;
         let figures = match step {
-            Step::RunOnce => Figures::Bookings,
-            Step::RelayOutbox => Figures::Outbox,
+            PushStep::RunOnce => Figures::Bookings,
+            PushStep::RelayOutbox => Figures::Outbox,
         };
         // The cycle's clock, as `backlog` reads it.
         store::read_backlog(&mut session.client, SystemClock.now(), figures, types)

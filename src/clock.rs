@@ -116,16 +116,16 @@ impl Monotonic for ManualMonotonic {
 /// AsOf and the relay's moments are read from, the monotonic clock its budgets are
 /// measured with, and the shutdown handle a signal reaches it through.
 #[derive(Clone, Copy)]
-pub struct Driver<'a> {
+pub struct Ambient<'a> {
     pub clock: &'a dyn Clock,
     pub monotonic: &'a dyn Monotonic,
     pub shutdown: &'a crate::shutdown::Shutdown,
 }
 
-impl<'a> Driver<'a> {
+impl<'a> Ambient<'a> {
     /// The system's clocks, and `shutdown`.
     pub fn system(shutdown: &'a crate::shutdown::Shutdown) -> Self {
-        Driver {
+        Ambient {
             clock: &SystemClock,
             monotonic: &SystemMonotonic,
             shutdown,

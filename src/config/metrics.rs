@@ -12,16 +12,16 @@ use crate::exit::{Failure, fail};
 
 /// Which command pushes: the `step` of the grouping key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
+pub enum PushStep {
     RunOnce,
     RelayOutbox,
 }
 
-impl Step {
+impl PushStep {
     pub fn as_str(self) -> &'static str {
         match self {
-            Step::RunOnce => "run-once",
-            Step::RelayOutbox => "relay-outbox",
+            PushStep::RunOnce => "run-once",
+            PushStep::RelayOutbox => "relay-outbox",
         }
     }
 }

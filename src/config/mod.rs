@@ -21,7 +21,7 @@ use anyhow::Result;
 
 pub use self::audit::{AUDIT_KAFKA_TIMEOUT, AuditConfig, AuditFormat};
 pub use self::db::{DbConfig, SslMode};
-pub use self::metrics::{MetricsConfig, PushAuth, Pushgateway, Step};
+pub use self::metrics::{MetricsConfig, PushAuth, PushStep, Pushgateway};
 pub use self::migrate::{MigrateAction, MigrateConfig, MigrateLimits};
 pub use self::operate::{
     Actor, ExplainConfig, Pausable, READ_BACK_TIMEOUT, RequeueConfig, SwitchConfig, TypedId,
@@ -93,14 +93,14 @@ impl From<cli::ReportFormat> for ReportFormat {
 #[derive(Debug)]
 pub struct Refused {
     pub error: anyhow::Error,
-    pub push: Option<Box<(Pushgateway, Step)>>,
+    pub push: Option<Box<(Pushgateway, PushStep)>>,
 }
 
 impl Config {
     /// Resolves the subcommand typed. The Pushgateway URL is resolved first: when it is
     /// valid and the rest is not, the refusal is still pushed.
     pub fn resolve(command: Command) -> Result<Config, Refused> {
-        let refused = |push: Option<Box<(Pushgateway, Step)>>| {
+        let refused = |push: Option<Box<(Pushgateway, PushStep)>>| {
             move |error: anyhow::Error| Refused { error, push }
         };
         Ok(match command {
@@ -109,7 +109,7 @@ impl Config {
                 let push = metrics
                     .pushgateway
                     .clone()
-                    .map(|p| Box::new((p, Step::RunOnce)));
+                    .map(|p| Box::new((p, PushStep::RunOnce)));
                 let cfg = RunOnceConfig::from_args(args).map_err(refused(push))?;
                 Config::RunOnce(cfg, metrics)
             }
@@ -118,7 +118,7 @@ impl Config {
                 let push = metrics
                     .pushgateway
                     .clone()
-                    .map(|p| Box::new((p, Step::RelayOutbox)));
+                    .map(|p| Box::new((p, PushStep::RelayOutbox)));
                 let cfg = RelayConfig::from_args(args).map_err(refused(push))?;
                 Config::RelayOutbox(cfg, metrics)
             }

@@ -70,7 +70,7 @@ pub(super) fn drain(
             };
             match batch::run_one(lane, &b, result) {
                 Ok((claimed, last)) => {
-                    budget.batch_took(cycle.driver.monotonic.since(batch_started));
+                    budget.batch_took(cycle.ambient.monotonic.since(batch_started));
                     turn.batch_done(claimed, last, cfg.batch.size, cfg.batch.max_batches);
                 }
                 Err(e) => {

@@ -12,7 +12,7 @@ use log::{info, warn};
 use super::phases;
 use super::schedule;
 use super::types::{Cycle, CycleResult};
-use crate::clock::Driver;
+use crate::clock::Ambient;
 use crate::config::RunOnceConfig;
 use crate::domain::rfc3339;
 use crate::exit::{Classified, Failure};
@@ -26,9 +26,9 @@ use crate::store::{self, CycleStatements, Db};
 /// it read). On a signal it stops before the next batch (the batch in flight commits or
 /// rolls back whole) and fails with `Interrupted`, after logging what it did. On an
 /// infrastructure error the batch in flight rolls back.
-pub fn run_once(cfg: &RunOnceConfig, driver: Driver, result: &mut CycleResult) -> Result<()> {
-    let started = driver.monotonic.now();
-    let as_of = driver.clock.now();
+pub fn run_once(cfg: &RunOnceConfig, ambient: Ambient, result: &mut CycleResult) -> Result<()> {
+    let started = ambient.monotonic.now();
+    let as_of = ambient.clock.now();
     let span = trace::span(
         "run-once cycle",
         vec![
@@ -36,7 +36,7 @@ pub fn run_once(cfg: &RunOnceConfig, driver: Driver, result: &mut CycleResult) -
             Attr::new("AsOf", rfc3339(as_of)),
         ],
     );
-    let outcome = cycle_at(cfg, driver, as_of, started, result);
+    let outcome = cycle_at(cfg, ambient, as_of, started, result);
     span.set([
         Attr::new("ReserveExpiredCount", result.reserve_expired_count as i64),
         Attr::new("BookingExpiredCount", result.booking_expired_count as i64),
@@ -50,7 +50,7 @@ pub fn run_once(cfg: &RunOnceConfig, driver: Driver, result: &mut CycleResult) -
 
 fn cycle_at(
     cfg: &RunOnceConfig,
-    driver: Driver,
+    ambient: Ambient,
     as_of: DateTime<Utc>,
     started: Instant,
     result: &mut CycleResult,
@@ -69,7 +69,7 @@ fn cycle_at(
         Preflight::Paused(paused) => {
             result.as_of = rfc3339(as_of);
             result.paused = Some(paused);
-            result.duration_ms = driver.monotonic.since(started).as_millis() as u64;
+            result.duration_ms = ambient.monotonic.since(started).as_millis() as u64;
             return Ok(());
         }
         Preflight::Ready { pause } => pause,
@@ -81,17 +81,19 @@ fn cycle_at(
         &crate::domain::OutboxTypes::default(),
     )?;
     // For `pause --wait`: this cycle works until its deadline at the latest.
-    let left = cfg.deadline.saturating_sub(driver.monotonic.since(started));
+    let left = cfg
+        .deadline
+        .saturating_sub(ambient.monotonic.since(started));
     preflight::announce_working(
         &mut db.client,
         Writer::RunOnce,
         schedule::working_until(as_of, left),
     )?;
-    driver.shutdown.on_signal(db.interrupter());
+    ambient.shutdown.on_signal(db.interrupter());
     let stmts = CycleStatements::prepare(&mut db.client)?;
     let cycle = Cycle {
         cfg,
-        driver,
+        ambient,
         run_id: result.run_id,
         as_of,
         started,
@@ -103,16 +105,16 @@ fn cycle_at(
 /// The cycle proper at `as_of`, on a session that is open, checked (clock, schema) and
 /// has the cycle's statements prepared, for a long-lived caller (the long-horizon
 /// simulation) that keeps one across cycles; `run_once` makes one per run. The cycle's
-/// time budget begins now, by `driver`'s monotonic clock.
+/// time budget begins now, by `ambient`'s monotonic clock.
 pub fn run_cycle(
     db: &mut Db,
     stmts: &CycleStatements,
     cfg: &RunOnceConfig,
     as_of: DateTime<Utc>,
-    driver: Driver,
+    ambient: Ambient,
     result: &mut CycleResult,
 ) -> Result<()> {
-    let started = driver.monotonic.now();
+    let started = ambient.monotonic.now();
     let readable = store::ops::pauses_readable(&mut db.client).map_err(|e| {
         e.context(Classified {
             failure: Failure::Temporary,
@@ -121,7 +123,7 @@ pub fn run_cycle(
     })?;
     let cycle = Cycle {
         cfg,
-        driver,
+        ambient,
         run_id: result.run_id,
         as_of,
         started,

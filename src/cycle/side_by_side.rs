@@ -35,7 +35,7 @@ pub(super) fn side_by_side(
     info!(Phase:% = booking.phase, ElapsedMs = cycle.elapsed().as_millis() as u64;
           "both phases have a backlog: the Booking phase goes on on a second session");
     let cfg = cycle.cfg;
-    let shutdown = cycle.driver.shutdown;
+    let shutdown = cycle.ambient.shutdown;
     let mut other_budget = on.budget.clone();
     let mut other = CycleResult {
         run_id: cycle.run_id,

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::clock::Driver;
+use crate::clock::Ambient;
 use crate::config::RunOnceConfig;
 use crate::domain::{self, Phase};
 use crate::exit::{ClassifyExt, Failure};
@@ -44,7 +44,7 @@ pub struct CycleResult {
 #[derive(Clone, Copy)]
 pub(super) struct Cycle<'a> {
     pub(super) cfg: &'a RunOnceConfig,
-    pub(super) driver: Driver<'a>,
+    pub(super) ambient: Ambient<'a>,
     pub(super) run_id: Uuid,
     pub(super) as_of: DateTime<Utc>,
     pub(super) started: Instant,
@@ -53,15 +53,15 @@ pub(super) struct Cycle<'a> {
 
 impl Cycle<'_> {
     pub(super) fn now(&self) -> Instant {
-        self.driver.monotonic.now()
+        self.ambient.monotonic.now()
     }
 
     pub(super) fn elapsed(&self) -> std::time::Duration {
-        self.driver.monotonic.since(self.started)
+        self.ambient.monotonic.since(self.started)
     }
 
     pub(super) fn signal(&self) -> Option<i32> {
-        self.driver.shutdown.requested()
+        self.ambient.shutdown.requested()
     }
 }
 
@@ -94,7 +94,7 @@ impl<'s> Lane<'s> {
     /// The pause at this batch boundary: as the last round trip read it, or read now
     /// when it did not.
     pub(super) fn paused(&mut self, cycle: &Cycle) -> Result<Option<Paused>> {
-        let now = cycle.driver.clock.now();
+        let now = cycle.ambient.clock.now();
         match self.switch.take() {
             Some(row) => Ok(row.map(|row| Paused::of(&row, now))),
             None => cycle.pause.check(self.client, now),

@@ -17,7 +17,7 @@ use anyhow::Result;
 use log::{info, warn};
 
 use crate::clock::{Monotonic, SystemMonotonic};
-pub use crate::config::{Pushgateway, Step};
+pub use crate::config::{PushStep, Pushgateway};
 use crate::obs::push_client;
 
 /// The `job` of the grouping key, the same for both steps.
@@ -43,13 +43,13 @@ impl Pushgateway {
     }
 
     /// The path of a step's group.
-    pub fn path(&self, step: Step) -> String {
+    pub fn path(&self, step: PushStep) -> String {
         format!("{}/metrics/job/{JOB}/step/{}", self.prefix, step.as_str())
     }
 
     /// Pushes and logs the outcome; never fails (a failed push never changes a run's
     /// outcome).
-    pub fn push_logged(&self, step: Step, body: &str) {
+    pub fn push_logged(&self, step: PushStep, body: &str) {
         let started = SystemMonotonic.now();
         match self.push(step, body) {
             Ok(()) => info!(Pushgateway = self.url().as_str(), Step = step.as_str(),
@@ -63,7 +63,7 @@ impl Pushgateway {
 
     /// POSTs `body` (text exposition format) to the step's group, within
     /// [`PUSH_TIMEOUT`] in all.
-    pub fn push(&self, step: Step, body: &str) -> Result<()> {
+    pub fn push(&self, step: PushStep, body: &str) -> Result<()> {
         let scheme = if self.https { "https" } else { "http" };
         let url = format!("{scheme}://{}{}", self.authority(), self.path(step));
         push_client::post(self, &url, body.to_owned(), PUSH_TIMEOUT)
@@ -81,12 +81,12 @@ mod tests {
         let p = Pushgateway::parse("http://[::1]:9091/a").unwrap();
         assert_eq!(p.url(), "http://[::1]:9091/a");
         assert_eq!(
-            p.path(Step::RunOnce),
+            p.path(PushStep::RunOnce),
             "/a/metrics/job/crm_booking_expiration/step/run-once"
         );
         let root = Pushgateway::parse("http://h:1").unwrap();
         assert_eq!(
-            root.path(Step::RelayOutbox),
+            root.path(PushStep::RelayOutbox),
             "/metrics/job/crm_booking_expiration/step/relay-outbox"
         );
     }

@@ -25,7 +25,7 @@ use anyhow::Result;
 use chrono::{DateTime, TimeDelta, Utc};
 use log::{info, warn};
 
-use crate::clock::Driver;
+use crate::clock::Ambient;
 use crate::config::RelayConfig;
 use crate::exit::Failure;
 use crate::kafka::{Classify, KafkaProducer};
@@ -52,12 +52,12 @@ fn working_until(now: DateTime<Utc>, left: Duration) -> DateTime<Utc> {
 /// is known also when the run fails. A failure of some rows' own (an unusable topic, a
 /// message refused while others went through) does not stop the others: those rows
 /// back off, the run goes on, and then fails with that failure.
-pub fn relay_outbox(cfg: &RelayConfig, driver: Driver, result: &mut RelayResult) -> Result<()> {
+pub fn relay_outbox(cfg: &RelayConfig, ambient: Ambient, result: &mut RelayResult) -> Result<()> {
     let span = trace::span(
         "relay-outbox",
         vec![Attr::new("RunId", result.run_id.to_string())],
     );
-    let outcome = relay(cfg, driver, result);
+    let outcome = relay(cfg, ambient, result);
     span.set([
         Attr::new("Published", result.published as i64),
         Attr::new("Failed", result.failed as i64),
@@ -70,8 +70,8 @@ pub fn relay_outbox(cfg: &RelayConfig, driver: Driver, result: &mut RelayResult)
     outcome
 }
 
-fn relay(cfg: &RelayConfig, driver: Driver, result: &mut RelayResult) -> Result<()> {
-    let (clock, monotonic) = (driver.clock, driver.monotonic);
+fn relay(cfg: &RelayConfig, ambient: Ambient, result: &mut RelayResult) -> Result<()> {
+    let (clock, monotonic) = (ambient.clock, ambient.monotonic);
     let started = monotonic.now();
     let mut db = store::connect(&cfg.db)?;
     let checks = Checks {
@@ -109,19 +109,19 @@ fn relay(cfg: &RelayConfig, driver: Driver, result: &mut RelayResult) -> Result<
     preflight::announce_working(&mut db.client, Writer::RelayOutbox, ends)?;
     // On SIGTERM the batches in flight still get their delivery reports and marks
     // (so nothing is sent twice needlessly); then no new batch starts.
-    driver.shutdown.on_signal(|| {});
+    ambient.shutdown.on_signal(|| {});
     if !cfg.follow.is_zero() {
         store::listen(&mut db.client)?;
     }
     let mut producer = KafkaProducer::new(&cfg.kafka)
         .classified()?
-        .watching(driver.shutdown);
+        .watching(ambient.shutdown);
     info!(Brokers = cfg.kafka.brokers.as_str(), BatchSize = cfg.batch_size,
           FollowMs = cfg.follow.as_millis() as u64,
           OutboxTypes = cfg.outbox_types.to_flag().as_str(); "relay started");
     let run = Run {
         cfg,
-        driver,
+        ambient,
         started,
         pause,
     };
@@ -143,7 +143,7 @@ fn relay(cfg: &RelayConfig, driver: Driver, result: &mut RelayResult) -> Result<
         match drain(&mut db.client, &mut producer, &mut topics, &run, result) {
             Err(e) if !cfg.follow.is_zero() && reconnect::session_lost(&e) => {
                 reconnect::release(&mut db);
-                match reconnect::reopen(cfg, driver, started, e) {
+                match reconnect::reopen(cfg, ambient, started, e) {
                     Ok(reconnect::Reopened::Session(new)) => db = *new,
                     Ok(reconnect::Reopened::TakenOver) => break Ok(None),
                     Err(e) => break Err(e),
@@ -200,8 +200,8 @@ fn drain(
     let mut queue = queue::Queue::open(
         client,
         run.cfg,
-        run.driver.clock.now(),
-        run.driver.monotonic.now(),
+        run.ambient.clock.now(),
+        run.ambient.monotonic.now(),
         result,
     )?;
     let mut marker = Marker::new(&run.cfg.db, &run.cfg.outbox_types, queue.marks());

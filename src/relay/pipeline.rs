@@ -37,7 +37,7 @@ pub(super) fn pipeline(
     run: &Run,
     result: &mut RelayResult,
 ) -> Result<Option<anyhow::Error>> {
-    let (cfg, clock) = (run.cfg, run.driver.clock);
+    let (cfg, clock) = (run.cfg, run.ambient.clock);
     let marks = queue.marks();
     // The first failure of a row's own (an unusable topic, a message the broker refused
     // while taking others): the run goes on with the other rows, and ends with it.
@@ -65,7 +65,7 @@ pub(super) fn pipeline(
             marker.collect_ready(result)?;
             // Following, the waiting topics are asked about again about once a second,
             // also while rows keep coming.
-            let now = run.driver.monotonic.now();
+            let now = run.ambient.monotonic.now();
             if !cfg.follow.is_zero() && topics.recheck_due(now) {
                 topics.recheck(producer, cfg.expected_partitions, now, false)?;
             }
@@ -133,7 +133,7 @@ pub(super) fn pipeline(
                     client,
                     cfg,
                     clock.now(),
-                    run.driver.monotonic.now(),
+                    run.ambient.monotonic.now(),
                     true,
                     result,
                 )? {
@@ -141,7 +141,7 @@ pub(super) fn pipeline(
                 }
                 // The waiting topics, about once a second: one that came free ends the
                 // wait, its rows go at once.
-                let now = run.driver.monotonic.now();
+                let now = run.ambient.monotonic.now();
                 if !topics.recheck_due(now) {
                     return Ok(false);
                 }
@@ -173,7 +173,7 @@ pub(super) fn pipeline(
 
 /// Fails with `Interrupted` once a signal came: no new batch starts.
 pub(super) fn interrupted(run: &Run) -> Result<()> {
-    match run.driver.shutdown.requested() {
+    match run.ambient.shutdown.requested() {
         Some(signal) => Err(fail(
             Failure::Interrupted(signal),
             format!("interrupted by signal {signal}; no new batch started"),
@@ -190,7 +190,7 @@ fn wait_for_outbox(
     run: &Run,
     came_free: &mut dyn FnMut(&mut Session) -> Result<bool>,
 ) -> Result<()> {
-    while !run.left().is_zero() && run.driver.shutdown.requested().is_none() {
+    while !run.left().is_zero() && run.ambient.shutdown.requested().is_none() {
         if came_free(client)? {
             return Ok(());
         }

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::clock::Driver;
+use crate::clock::Ambient;
 
 use anyhow::Result;
 use log::{info, warn};
@@ -50,17 +50,17 @@ pub(super) enum Reopened {
 )]
 pub(super) fn reopen(
     cfg: &RelayConfig,
-    driver: Driver,
+    ambient: Ambient,
     started: Instant,
     cause: anyhow::Error,
 ) -> Result<Reopened> {
-    let monotonic = driver.monotonic;
+    let monotonic = ambient.monotonic;
     let dropped = monotonic.now();
     let run_for = cfg.run_for();
     let mut pause = FIRST_PAUSE;
     let mut last: Option<anyhow::Error> = None;
     loop {
-        if let Some(signal) = driver.shutdown.requested() {
+        if let Some(signal) = ambient.shutdown.requested() {
             return Err(cause.context(Classified {
                 failure: Failure::Interrupted(signal),
                 message: format!("interrupted by signal {signal} while reconnecting"),

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::clock::Driver;
+use crate::clock::Ambient;
 use crate::config::RelayConfig;
 use crate::preflight::{PauseWatch, Paused};
 
@@ -67,7 +67,7 @@ pub struct RelayResult {
 #[derive(Clone, Copy)]
 pub(super) struct Run<'a> {
     pub(super) cfg: &'a RelayConfig,
-    pub(super) driver: Driver<'a>,
+    pub(super) ambient: Ambient<'a>,
     pub(super) started: Instant,
     pub(super) pause: PauseWatch,
 }
@@ -75,7 +75,7 @@ pub(super) struct Run<'a> {
 impl Run<'_> {
     /// How long the run has worked, by its monotonic clock.
     pub(super) fn elapsed(&self) -> Duration {
-        self.driver.monotonic.since(self.started)
+        self.ambient.monotonic.since(self.started)
     }
 
     /// What is left of the run's window (`--follow`, or none): zero once it is spent.

@@ -61,8 +61,8 @@ const PURGE_FOR: Duration = Duration::from_secs(1);
 /// Deletes published rows older than the retention, in bounded batches, for at most
 /// [`PURGE_FOR`] plus the batch in flight then; the rest goes next run.
 pub(super) fn purge(client: &mut Session, run: &Run, result: &mut RelayResult) -> Result<()> {
-    let (cfg, monotonic) = (run.cfg, run.driver.monotonic);
-    let now = run.driver.clock.now();
+    let (cfg, monotonic) = (run.cfg, run.ambient.monotonic);
+    let now = run.ambient.clock.now();
     let began = monotonic.now();
     // On the relay's own state: by `seq` range below the floor (the rows the release
     // before published go by its columns' index after).

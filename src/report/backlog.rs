@@ -472,8 +472,8 @@ fn json(b: &Backlog, defence: Defence) -> Result<String> {
 /// and help texts.
 fn prometheus(b: &Backlog) -> String {
     let mut out = Exposition::default();
-    gauges::backlog_gauges(&mut out, &super::figures::backlog(b));
-    gauges::paused_gauges(&mut out, &super::figures::paused(b));
+    gauges::backlog_gauges(&mut out, &super::backlog_figures::backlog(b));
+    gauges::paused_gauges(&mut out, &super::backlog_figures::paused(b));
     out.per_phase(crate::obs::backlog_only::BACKLOG_LATENESS, |phase| {
         next_claim(b, phase).map_or(0.0, |c| render::seconds_since(b.as_of, c.deadline).max(0.0))
     });

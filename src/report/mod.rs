@@ -4,8 +4,8 @@
 //! works under a read-only database role.
 
 mod backlog;
+pub mod backlog_figures;
 mod dry_run;
-pub mod figures;
 mod hygiene;
 mod read_failure;
 

@@ -185,7 +185,7 @@ impl World {
     /// the binary would have exited with and the error.
     pub fn relay_in_process(&self, ahead: u32, extra: &[&str]) -> Result<Value, (u8, String)> {
         use booking_expire::cli::{Cli, Command};
-        use booking_expire::clock::{Driver, SystemMonotonic};
+        use booking_expire::clock::{Ambient, SystemMonotonic};
         use booking_expire::config::RelayConfig;
         use booking_expire::relay::{RelayResult, relay_outbox};
         use booking_expire::shutdown::Shutdown;
@@ -202,12 +202,12 @@ impl World {
             ..Default::default()
         };
         let clock = Ahead(chrono::TimeDelta::hours(i64::from(ahead)));
-        let driver = Driver {
+        let ambient = Ambient {
             clock: &clock,
             monotonic: &SystemMonotonic,
             shutdown: &Shutdown::new(),
         };
-        match relay_outbox(&cfg, driver, &mut result) {
+        match relay_outbox(&cfg, ambient, &mut result) {
             Ok(()) => Ok(serde_json::to_value(&result).unwrap()),
             Err(e) => Err((
                 booking_expire::exit::failure_of(&e).code(),

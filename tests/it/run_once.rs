@@ -631,7 +631,7 @@ fn a_second_session_that_cannot_be_opened_leaves_the_phases_taking_turns_on_one(
         &stmts,
         &unreachable,
         chrono::Utc::now(),
-        booking_expire::clock::Driver::system(&booking_expire::shutdown::Shutdown::new()),
+        booking_expire::clock::Ambient::system(&booking_expire::shutdown::Shutdown::new()),
         &mut result,
     )
     .unwrap();

@@ -32,7 +32,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use booking_expire::cli::{Cli, Command};
-use booking_expire::clock::{Clock, Driver, ManualClock, SystemMonotonic};
+use booking_expire::clock::{Ambient, Clock, ManualClock, SystemMonotonic};
 use booking_expire::config::{RelayConfig, RunOnceConfig};
 use booking_expire::cycle::{self, CycleResult};
 use booking_expire::relay::{self, RelayResult};

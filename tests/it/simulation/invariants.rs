@@ -288,7 +288,7 @@ impl Sim {
         };
         if let Err(e) = relay::relay_outbox(
             &self.relay_cfg,
-            Driver {
+            Ambient {
                 clock: &self.clock,
                 monotonic: &SystemMonotonic,
                 shutdown: &Shutdown::new(),

@@ -139,7 +139,7 @@ impl Sim {
         let outcome = if read_only || self.minute % 60 == 59 {
             cycle::run_once(
                 &self.cfg,
-                Driver {
+                Ambient {
                     clock: &self.clock,
                     monotonic: &SystemMonotonic,
                     shutdown: &shutdown,
@@ -152,7 +152,7 @@ impl Sim {
                 &self.stmts,
                 &self.cfg,
                 as_of,
-                Driver {
+                Ambient {
                     clock: &self.clock,
                     monotonic: &SystemMonotonic,
                     shutdown: &shutdown,
