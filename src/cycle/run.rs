@@ -88,7 +88,8 @@ fn cycle_at(
         schedule::working_until(as_of, left),
     )?;
     driver.shutdown.on_signal(db.interrupter());
-    let stmts = CycleStatements::prepare(&mut db.client)?;
+    let status_type = store::status_type(&mut db.client)?;
+    let stmts = CycleStatements::prepare(&mut db.client, &status_type)?;
     let cycle = Cycle {
         cfg,
         driver,

@@ -6,7 +6,6 @@
 
 use std::fmt;
 
-use super::expiration::DbRejection;
 use super::sqlstate::{Class, class};
 
 /// What a failed store call means for the run.
@@ -87,19 +86,31 @@ fn first_database_error(e: &anyhow::Error) -> Option<&postgres::Error> {
 
 /// The SQLSTATE of the first PostgreSQL error in an `anyhow` chain.
 pub fn code_in(e: &anyhow::Error) -> Option<&str> {
-    first_database_error(e)
-        .and_then(|e| e.code())
-        .map(|c| c.code())
+    first_database_error(e).and_then(super::sqlstate::code)
+}
+
+/// Why the database refused one booking's write: the server's SQLSTATE and message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DbRejection {
+    pub sqlstate: String,
+    pub message: String,
+}
+
+impl DbRejection {
+    /// The server's refusal a PostgreSQL error carries, when the server sent one.
+    pub(crate) fn of(e: &postgres::Error) -> Option<DbRejection> {
+        let db = e.as_db_error()?;
+        Some(DbRejection {
+            sqlstate: super::sqlstate::code_of(e).to_owned(),
+            message: db.message().to_owned(),
+        })
+    }
 }
 
 /// The server's refusal (its SQLSTATE and message) of the first PostgreSQL error in an
 /// `anyhow` chain, when the server sent one.
 pub fn refusal_in(e: &anyhow::Error) -> Option<DbRejection> {
-    let db = first_database_error(e)?.as_db_error()?;
-    Some(DbRejection {
-        sqlstate: db.code().code().to_owned(),
-        message: db.message().to_owned(),
-    })
+    DbRejection::of(first_database_error(e)?)
 }
 
 /// Whether `e` says the session itself is gone (closed, I/O, the server shutting down
@@ -112,7 +123,7 @@ pub fn session_lost(e: &anyhow::Error) -> bool {
             if pe.is_closed() {
                 return true;
             }
-            match pe.code().map(|c| c.code()) {
+            match super::sqlstate::code(pe) {
                 Some(code) => super::sqlstate::session_ended(code),
                 None => std::iter::successors(
                     std::error::Error::source(pe),

@@ -59,12 +59,13 @@ pub use connect::{
     Db, Opening, Writable, connect, connect_another, open_another, too_many_connections,
 };
 pub use error::{
-    ClassifyExt, Fault, StoreError, code_in, fail, fault_of_any, refusal_in, session_lost,
+    ClassifyExt, DbRejection, Fault, StoreError, code_in, fail, fault_of_any, refusal_in,
+    session_lost,
 };
 pub use expiration::{
-    BatchWrite, Claim, ClaimKey, CycleStatements, DbRejection, Poison, WriteOutcome,
-    candidates_sql, claim, claim_counting_sql, claim_sql, count_left, left_sql, quarantine,
-    release_stale_quarantine, write_direct, write_isolating,
+    BatchWrite, Claim, ClaimKey, CycleStatements, Poison, WriteOutcome, candidates_sql, claim,
+    claim_counting_sql, claim_sql, count_left, left_sql, quarantine, release_stale_quarantine,
+    write_direct, write_isolating,
 };
 pub use hygiene::{
     Hygiene, IndexSize, Listed, PreparedHolder, SessionHolder, SlotHolder, TableHealth, XminHorizon,

@@ -38,9 +38,14 @@ fn of_code(code: &str) -> Class {
     }
 }
 
+/// The SQLSTATE of a server error; `None` for one not from the server.
+pub(crate) fn code(e: &postgres::Error) -> Option<&str> {
+    e.code().map(|c| c.code())
+}
+
 /// The SQLSTATE of a server error (`""` for one not from the server), for log lines.
 pub(crate) fn code_of(e: &postgres::Error) -> &str {
-    e.code().map_or("", |c| c.code())
+    code(e).unwrap_or_default()
 }
 
 /// A missing table (42P01) or an insufficient privilege (42501): what the preflight's

@@ -20,7 +20,7 @@ pub use claim::{
 pub use quarantine::{quarantine, release_stale_quarantine};
 pub use statements::CycleStatements;
 use statements::OnFirstUse;
-pub use write::{DbRejection, WriteOutcome, write_direct, write_isolating};
+pub use write::{WriteOutcome, write_direct, write_isolating};
 
 use crate::domain::Phase;
 pub use crate::domain::{BatchWrite, Poison};
@@ -47,9 +47,10 @@ fn rule_in_the_way(e: &postgres::Error) -> Option<String> {
 }
 
 impl CycleStatements {
-    pub fn prepare(client: &mut Session) -> Result<Self> {
+    /// The cycle's statements on `client`; `status_type` is the declared type of
+    /// `crm.bookings.status` ([`crate::status_type`]), which the write casts to.
+    pub fn prepare(client: &mut Session, status_type: &str) -> Result<Self> {
         let client = client.pg();
-        let status_type = super::schema::status_type(client)?;
         let mut prepare = |sql: &str| {
             client.prepare(sql).map_err(|e| match rule_in_the_way(&e) {
                 Some(refusal) => crate::error::fail(crate::error::Fault::Config, refusal),
@@ -65,7 +66,7 @@ impl CycleStatements {
                 OnFirstUse::new(left_sql(Phase::Reserve)),
                 OnFirstUse::new(left_sql(Phase::Booking)),
             ],
-            write: prepare(&write::write_sql(&status_type))?,
+            write: prepare(&write::write_sql(status_type))?,
             quarantine: OnFirstUse::new(quarantine::QUARANTINE_SQL),
             release_stale: prepare(quarantine::RELEASE_STALE_SQL)?,
         })

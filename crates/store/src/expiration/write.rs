@@ -13,6 +13,7 @@ use super::isolation::{Isolated, Keep, Probe, isolate};
 use super::statements::CycleStatements;
 use crate::Conn;
 use crate::domain::{AGGREGATE_TYPE, BatchWrite, EVENT_TYPE};
+use crate::error::DbRejection;
 
 /// Who the audit trail names as the actor of an expiry.
 const ACTOR: &str = "system:booking-expiration";
@@ -176,13 +177,6 @@ fn write_once(
     Ok(rows.iter().map(|r| r.get("id")).collect())
 }
 
-/// Why the database refused one booking's write.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DbRejection {
-    pub sqlstate: String,
-    pub message: String,
-}
-
 /// What the batch write did.
 #[derive(Debug, Default)]
 pub struct WriteOutcome {
@@ -250,13 +244,7 @@ pub fn write_direct(
 
 /// The SQLSTATE and message of a row rejection.
 fn rejection(e: &postgres::Error) -> DbRejection {
-    let db = e
-        .as_db_error()
-        .expect("a row rejection is a database error");
-    DbRejection {
-        sqlstate: db.code().code().to_owned(),
-        message: db.message().to_owned(),
-    }
+    DbRejection::of(e).expect("a row rejection is a database error")
 }
 
 /// A refusal caused by one row's data, not by the infrastructure.
