@@ -133,16 +133,31 @@ pub fn exit_code_after(err: &anyhow::Error, signal: Option<i32>) -> ExitCode {
 }
 
 /// The failure an error stands for: the outermost explicit classification wins (the
-/// program's, then the store's), then the kind of a PostgreSQL error, else 70 (a bug).
+/// program's, then the store's, whose own outermost fault wins, then its PostgreSQL
+/// error's), else 70 (a bug).
 pub fn failure_of(err: &anyhow::Error) -> Failure {
     if let Some(c) = err.downcast_ref::<Classified>() {
         c.failure
-    } else if let Some(e) = err.downcast_ref::<store::StoreError>() {
-        of_fault(e.fault)
-    } else if let Some(fault) = store::fault_of_any(err) {
-        of_fault(fault)
+    } else if let Some(e) = store_error(err) {
+        of_store(e)
     } else {
         Failure::Internal
+    }
+}
+
+/// The store's error in an error's chain (the outermost), if any: what the program
+/// asks of a failed store call (its fault, its SQLSTATE, a lost session).
+pub fn store_error(err: &anyhow::Error) -> Option<&store::StoreError> {
+    err.chain()
+        .find_map(|c| c.downcast_ref::<store::StoreError>())
+}
+
+/// What a store's error is for the run: its fault's failure; 70 (a bug) for one without
+/// a fault (an error from outside the database nothing classified).
+pub fn of_store(e: &store::StoreError) -> Failure {
+    match e.fault() {
+        Some(fault) => of_fault(fault),
+        None => Failure::Internal,
     }
 }
 
@@ -253,22 +268,34 @@ mod tests {
 
     #[test]
     fn the_stores_faults_have_their_codes_and_an_outer_classification_wins() {
-        use crate::store::Fault;
+        use crate::store::{Fault, StoreError};
+        let failed = |fault, message: &str| StoreError::Failed {
+            fault,
+            message: message.to_owned(),
+        };
         for (fault, code) in [
             (Fault::Unavailable, 69),
             (Fault::Temporary, 75),
             (Fault::Config, 78),
         ] {
-            let e = crate::store::fail(fault, "from the store");
+            let e = anyhow::Error::from(failed(fault, "from the store"));
             assert_eq!(exit_code(&e), ExitCode::from(code), "{fault:?}");
             assert_eq!(format!("{e:#}"), "from the store");
+            let e = e.context("the program's context");
+            assert_eq!(exit_code(&e), ExitCode::from(code), "{fault:?}");
         }
-        let below = crate::store::ClassifyExt::classify(
-            Err::<(), _>(anyhow::anyhow!("io")),
-            Fault::Unavailable,
-            "store",
-        );
-        let e = ClassifyExt::classify(below, Failure::Config, "program").unwrap_err();
+        // Without a fault of its own, an error from outside the database is a bug (70);
+        // the store's classification above it gives it one; the program's wins.
+        let unclassified = StoreError::Other("io".into()).context("store");
+        assert_eq!(exit_code(&unclassified.into()), ExitCode::from(70));
+        let below = || StoreError::Context {
+            context: "store".to_owned(),
+            fault: Some(Fault::Unavailable),
+            source: Box::new(StoreError::Other("io".into())),
+        };
+        assert_eq!(exit_code(&below().into()), ExitCode::from(69));
+        let e =
+            ClassifyExt::classify(Err::<(), _>(below()), Failure::Config, "program").unwrap_err();
         assert_eq!(exit_code(&e), ExitCode::from(78));
         assert_eq!(format!("{e:#}"), "program: store: io");
     }

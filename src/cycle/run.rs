@@ -115,7 +115,7 @@ pub fn run_cycle(
 ) -> Result<()> {
     let started = driver.monotonic.now();
     let readable = store::ops::pauses_readable(&mut db.client).map_err(|e| {
-        e.context(Classified {
+        anyhow::Error::from(e).context(Classified {
             failure: Failure::Temporary,
             message: "cannot read the pause switches".to_owned(),
         })

@@ -55,13 +55,8 @@ mod waiting;
 mod watermark;
 
 pub use clock::ClockSkew;
-pub use connect::{
-    Db, Opening, Writable, connect, connect_another, open_another, too_many_connections,
-};
-pub use error::{
-    ClassifyExt, DbRejection, Fault, StoreError, code_in, fail, fault_of_any, refusal_in,
-    session_lost,
-};
+pub use connect::{Db, Opening, Writable, connect, connect_another, open_another};
+pub use error::{DbRejection, Fault, StoreError};
 pub use expiration::{
     BatchWrite, Claim, ClaimKey, CycleStatements, Poison, WriteOutcome, candidates_sql, claim,
     claim_counting_sql, claim_sql, count_left, left_sql, quarantine, release_stale_quarantine,

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use anyhow::Result;
+use crate::error::Result;
 use chrono::{DateTime, Utc};
 use postgres::GenericClient;
 use uuid::Uuid;

@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 
-use anyhow::Result;
+use crate::error::Result;
 use chrono::{DateTime, TimeDelta, Utc};
 use postgres::{Client, SimpleQueryMessage, SimpleQueryRow};
 
@@ -17,7 +17,7 @@ use super::privileges;
 use super::running::{Worker, pause_row, pause_statement};
 use super::schema::{self, SchemaNeed};
 use crate::Session;
-use crate::error::{ClassifyExt, Fault};
+use crate::error::{Context, Fault};
 
 /// What one preflight read found.
 #[derive(Debug)]

@@ -2,7 +2,7 @@
 //! work, so a role without the grants fails with 78 naming every missing grant and the
 //! group role of `sql/` that gives it, instead of a mid-cycle error.
 
-use anyhow::Result;
+use crate::error::Result;
 use postgres::SimpleQueryRow;
 
 use super::schema::{AUDIT, BOOKING_READ, SchemaNeed, TIMELINE, text_array};

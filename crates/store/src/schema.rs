@@ -5,11 +5,11 @@
 //! role may do is [`super::privileges`]'s; both are read in one round trip
 //! ([`super::preflight`]).
 
-use anyhow::Result;
+use crate::error::Result;
 use postgres::{GenericClient, SimpleQueryRow};
 
 use crate::Conn;
-use crate::error::{ClassifyExt, Fault, fail};
+use crate::error::{Context, Fault, fail};
 
 /// What a subcommand needs of the schema. Later migrations' tables a database at the
 /// schema before may lack (`booking_expiration_phase_failure` of 12,

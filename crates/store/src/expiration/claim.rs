@@ -3,7 +3,7 @@
 //! skipped, and how many are left. The predicate and the columns are shared with the
 //! reports (`dry-run`, `backlog`) and `explain`.
 
-use anyhow::Result;
+use crate::error::Result;
 use chrono::{DateTime, Utc};
 use postgres::GenericClient;
 use uuid::Uuid;

@@ -11,7 +11,7 @@ mod statements;
 mod write;
 
 use crate::Session;
-use anyhow::Result;
+use crate::error::{Fault, Result, StoreError, fail};
 
 pub(crate) use claim::{BOOKING_COLUMNS, booking_row, deadline_column, overdue_predicate};
 pub use claim::{
@@ -53,8 +53,8 @@ impl CycleStatements {
         let client = client.pg();
         let mut prepare = |sql: &str| {
             client.prepare(sql).map_err(|e| match rule_in_the_way(&e) {
-                Some(refusal) => crate::error::fail(crate::error::Fault::Config, refusal),
-                None => anyhow::Error::new(e).context("cannot prepare the cycle's statements"),
+                Some(refusal) => fail(Fault::Config, refusal),
+                None => StoreError::from(e).context("cannot prepare the cycle's statements"),
             })
         };
         Ok(CycleStatements {

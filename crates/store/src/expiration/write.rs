@@ -2,7 +2,7 @@
 //! savepoint (`write_direct`, nearly always), or under savepoints that isolate the rows
 //! the database refuses (`write_isolating`, with the bisection of `isolation`).
 
-use anyhow::Result;
+use crate::error::Result;
 use chrono::{DateTime, Utc};
 use postgres::GenericClient;
 use postgres::types::{Json, ToSql};
@@ -276,7 +276,7 @@ impl<C: GenericClient> Savepoints<'_, C> {
 impl<C: GenericClient> Probe for Savepoints<'_, C> {
     type Written = Uuid;
     type Refusal = DbRejection;
-    type Error = anyhow::Error;
+    type Error = crate::error::StoreError;
 
     fn try_part(
         &mut self,

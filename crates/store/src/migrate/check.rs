@@ -5,10 +5,10 @@
 //! membership staying). A file whose check fails is not done: `migrate` ends with 78
 //! and what the DBA must run, and the file stays partial for the next run.
 
-use anyhow::Result;
+use crate::error::Result;
 use postgres::Client;
 
-use crate::error::{ClassifyExt, Fault};
+use crate::error::{Context, Fault};
 
 /// One file's check.
 struct Check {

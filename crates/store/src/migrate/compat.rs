@@ -11,7 +11,7 @@
 
 use std::sync::{Once, OnceLock};
 
-use anyhow::Result;
+use crate::error::Result;
 use log::warn;
 use postgres::SimpleQueryRow;
 
@@ -63,7 +63,7 @@ pub const PROBE_STATEMENT: &str =
 /// The history's rows as far as compatibility goes, when [`PROBE_STATEMENT`]'s answer
 /// says it can be read: one more round trip, on a migrated database only.
 pub fn read(client: &mut postgres::Client, probe: &[SimpleQueryRow]) -> Result<Vec<Row>> {
-    use crate::error::ClassifyExt;
+    use crate::error::Context;
     let field = |name: &str| probe.first().and_then(|r| r.get(name)) == Some("true");
     if !field("history_readable") {
         return Ok(Vec::new());

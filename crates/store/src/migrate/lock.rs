@@ -6,11 +6,11 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use crate::error::Result;
 use log::info;
 use postgres::Client;
 
-use crate::error::{ClassifyExt, Fault, fail};
+use crate::error::{Context, Fault, fail};
 
 /// The advisory lock key of the migrators (ASCII "bkexmigr").
 pub const MIGRATE_LOCK: i64 = 0x626b_6578_6d69_6772;

@@ -29,7 +29,7 @@ mod verify;
 use std::time::Instant;
 
 use crate::Session;
-use anyhow::Result;
+use crate::error::Result;
 use log::{info, warn};
 use postgres::Client;
 

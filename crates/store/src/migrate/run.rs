@@ -7,14 +7,14 @@
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use crate::error::Result;
 use log::{info, warn};
 use postgres::Client;
 
 use super::policy::{self, Kind, Policy};
 use super::split::first_line;
 use crate::duration::show_duration;
-use crate::error::{ClassifyExt, Fault, fail};
+use crate::error::{Context, Fault, fail};
 
 /// Where a statement is: its file, and its place there (`number` of `count`, from 1).
 pub struct StatementAt {

@@ -6,10 +6,10 @@
 //! `migrate` say "nothing to do", each pointing at the other: `migrate` names every
 //! difference instead and ends with 78.
 
-use anyhow::Result;
+use crate::error::Result;
 use postgres::{Client, SimpleQueryMessage, SimpleQueryRow};
 
-use crate::error::{ClassifyExt, Fault};
+use crate::error::{Context, Fault};
 use crate::schema::{self, SchemaNeed};
 
 /// Every subcommand's needs.
