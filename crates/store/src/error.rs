@@ -2,10 +2,14 @@
 //! the crate. What a failure means for whoever called it ([`Fault`]: unreachable, worth
 //! a retry, or the deployment), the message to show, and what a PostgreSQL error below
 //! it says (its SQLSTATE, a lost session, a row's refusal), read here so that nothing
-//! above names the driver's types. The program maps a [`Fault`] to its exit code.
+//! above names the driver's types. The kinds the program words itself (what the schema
+//! lacks, the migrators' lock, a stopped migration) carry their facts, never a command
+//! or a flag of the program's. What a [`Fault`] means for the process is the program's.
 
 use std::fmt;
+use std::time::Duration;
 
+use super::schema::Lack;
 use super::sqlstate::{self, Class, class};
 
 /// A store call's result: its value or a [`StoreError`].
@@ -23,8 +27,8 @@ pub enum Fault {
 }
 
 /// An error of the store. Its message is its `Display`, each layer's own; the layer
-/// below is its `source`, so `{:#}` (its own or anyhow's) shows the whole chain as one
-/// line, "what it did: what failed: the server's words".
+/// below is its `source`, so `{:#}` shows the whole chain as one line, whoever formats
+/// it: "what it did: what failed: the server's words".
 #[derive(Debug)]
 pub enum StoreError {
     /// A PostgreSQL error as the driver returned it: its fault is its SQLSTATE's class.
@@ -41,6 +45,36 @@ pub enum StoreError {
     /// An error from outside the database (a thread that cannot start, a CA that does
     /// not parse): no fault of the deployment's or the moment's the store can name.
     Other(Box<dyn std::error::Error + Send + Sync + 'static>),
+    /// The schema, or the role's grants, lack what the work asks for (a configuration
+    /// fault): the preflight's finding.
+    Lacks(Lack),
+    /// Every migration is recorded, but the schema lacks what the work of some need
+    /// asks for: a recorded file's objects were changed since it ran (a configuration
+    /// fault). Each lack once, in the needs' order.
+    RecordedButLacking(Vec<Lack>),
+    /// Another migrator (`holder`, its PID when it could be read) held the migrators'
+    /// lock for longer than `wait`; nothing was done (a temporary fault).
+    MigratorsLockBusy { holder: Option<i32>, wait: Duration },
+    /// A migration's statement gave up waiting for its lock, every try; nothing after
+    /// it ran (a temporary fault).
+    StatementLockGivenUp(Box<LockGivenUp>),
+    /// A signal stopped a migration run while it waited for the lock or between
+    /// statements; what committed stays (a temporary fault).
+    MigrationStopped,
+}
+
+/// A migration's statement that gave up waiting for its lock: `statement` ("k/n") of
+/// `file`, its `first_line`, the `lock` it waited for, `lock_timeout` each try, in
+/// `attempts` tries over `retry_for`.
+#[derive(Debug)]
+pub struct LockGivenUp {
+    pub file: &'static str,
+    pub statement: String,
+    pub first_line: String,
+    pub lock_timeout: Duration,
+    pub attempts: u32,
+    pub retry_for: Duration,
+    pub lock: String,
 }
 
 impl fmt::Display for StoreError {
@@ -52,6 +86,45 @@ impl fmt::Display for StoreError {
             StoreError::Other(e) => write!(f, "{e}")?,
             StoreError::Failed { message, .. } => f.write_str(message)?,
             StoreError::Context { context, .. } => f.write_str(context)?,
+            StoreError::Lacks(lack) => write!(f, "{lack}")?,
+            StoreError::RecordedButLacking(lacks) => write!(
+                f,
+                "every migration is recorded, but the schema lacks what the work needs: {}",
+                lacks
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )?,
+            StoreError::MigratorsLockBusy { holder, wait } => write!(
+                f,
+                "another migrator ({}) held the migrators' advisory lock for longer than \
+                 {}; nothing was done",
+                holder.map_or("PID unknown".to_owned(), |p| format!("PID {p}")),
+                crate::duration::show_duration(*wait)
+            )?,
+            StoreError::StatementLockGivenUp(given_up) => {
+                let LockGivenUp {
+                    file,
+                    statement,
+                    first_line,
+                    lock_timeout,
+                    attempts,
+                    retry_for,
+                    lock,
+                } = given_up.as_ref();
+                write!(
+                    f,
+                    "migration {file} statement {statement} ({first_line}) could not get its \
+                     lock within {} in {attempts} tries over {}: it waited for {lock}; nothing \
+                     after it ran, the next run tries again",
+                    crate::duration::show_duration(*lock_timeout),
+                    crate::duration::show_duration(*retry_for)
+                )?
+            }
+            StoreError::MigrationStopped => f.write_str(
+                "stopped by a signal; what committed stays, the next run goes on from there",
+            )?,
         }
         if f.alternate() {
             let mut below = std::error::Error::source(self);
@@ -69,8 +142,13 @@ impl std::error::Error for StoreError {
         match self {
             StoreError::Database(e) => e.source(),
             StoreError::Other(e) => e.source(),
-            StoreError::Failed { .. } => None,
             StoreError::Context { source, .. } => Some(source.as_ref()),
+            StoreError::Failed { .. }
+            | StoreError::Lacks(_)
+            | StoreError::RecordedButLacking(_)
+            | StoreError::MigratorsLockBusy { .. }
+            | StoreError::StatementLockGivenUp(_)
+            | StoreError::MigrationStopped => None,
         }
     }
 }
@@ -103,6 +181,10 @@ impl StoreError {
             } => Some(*fault),
             StoreError::Context { source, .. } => source.fault(),
             StoreError::Other(_) => None,
+            StoreError::Lacks(_) | StoreError::RecordedButLacking(_) => Some(Fault::Config),
+            StoreError::MigratorsLockBusy { .. }
+            | StoreError::StatementLockGivenUp(_)
+            | StoreError::MigrationStopped => Some(Fault::Temporary),
         }
     }
 

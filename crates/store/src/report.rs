@@ -75,7 +75,7 @@ impl<E: From<StoreError>> ChunkError<E> {
 }
 
 /// The candidates of `phase` at `as_of`, oldest deadline first, exactly as the claim of
-/// `run-once` selects them (the same SQL, without the lock); `None` = no limit. They
+/// the cycle selects them (the same SQL, without the lock); `None` = no limit. They
 /// come `chunk` rows at a time (see [`in_chunks`]), in claim order.
 pub fn candidates_in_chunks<E: From<StoreError>>(
     tx: &mut Tx<'_>,
@@ -228,7 +228,7 @@ pub fn poison_count(client: &mut impl Conn) -> Result<u64> {
 }
 
 /// Which backlog figures to read: all of them (the `backlog` report), the bookings'
-/// (after `run-once`: the worker's role may not read the outbox), the outbox's (after
+/// (after the cycle: the worker's role may not read the outbox), the outbox's (after
 /// `relay-outbox`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Figures {

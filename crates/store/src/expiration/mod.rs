@@ -10,8 +10,9 @@ mod quarantine;
 mod statements;
 mod write;
 
-use crate::Session;
-use crate::error::{Fault, Result, StoreError, fail};
+use crate::error::{Context, Fault, Result, StoreError, fail};
+use crate::{Conn, Session};
+use postgres::GenericClient;
 
 pub(crate) use claim::{BOOKING_COLUMNS, booking_row, deadline_column, overdue_predicate};
 pub use claim::{
@@ -46,9 +47,29 @@ fn rule_in_the_way(e: &postgres::Error) -> Option<String> {
     })
 }
 
+/// The declared type of `crm.bookings.status`, as SQL can name it (quoted and
+/// schema-qualified where needed): the cycle's write casts the new status to it
+/// ([`CycleStatements::prepare`] is handed it).
+pub fn status_type(client: &mut impl Conn) -> Result<String> {
+    let client = client.pg();
+    let row = client
+        .query_one(
+            "SELECT format_type(a.atttypid, NULL) AS declared
+               FROM pg_catalog.pg_attribute a
+              WHERE a.attrelid = 'crm.bookings'::regclass AND a.attname = 'status'
+                AND NOT a.attisdropped",
+            &[],
+        )
+        .classify(
+            Fault::Temporary,
+            "cannot read the type of crm.bookings.status",
+        )?;
+    Ok(row.get("declared"))
+}
+
 impl CycleStatements {
     /// The cycle's statements on `client`; `status_type` is the declared type of
-    /// `crm.bookings.status` ([`crate::status_type`]), which the write casts to.
+    /// `crm.bookings.status` ([`status_type`]), which the write casts to.
     pub fn prepare(client: &mut Session, status_type: &str) -> Result<Self> {
         let client = client.pg();
         let mut prepare = |sql: &str| {
