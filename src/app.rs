@@ -238,7 +238,12 @@ fn read_after_run(db: &DbConfig, types: &OutboxTypes, step: PushStep) -> Option<
             PushStep::RelayOutbox => Figures::Outbox,
         };
         // The cycle's clock, as `backlog` reads it.
-        store::read_backlog(&mut session.client, SystemClock.now(), figures, types)
+        Ok(store::read_backlog(
+            &mut session.client,
+            SystemClock.now(),
+            figures,
+            types,
+        )?)
     };
     match read() {
         Ok(backlog) => Some(backlog),

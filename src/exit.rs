@@ -1,6 +1,7 @@
 //! Exit codes, sysexits-style: the one module that turns an outcome (an error, a usage
-//! error, a signal, a panic) into the code the process ends with. Nothing else calls
-//! `process::exit` or names a code.
+//! error, a signal, a panic) into the code the process ends with, and the error into
+//! the line the operator reads (the store's findings in this program's words: its
+//! commands and flags). Nothing else calls `process::exit` or names a code.
 
 use std::fmt;
 use std::process::ExitCode;
@@ -133,16 +134,31 @@ pub fn exit_code_after(err: &anyhow::Error, signal: Option<i32>) -> ExitCode {
 }
 
 /// The failure an error stands for: the outermost explicit classification wins (the
-/// program's, then the store's), then the kind of a PostgreSQL error, else 70 (a bug).
+/// program's, then the store's, whose own outermost fault wins, then its PostgreSQL
+/// error's), else 70 (a bug).
 pub fn failure_of(err: &anyhow::Error) -> Failure {
     if let Some(c) = err.downcast_ref::<Classified>() {
         c.failure
-    } else if let Some(e) = err.downcast_ref::<store::StoreError>() {
-        of_fault(e.fault)
-    } else if let Some(fault) = store::fault_of_any(err) {
-        of_fault(fault)
+    } else if let Some(e) = store_error(err) {
+        of_store(e)
     } else {
         Failure::Internal
+    }
+}
+
+/// The store's error in an error's chain (the outermost), if any: what the program
+/// asks of a failed store call (its fault, its SQLSTATE, a lost session).
+pub fn store_error(err: &anyhow::Error) -> Option<&store::StoreError> {
+    err.chain()
+        .find_map(|c| c.downcast_ref::<store::StoreError>())
+}
+
+/// What a store's error is for the run: its fault's failure; 70 (a bug) for one without
+/// a fault (an error from outside the database nothing classified).
+pub fn of_store(e: &store::StoreError) -> Failure {
+    match e.fault() {
+        Some(fault) => of_fault(fault),
+        None => Failure::Internal,
     }
 }
 
@@ -156,21 +172,138 @@ pub fn of_fault(fault: store::Fault) -> Failure {
 }
 
 /// The end of a run: `Ok` is 0; an error is printed once on stderr (a JSON line for
-/// log collectors when `json`, else plain text) and mapped to its code (`signal`: the
-/// signal that stopped the run, as its shutdown handle tells it).
+/// log collectors when `json`, else plain text, each as [`message`] words it) and mapped
+/// to its code (`signal`: the signal that stopped the run, as its shutdown handle tells
+/// it).
 pub fn report(outcome: anyhow::Result<()>, json: bool, signal: Option<i32>) -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let code = exit_code_after(&e, signal);
+            let message = message(&e);
             if json {
-                log::error!(Error:% = format!("{e:#}"); "failed");
+                log::error!(Error:% = message; "failed");
             } else {
-                error_line(&format!("booking-expire: error: {e:#}"));
+                error_line(&format!("booking-expire: error: {message}"));
             }
             code
         }
     }
+}
+
+/// An error as the operator reads it: each layer's message after the other's, as
+/// `{:#}` shows them, with the store's findings in this program's words
+/// ([`store_words`]).
+pub fn message(err: &anyhow::Error) -> String {
+    err.chain()
+        .map(|layer| match layer.downcast_ref::<store::StoreError>() {
+            Some(e) => store_words(e).unwrap_or_else(|| e.to_string()),
+            None => layer.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(": ")
+}
+
+/// The message of a store's error whose facts this program words (the command that
+/// migrates, the commands a need is for, the flag that bounds a wait); `None` for one
+/// whose own message says it all.
+fn store_words(e: &store::StoreError) -> Option<String> {
+    use store::StoreError as E;
+    match e {
+        E::Lacks(lack) => Some(lack_words(lack, Advice::Given)),
+        E::RecordedButLacking(lacks) => Some(recorded_but_lacking(lacks)),
+        E::MigratorsLockBusy { holder, wait } => Some(format!(
+            "another migrator ({}) held the migrators' advisory lock for longer than \
+             --lock-wait {}; nothing was done",
+            holder.map_or("PID unknown".to_owned(), |p| format!("PID {p}")),
+            store::duration::show_duration(*wait)
+        )),
+        E::StatementLockGivenUp(given_up) => {
+            let store::LockGivenUp {
+                file,
+                statement,
+                first_line,
+                lock_timeout,
+                attempts,
+                retry_for,
+                lock,
+            } = given_up.as_ref();
+            Some(format!(
+                "migration {file} statement {statement} ({first_line}) could not get its lock \
+                 within --lock-timeout {} in {attempts} tries over --retry-for {}: it waited \
+                 for {lock}; nothing after it ran, the next run tries again",
+                store::duration::show_duration(*lock_timeout),
+                store::duration::show_duration(*retry_for)
+            ))
+        }
+        E::MigrationStopped => Some(format!("migrate: {e}")),
+        _ => None,
+    }
+}
+
+/// Whether a finding's message ends with what to run about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Advice {
+    Given,
+    Left,
+}
+
+/// What the schema or a role lacks, in this program's words: the commands a need is
+/// for, and (with [`Advice::Given`]) the command or the grant that fixes it.
+fn lack_words(lack: &store::Lack, advice: Advice) -> String {
+    use store::Lack;
+    match lack {
+        Lack::Unmigrated { .. } if advice == Advice::Given => {
+            format!("{lack} (run `booking-expire migrate`)")
+        }
+        Lack::Privileges {
+            user,
+            need,
+            missing,
+        } => {
+            let mut words = format!(
+                "role {user} lacks privileges for {}: {missing}",
+                commands_of(*need)
+            );
+            if advice == Advice::Given {
+                words.push_str(&format!(
+                    " (GRANT {} TO {user}; see {})",
+                    need.group_role(),
+                    need.grants()
+                ));
+            }
+            words
+        }
+        _ => lack.to_string(),
+    }
+}
+
+/// The commands whose work a schema need is.
+fn commands_of(need: store::SchemaNeed) -> &'static str {
+    use store::SchemaNeed as N;
+    match need {
+        N::Cycle => "run-once",
+        N::Relay => "relay-outbox",
+        N::Report => "dry-run and backlog",
+        N::Explain => "explain",
+        N::Operate => "pause and resume",
+        N::Requeue => "republish and retry-failed",
+        N::Audit => "audit",
+    }
+}
+
+/// `migrate`'s refusal of a schema whose recorded files' objects were changed since:
+/// what the commands' preflights would find, each without its advice (migrate is the
+/// command that gives it).
+pub fn recorded_but_lacking(lacks: &[store::Lack]) -> String {
+    let lacks: Vec<String> = lacks.iter().map(|l| lack_words(l, Advice::Left)).collect();
+    format!(
+        "every migration is recorded, but the schema lacks what this binary's commands need: \
+         {}. A recorded file's objects were changed since it ran (a column dropped, a grant \
+         revoked): put them back as its file in sql/ makes them; migrate does not run a \
+         recorded file again",
+        lacks.join("; ")
+    )
 }
 
 /// Writes one line on stderr, its control characters escaped (a server's message may
@@ -253,23 +386,116 @@ mod tests {
 
     #[test]
     fn the_stores_faults_have_their_codes_and_an_outer_classification_wins() {
-        use crate::store::Fault;
+        use crate::store::{Fault, StoreError};
+        let failed = |fault, message: &str| StoreError::Failed {
+            fault,
+            message: message.to_owned(),
+        };
         for (fault, code) in [
             (Fault::Unavailable, 69),
             (Fault::Temporary, 75),
             (Fault::Config, 78),
         ] {
-            let e = crate::store::fail(fault, "from the store");
+            let e = anyhow::Error::from(failed(fault, "from the store"));
             assert_eq!(exit_code(&e), ExitCode::from(code), "{fault:?}");
             assert_eq!(format!("{e:#}"), "from the store");
+            let e = e.context("the program's context");
+            assert_eq!(exit_code(&e), ExitCode::from(code), "{fault:?}");
         }
-        let below = crate::store::ClassifyExt::classify(
-            Err::<(), _>(anyhow::anyhow!("io")),
-            Fault::Unavailable,
-            "store",
-        );
-        let e = ClassifyExt::classify(below, Failure::Config, "program").unwrap_err();
+        // Without a fault of its own, an error from outside the database is a bug (70);
+        // the store's classification above it gives it one; the program's wins.
+        let unclassified = StoreError::Other("io".into()).context("store");
+        assert_eq!(exit_code(&unclassified.into()), ExitCode::from(70));
+        let below = || StoreError::Context {
+            context: "store".to_owned(),
+            fault: Some(Fault::Unavailable),
+            source: Box::new(StoreError::Other("io".into())),
+        };
+        assert_eq!(exit_code(&below().into()), ExitCode::from(69));
+        let e =
+            ClassifyExt::classify(Err::<(), _>(below()), Failure::Config, "program").unwrap_err();
         assert_eq!(exit_code(&e), ExitCode::from(78));
         assert_eq!(format!("{e:#}"), "program: store: io");
+    }
+
+    #[test]
+    fn the_stores_findings_are_worded_in_the_programs_terms() {
+        use crate::store::{self, Lack, SchemaNeed, StoreError};
+        let revoked = || Lack::Privileges {
+            user: "crm_booking_expiration_worker".to_owned(),
+            need: SchemaNeed::Cycle,
+            missing: "INSERT on crm.deal_timeline (details)".to_owned(),
+        };
+        let dropped = || Lack::Unmigrated {
+            missing: vec!["column crm.booking_expiration_poison.retry_at".to_owned()],
+        };
+        let cases = [
+            (
+                StoreError::Lacks(revoked()),
+                "role crm_booking_expiration_worker lacks privileges for run-once: INSERT on \
+                 crm.deal_timeline (details) (GRANT crm_booking_expiration_worker TO \
+                 crm_booking_expiration_worker; see sql/007_roles.sql)",
+                78,
+            ),
+            (
+                StoreError::Lacks(dropped()),
+                "schema not migrated: missing column crm.booking_expiration_poison.retry_at \
+                 (run `booking-expire migrate`)",
+                78,
+            ),
+            (
+                StoreError::RecordedButLacking(vec![dropped(), revoked()]),
+                "every migration is recorded, but the schema lacks what this binary's commands \
+                 need: schema not migrated: missing column \
+                 crm.booking_expiration_poison.retry_at; role crm_booking_expiration_worker \
+                 lacks privileges for run-once: INSERT on crm.deal_timeline (details). A \
+                 recorded file's objects were changed since it ran (a column dropped, a grant \
+                 revoked): put them back as its file in sql/ makes them; migrate does not run \
+                 a recorded file again",
+                78,
+            ),
+            (
+                StoreError::MigratorsLockBusy {
+                    holder: Some(4242),
+                    wait: std::time::Duration::from_secs(30),
+                },
+                "another migrator (PID 4242) held the migrators' advisory lock for longer than \
+                 --lock-wait 30s; nothing was done",
+                75,
+            ),
+            (
+                StoreError::StatementLockGivenUp(Box::new(store::LockGivenUp {
+                    file: "016_relay_state.sql",
+                    statement: "3/9".to_owned(),
+                    first_line: "COMMENT ON TABLE crm.outbox".to_owned(),
+                    lock_timeout: std::time::Duration::from_millis(200),
+                    attempts: 4,
+                    retry_for: std::time::Duration::from_secs(3),
+                    lock: "AccessExclusiveLock on crm.outbox".to_owned(),
+                })),
+                "migration 016_relay_state.sql statement 3/9 (COMMENT ON TABLE crm.outbox) could not \
+                 get its lock within --lock-timeout 200ms in 4 tries over --retry-for 3s: it \
+                 waited for AccessExclusiveLock on crm.outbox; nothing after it ran, the next \
+                 run tries again",
+                75,
+            ),
+            (
+                StoreError::MigrationStopped,
+                "migrate: stopped by a signal; what committed stays, the next run goes on from \
+                 there",
+                75,
+            ),
+        ];
+        for (e, words, code) in cases {
+            let e = anyhow::Error::from(e);
+            assert_eq!(message(&e), words);
+            assert_eq!(exit_code(&e), ExitCode::from(code), "{words}");
+            let e = e.context("the program's context");
+            assert_eq!(message(&e), format!("the program's context: {words}"));
+        }
+        // Any other error reads as `{:#}` shows it.
+        let e =
+            anyhow::Error::from(StoreError::Other("io".into()).context("store")).context("program");
+        assert_eq!(message(&e), format!("{e:#}"));
     }
 }

@@ -80,7 +80,9 @@ pub(super) fn drain(
                     // session is gone.
                     let remembered =
                         (!fatal && !budget.left(cycle.now()).is_zero()).then(|| PhaseFailed {
-                            sqlstate: store::code_in(&e).map(str::to_owned),
+                            sqlstate: crate::exit::store_error(&e)
+                                .and_then(store::StoreError::sqlstate)
+                                .map(str::to_owned),
                             error: format!("{e:#}"),
                         });
                     turn.batch_failed(remembered);

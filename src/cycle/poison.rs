@@ -66,7 +66,7 @@ pub(super) fn alone_refusal(
     if client.is_closed() || b.cycle.signal().is_some() || passed {
         return None;
     }
-    store::refusal_in(e)
+    crate::exit::store_error(e).and_then(store::StoreError::refusal)
 }
 
 /// Quarantines the booking `row` whose own transaction failed with `refusal` (the

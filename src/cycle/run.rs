@@ -90,7 +90,8 @@ fn cycle_at(
         schedule::working_until(as_of, left),
     )?;
     ambient.shutdown.on_signal(db.interrupter());
-    let stmts = CycleStatements::prepare(&mut db.client)?;
+    let status_type = store::status_type(&mut db.client)?;
+    let stmts = CycleStatements::prepare(&mut db.client, &status_type)?;
     let cycle = Cycle {
         cfg,
         ambient,
@@ -116,7 +117,7 @@ pub fn run_cycle(
 ) -> Result<()> {
     let started = ambient.monotonic.now();
     let readable = store::ops::pauses_readable(&mut db.client).map_err(|e| {
-        e.context(Classified {
+        anyhow::Error::from(e).context(Classified {
             failure: Failure::Temporary,
             message: "cannot read the pause switches".to_owned(),
         })

@@ -49,7 +49,8 @@ pub(super) fn side_by_side(
             let _span = carried.enter();
             let mut drained = Drained::default();
             let opened = store::connect_another(&cfg.db).and_then(|mut db2| {
-                let stmts = CycleStatements::prepare(&mut db2.client)?;
+                let status_type = store::status_type(&mut db2.client)?;
+                let stmts = CycleStatements::prepare(&mut db2.client, &status_type)?;
                 Ok((db2, stmts))
             });
             let (mut db2, stmts) = match opened {

@@ -99,7 +99,7 @@ pub(super) fn release_stale_quarantine(
                   "quarantine entries released: their bookings changed since");
         }
         Err(e) => {
-            let e = e.context("releasing stale quarantine entries failed");
+            let e = anyhow::Error::from(e).context("releasing stale quarantine entries failed");
             error!(Error:% = format!("{e:#}"); "quarantine upkeep failed");
             first_error.get_or_insert(e);
         }

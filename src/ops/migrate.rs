@@ -137,7 +137,7 @@ fn dry_run(db: &mut Db, target: i32) -> Result<()> {
             if !lacking.is_empty() {
                 out.push_str(&format!(
                     "would refuse: {}\n",
-                    runner::not_what_the_job_needs(&lacking)
+                    crate::exit::recorded_but_lacking(&lacking)
                 ));
             }
         }

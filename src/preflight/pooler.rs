@@ -20,7 +20,7 @@ use crate::store::{self, Db};
 pub(super) fn require_session(
     client: &mut Session,
     first: i32,
-    second: Result<Db>,
+    second: Result<Db, store::StoreError>,
     command: &str,
     one_is_enough: bool,
 ) -> Result<()> {
@@ -37,7 +37,7 @@ pub(super) fn require_session(
     };
     let mut other = match second {
         Ok(other) => other,
-        Err(e) if one_is_enough && store::too_many_connections(&e) => {
+        Err(e) if one_is_enough && e.too_many_connections() => {
             let again = store::backend_pid(client, false)?;
             if again != first {
                 return Err(refuse(format!(
@@ -49,11 +49,11 @@ pub(super) fn require_session(
                         stayed the same across transactions");
             return Ok(());
         }
-        Err(e) => return Err(e),
+        Err(e) => return Err(e.into()),
     };
     let other_pid = match store::backend_pid(&mut other.client, true) {
         Ok(pid) => pid,
-        Err(e) if other.client.is_closed() => return Err(e),
+        Err(e) if other.client.is_closed() => return Err(e.into()),
         Err(e) => return Err(refuse(format!("a transaction could not begin: {e:#}"))),
     };
     if other_pid == first {

@@ -171,7 +171,7 @@ const CONNECTIONS_HELP: &str = "relay-outbox needs 2 database connections at onc
 
 /// Adds, to a connection refused for too many connections, how many the relay needs.
 pub(super) fn needs_two(e: anyhow::Error) -> anyhow::Error {
-    if !store::too_many_connections(&e) {
+    if !crate::exit::store_error(&e).is_some_and(store::StoreError::too_many_connections) {
         return e;
     }
     let failure = crate::exit::failure_of(&e);
@@ -186,7 +186,7 @@ pub(super) fn needs_two(e: anyhow::Error) -> anyhow::Error {
 
 fn start(db: &DbConfig, types: &OutboxTypes, marks: Marks) -> Result<Worker> {
     let types = types.clone();
-    let mut session = store::connect_another(db).map_err(needs_two)?;
+    let mut session = store::connect_another(db).map_err(|e| needs_two(e.into()))?;
     session.require_writable(db, "relay-outbox")?;
     let mark = store::prepare_mark_published(&mut session.client)?;
     let receipts = match marks {
@@ -224,7 +224,8 @@ fn start(db: &DbConfig, types: &OutboxTypes, marks: Marks) -> Result<Worker> {
                             &types,
                         )
                     }
-                };
+                }
+                .map_err(anyhow::Error::from);
                 let failed = marked.is_err();
                 if outbox.send(marked).is_err() || failed {
                     return;

@@ -229,7 +229,8 @@ fn drain(
 /// A mark refused because the server turned read-only mid-run (SQLSTATE 25006, a
 /// failover under way): the run stopped at once; say so in one line, and where to point.
 fn turned_read_only(e: anyhow::Error) -> anyhow::Error {
-    if store::code_in(&e) != Some(store::sqlstate::READ_ONLY_SQL_TRANSACTION) {
+    let sqlstate = crate::exit::store_error(&e).and_then(store::StoreError::sqlstate);
+    if sqlstate != Some(store::sqlstate::READ_ONLY_SQL_TRANSACTION) {
         return e;
     }
     e.context(crate::exit::Classified {

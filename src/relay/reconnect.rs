@@ -21,7 +21,7 @@ const MAX_PAUSE: Duration = Duration::from_secs(2);
 /// Whether `e` says the session itself is gone (closed, I/O, the server shutting down
 /// or terminating it: SQLSTATE 57P01..57P03, 57P05 idle_session_timeout, class 08), not that a statement failed.
 pub(super) fn session_lost(e: &anyhow::Error) -> bool {
-    store::session_lost(e)
+    crate::exit::store_error(e).is_some_and(store::StoreError::session_lost)
 }
 
 /// Lets go of the relay lock on the old main session when it is still open (it was the

@@ -87,7 +87,7 @@ pub fn backlog(cfg: &BacklogConfig, clock: &dyn Clock, shutdown: &Shutdown) -> R
         &cfg.outbox_types,
         Some(threshold),
     )
-    .map_err(|e| super::read_failure::in_operator_words(e, "backlog", &cfg.db, shutdown))?;
+    .map_err(|e| super::read_failure::in_operator_words(e.into(), "backlog", &cfg.db, shutdown))?;
 
     render::print(&match cfg.format {
         ReportFormat::Table => table(&report, defence),

@@ -16,7 +16,8 @@ pub(super) fn in_operator_words(
     db: &crate::config::DbConfig,
     shutdown: &crate::shutdown::Shutdown,
 ) -> anyhow::Error {
-    let message = match crate::store::code_in(&e) {
+    let sqlstate = crate::exit::store_error(&e).and_then(crate::store::StoreError::sqlstate);
+    let message = match sqlstate {
         Some(sqlstate::LOCK_NOT_AVAILABLE) => format!(
             "{command}: another session holds a lock on a table the report reads (a \
              migration? ALTER TABLE, VACUUM FULL, LOCK TABLE){}; gave up after \

@@ -615,7 +615,8 @@ fn a_second_session_that_cannot_be_opened_leaves_the_phases_taking_turns_on_one(
     // would refuse it). Both phases have a backlog after the first turn (5 + 5 of 12
     // each), so the cycle tries, fails, and drains both on its one session.
     let mut session = store::connect(&run_once_config(&db.url, SMALL_BATCHES).db).unwrap();
-    let stmts = CycleStatements::prepare(&mut session.client).unwrap();
+    let status_type = store::status_type(&mut session.client).unwrap();
+    let stmts = CycleStatements::prepare(&mut session.client, &status_type).unwrap();
     let refused = refused_port();
     let dead_port = refused.port;
     let unreachable = run_once_config(

@@ -392,7 +392,8 @@ impl Sim {
 fn open_session(cfg: &RunOnceConfig) -> (Db, CycleStatements) {
     let mut db = store::connect(&cfg.db).expect("connect the cycle's session");
     store::check_schema(&mut db.client, store::SchemaNeed::Cycle).unwrap();
-    let stmts = CycleStatements::prepare(&mut db.client).unwrap();
+    let status_type = store::status_type(&mut db.client).unwrap();
+    let stmts = CycleStatements::prepare(&mut db.client, &status_type).unwrap();
     (db, stmts)
 }
 

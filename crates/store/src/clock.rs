@@ -1,4 +1,4 @@
-//! The database's clock, read against the system clock. `run-once` takes AsOf from the
+//! The database's clock, read against the system clock. The cycle takes AsOf from the
 //! system clock while the CRM's managers and the deadlines follow the database's, so
 //! a node whose clock runs ahead would expire bookings early: the cycle's preflight
 //! measures the difference (`preflight::read_facts`) before it claims anything.

@@ -1,12 +1,13 @@
 //! Opening a session: TLS per `sslmode`, timeouts, and a clear classification of why a
-//! connection failed (unreachable → 69, refused credentials or TLS → 78).
+//! connection failed (unreachable: [`Fault::Unavailable`]; refused credentials or TLS:
+//! [`Fault::Config`]).
 
-use anyhow::Result;
+use crate::error::Result;
 use postgres::Client;
 
 use super::session::Session;
 use super::tls::{LazyTls, tls_connector};
-use crate::error::{ClassifyExt, Fault, fail};
+use crate::error::{Context, Fault, StoreError, fail};
 use crate::settings::{DbConfig, SslMode};
 
 /// An open session and what is needed to interrupt its statement in flight.
@@ -42,9 +43,9 @@ impl Db {
         }
     }
 
-    /// Fails with 75 and one line when this session cannot write: `command` writes, and
-    /// must not start work (or send a row it could not then mark) on a standby or a
-    /// read-only primary. The next run, pointed at the primary, retries.
+    /// Fails (a temporary fault) with one line when this session cannot write: `command`
+    /// writes, and must not start work (or send a row it could not then mark) on a
+    /// standby or a read-only primary. The next run, pointed at the primary, retries.
     pub fn require_writable(&self, cfg: &DbConfig, command: &str) -> Result<()> {
         let w = &self.writable;
         if !w.read_only && !w.in_recovery {
@@ -176,7 +177,7 @@ fn handshake(cfg: &DbConfig, patience: std::time::Duration) -> Result<(Client, L
     let mut pause = std::time::Duration::from_millis(25);
     let client = loop {
         match connect_within(cfg, tls.clone()) {
-            Err(e) if too_many_connections(&e) && started.elapsed() + pause <= patience => {
+            Err(e) if e.too_many_connections() && started.elapsed() + pause <= patience => {
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(std::time::Duration::from_millis(400));
             }
@@ -233,19 +234,13 @@ fn set_up(cfg: &DbConfig, mut client: Client, tls: LazyTls) -> Result<Db> {
     })
 }
 
-/// Whether a connection was refused for too many connections (SQLSTATE 53300: the
-/// role's `CONNECTION LIMIT`, the database's, or `max_connections`).
-pub fn too_many_connections(e: &anyhow::Error) -> bool {
-    super::error::code_in(e) == Some(crate::sqlstate::TOO_MANY_CONNECTIONS)
-}
-
 /// Why a connection could not be opened. A refused login or an unknown database is
-/// configuration (78), another server error means it is unavailable (69). Without a
+/// configuration, another server error means it is unavailable. Without a
 /// server error, the type of the cause decides: an I/O error or a closed connection is
-/// the network (69); a failed TLS handshake, a server without TLS under a verifying
-/// `sslmode`, or a missing password is configuration (78). The password is never part
+/// the network (unavailable); a failed TLS handshake, a server without TLS under a
+/// verifying `sslmode`, or a missing password is configuration. The password is never part
 /// of the message.
-fn connect_failure(cfg: &DbConfig, e: postgres::Error) -> anyhow::Error {
+fn connect_failure(cfg: &DbConfig, e: postgres::Error) -> StoreError {
     let context = cannot_connect(cfg);
     if refused_for_read_only(&e) {
         return fail(Fault::Temporary, no_server_writable(cfg));
@@ -286,8 +281,9 @@ fn refused_for_read_only(e: &postgres::Error) -> bool {
     })
 }
 
-/// The one line for a URL whose every server is read-only: 75 like a single read-only
-/// server, since a failover in progress ends with one of them (or another) writable.
+/// The one line for a URL whose every server is read-only: temporary like a single
+/// read-only server, since a failover in progress ends with one of them (or another)
+/// writable.
 fn no_server_writable(cfg: &DbConfig) -> String {
     format!(
         "{}: none of them accepts writes (target_session_attrs=read-write, and each is a \

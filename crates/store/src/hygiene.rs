@@ -18,7 +18,7 @@
 //! what the report needs and never a query text.
 
 use crate::Conn;
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use chrono::{DateTime, TimeDelta, Utc};
 use postgres::GenericClient;
 

@@ -3,7 +3,7 @@
 //! starting with them lies between the start padded with 0s and the start padded with
 //! fs), so the primary key's index answers it, however large the table.
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use postgres::GenericClient;
 use postgres::types::ToSql;
 use uuid::Uuid;

@@ -55,16 +55,12 @@ mod waiting;
 mod watermark;
 
 pub use clock::ClockSkew;
-pub use connect::{
-    Db, Opening, Writable, connect, connect_another, open_another, too_many_connections,
-};
-pub use error::{
-    ClassifyExt, Fault, StoreError, code_in, fail, fault_of_any, refusal_in, session_lost,
-};
+pub use connect::{Db, Opening, Writable, connect, connect_another, open_another};
+pub use error::{DbRejection, Fault, LockGivenUp, StoreError};
 pub use expiration::{
-    BatchWrite, Claim, ClaimKey, CycleStatements, DbRejection, Poison, WriteOutcome,
-    candidates_sql, claim, claim_counting_sql, claim_sql, count_left, left_sql, quarantine,
-    release_stale_quarantine, write_direct, write_isolating,
+    BatchWrite, Claim, ClaimKey, CycleStatements, Poison, WriteOutcome, candidates_sql, claim,
+    claim_counting_sql, claim_sql, count_left, left_sql, quarantine, release_stale_quarantine,
+    status_type, write_direct, write_isolating,
 };
 pub use hygiene::{
     Hygiene, IndexSize, Listed, PreparedHolder, SessionHolder, SlotHolder, TableHealth, XminHorizon,
@@ -95,7 +91,7 @@ pub use report::{
 pub use row_security::{
     OWN_TYPES_POLICY, ROW_SECURITY_MIGRATION, RowSecurity, outbox_type_listing, row_security,
 };
-pub use schema::{SchemaNeed, status_type};
+pub use schema::{Lack, SchemaNeed};
 pub use session::{Conn, Prepared, Session, Sql, Tx};
 pub use settings::{Conninfo, DbConfig, SslMode, TargetSessionAttrs, check_ca_pem};
 pub use sweep::{

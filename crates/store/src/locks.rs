@@ -3,7 +3,7 @@
 //! (other users' query texts stay hidden and are never read).
 
 use crate::Session;
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 
 /// A session holding a lock on a table of the `crm` schema that blocks readers.
 #[derive(Debug, Clone, PartialEq, Eq)]

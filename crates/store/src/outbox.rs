@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use anyhow::Result;
+use crate::error::Result;
 use chrono::{DateTime, Utc};
 use postgres::GenericClient;
 use uuid::Uuid;
@@ -99,7 +99,7 @@ pub fn listen(client: &mut impl Conn) -> Result<()> {
 }
 
 /// The relay's statements are written so that their plans do not depend on fresh
-/// statistics. After an outage `run-once` fills the outbox with a burst that autovacuum
+/// statistics. After an outage the cycle fills the outbox with a burst that autovacuum
 /// has not analyzed yet: the statistics still say that almost no row is pending, and a
 /// statement whose predicate the planner reads through them (`published_at IS NULL`)
 /// is planned for one row: a sequential scan joined in a loop, or the pending index

@@ -4,7 +4,7 @@
 //! Plain SELECTs of a report's READ ONLY transaction; every outbox type is a bound
 //! parameter, a filter on the partial indexes the counts read.
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use postgres::GenericClient;
 
 use super::timestamp;

@@ -1,7 +1,7 @@
 //! A phase whose batch failed, remembered across runs (`sql/012_phase_failures.sql`):
 //! the next cycle takes that phase's first batch one booking per transaction.
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use chrono::{DateTime, Utc};
 use postgres::GenericClient;
 use uuid::Uuid;

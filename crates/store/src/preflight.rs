@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 
-use anyhow::Result;
+use crate::error::Result;
 use chrono::{DateTime, TimeDelta, Utc};
 use postgres::{Client, SimpleQueryMessage, SimpleQueryRow};
 
@@ -17,7 +17,7 @@ use super::privileges;
 use super::running::{Worker, pause_row, pause_statement};
 use super::schema::{self, SchemaNeed};
 use crate::Session;
-use crate::error::{ClassifyExt, Fault};
+use crate::error::{Context, Fault, StoreError};
 
 /// What one preflight read found.
 #[derive(Debug)]
@@ -139,8 +139,8 @@ fn judge(need: SchemaNeed, answers: &[Vec<SimpleQueryRow>], history: &[compat::R
     let (schema_answers, rest) = answers.split_at(answers.len().saturating_sub(3));
     let answer = |i: usize| rest.get(i).map_or(&[][..], Vec::as_slice);
     compat::judge(history, answer(1))?;
-    schema::judge(need, schema_answers)?;
-    privileges::judge(need, answer(2))
+    schema::judge(need, schema_answers).map_err(StoreError::Lacks)?;
+    privileges::judge(need, answer(2)).map_err(StoreError::Lacks)
 }
 
 /// Runs `statements` as one simple-query batch; the rows of each, in order.
@@ -161,8 +161,9 @@ pub(super) fn run(
     Ok(answers)
 }
 
-/// Fails with "schema not migrated: …" naming every missing table and column, then with
-/// "role … lacks privileges …" naming every missing grant: one round trip.
+/// Fails with [`StoreError::Lacks`]: every missing table and column ("schema not
+/// migrated: …"), then every missing grant ("role … lacks privileges …"): one round
+/// trip.
 pub fn check_schema(client: &mut Session, need: SchemaNeed) -> Result<()> {
     let client = client.pg();
     let answers = run(client, &statements(need))

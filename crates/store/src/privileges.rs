@@ -1,12 +1,11 @@
-//! "May this role do what the subcommand does?", answered from the catalog before any
-//! work, so a role without the grants fails with 78 naming every missing grant and the
-//! group role of `sql/` that gives it, instead of a mid-cycle error.
+//! "May this role do what the work asks?", answered from the catalog before any work,
+//! so a role without the grants fails as a configuration fault naming every missing
+//! grant and the group role of `sql/` that gives it ([`Lack::Privileges`]), instead of
+//! a mid-cycle error.
 
-use anyhow::Result;
 use postgres::SimpleQueryRow;
 
-use super::schema::{AUDIT, BOOKING_READ, SchemaNeed, TIMELINE, text_array};
-use crate::error::{Fault, fail};
+use super::schema::{AUDIT, BOOKING_READ, Lack, SchemaNeed, TIMELINE, text_array};
 
 /// A privilege on a table of `crm`: on the whole table, or on the listed columns.
 #[derive(Debug, Clone, Copy)]
@@ -37,7 +36,7 @@ const fn on_columns(
 }
 
 impl SchemaNeed {
-    /// The grants the subcommand needs, each on a table [`SchemaNeed::tables`] checks.
+    /// The grants the need asks for, each on a table [`SchemaNeed::tables`] checks.
     pub(super) fn privileges(self) -> &'static [Privilege] {
         match self {
             SchemaNeed::Cycle => CYCLE,
@@ -51,8 +50,9 @@ impl SchemaNeed {
     }
 }
 
-/// What `run-once` does: claim (read and row-lock) and expire bookings, append audit,
-/// timeline and outbox rows, keep the quarantine. As granted in `sql/007_roles.sql`.
+/// What the expiration cycle does: claim (read and row-lock) and expire bookings, append
+/// audit, timeline and outbox rows, keep the quarantine. As granted in
+/// `sql/007_roles.sql`.
 pub(super) const CYCLE: &[Privilege] = &[
     on_columns("SELECT", "bookings", BOOKING_READ),
     on_columns(
@@ -84,7 +84,7 @@ pub(super) const CYCLE: &[Privilege] = &[
     on("SELECT", "booking_expiration_pause"),
 ];
 
-/// What `relay-outbox` does: read the outbox, mark rows, purge published ones.
+/// What the outbox relay does: read the outbox, mark rows, purge published ones.
 pub(super) const RELAY: &[Privilege] = &[
     on("SELECT", "outbox"),
     on_columns(
@@ -105,18 +105,18 @@ pub(super) const RELAY: &[Privilege] = &[
     on("SELECT", "booking_expiration_pause"),
 ];
 
-/// What `dry-run` and `backlog` read.
+/// What the reports of candidates and backlog read.
 pub(super) const REPORT: &[Privilege] = &[
     on_columns("SELECT", "bookings", BOOKING_READ),
     on("SELECT", "booking_expiration_poison"),
     on("SELECT", "outbox"),
 ];
 
-/// What `audit` reads (the relay's own tables, where it may, are probed as republish
-/// probes them).
+/// What the outbox's audit reads (the relay's own tables, where it may, are probed as
+/// re-queueing probes them).
 pub(super) const AUDIT_READ: &[Privilege] = &[on("SELECT", "outbox")];
 
-/// What `explain` reads.
+/// What a booking's story reads.
 pub(super) const EXPLAIN: &[Privilege] = &[
     on_columns("SELECT", "bookings", BOOKING_READ),
     on("SELECT", "booking_expiration_poison"),
@@ -125,7 +125,7 @@ pub(super) const EXPLAIN: &[Privilege] = &[
     on("SELECT", "deal_timeline"),
 ];
 
-/// What `pause` and `resume` do.
+/// What setting and clearing the pause switches do.
 pub(super) const OPERATE: &[Privilege] = &[
     on("SELECT", "booking_expiration_pause"),
     on("INSERT", "booking_expiration_pause"),
@@ -133,7 +133,7 @@ pub(super) const OPERATE: &[Privilege] = &[
     on("INSERT", "booking_expiration_operations"),
 ];
 
-/// What `republish` and `retry-failed` do: re-queue outbox rows (never insert any).
+/// What re-queueing does: re-queue outbox rows (never insert any).
 pub(super) const REQUEUE: &[Privilege] = &[
     on("SELECT", "outbox"),
     on_columns(
@@ -204,9 +204,9 @@ pub(super) fn statement_as(need: SchemaNeed, role: Option<&str>) -> String {
     )
 }
 
-/// Fails with "role … lacks privileges …" naming each privilege [`statement`] found
-/// missing.
-pub(super) fn judge(need: SchemaNeed, rows: &[SimpleQueryRow]) -> Result<()> {
+/// Fails with [`Lack::Privileges`] ("role … lacks privileges …") naming each privilege
+/// [`statement`] found missing.
+pub(super) fn judge(need: SchemaNeed, rows: &[SimpleQueryRow]) -> Result<(), Lack> {
     let Some(user) = rows.first().and_then(|r| r.get("role_name")) else {
         return Ok(());
     };
@@ -217,16 +217,11 @@ pub(super) fn judge(need: SchemaNeed, rows: &[SimpleQueryRow]) -> Result<()> {
             (get("priv"), get("tbl"), get("col"))
         })
         .collect();
-    let (who, role) = need.who();
-    Err(fail(
-        Fault::Config,
-        format!(
-            "role {user} lacks privileges for {who}: {} \
-             (GRANT {role} TO {user}; see {})",
-            describe_missing(&missing),
-            need.grants()
-        ),
-    ))
+    Err(Lack::Privileges {
+        user: user.to_owned(),
+        need,
+        missing: describe_missing(&missing),
+    })
 }
 
 /// "UPDATE on crm.bookings (status, version), DELETE on crm.outbox", in the given order.

@@ -7,7 +7,7 @@
 //! [`super::sweep`]; docs/design.md ("The relay's state")
 //! argues that the watermark loses no row although commits come out of `seq` order.
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use chrono::{DateTime, Utc};
 use postgres::GenericClient;
 use uuid::Uuid;

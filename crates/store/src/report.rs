@@ -6,7 +6,7 @@
 //! predicate the claim wraps in `FOR UPDATE SKIP LOCKED`; the backlog counts use the
 //! phase's overdue predicate, which the partial indexes serve.
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Result, StoreError};
 use chrono::{DateTime, Utc};
 use postgres::types::ToSql;
 use postgres::{GenericClient, IsolationLevel, Row, Transaction};
@@ -36,14 +36,15 @@ pub const CHUNK_ROWS: i32 = 1000;
 
 /// Runs `sql` through a portal of the report's transaction and hands its rows to `each`
 /// `chunk` at a time, each chunk dropped before the next is read, so memory does not grow
-/// with the result. `each` returns `false` to stop early (the reader went away).
-fn in_chunks(
+/// with the result. `each` returns `false` to stop early (the reader went away); its
+/// error (the caller's own type) comes back as it is.
+fn in_chunks<E>(
     tx: &mut Transaction<'_>,
     sql: &str,
     params: &[&(dyn ToSql + Sync)],
     chunk: i32,
-    mut each: impl FnMut(&[Row]) -> Result<bool>,
-) -> Result<(), ChunkError> {
+    mut each: impl FnMut(&[Row]) -> Result<bool, E>,
+) -> Result<(), ChunkError<E>> {
     let portal = tx.bind(sql, params).map_err(ChunkError::Sql)?;
     loop {
         let rows = tx.query_portal(&portal, chunk).map_err(ChunkError::Sql)?;
@@ -59,31 +60,31 @@ fn in_chunks(
 
 /// Why [`in_chunks`] stopped: its query (which gets the caller's context), or the
 /// caller's own handler (which already has it).
-enum ChunkError {
+enum ChunkError<E> {
     Sql(postgres::Error),
-    Each(anyhow::Error),
+    Each(E),
 }
 
-impl ChunkError {
-    fn context(self, what: impl FnOnce() -> String) -> anyhow::Error {
+impl<E: From<StoreError>> ChunkError<E> {
+    fn context(self, what: impl FnOnce() -> String) -> E {
         match self {
-            ChunkError::Sql(e) => anyhow::Error::new(e).context(what()),
+            ChunkError::Sql(e) => StoreError::from(e).context(what()).into(),
             ChunkError::Each(e) => e,
         }
     }
 }
 
 /// The candidates of `phase` at `as_of`, oldest deadline first, exactly as the claim of
-/// `run-once` selects them (the same SQL, without the lock); `None` = no limit. They
+/// the cycle selects them (the same SQL, without the lock); `None` = no limit. They
 /// come `chunk` rows at a time (see [`in_chunks`]), in claim order.
-pub fn candidates_in_chunks(
+pub fn candidates_in_chunks<E: From<StoreError>>(
     tx: &mut Tx<'_>,
     phase: Phase,
     as_of: DateTime<Utc>,
     limit: Option<i64>,
     chunk: i32,
-    mut each: impl FnMut(Vec<BookingRow>) -> Result<bool>,
-) -> Result<()> {
+    mut each: impl FnMut(Vec<BookingRow>) -> Result<bool, E>,
+) -> Result<(), E> {
     let tx = tx.pg();
     in_chunks(
         tx,
@@ -137,14 +138,14 @@ pub fn quarantined_sql(phase: Phase) -> String {
 
 /// The quarantined bookings of [`quarantined_sql`], `chunk` rows at a time (see
 /// [`in_chunks`]), each chunk with the total there is; returns the total (0 = none).
-pub fn quarantined_in_chunks(
+pub fn quarantined_in_chunks<E: From<StoreError>>(
     tx: &mut Tx<'_>,
     phase: Phase,
     as_of: DateTime<Utc>,
     limit: Option<i64>,
     chunk: i32,
-    mut each: impl FnMut(Vec<Quarantined>) -> Result<bool>,
-) -> Result<u64> {
+    mut each: impl FnMut(Vec<Quarantined>) -> Result<bool, E>,
+) -> Result<u64, E> {
     let tx = tx.pg();
     let mut total = 0;
     in_chunks(
@@ -227,7 +228,7 @@ pub fn poison_count(client: &mut impl Conn) -> Result<u64> {
 }
 
 /// Which backlog figures to read: all of them (the `backlog` report), the bookings'
-/// (after `run-once`: the worker's role may not read the outbox), the outbox's (after
+/// (after the cycle: the worker's role may not read the outbox), the outbox's (after
 /// `relay-outbox`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Figures {
@@ -322,7 +323,7 @@ pub fn read_report(
     types: &OutboxTypes,
     hygiene: Option<chrono::TimeDelta>,
 ) -> Result<Backlog> {
-    use crate::error::{ClassifyExt, Fault};
+    use crate::error::{Context, Fault};
     let mut tx = begin_read_only(client)
         .classify(Fault::Temporary, "cannot begin a read-only transaction")?;
     let mut backlog = Backlog {

@@ -5,7 +5,7 @@
 //! so that a database without migration 15 is no error (the defence is then off).
 
 use crate::Conn;
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use postgres::GenericClient;
 
 /// The migration that makes the policies, named in the log lines.

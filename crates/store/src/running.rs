@@ -8,7 +8,7 @@
 //! sees who works and until when without any privilege, and the lock ends with the
 //! session, however the run ends.
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use chrono::{DateTime, Utc};
 use postgres::{GenericClient, SimpleQueryMessage, SimpleQueryRow};
 

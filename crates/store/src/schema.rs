@@ -1,35 +1,104 @@
 //! "Is the schema migrated?", answered from the catalog before any work, so a database
-//! without the schema fails with 78 and a list of what is missing instead of a
-//! mid-cycle error: the tables and columns each subcommand needs, the columns of
-//! `crm.bookings` read as never NULL, and the types the job can read them as. What the
-//! role may do is [`super::privileges`]'s; both are read in one round trip
-//! ([`super::preflight`]).
+//! without the schema fails as a configuration fault with a list of what is missing
+//! ([`Lack`]) instead of a mid-cycle error: the tables and columns each need asks for,
+//! the columns of `crm.bookings` read as never NULL, and the types the job can read
+//! them as. What the role may do is [`super::privileges`]'s; both are read in one round
+//! trip ([`super::preflight`]).
 
-use anyhow::Result;
-use postgres::{GenericClient, SimpleQueryRow};
+use std::fmt;
 
-use crate::Conn;
-use crate::error::{ClassifyExt, Fault, fail};
+use postgres::SimpleQueryRow;
 
-/// What a subcommand needs of the schema. Later migrations' tables a database at the
-/// schema before may lack (`booking_expiration_phase_failure` of 12,
-/// `booking_expiration_topic_wait` of 14) are probed where used instead: a warning.
-#[derive(Debug, Clone, Copy)]
+/// What a piece of work needs of the schema (the program knows which of its commands
+/// does which). Later migrations' tables a database at the schema before may lack
+/// (`booking_expiration_phase_failure` of 12, `booking_expiration_topic_wait` of 14)
+/// are probed where used instead: a warning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SchemaNeed {
-    /// run-once: bookings, outbox, audit, timeline, poison.
+    /// The expiration cycle: bookings, outbox, audit, timeline, poison.
     Cycle,
-    /// relay-outbox: the outbox only.
+    /// The outbox relay: the outbox only.
     Relay,
-    /// dry-run and backlog: bookings, poison, outbox.
+    /// The reports of candidates and backlog: bookings, poison, outbox.
     Report,
-    /// explain: what the reports read, and the booking's audit and timeline rows.
+    /// One booking's story: what the reports read, and its audit and timeline rows.
     Explain,
-    /// pause and resume: the pause switches and the operations trail.
+    /// The pause switches: the switches and the operations trail.
     Operate,
-    /// republish and retry-failed: the outbox and the operations trail.
+    /// Re-queueing outbox rows: the outbox and the operations trail.
     Requeue,
-    /// audit (without --repair): the outbox.
+    /// The outbox's audit against its topics (without repairing): the outbox.
     Audit,
+}
+
+impl fmt::Display for SchemaNeed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SchemaNeed::Cycle => "the expiration cycle",
+            SchemaNeed::Relay => "the outbox relay",
+            SchemaNeed::Report => "the reports",
+            SchemaNeed::Explain => "a booking's story",
+            SchemaNeed::Operate => "the pause switches",
+            SchemaNeed::Requeue => "re-queueing outbox rows",
+            SchemaNeed::Audit => "the outbox's audit",
+        })
+    }
+}
+
+/// What the schema, or a role's grants, lack of what a [`SchemaNeed`] asks for: the
+/// finding of a preflight's schema or privilege check, as facts. Its `Display` says it
+/// in the store's terms; the program says what to run about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lack {
+    /// Tables and columns missing, in order ("table crm.bookings", "column
+    /// crm.outbox.seq"): the schema is not migrated.
+    Unmigrated { missing: Vec<String> },
+    /// Columns of `crm.bookings` ("crm.bookings.status") that may hold NULL where the
+    /// job reads them as never NULL.
+    Nullable { columns: Vec<String> },
+    /// Columns of `crm.bookings` of types the job cannot read or write, each with its
+    /// type and what is expected ("crm.bookings.version is text, expected …").
+    Types { wrong: Vec<String> },
+    /// A group role of the job's that does not exist.
+    NoRole { role: &'static str },
+    /// The grants `user` lacks for `need` ("UPDATE on crm.bookings (status, version),
+    /// DELETE on crm.outbox"); `need.group_role()` has them, `need.grants()` grants them.
+    Privileges {
+        user: String,
+        need: SchemaNeed,
+        missing: String,
+    },
+}
+
+impl fmt::Display for Lack {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Lack::Unmigrated { missing } => {
+                write!(f, "schema not migrated: missing {}", missing.join(", "))
+            }
+            Lack::Nullable { columns } => write!(
+                f,
+                "schema not as expected: {} may hold NULL; the job needs NOT NULL there",
+                columns.join(", ")
+            ),
+            Lack::Types { wrong } => write!(
+                f,
+                "schema not as expected: {} (the job cannot read or write these types)",
+                wrong.join("; ")
+            ),
+            Lack::NoRole { role } => write!(f, "role {role} does not exist"),
+            Lack::Privileges {
+                user,
+                need,
+                missing,
+            } => write!(
+                f,
+                "role {user} lacks privileges for {need}: {missing} (GRANT {} TO {user}; see {})",
+                need.group_role(),
+                need.grants()
+            ),
+        }
+    }
 }
 
 const BOOKINGS: (&str, &[&str]) = (
@@ -156,24 +225,21 @@ impl SchemaNeed {
         }
     }
 
-    /// Who needs it, and the group role of `sql/007_roles.sql` that grants it.
-    pub(super) fn who(self) -> (&'static str, &'static str) {
+    /// The group role of `sql/007_roles.sql` (or `009_operations.sql`) that has what
+    /// this need asks for.
+    pub fn group_role(self) -> &'static str {
         match self {
-            SchemaNeed::Cycle => ("run-once", "crm_booking_expiration_worker"),
-            SchemaNeed::Relay => ("relay-outbox", "crm_outbox_relay"),
-            SchemaNeed::Report => ("dry-run and backlog", "crm_booking_expiration_readonly"),
-            SchemaNeed::Explain => ("explain", "crm_booking_expiration_readonly"),
-            SchemaNeed::Operate => ("pause and resume", "crm_booking_expiration_operator"),
-            SchemaNeed::Requeue => (
-                "republish and retry-failed",
-                "crm_booking_expiration_operator",
-            ),
-            SchemaNeed::Audit => ("audit", "crm_booking_expiration_readonly"),
+            SchemaNeed::Cycle => "crm_booking_expiration_worker",
+            SchemaNeed::Relay => "crm_outbox_relay",
+            SchemaNeed::Report | SchemaNeed::Explain | SchemaNeed::Audit => {
+                "crm_booking_expiration_readonly"
+            }
+            SchemaNeed::Operate | SchemaNeed::Requeue => "crm_booking_expiration_operator",
         }
     }
 
-    /// The migration that grants the group role what this subcommand needs.
-    pub(super) fn grants(self) -> &'static str {
+    /// The migration that grants the group role what this need asks for.
+    pub fn grants(self) -> &'static str {
         match self {
             SchemaNeed::Cycle | SchemaNeed::Relay | SchemaNeed::Report | SchemaNeed::Audit => {
                 "sql/007_roles.sql"
@@ -184,8 +250,8 @@ impl SchemaNeed {
         }
     }
 
-    /// Whether the subcommand reads `crm.bookings` (and so needs its columns' nullability
-    /// and types checked).
+    /// Whether the work reads `crm.bookings` (and so needs its columns' nullability and
+    /// types checked).
     fn reads_bookings(self) -> bool {
         !matches!(
             self,
@@ -262,10 +328,10 @@ pub(super) fn statements(need: SchemaNeed) -> Vec<String> {
     out
 }
 
-/// Judges the answers to [`statements`] (one row set each, in order): fails with
-/// "schema not migrated: …" naming every missing table and column, then with "schema
-/// not as expected: …" for nullable columns, then for wrong types.
-pub(super) fn judge(need: SchemaNeed, answers: &[Vec<SimpleQueryRow>]) -> Result<()> {
+/// Judges the answers to [`statements`] (one row set each, in order): the first
+/// [`Lack`] found, every missing table and column ([`Lack::Unmigrated`]), then the
+/// nullable columns, then the wrong types.
+pub(super) fn judge(need: SchemaNeed, answers: &[Vec<SimpleQueryRow>]) -> Result<(), Lack> {
     let mut answers = answers.iter();
     judge_tables(answers.next().map_or(&[], Vec::as_slice))?;
     if need.reads_bookings() {
@@ -275,7 +341,7 @@ pub(super) fn judge(need: SchemaNeed, answers: &[Vec<SimpleQueryRow>]) -> Result
     Ok(())
 }
 
-fn judge_tables(rows: &[SimpleQueryRow]) -> Result<()> {
+fn judge_tables(rows: &[SimpleQueryRow]) -> Result<(), Lack> {
     let mut missing: Vec<String> = Vec::new();
     for row in rows {
         let (table, column) = (row.get("tbl").unwrap_or(""), row.get("col").unwrap_or(""));
@@ -291,13 +357,7 @@ fn judge_tables(rows: &[SimpleQueryRow]) -> Result<()> {
     if missing.is_empty() {
         Ok(())
     } else {
-        Err(fail(
-            Fault::Config,
-            format!(
-                "schema not migrated: missing {} (run `booking-expire migrate`)",
-                missing.join(", ")
-            ),
-        ))
+        Err(Lack::Unmigrated { missing })
     }
 }
 
@@ -312,21 +372,15 @@ const BOOKINGS_NOT_NULL: &[&str] = &[
     "version",
 ];
 
-fn judge_not_null(rows: &[SimpleQueryRow]) -> Result<()> {
-    let nullable: Vec<String> = rows
+fn judge_not_null(rows: &[SimpleQueryRow]) -> Result<(), Lack> {
+    let columns: Vec<String> = rows
         .iter()
         .map(|r| format!("crm.bookings.{}", r.get("column_name").unwrap_or("")))
         .collect();
-    if nullable.is_empty() {
+    if columns.is_empty() {
         return Ok(());
     }
-    Err(fail(
-        Fault::Config,
-        format!(
-            "schema not as expected: {} may hold NULL; the job needs NOT NULL there",
-            nullable.join(", ")
-        ),
-    ))
+    Err(Lack::Nullable { columns })
 }
 
 /// The types the job can read each column of `crm.bookings` as, by the catalog's type
@@ -370,8 +424,8 @@ const BOOKING_TYPES: &[(&str, &[&str], &str)] = &[
 
 /// Refuses a `crm.bookings` whose columns have types the job cannot read or write,
 /// naming each column, its type and what is expected: a CRM with another column type
-/// fails here with 78 instead of mid-cycle.
-fn judge_types(rows: &[SimpleQueryRow]) -> Result<()> {
+/// fails here, before any work, instead of mid-cycle.
+fn judge_types(rows: &[SimpleQueryRow]) -> Result<(), Lack> {
     let mut wrong = Vec::new();
     for row in rows {
         let column = row.get("column_name").unwrap_or("");
@@ -388,32 +442,7 @@ fn judge_types(rows: &[SimpleQueryRow]) -> Result<()> {
     if wrong.is_empty() {
         return Ok(());
     }
-    Err(fail(
-        Fault::Config,
-        format!(
-            "schema not as expected: {} (the job cannot read or write these types)",
-            wrong.join("; ")
-        ),
-    ))
-}
-
-/// The declared type of `crm.bookings.status`, as SQL can name it (quoted and
-/// schema-qualified where needed): the cycle casts the new status to it.
-pub fn status_type(client: &mut impl Conn) -> Result<String> {
-    let client = client.pg();
-    let row = client
-        .query_one(
-            "SELECT format_type(a.atttypid, NULL) AS declared
-               FROM pg_catalog.pg_attribute a
-              WHERE a.attrelid = 'crm.bookings'::regclass AND a.attname = 'status'
-                AND NOT a.attisdropped",
-            &[],
-        )
-        .classify(
-            Fault::Temporary,
-            "cannot read the type of crm.bookings.status",
-        )?;
-    Ok(row.get("declared"))
+    Err(Lack::Types { wrong })
 }
 
 #[cfg(test)]

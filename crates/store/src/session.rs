@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use anyhow::Result;
+use crate::error::Result;
 use postgres::fallible_iterator::FallibleIterator;
 
 /// One open connection to PostgreSQL. Only the store runs statements on it.

@@ -1,8 +1,8 @@
 //! The one place that reads SQLSTATE classes: what a PostgreSQL error says about the
 //! deployment, the data of one row, or the moment. By class (the first two characters
 //! of the code), never by message text. The store decides by them (a row's refusal, a
-//! refused connection); the program reads a chain's code through `store::code_in` and
-//! names the codes it acts on by the constants below.
+//! refused connection); the program reads an error's code through
+//! `StoreError::sqlstate` and names the codes it acts on by the constants below.
 
 /// What a PostgreSQL server error means for the job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,9 +38,14 @@ fn of_code(code: &str) -> Class {
     }
 }
 
+/// The SQLSTATE of a server error; `None` for one not from the server.
+pub(crate) fn code(e: &postgres::Error) -> Option<&str> {
+    e.code().map(|c| c.code())
+}
+
 /// The SQLSTATE of a server error (`""` for one not from the server), for log lines.
 pub(crate) fn code_of(e: &postgres::Error) -> &str {
-    e.code().map_or("", |c| c.code())
+    code(e).unwrap_or_default()
 }
 
 /// A missing table (42P01) or an insufficient privilege (42501): what the preflight's
@@ -62,7 +67,11 @@ pub(crate) fn query_canceled(e: &postgres::Error) -> bool {
 
 /// Too many connections (53300): a role's `CONNECTION LIMIT`, the database's, or
 /// `max_connections`.
-pub const TOO_MANY_CONNECTIONS: &str = "53300";
+pub(crate) fn too_many_connections(e: &postgres::Error) -> bool {
+    code_of(e) == TOO_MANY_CONNECTIONS
+}
+
+const TOO_MANY_CONNECTIONS: &str = "53300";
 
 /// A lock not granted in time (55P03) or a deadlock (40P01): a statement that gave its
 /// lock up, worth another try.

@@ -4,7 +4,7 @@
 //! sweep's state as `backlog` reads it, and the one assumption it keeps of the writers.
 //! docs/design.md ("The commit sweep") gives the argument.
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use chrono::{DateTime, Utc};
 use postgres::GenericClient;
 

@@ -1,7 +1,7 @@
 //! The session's TLS as `sslmode` asks for it (libpq's semantics), built only when the
 //! server agrees to TLS.
 
-use anyhow::Result;
+use crate::error::Result;
 use native_tls::TlsConnector;
 use postgres::tls::{MakeTlsConnect, TlsConnect};
 use postgres_native_tls::TlsStream;
@@ -10,7 +10,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::error::{ClassifyExt, Fault};
+use crate::error::{Context, Fault};
 use crate::settings::{DbConfig, SslMode};
 
 /// The TLS settings `cfg`'s `sslmode` and CA file ask for.

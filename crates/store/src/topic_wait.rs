@@ -4,7 +4,7 @@
 //! database at the schema before it has no such table, and then the relay keeps the
 //! facts for its run only and `backlog` sees only the rows an older relay marked.
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use chrono::{DateTime, Utc};
 use postgres::GenericClient;
 

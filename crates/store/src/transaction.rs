@@ -30,7 +30,7 @@ pub type PauseRead = Option<Option<PauseRow>>;
 
 /// Begins the first transaction of a session's chain; with `pause`, reads that
 /// worker's switch in the same round trip.
-pub fn begin_chain(client: &mut Session, pause: Option<Worker>) -> anyhow::Result<PauseRead> {
+pub fn begin_chain(client: &mut Session, pause: Option<Worker>) -> crate::error::Result<PauseRead> {
     let client = client.pg();
     let mut sql = format!("BEGIN; {IMMEDIATE}");
     if let Some(worker) = pause {
@@ -50,7 +50,7 @@ pub fn end_and_chain(
     client: &mut Session,
     end: BatchEnd,
     pause: Option<Worker>,
-) -> anyhow::Result<PauseRead> {
+) -> crate::error::Result<PauseRead> {
     let client = client.pg();
     let read_pause = pause.map(pause_statement);
     let sql = match (end, &read_pause) {

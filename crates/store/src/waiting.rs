@@ -4,7 +4,7 @@
 //! marked so), with the earliest moment a back-off ends. Read at the end of a relay run
 //! and by `backlog`.
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use chrono::{DateTime, Utc};
 use postgres::GenericClient;
 

@@ -127,7 +127,7 @@ fn stream_phase(
             );
         }
         report.expiries(scope, phase, &writes, out)?;
-        Ok(!out.closed())
+        Ok::<_, anyhow::Error>(!out.closed())
     })?;
     if out.closed() {
         return Ok(counts);
@@ -147,7 +147,7 @@ fn stream_phase(
         store::quarantined_in_chunks(tx, phase, scope.as_of, scope.limit, CHUNK_ROWS, |q| {
             listed += q.len() as u64;
             report.quarantined(scope, phase, &q, out)?;
-            Ok(!out.closed())
+            Ok::<_, anyhow::Error>(!out.closed())
         })?;
     if !out.closed() {
         report.phase_done(scope, phase, &counts, listed, out)?;

@@ -3,7 +3,7 @@
 //! skipped, and how many are left. The predicate and the columns are shared with the
 //! reports (`dry-run`, `backlog`) and `explain`.
 
-use anyhow::Result;
+use crate::error::Result;
 use chrono::{DateTime, Utc};
 use postgres::GenericClient;
 use uuid::Uuid;
@@ -56,7 +56,7 @@ pub(crate) const BOOKING_COLUMNS: &str = "b.id, b.tenant_id, b.deal_id, b.proper
                                ELSE 9223372036854775807::int8 END AS version_max";
 
 /// The candidates of a phase, oldest deadline first: the one predicate that both the
-/// claim (`run-once`) and `dry-run` use. `$1` = AsOf, `$2` = the limit.
+/// claim (the cycle) and the candidates' report use. `$1` = AsOf, `$2` = the limit.
 pub fn candidates_sql(phase: Phase) -> String {
     candidates_where_sql(phase, "")
 }

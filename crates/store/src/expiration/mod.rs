@@ -10,8 +10,9 @@ mod quarantine;
 mod statements;
 mod write;
 
-use crate::Session;
-use anyhow::Result;
+use crate::error::{Context, Fault, Result, StoreError, fail};
+use crate::{Conn, Session};
+use postgres::GenericClient;
 
 pub(crate) use claim::{BOOKING_COLUMNS, booking_row, deadline_column, overdue_predicate};
 pub use claim::{
@@ -20,7 +21,7 @@ pub use claim::{
 pub use quarantine::{quarantine, release_stale_quarantine};
 pub use statements::CycleStatements;
 use statements::OnFirstUse;
-pub use write::{DbRejection, WriteOutcome, write_direct, write_isolating};
+pub use write::{WriteOutcome, write_direct, write_isolating};
 
 use crate::domain::Phase;
 pub use crate::domain::{BatchWrite, Poison};
@@ -46,14 +47,35 @@ fn rule_in_the_way(e: &postgres::Error) -> Option<String> {
     })
 }
 
+/// The declared type of `crm.bookings.status`, as SQL can name it (quoted and
+/// schema-qualified where needed): the cycle's write casts the new status to it
+/// ([`CycleStatements::prepare`] is handed it).
+pub fn status_type(client: &mut impl Conn) -> Result<String> {
+    let client = client.pg();
+    let row = client
+        .query_one(
+            "SELECT format_type(a.atttypid, NULL) AS declared
+               FROM pg_catalog.pg_attribute a
+              WHERE a.attrelid = 'crm.bookings'::regclass AND a.attname = 'status'
+                AND NOT a.attisdropped",
+            &[],
+        )
+        .classify(
+            Fault::Temporary,
+            "cannot read the type of crm.bookings.status",
+        )?;
+    Ok(row.get("declared"))
+}
+
 impl CycleStatements {
-    pub fn prepare(client: &mut Session) -> Result<Self> {
+    /// The cycle's statements on `client`; `status_type` is the declared type of
+    /// `crm.bookings.status` ([`status_type`]), which the write casts to.
+    pub fn prepare(client: &mut Session, status_type: &str) -> Result<Self> {
         let client = client.pg();
-        let status_type = super::schema::status_type(client)?;
         let mut prepare = |sql: &str| {
             client.prepare(sql).map_err(|e| match rule_in_the_way(&e) {
-                Some(refusal) => crate::error::fail(crate::error::Fault::Config, refusal),
-                None => anyhow::Error::new(e).context("cannot prepare the cycle's statements"),
+                Some(refusal) => fail(Fault::Config, refusal),
+                None => StoreError::from(e).context("cannot prepare the cycle's statements"),
             })
         };
         Ok(CycleStatements {
@@ -65,7 +87,7 @@ impl CycleStatements {
                 OnFirstUse::new(left_sql(Phase::Reserve)),
                 OnFirstUse::new(left_sql(Phase::Booking)),
             ],
-            write: prepare(&write::write_sql(&status_type))?,
+            write: prepare(&write::write_sql(status_type))?,
             quarantine: OnFirstUse::new(quarantine::QUARANTINE_SQL),
             release_stale: prepare(quarantine::RELEASE_STALE_SQL)?,
         })

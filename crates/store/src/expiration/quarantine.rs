@@ -2,7 +2,7 @@
 //! with the version and status it was seen with, and not claimed again before its
 //! back-off ends; entries that no longer describe their booking are released.
 
-use anyhow::Result;
+use crate::error::Result;
 use chrono::{DateTime, Utc};
 use postgres::GenericClient;
 use uuid::Uuid;

@@ -2,7 +2,7 @@
 //! savepoint (`write_direct`, nearly always), or under savepoints that isolate the rows
 //! the database refuses (`write_isolating`, with the bisection of `isolation`).
 
-use anyhow::Result;
+use crate::error::Result;
 use chrono::{DateTime, Utc};
 use postgres::GenericClient;
 use postgres::types::{Json, ToSql};
@@ -13,6 +13,7 @@ use super::isolation::{Isolated, Keep, Probe, isolate};
 use super::statements::CycleStatements;
 use crate::Conn;
 use crate::domain::{AGGREGATE_TYPE, BatchWrite, EVENT_TYPE};
+use crate::error::DbRejection;
 
 /// Who the audit trail names as the actor of an expiry.
 const ACTOR: &str = "system:booking-expiration";
@@ -176,13 +177,6 @@ fn write_once(
     Ok(rows.iter().map(|r| r.get("id")).collect())
 }
 
-/// Why the database refused one booking's write.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DbRejection {
-    pub sqlstate: String,
-    pub message: String,
-}
-
 /// What the batch write did.
 #[derive(Debug, Default)]
 pub struct WriteOutcome {
@@ -250,13 +244,7 @@ pub fn write_direct(
 
 /// The SQLSTATE and message of a row rejection.
 fn rejection(e: &postgres::Error) -> DbRejection {
-    let db = e
-        .as_db_error()
-        .expect("a row rejection is a database error");
-    DbRejection {
-        sqlstate: db.code().code().to_owned(),
-        message: db.message().to_owned(),
-    }
+    DbRejection::of(e).expect("a row rejection is a database error")
 }
 
 /// A refusal caused by one row's data, not by the infrastructure.
@@ -288,7 +276,7 @@ impl<C: GenericClient> Savepoints<'_, C> {
 impl<C: GenericClient> Probe for Savepoints<'_, C> {
     type Written = Uuid;
     type Refusal = DbRejection;
-    type Error = anyhow::Error;
+    type Error = crate::error::StoreError;
 
     fn try_part(
         &mut self,

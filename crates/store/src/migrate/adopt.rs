@@ -14,8 +14,8 @@
 //!   run for another difference, it would reset the setting: then it is refused.
 //! - **refused**: running the file would not put it back (a column missing from a
 //!   table the file creates, a column of another type or default, an index or a
-//!   constraint of another definition under the file's name): `migrate` refuses with 78
-//!   naming each, before anything is made or recorded.
+//!   constraint of another definition under the file's name): the run refuses (a
+//!   configuration fault) naming each, before anything is made or recorded.
 
 use super::catalog::{ABSENT, Fact, ROLE_EXISTS, Snapshot, expected, superseded};
 use super::embedded::BASELINE;

@@ -12,10 +12,10 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::Result;
+use crate::error::Result;
 use postgres::Client;
 
-use crate::error::{ClassifyExt, Fault};
+use crate::error::{Context, Fault};
 
 /// The facts of every file, as generated: `version<TAB>kind<TAB>object<TAB>value`.
 pub const EXPECTED: &str = include_str!("catalog.tsv");

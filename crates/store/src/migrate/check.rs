@@ -2,13 +2,14 @@
 //! its purpose needs, read from the catalog, since a shipped file cannot be edited (its
 //! checksum) and the server's wording of a failure differs between majors (from
 //! PostgreSQL 16 a REVOKE by a role with ADMIN that is not the grantor is a WARNING, the
-//! membership staying). A file whose check fails is not done: `migrate` ends with 78
-//! and what the DBA must run, and the file stays partial for the next run.
+//! membership staying). A file whose check fails is not done: the run ends (a
+//! configuration fault) saying what the DBA must run, and the file stays partial for
+//! the next run.
 
-use anyhow::Result;
+use crate::error::Result;
 use postgres::Client;
 
-use crate::error::{ClassifyExt, Fault};
+use crate::error::{Context, Fault};
 
 /// One file's check.
 struct Check {

@@ -1,8 +1,8 @@
 //! Which schemas this binary may run on: each history row carries the oldest release
 //! that works on the schema its file leaves (`works_from`, from [`super::MIGRATIONS`]),
 //! so a binary older than that, which does not know the file, reads it there and
-//! refuses with 78 naming the release needed; one that is behind but still works logs
-//! the versions ahead once and runs. The commands' catalog round trip asks whether the
+//! refuses (a configuration fault) naming the release needed; one that is behind but
+//! still works logs the versions ahead once and runs. The commands' catalog round trip asks whether the
 //! history can be read (a statement that never fails), then its rows are read in one
 //! more: no history, none readable, or a history from before `works_from` is "nothing
 //! known". The same round trip says whether the read-only role
@@ -11,7 +11,7 @@
 
 use std::sync::{Once, OnceLock};
 
-use anyhow::Result;
+use crate::error::Result;
 use log::warn;
 use postgres::SimpleQueryRow;
 
@@ -63,7 +63,7 @@ pub const PROBE_STATEMENT: &str =
 /// The history's rows as far as compatibility goes, when [`PROBE_STATEMENT`]'s answer
 /// says it can be read: one more round trip, on a migrated database only.
 pub fn read(client: &mut postgres::Client, probe: &[SimpleQueryRow]) -> Result<Vec<Row>> {
-    use crate::error::ClassifyExt;
+    use crate::error::Context;
     let field = |name: &str| probe.first().and_then(|r| r.get(name)) == Some("true");
     if !field("history_readable") {
         return Ok(Vec::new());
@@ -166,9 +166,9 @@ fn rows(answer: &[SimpleQueryRow]) -> Vec<Row> {
         .collect()
 }
 
-/// Fails with 78 when the history needs a newer release than this binary; logs once
-/// (per process) the files ahead of it and a read-only role that can still read other
-/// sessions' SQL.
+/// Fails (a configuration fault) when the history needs a newer release than this
+/// binary; logs once (per process) the files ahead of it and a read-only role that can
+/// still read other sessions' SQL.
 pub fn judge(history: &[Row], reads_all_stats: &[SimpleQueryRow]) -> Result<()> {
     static AHEAD: Once = Once::new();
     static STATS: Once = Once::new();

@@ -13,10 +13,10 @@ pub struct Migration {
     pub file: &'static str,
     pub sql: &'static str,
     /// The oldest release whose binary still works on the schema this file leaves
-    /// (`run-once`, `relay-outbox`, the operators' commands): the release before the
-    /// one that ships it when a rollback across it is safe, else that release itself.
-    /// Recorded in the history, so that an older binary, which does not know the
-    /// file, reads it there and refuses (78) instead of running on it.
+    /// (the cycle, the relay, the operators' work): the release before the one that
+    /// ships it when a rollback across it is safe, else that release itself. Recorded
+    /// in the history, so that an older binary, which does not know the file, reads it
+    /// there and refuses (a configuration fault) instead of running on it.
     pub works_from: &'static str,
 }
 

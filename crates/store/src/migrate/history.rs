@@ -7,12 +7,12 @@
 
 use std::fmt::Write as _;
 
-use anyhow::Result;
+use crate::error::Result;
 use chrono::{DateTime, Utc};
 use postgres::Client;
 use sha2::{Digest, Sha256};
 
-use crate::error::{ClassifyExt, Fault};
+use crate::error::{Context, Fault};
 
 pub const TABLE: &str = "crm.booking_expiration_migrations";
 

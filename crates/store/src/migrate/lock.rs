@@ -6,11 +6,11 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use crate::error::Result;
 use log::info;
 use postgres::Client;
 
-use crate::error::{ClassifyExt, Fault, fail};
+use crate::error::{Context, Fault, StoreError};
 
 /// The advisory lock key of the migrators (ASCII "bkexmigr").
 pub const MIGRATE_LOCK: i64 = 0x626b_6578_6d69_6772;
@@ -22,10 +22,10 @@ const POLL: Duration = Duration::from_millis(500);
 const LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// Takes the migrators' lock, waiting at most `wait` for another migrator to let it
-/// go (then 75). The wait is logged with the holder's PID.
+/// go (then [`StoreError::MigratorsLockBusy`]). The wait is logged with the holder's PID.
 #[allow(
     clippy::disallowed_methods,
-    reason = "the migrators' lock is polled in real time, every POLL, bounded by --lock-wait"
+    reason = "the migrators' lock is polled in real time, every POLL, bounded by its wait"
 )]
 pub fn take(client: &mut Client, wait: Duration, stopped: &dyn Fn() -> bool) -> Result<()> {
     let started = Instant::now();
@@ -44,15 +44,7 @@ pub fn take(client: &mut Client, wait: Duration, stopped: &dyn Fn() -> bool) -> 
         }
         let holder = holder(client)?;
         if started.elapsed() >= wait {
-            return Err(fail(
-                Fault::Temporary,
-                format!(
-                    "another migrator ({}) held the migrators' advisory lock for longer \
-                     than --lock-wait {}; nothing was done",
-                    holder.map_or("PID unknown".to_owned(), |p| format!("PID {p}")),
-                    crate::duration::show_duration(wait)
-                ),
-            ));
+            return Err(StoreError::MigratorsLockBusy { holder, wait });
         }
         let again = logged.is_none_or(|(at, pid)| at.elapsed() >= LOG_EVERY || pid != holder);
         if again {

@@ -29,7 +29,7 @@ mod verify;
 use std::time::Instant;
 
 use crate::Session;
-use anyhow::Result;
+use crate::error::Result;
 use log::{info, warn};
 use postgres::Client;
 
@@ -41,7 +41,8 @@ pub use partial::Partial;
 pub use policy::{Policy, backoff};
 pub use split::{SplitError, first_line, statements};
 
-use crate::error::{Fault, fail};
+use crate::error::{Fault, StoreError, fail};
+use crate::schema::Lack;
 
 /// One step of a plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,7 +71,8 @@ pub struct Plan {
     /// Versions in the history that this binary does not know (a newer release's).
     pub unknown: Vec<Applied>,
     /// Why baseline files without a history row can be neither adopted nor run, one
-    /// phrase each naming the file (`migrate` refuses with 78 before any change).
+    /// phrase each naming the file (the run refuses, a configuration fault, before any
+    /// change).
     pub refused: Vec<String>,
     /// Baseline files without a history row that run because what they make differs,
     /// with why ("007_roles.sql: privilege … is not granted").
@@ -145,7 +147,7 @@ pub fn status(client: &mut Session) -> Result<Status> {
 }
 
 /// What a run up to `target` would do now, read without changing anything. Fails
-/// with 78 when an applied file's checksum differs from the built-in one.
+/// (a configuration fault) when an applied file's checksum differs from the built-in one.
 pub fn plan(client: &mut Session, target: i32) -> Result<Plan> {
     plan_on(client.pg(), target)
 }
@@ -272,8 +274,8 @@ pub fn renamed_twin(client: &mut Session, statement: &str) -> Result<Option<Stri
 }
 
 /// What the job lacks once every file is recorded (nothing when some file is not):
-/// the preflights' findings, one phrase each. Reads only.
-pub fn job_needs(client: &mut Session, plan: &Plan) -> Result<Vec<String>> {
+/// the preflights' findings, each once. Reads only.
+pub fn job_needs(client: &mut Session, plan: &Plan) -> Result<Vec<Lack>> {
     if !plan.steps.is_empty() {
         return Ok(Vec::new());
     }
@@ -286,17 +288,6 @@ pub fn job_needs(client: &mut Session, plan: &Plan) -> Result<Vec<String>> {
         return Ok(Vec::new());
     }
     verify::missing(client)
-}
-
-/// The refusal of a schema whose recorded files' objects were changed since.
-pub fn not_what_the_job_needs(missing: &[String]) -> String {
-    format!(
-        "every migration is recorded, but the schema lacks what this binary's commands need: \
-         {}. A recorded file's objects were changed since it ran (a column dropped, a grant \
-         revoked): put them back as its file in sql/ makes them; migrate does not run a \
-         recorded file again",
-        missing.join("; ")
-    )
 }
 
 /// What the role that runs `plan` lacks, one phrase each; empty when it may run it.
@@ -314,8 +305,8 @@ pub fn refusal(missing: &[String]) -> String {
     )
 }
 
-/// The statements of `m`; 78 naming the file and line of a comment or string it does
-/// not close (nothing of it runs).
+/// The statements of `m`; a configuration fault naming the file and line of a comment
+/// or string it does not close (nothing of it runs).
 pub fn split(m: &'static Migration) -> Result<Vec<&'static str>> {
     statements(m.sql).map_err(|e| {
         fail(
@@ -503,8 +494,8 @@ fn apply_locked(
     history::grant_readers(client)?;
     let history = history::read(client)?.unwrap_or_default();
     outcome.schema_version = history.iter().map(|a| a.version).max().unwrap_or(0);
-    // Every file recorded: what the job needs must be there, or run-once would send
-    // the DBA back here.
+    // Every file recorded: what the job needs must be there, or the cycle's preflight
+    // would send the DBA back here.
     if target >= latest()
         && MIGRATIONS
             .iter()
@@ -512,7 +503,7 @@ fn apply_locked(
     {
         let missing = verify::missing(client)?;
         if !missing.is_empty() {
-            return Err(fail(Fault::Config, not_what_the_job_needs(&missing)));
+            return Err(StoreError::RecordedButLacking(missing));
         }
         for what in verify::divergences(client)? {
             warn!("migrate: {what}");

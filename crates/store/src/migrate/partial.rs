@@ -5,11 +5,11 @@
 //! run goes on after the last statement that committed. A row goes with the file's
 //! history row, in one transaction: the table holds at most one row per file.
 
-use anyhow::Result;
+use crate::error::Result;
 use chrono::{DateTime, Utc};
 use postgres::Client;
 
-use crate::error::{ClassifyExt, Fault};
+use crate::error::{Context, Fault};
 
 pub const TABLE: &str = "crm.booking_expiration_migration_partial";
 

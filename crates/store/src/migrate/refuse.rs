@@ -6,10 +6,10 @@
 //! pending file creates one of the job's roles that is missing. `--dry-run` reports the
 //! same.
 
-use anyhow::Result;
+use crate::error::Result;
 use postgres::Client;
 
-use crate::error::{ClassifyExt, Fault};
+use crate::error::{Context, Fault};
 
 /// The job's roles the files create when they are missing, and the file that does.
 const ROLES: [(&str, i32); 4] = [

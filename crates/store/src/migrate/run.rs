@@ -1,20 +1,20 @@
 //! One statement of a migration, run as the policy says: its own transaction
 //! (autocommit), the runner's `lock_timeout` and `statement_timeout` set before it, a
-//! lock given up (55P03) or a deadlock (40P01) tried again after a back-off until
-//! `--retry-for` is spent; a concurrent index build under the patient limits, an
+//! lock given up (55P03) or a deadlock (40P01) tried again after a back-off until the
+//! policy's `retry_for` is spent; a concurrent index build under the patient limits, an
 //! INVALID leftover of an earlier build dropped first.
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use crate::error::Result;
 use log::{info, warn};
 use postgres::Client;
 
 use super::policy::{self, Kind, Policy};
 use super::split::first_line;
 use crate::duration::show_duration;
-use crate::error::{ClassifyExt, Fault, fail};
+use crate::error::{Context, Fault, LockGivenUp, StoreError};
 
 /// Where a statement is: its file, and its place there (`number` of `count`, from 1).
 pub struct StatementAt {
@@ -33,7 +33,7 @@ impl StatementAt {
 /// lock it waits for while it runs.
 #[allow(
     clippy::disallowed_methods,
-    reason = "the runner's back-off between lock retries is real time, bounded by --retry-for"
+    reason = "the runner's back-off between lock retries is real time, bounded by retry_for"
 )]
 pub fn statement(
     client: &mut Client,
@@ -99,19 +99,15 @@ pub fn statement(
         let since = *first_failure.get_or_insert_with(Instant::now);
         let delay = policy::backoff(attempt, policy::jitter());
         if since.elapsed() + delay > policy.retry_for {
-            return Err(fail(
-                Fault::Temporary,
-                format!(
-                    "migration {} statement {} ({}) could not get its lock within \
-                     --lock-timeout {} in {attempt} tries over --retry-for {}: it waited for \
-                     {lock}; nothing after it ran, the next run tries again",
-                    at.file,
-                    at.statement(),
-                    first_line(statement),
-                    show_duration(lock_timeout),
-                    show_duration(policy.retry_for)
-                ),
-            ));
+            return Err(StoreError::StatementLockGivenUp(Box::new(LockGivenUp {
+                file: at.file,
+                statement: at.statement(),
+                first_line: first_line(statement).to_owned(),
+                lock_timeout,
+                attempts: attempt,
+                retry_for: policy.retry_for,
+                lock,
+            })));
         }
         warn!(Migration = at.file, Statement = at.statement().as_str(), Attempt = attempt,
               RetryInMs = delay.as_millis() as u64, Lock = lock.as_str(), SqlState = crate::sqlstate::code_of(&error);

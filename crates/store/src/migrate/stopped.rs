@@ -1,12 +1,9 @@
 //! The error of a run a signal stopped, while it waited for the lock or between
 //! statements.
 
-use crate::error::{Fault, fail};
+use crate::error::StoreError;
 
-/// The error of a run a signal stopped (its exit code is the signal's).
-pub(super) fn stopped_error() -> anyhow::Error {
-    fail(
-        Fault::Temporary,
-        "migrate: stopped by a signal; what committed stays, the next run goes on from there",
-    )
+/// The error of a run a signal stopped (the program ends it as the signal says).
+pub(super) fn stopped_error() -> StoreError {
+    StoreError::MigrationStopped
 }

@@ -1,18 +1,18 @@
 //! What the job needs, checked once every file is recorded: the tables and columns
-//! (with their types and nullability) each subcommand's preflight asks for, and the
-//! grants of the job's group roles, read as `run-once` and the others read them. A
-//! recorded file whose objects a DBA changed since (a column dropped, a grant revoked)
-//! would otherwise have `run-once` say "schema not migrated … run migrate" and
-//! `migrate` say "nothing to do", each pointing at the other: `migrate` names every
-//! difference instead and ends with 78.
+//! (with their types and nullability) each need's preflight asks for, and the grants of
+//! the job's group roles, read as the preflights read them. A recorded file whose
+//! objects a DBA changed since (a column dropped, a grant revoked) would otherwise have
+//! the cycle's preflight say "schema not migrated" and the runner say "nothing to do",
+//! each pointing at the other: the runner names every difference instead, a
+//! configuration fault.
 
-use anyhow::Result;
+use crate::error::Result;
 use postgres::{Client, SimpleQueryMessage, SimpleQueryRow};
 
-use crate::error::{ClassifyExt, Fault};
-use crate::schema::{self, SchemaNeed};
+use crate::error::{Context, Fault};
+use crate::schema::{self, Lack, SchemaNeed};
 
-/// Every subcommand's needs.
+/// Every need of the job's commands.
 const NEEDS: [SchemaNeed; 6] = [
     SchemaNeed::Cycle,
     SchemaNeed::Relay,
@@ -22,9 +22,9 @@ const NEEDS: [SchemaNeed; 6] = [
     SchemaNeed::Requeue,
 ];
 
-/// What the schema lacks of what the job needs, one phrase each (the preflights' own
-/// words); empty when every subcommand would pass its schema and grant checks.
-pub fn missing(client: &mut Client) -> Result<Vec<String>> {
+/// What the schema lacks of what the job needs (the preflights' own findings), each once;
+/// empty when every need's preflight would pass its schema and grant checks.
+pub fn missing(client: &mut Client) -> Result<Vec<Lack>> {
     let roles: Vec<String> = client
         .query(
             "SELECT rolname::text FROM pg_catalog.pg_roles
@@ -37,38 +37,32 @@ pub fn missing(client: &mut Client) -> Result<Vec<String>> {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    let mut out: Vec<String> = Vec::new();
-    let mut add = |what: String| {
-        let what = what
-            .replace(" (run `booking-expire migrate`)", "")
-            .split(" (GRANT ")
-            .next()
-            .unwrap_or_default()
-            .to_owned();
-        if !out.contains(&what) {
-            out.push(what);
+    let mut out: Vec<Lack> = Vec::new();
+    let mut add = |lack: Lack| {
+        if !out.contains(&lack) {
+            out.push(lack);
         }
     };
     for need in NEEDS {
         let statements = schema::statements(need);
         let answers = run(client, &statements)
             .classify(Fault::Temporary, "cannot read the schema catalog")?;
-        if let Err(e) = schema::judge(need, &answers) {
-            add(e.to_string());
+        if let Err(lack) = schema::judge(need, &answers) {
+            add(lack);
             continue;
         }
-        let role = need.who().1;
+        let role = need.group_role();
         if !roles.iter().any(|r| r == role) {
-            add(format!("role {role} does not exist"));
+            add(Lack::NoRole { role });
             continue;
         }
         let statement = crate::privileges::statement_as(need, Some(role));
         let answers = run(client, &[statement])
             .classify(Fault::Temporary, "cannot read the job's roles' grants")?;
-        if let Err(e) =
+        if let Err(lack) =
             crate::privileges::judge(need, answers.first().map_or(&[][..], Vec::as_slice))
         {
-            add(e.to_string());
+            add(lack);
         }
     }
     Ok(out)

@@ -7,7 +7,7 @@
 //! held in the program's memory. The tables live as long as the session (the command
 //! refuses a transaction pooler).
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use chrono::{DateTime, Utc};
 use postgres::GenericClient;
 use postgres::binary_copy::BinaryCopyInWriter;

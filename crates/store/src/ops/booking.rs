@@ -1,7 +1,7 @@
 //! What `explain` reads about one booking: the row as the cycle reads it, its
 //! quarantine entry, who holds its row lock, its audit, timeline and outbox rows.
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use chrono::{DateTime, Utc};
 use postgres::GenericClient;
 use uuid::Uuid;

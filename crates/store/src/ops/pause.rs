@@ -2,7 +2,7 @@
 //! by whom and why; turning one on or off.
 
 use crate::Conn;
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use chrono::{DateTime, Utc};
 use postgres::GenericClient;
 

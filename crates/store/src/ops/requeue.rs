@@ -4,7 +4,7 @@
 //! bound): another producer's row, even one of the same booking (the CRM's other
 //! contracts of the aggregate share its id), is never selected, counted nor changed.
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use chrono::{DateTime, Utc};
 use postgres::GenericClient;
 use uuid::Uuid;

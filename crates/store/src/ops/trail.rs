@@ -2,7 +2,7 @@
 //! rows, and the database user who vouches for the actor.
 
 use crate::Conn;
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use chrono::{DateTime, Utc};
 use postgres::GenericClient;
 use uuid::Uuid;
