@@ -67,7 +67,7 @@ fn relay_gauges(result: &RelayResult, run: &RunEnd) -> String {
 
 /// Runs the command of `config` as run `run_id`, on the system's clocks; signals reach
 /// it through `shutdown`, which the watcher is installed on here.
-pub fn run(config: Config, run_id: Uuid, shutdown: &Shutdown) -> Result<()> {
+pub(crate) fn run(config: Config, run_id: Uuid, shutdown: &Shutdown) -> Result<()> {
     shutdown.install(exit::signalled)?;
     // Which release this is, for the check that the schema is not too new for it.
     store::migrate::compat::set_release(env!("RELEASE_BUILT_IN"));
@@ -116,7 +116,7 @@ pub fn run(config: Config, run_id: Uuid, shutdown: &Shutdown) -> Result<()> {
 
 /// A configuration that was refused: a command that pushes metrics still pushes its
 /// failure (once its Pushgateway URL was valid); the refusal is the outcome.
-pub fn refused(refused: Refused, run_id: Uuid) -> anyhow::Error {
+pub(crate) fn refused(refused: Refused, run_id: Uuid) -> anyhow::Error {
     let failed: Result<()> = Err(refused.error);
     match refused.push.map(|push| *push) {
         Some((gateway, PushStep::RunOnce)) => {

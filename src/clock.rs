@@ -6,7 +6,7 @@
 //! Budgets (the cycle's deadline, the relay's run and `--follow` window) are real
 //! elapsed time: they bound real resources, whatever moment the job works for. They are
 //! read from a [`Monotonic`] clock handed in the same way ([`SystemMonotonic`] in
-//! production, [`ManualMonotonic`] in a test), so the scheduling that depends on them
+//! production, `ManualMonotonic` in a test), so the scheduling that depends on them
 //! is a function of its inputs. The clock-skew guard compares the system clock with the
 //! database's, by design.
 
@@ -23,7 +23,7 @@ pub trait Clock: Send + Sync {
 
 /// The system clock.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
+pub(crate) struct SystemClock;
 
 impl Clock for SystemClock {
     #[allow(
@@ -86,9 +86,11 @@ impl Monotonic for SystemMonotonic {
 
 /// A monotonic clock that only moves when told to: it starts at the `Instant` it was
 /// made and advances by what it is given.
+#[cfg(test)]
 #[derive(Debug)]
-pub struct ManualMonotonic(Mutex<Instant>);
+pub(crate) struct ManualMonotonic(Mutex<Instant>);
 
+#[cfg(test)]
 impl Default for ManualMonotonic {
     #[allow(
         clippy::disallowed_methods,
@@ -99,13 +101,15 @@ impl Default for ManualMonotonic {
     }
 }
 
+#[cfg(test)]
 impl ManualMonotonic {
-    pub fn advance(&self, by: Duration) {
+    pub(crate) fn advance(&self, by: Duration) {
         let mut now = self.0.lock().unwrap_or_else(|e| e.into_inner());
         *now = now.checked_add(by).unwrap_or(*now);
     }
 }
 
+#[cfg(test)]
 impl Monotonic for ManualMonotonic {
     fn now(&self) -> Instant {
         *self.0.lock().unwrap_or_else(|e| e.into_inner())
@@ -141,7 +145,7 @@ pub fn to_micros(at: DateTime<Utc>) -> DateTime<Utc> {
 
 /// A span in seconds with microsecond precision, for JSON and metrics. The one place
 /// this is done above the store (whose hygiene read binds its threshold so, on its own).
-pub fn seconds(d: TimeDelta) -> f64 {
+pub(crate) fn seconds(d: TimeDelta) -> f64 {
     d.num_microseconds()
         .map_or(d.num_seconds() as f64, |us| us as f64 / 1e6)
 }

@@ -78,7 +78,7 @@ pub const EXIT_CODES_HELP: &str = exit_codes_text!();
 /// An error message tagged with the failure it stands for; found again by
 /// [`exit_code`] anywhere in an `anyhow` context chain.
 #[derive(Debug)]
-pub struct Classified {
+pub(crate) struct Classified {
     pub failure: Failure,
     pub message: String,
 }
@@ -92,7 +92,7 @@ impl fmt::Display for Classified {
 impl std::error::Error for Classified {}
 
 /// A new error of the given kind.
-pub fn fail(failure: Failure, message: impl Into<String>) -> anyhow::Error {
+pub(crate) fn fail(failure: Failure, message: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(Classified {
         failure,
         message: message.into(),
@@ -100,7 +100,7 @@ pub fn fail(failure: Failure, message: impl Into<String>) -> anyhow::Error {
 }
 
 /// Adds a message that also fixes the exit code, whatever the cause below it.
-pub trait ClassifyExt<T> {
+pub(crate) trait ClassifyExt<T> {
     fn classify(self, failure: Failure, message: impl Into<String>) -> anyhow::Result<T>;
 }
 
@@ -119,14 +119,14 @@ where
 }
 
 /// The exit code for an error, as [`failure_of`] decides it.
-pub fn exit_code(err: &anyhow::Error) -> ExitCode {
+pub(crate) fn exit_code(err: &anyhow::Error) -> ExitCode {
     ExitCode::from(failure_of(err).code())
 }
 
 /// The exit code for an error of a run that `signal` (if any) stopped: after a signal,
 /// whatever the work failed with (our own cancel request, most likely) it is an
 /// interruption.
-pub fn exit_code_after(err: &anyhow::Error, signal: Option<i32>) -> ExitCode {
+pub(crate) fn exit_code_after(err: &anyhow::Error, signal: Option<i32>) -> ExitCode {
     match signal {
         Some(signal) => ExitCode::from(Failure::Interrupted(signal).code()),
         None => exit_code(err),
@@ -148,14 +148,14 @@ pub fn failure_of(err: &anyhow::Error) -> Failure {
 
 /// The store's error in an error's chain (the outermost), if any: what the program
 /// asks of a failed store call (its fault, its SQLSTATE, a lost session).
-pub fn store_error(err: &anyhow::Error) -> Option<&store::StoreError> {
+pub(crate) fn store_error(err: &anyhow::Error) -> Option<&store::StoreError> {
     err.chain()
         .find_map(|c| c.downcast_ref::<store::StoreError>())
 }
 
 /// What a store's error is for the run: its fault's failure; 70 (a bug) for one without
 /// a fault (an error from outside the database nothing classified).
-pub fn of_store(e: &store::StoreError) -> Failure {
+pub(crate) fn of_store(e: &store::StoreError) -> Failure {
     match e.fault() {
         Some(fault) => of_fault(fault),
         None => Failure::Internal,
@@ -163,7 +163,7 @@ pub fn of_store(e: &store::StoreError) -> Failure {
 }
 
 /// What a store's fault is for the run.
-pub fn of_fault(fault: store::Fault) -> Failure {
+pub(crate) fn of_fault(fault: store::Fault) -> Failure {
     match fault {
         store::Fault::Unavailable => Failure::Unavailable,
         store::Fault::Temporary => Failure::Temporary,
@@ -175,7 +175,7 @@ pub fn of_fault(fault: store::Fault) -> Failure {
 /// log collectors when `json`, else plain text, each as [`message`] words it) and mapped
 /// to its code (`signal`: the signal that stopped the run, as its shutdown handle tells
 /// it).
-pub fn report(outcome: anyhow::Result<()>, json: bool, signal: Option<i32>) -> ExitCode {
+pub(crate) fn report(outcome: anyhow::Result<()>, json: bool, signal: Option<i32>) -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -194,7 +194,7 @@ pub fn report(outcome: anyhow::Result<()>, json: bool, signal: Option<i32>) -> E
 /// An error as the operator reads it: each layer's message after the other's, as
 /// `{:#}` shows them, with the store's findings in this program's words
 /// ([`store_words`]).
-pub fn message(err: &anyhow::Error) -> String {
+pub(crate) fn message(err: &anyhow::Error) -> String {
     err.chain()
         .map(|layer| match layer.downcast_ref::<store::StoreError>() {
             Some(e) => store_words(e).unwrap_or_else(|| e.to_string()),
@@ -295,7 +295,7 @@ fn commands_of(need: store::SchemaNeed) -> &'static str {
 /// `migrate`'s refusal of a schema whose recorded files' objects were changed since:
 /// what the commands' preflights would find, each without its advice (migrate is the
 /// command that gives it).
-pub fn recorded_but_lacking(lacks: &[store::Lack]) -> String {
+pub(crate) fn recorded_but_lacking(lacks: &[store::Lack]) -> String {
     let lacks: Vec<String> = lacks.iter().map(|l| lack_words(l, Advice::Left)).collect();
     format!(
         "every migration is recorded, but the schema lacks what this binary's commands need: \
@@ -309,7 +309,7 @@ pub fn recorded_but_lacking(lacks: &[store::Lack]) -> String {
 /// Writes one line on stderr, its control characters escaped (a server's message may
 /// carry any: `render::escape_lines`), ignoring a failed write: a reader that went away
 /// (`2>&1 | head -1`) must not turn the end of a run into a panic.
-pub fn error_line(line: &str) {
+pub(crate) fn error_line(line: &str) {
     use std::io::Write;
     let line = crate::render::escape_lines(line);
     let mut err = std::io::stderr().lock();
@@ -319,7 +319,7 @@ pub fn error_line(line: &str) {
 
 /// The exit code of a command line clap refused, or of `--help`/`--version` (0), after
 /// the command line printed it (`cli::usage_error`).
-pub fn usage_code(shown: Result<(), Failure>) -> ExitCode {
+pub(crate) fn usage_code(shown: Result<(), Failure>) -> ExitCode {
     match shown {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => ExitCode::from(failure.code()),
@@ -333,7 +333,7 @@ pub fn usage_code(shown: Result<(), Failure>) -> ExitCode {
     clippy::disallowed_methods,
     reason = "the exit room: the one place the process ends, with its code"
 )]
-pub fn signalled(signal: i32) -> ! {
+pub(crate) fn signalled(signal: i32) -> ! {
     std::process::exit(i32::from(Failure::Interrupted(signal).code()))
 }
 
@@ -344,7 +344,7 @@ pub fn signalled(signal: i32) -> ! {
     clippy::disallowed_methods,
     reason = "the exit room: the one place the process ends, with its code"
 )]
-pub fn install_panic_hook(json: bool) {
+pub(crate) fn install_panic_hook(json: bool) {
     std::panic::set_hook(Box::new(move |info| {
         let payload = info.payload();
         let what = payload

@@ -9,7 +9,7 @@ use crate::exit::{Failure, fail};
 use crate::shutdown::Shutdown;
 
 /// The exit code's class of a Kafka error's kind.
-pub fn failure(kind: Kind) -> Failure {
+pub(crate) fn failure(kind: Kind) -> Failure {
     match kind {
         Kind::Config => Failure::Config,
         Kind::Unavailable => Failure::Unavailable,
@@ -20,7 +20,7 @@ pub fn failure(kind: Kind) -> Failure {
 }
 
 /// A Kafka error as the program's error, classified by its kind.
-pub trait Classify<T> {
+pub(crate) trait Classify<T> {
     fn classified(self) -> anyhow::Result<T>;
 }
 

@@ -114,13 +114,13 @@ impl Shutdown {
 
 /// Interrupts the statement in flight when `after` has passed, unless dropped first:
 /// the hard end of a cycle's time budget.
-pub struct Deadline {
+pub(crate) struct Deadline {
     done: Option<std::sync::mpsc::Sender<()>>,
     fired: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Deadline {
-    pub fn start(after: std::time::Duration, interrupt: impl Fn() + Send + 'static) -> Self {
+    pub(crate) fn start(after: std::time::Duration, interrupt: impl Fn() + Send + 'static) -> Self {
         let (done, wait) = std::sync::mpsc::channel::<()>();
         let fired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = fired.clone();
@@ -139,7 +139,7 @@ impl Deadline {
     }
 
     /// Whether the deadline passed and the interrupt was sent.
-    pub fn fired(&self) -> bool {
+    pub(crate) fn fired(&self) -> bool {
         self.fired.load(Ordering::SeqCst)
     }
 }

@@ -15,7 +15,7 @@ use crate::exit::EXIT_CODES_HELP;
 /// What `--version` prints after the program's name: the release (an unreleased
 /// build's says so: `0.2.0-dev+<commit>`), the commit it was built from and the schema
 /// version it expects (the highest migration built in).
-pub const VERSION_LINE: &str = concat!(
+pub(crate) const VERSION_LINE: &str = concat!(
     env!("RELEASE_BUILT_IN"),
     " (commit ",
     env!("BOOKING_EXPIRE_COMMIT"),

@@ -90,7 +90,7 @@ pub struct PauseArgs {
 
 /// The most `pause --wait` waits: longer than any batch in flight or delivery report
 /// can take (their bounds are --statement-timeout and --message-timeout, 1m and 5m).
-pub const PAUSE_WAIT_MAX: Duration = Duration::from_secs(600);
+pub(crate) const PAUSE_WAIT_MAX: Duration = Duration::from_secs(600);
 
 #[derive(Debug, Args)]
 pub struct PauseOnArgs {
@@ -185,7 +185,7 @@ pub enum AuditFormat {
 }
 
 /// The most messages `audit --chunk-rows` lets it copy into the database at once.
-pub const AUDIT_CHUNK_ROWS_MAX: u32 = 1_000_000;
+pub(crate) const AUDIT_CHUNK_ROWS_MAX: u32 = 1_000_000;
 
 #[derive(Debug, Args)]
 pub struct AuditArgs {

@@ -10,7 +10,7 @@ use crate::exit::Failure;
 
 /// What a usage error says besides clap's message, and how it is written.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Usage {
+pub(super) struct Usage {
     /// --help or --version: shown, not refused.
     pub shown: bool,
     /// Written as one JSON line (`--log-format json`, flag or variable).
@@ -20,12 +20,12 @@ pub struct Usage {
 }
 
 /// The environment as the usage notes read it: a variable's value, if set.
-pub type Lookup<'a> = &'a dyn Fn(&str) -> Option<OsString>;
+pub(super) type Lookup<'a> = &'a dyn Fn(&str) -> Option<OsString>;
 
 /// Prints a command-line error and says what it was: `Ok` for --help/--version (they
 /// are shown, not refused), a usage failure otherwise; `exit::usage_code` names the
 /// code. `args` is the command line clap was given; see [`explain`] for the notes.
-pub fn usage_error(e: clap::Error, args: &[OsString]) -> Result<(), Failure> {
+pub(crate) fn usage_error(e: clap::Error, args: &[OsString]) -> Result<(), Failure> {
     let usage = explain(&e, args, &|name| std::env::var_os(name));
     if usage.shown {
         let _ = e.print();
@@ -47,7 +47,7 @@ pub fn usage_error(e: clap::Error, args: &[OsString]) -> Result<(), Failure> {
 /// What error `e` of the command line `args` (the program's name first) says besides
 /// clap's message, with the environment read through `env`. When the bad value came
 /// from an environment variable, says which, since clap's message only names the flag.
-pub fn explain(e: &clap::Error, args: &[OsString], env: Lookup) -> Usage {
+pub(super) fn explain(e: &clap::Error, args: &[OsString], env: Lookup) -> Usage {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
     let json = json_logging_asked(args, env);
     if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {

@@ -17,13 +17,13 @@ const AS_OF_EXPECTED: &str = "expected RFC 3339 with an offset, e.g. 2026-11-29T
 /// included: leading and trailing whitespace (spaces, tabs, newlines, as a Secret
 /// written from a file often ends) is not part of it. `parser` reads the value
 /// without it; a value that is not UTF-8 is handed on as it is, for `parser` to refuse.
-pub fn trimmed<P: TypedValueParser>(parser: P) -> Trimmed<P> {
+pub(super) fn trimmed<P: TypedValueParser>(parser: P) -> Trimmed<P> {
     Trimmed(parser)
 }
 
 /// A value parser that reads its value without the whitespace around it: [`trimmed`].
 #[derive(Debug, Clone)]
-pub struct Trimmed<P>(P);
+pub(super) struct Trimmed<P>(P);
 
 impl<P: TypedValueParser> TypedValueParser for Trimmed<P> {
     type Value = P::Value;
@@ -48,17 +48,17 @@ impl<P: TypedValueParser> TypedValueParser for Trimmed<P> {
 }
 
 /// Text, trimmed: the parser of every text flag.
-pub fn text() -> Trimmed<clap::builder::StringValueParser> {
+pub(super) fn text() -> Trimmed<clap::builder::StringValueParser> {
     trimmed(clap::builder::StringValueParser::new())
 }
 
 /// A path, trimmed: the parser of every file flag.
-pub fn path() -> Trimmed<clap::builder::PathBufValueParser> {
+pub(super) fn path() -> Trimmed<clap::builder::PathBufValueParser> {
     trimmed(clap::builder::PathBufValueParser::new())
 }
 
 /// One of `E`'s values, trimmed.
-pub fn choice<E: clap::ValueEnum + Clone + Send + Sync + 'static>()
+pub(super) fn choice<E: clap::ValueEnum + Clone + Send + Sync + 'static>()
 -> Trimmed<clap::builder::EnumValueParser<E>> {
     trimmed(clap::builder::EnumValueParser::new())
 }

@@ -12,17 +12,17 @@ use crate::domain::{AsOf, OutboxTypes};
 
 /// How long the audit waits for the brokers' answers and for the next message while a
 /// partition is not read to its end.
-pub const AUDIT_KAFKA_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const AUDIT_KAFKA_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How `audit` prints its report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AuditFormat {
+pub(crate) enum AuditFormat {
     Table,
     Json,
 }
 
 #[derive(Debug, Clone)]
-pub struct AuditConfig {
+pub(crate) struct AuditConfig {
     pub db: DbConfig,
     pub kafka: KafkaConfig,
     pub outbox_types: OutboxTypes,
@@ -39,7 +39,7 @@ pub struct AuditConfig {
 }
 
 impl AuditConfig {
-    pub fn from_args(args: &AuditArgs) -> Result<Self> {
+    pub(crate) fn from_args(args: &AuditArgs) -> Result<Self> {
         let topics = if args.topic.is_empty() {
             Topics::parse(&args.topics)?
                 .versions()

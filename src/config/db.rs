@@ -11,16 +11,16 @@ use super::conninfo::split_ssl_params;
 use crate::cli::{ConnectionArgs, DatabaseArgs};
 use crate::exit::{Failure, fail};
 use crate::store::Conninfo;
-pub use crate::store::{DbConfig, SslMode};
+pub(crate) use crate::store::{DbConfig, SslMode};
 
 /// The connection and its session's timeouts, from the jobs' and reports' flags.
-pub fn from_args(args: &DatabaseArgs) -> Result<DbConfig> {
+pub(super) fn from_args(args: &DatabaseArgs) -> Result<DbConfig> {
     from_connection(&args.connection, args.statement_timeout, args.lock_timeout)
 }
 
 /// The connection, with the session's statement and lock timeouts given apart
 /// (`migrate`'s are its own flags).
-pub fn from_connection(
+pub(super) fn from_connection(
     args: &ConnectionArgs,
     statement_timeout: Duration,
     lock_timeout: Duration,

@@ -7,7 +7,7 @@ use log::warn;
 
 /// The prefixes of the job's own variables: a variable starting with one of them that
 /// the job does not read is most likely a misspelt setting.
-pub const PREFIXES: &[&str] = &[
+pub(crate) const PREFIXES: &[&str] = &[
     "BOOKING_EXPIRATION_",
     "BOOKING_EXPIRE_",
     "OUTBOX_",
@@ -35,7 +35,7 @@ const OTHERS: &[&str] = if cfg!(debug_assertions) {
 
 /// How many statements the tests ask `migrate` to run before it stops: never in a
 /// release build.
-pub fn test_migrate_stop_after() -> Option<usize> {
+pub(crate) fn test_migrate_stop_after() -> Option<usize> {
     if !cfg!(debug_assertions) {
         return None;
     }
@@ -48,13 +48,13 @@ pub fn test_migrate_stop_after() -> Option<usize> {
 
 /// Whether the tests ask this run to panic (to prove that a panic ends it with 70 and
 /// one line): never in a release build.
-pub fn test_panic_asked() -> bool {
+pub(crate) fn test_panic_asked() -> bool {
     cfg!(debug_assertions) && std::env::var_os(TEST_PANIC).is_some()
 }
 
 /// Every variable of the job that carries a setting: each flag's (of every
 /// subcommand) and the others it reads.
-pub fn known() -> Vec<String> {
+pub(crate) fn known() -> Vec<String> {
     use clap::CommandFactory;
     let cmd = crate::cli::Cli::command();
     let mut names: Vec<String> = std::iter::once(&cmd)
@@ -72,7 +72,7 @@ pub fn known() -> Vec<String> {
 /// A variable of the job's prefixes that no setting reads, with the known name it most
 /// likely meant.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Unknown {
+pub(crate) struct Unknown {
     pub name: String,
     pub closest: Option<String>,
 }
@@ -80,7 +80,7 @@ pub struct Unknown {
 /// Of `names`, those with one of the job's prefixes that are not in `known`. Variables
 /// Kubernetes sets for a Service (`KAFKA_SERVICE_HOST`, `KAFKA_PORT_9092_TCP`, …) are
 /// not settings of anyone's and are left out.
-pub fn unknown(names: impl IntoIterator<Item = String>, known: &[String]) -> Vec<Unknown> {
+pub(crate) fn unknown(names: impl IntoIterator<Item = String>, known: &[String]) -> Vec<Unknown> {
     let mut found: Vec<Unknown> = names
         .into_iter()
         .filter(|n| PREFIXES.iter().any(|p| n.starts_with(p)))
@@ -95,7 +95,7 @@ pub fn unknown(names: impl IntoIterator<Item = String>, known: &[String]) -> Vec
 }
 
 /// Logs one warning per [`unknown`] variable of this process's environment.
-pub fn warn_unknown() {
+pub(crate) fn warn_unknown() {
     let names = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok());
     for u in unknown(names, &known()) {
         match &u.closest {

@@ -13,7 +13,7 @@ use crate::kafka::{DEFAULT_MAX_MESSAGE_BYTES, KafkaConfig, KafkaSecurity, Passwo
 
 /// The Kafka settings of `args`, with the producer's `message_timeout`; a refusal is
 /// configuration (78) and names the flag and its variable.
-pub fn from_args(args: &KafkaArgs, message_timeout: Duration) -> Result<KafkaConfig> {
+pub(super) fn from_args(args: &KafkaArgs, message_timeout: Duration) -> Result<KafkaConfig> {
     let brokers = args
         .brokers
         .as_deref()

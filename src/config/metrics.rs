@@ -12,13 +12,13 @@ use crate::exit::{Failure, fail};
 
 /// Which command pushes: the `step` of the grouping key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PushStep {
+pub(crate) enum PushStep {
     RunOnce,
     RelayOutbox,
 }
 
 impl PushStep {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             PushStep::RunOnce => "run-once",
             PushStep::RelayOutbox => "relay-outbox",
@@ -28,7 +28,7 @@ impl PushStep {
 
 /// How the push authenticates.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PushAuth {
+pub(crate) enum PushAuth {
     None,
     Basic { username: String, password: Secret },
     Bearer(Secret),
@@ -37,7 +37,7 @@ pub enum PushAuth {
 /// A Pushgateway, from `http[s]://host[:port][/path-prefix]`, with the CA file and the
 /// credentials of the push.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pushgateway {
+pub(crate) struct Pushgateway {
     /// The host as the URL names it, IPv6 addresses without their brackets.
     pub host: String,
     pub port: u16,
@@ -51,7 +51,7 @@ pub struct Pushgateway {
 
 /// Where a run's metrics go.
 #[derive(Debug, Clone, Default)]
-pub struct MetricsConfig {
+pub(crate) struct MetricsConfig {
     /// `None`: no push.
     pub pushgateway: Option<Pushgateway>,
 }
@@ -67,7 +67,7 @@ const TOKEN_FILE: &str = "--pushgateway-bearer-token-file / PUSHGATEWAY_BEARER_T
 impl MetricsConfig {
     /// An empty URL means no push; a malformed one, or credentials that do not fit, are
     /// a configuration error (78), refused before the run starts.
-    pub fn from_args(args: &MetricsArgs) -> Result<Self> {
+    pub(crate) fn from_args(args: &MetricsArgs) -> Result<Self> {
         let pushgateway = match args.pushgateway_url.as_deref().map(str::trim) {
             None | Some("") => None,
             Some(url) => {
@@ -169,7 +169,7 @@ fn push_settings(args: &MetricsArgs, https: bool) -> Result<(Option<PathBuf>, Pu
 impl Pushgateway {
     /// Parses `http[s]://host[:port][/path-prefix]`; the error says what is wrong and
     /// never repeats a credential.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub(crate) fn parse(text: &str) -> Result<Self, String> {
         if !text.contains("://") {
             return Err(format!("no scheme; {EXPECTED}"));
         }

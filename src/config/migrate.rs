@@ -9,7 +9,7 @@ use crate::cli::{ConnectionArgs, MigrateArgs, MigrateCommand};
 
 /// What `migrate` is asked to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MigrateAction {
+pub(crate) enum MigrateAction {
     /// Apply the pending migrations up to `target` (every one when `None`).
     Apply { target: Option<i32> },
     /// Say what `Apply` would do; change nothing.
@@ -20,7 +20,7 @@ pub enum MigrateAction {
 
 /// The runner's limits, as typed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MigrateLimits {
+pub(crate) struct MigrateLimits {
     pub lock_timeout: Duration,
     pub statement_timeout: Duration,
     pub index_timeout: Duration,
@@ -30,7 +30,7 @@ pub struct MigrateLimits {
 
 /// The resolved configuration of `migrate`.
 #[derive(Debug, Clone)]
-pub struct MigrateConfig {
+pub(crate) struct MigrateConfig {
     /// The session's own limits are the runner's: `lock_timeout` and
     /// `statement_timeout` of [`MigrateLimits`] (set again before each statement).
     pub db: DbConfig,
@@ -39,7 +39,7 @@ pub struct MigrateConfig {
 }
 
 impl MigrateConfig {
-    pub fn from_args(args: &MigrateArgs) -> Result<Self> {
+    pub(crate) fn from_args(args: &MigrateArgs) -> Result<Self> {
         let limits = MigrateLimits {
             lock_timeout: args.lock_timeout,
             statement_timeout: args.statement_timeout,

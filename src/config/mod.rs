@@ -6,7 +6,7 @@
 mod audit;
 mod conninfo;
 mod db;
-pub mod env;
+pub(crate) mod env;
 mod kafka;
 mod metrics;
 mod migrate;
@@ -19,23 +19,23 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-pub use self::audit::{AUDIT_KAFKA_TIMEOUT, AuditConfig, AuditFormat};
-pub use self::db::{DbConfig, SslMode};
-pub use self::metrics::{MetricsConfig, PushAuth, PushStep, Pushgateway};
-pub use self::migrate::{MigrateAction, MigrateConfig, MigrateLimits};
-pub use self::operate::{
+pub(crate) use self::audit::{AUDIT_KAFKA_TIMEOUT, AuditConfig, AuditFormat};
+pub(crate) use self::db::DbConfig;
+pub(crate) use self::metrics::{MetricsConfig, PushAuth, PushStep, Pushgateway};
+pub(crate) use self::migrate::{MigrateAction, MigrateConfig, MigrateLimits};
+pub(crate) use self::operate::{
     Actor, ExplainConfig, Pausable, READ_BACK_TIMEOUT, RequeueConfig, SwitchConfig, TypedId,
 };
-pub use self::secret::Secret;
-pub use self::topics::{TOPICS_INPUT, Topics};
-pub use self::trace::{Protocol, TraceConfig};
+pub(crate) use self::secret::Secret;
+pub(crate) use self::topics::Topics;
+pub(crate) use self::trace::{Protocol, TraceConfig};
 use crate::cli::{self, BacklogArgs, BatchArgs, Command, DryRunArgs, RelayArgs, RunOnceArgs};
 use crate::domain::{AsOf, OutboxTypes};
 pub use crate::kafka::{DEFAULT_MAX_MESSAGE_BYTES, KafkaConfig, KafkaSecurity};
 
 /// A subcommand's resolved configuration: what `main` hands to `app::run`.
 #[derive(Debug)]
-pub enum Config {
+pub(crate) enum Config {
     RunOnce(RunOnceConfig, MetricsConfig),
     RelayOutbox(RelayConfig, MetricsConfig),
     DryRun(DryRunConfig),
@@ -55,7 +55,7 @@ pub enum Config {
 
 /// Log line format on stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     Text,
     Json,
 }
@@ -71,7 +71,7 @@ impl From<cli::LogFormat> for LogFormat {
 
 /// How `backlog` prints its report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReportFormat {
+pub(crate) enum ReportFormat {
     Table,
     Json,
     Prometheus,
@@ -91,7 +91,7 @@ impl From<cli::ReportFormat> for ReportFormat {
 /// configuration too (its errors gauge is 1), once its Pushgateway URL was valid:
 /// `push` says where.
 #[derive(Debug)]
-pub struct Refused {
+pub(crate) struct Refused {
     pub error: anyhow::Error,
     pub push: Option<Box<(Pushgateway, PushStep)>>,
 }
@@ -99,7 +99,7 @@ pub struct Refused {
 impl Config {
     /// Resolves the subcommand typed. The Pushgateway URL is resolved first: when it is
     /// valid and the rest is not, the refusal is still pushed.
-    pub fn resolve(command: Command) -> Result<Config, Refused> {
+    pub(crate) fn resolve(command: Command) -> Result<Config, Refused> {
         let refused = |push: Option<Box<(Pushgateway, PushStep)>>| {
             move |error: anyhow::Error| Refused { error, push }
         };
@@ -158,7 +158,7 @@ impl Config {
 
 /// The resolved configuration of `dry-run`.
 #[derive(Debug, Clone)]
-pub struct DryRunConfig {
+pub(crate) struct DryRunConfig {
     pub db: DbConfig,
     pub batch: Batch,
     pub as_of: AsOf,
@@ -172,7 +172,7 @@ pub struct DryRunConfig {
 }
 
 impl DryRunConfig {
-    pub fn from_args(args: &DryRunArgs) -> Result<Self> {
+    pub(crate) fn from_args(args: &DryRunArgs) -> Result<Self> {
         Ok(DryRunConfig {
             db: db::from_args(&args.database)?,
             batch: Batch::from(&args.batch),
@@ -187,14 +187,14 @@ impl DryRunConfig {
     /// Candidates per phase one cycle takes; `None` with `--all`. run-once claims up to
     /// max_batches × batch_size per phase, oldest deadline first, batch after batch;
     /// one query with their product as the limit reads the same rows.
-    pub fn limit(&self) -> Option<i64> {
+    pub(crate) fn limit(&self) -> Option<i64> {
         (!self.all).then(|| i64::from(self.batch.size) * i64::from(self.batch.max_batches))
     }
 }
 
 /// The resolved configuration of `backlog`.
 #[derive(Debug, Clone)]
-pub struct BacklogConfig {
+pub(crate) struct BacklogConfig {
     pub db: DbConfig,
     pub format: ReportFormat,
     pub fail_above: Option<u64>,
@@ -205,7 +205,7 @@ pub struct BacklogConfig {
 }
 
 impl BacklogConfig {
-    pub fn from_args(args: &BacklogArgs) -> Result<Self> {
+    pub(crate) fn from_args(args: &BacklogArgs) -> Result<Self> {
         Ok(BacklogConfig {
             db: db::from_args(&args.database)?,
             format: if args.json {

@@ -14,17 +14,17 @@ use crate::domain::{AsOf, OutboxTypes};
 use crate::exit::{Failure, fail};
 
 /// How long `explain` waits for each message it reads back from Kafka.
-pub const READ_BACK_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const READ_BACK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Which command a pause switch stops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pausable {
+pub(crate) enum Pausable {
     RunOnce,
     RelayOutbox,
 }
 
 impl Pausable {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Pausable::RunOnce => "run-once",
             Pausable::RelayOutbox => "relay-outbox",
@@ -32,7 +32,7 @@ impl Pausable {
     }
 
     /// Its pause switch and working lock in the store.
-    pub fn worker(self) -> crate::store::running::Worker {
+    pub(crate) fn worker(self) -> crate::store::running::Worker {
         match self {
             Pausable::RunOnce => crate::store::running::Worker::Cycle,
             Pausable::RelayOutbox => crate::store::running::Worker::Relay,
@@ -52,7 +52,7 @@ impl From<cli::Pausable> for Pausable {
 /// An id as typed: a whole UUID, or the start of one, which the database resolves if
 /// it is unique.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TypedId {
+pub(crate) enum TypedId {
     Full(Uuid),
     /// Lowercase hex digits, fewer than 32.
     Prefix(String),
@@ -78,7 +78,7 @@ impl From<&IdArg> for TypedId {
 
 /// Who does an operator's action, for the trail, besides the database user.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Actor {
+pub(crate) struct Actor {
     /// `--actor`, else the operator's login name (`USER`); `None` when neither is set.
     pub name: Option<String>,
     pub reason: String,
@@ -100,7 +100,7 @@ impl From<&ActorArgs> for Actor {
 
 /// The resolved configuration of `explain`.
 #[derive(Debug, Clone)]
-pub struct ExplainConfig {
+pub(crate) struct ExplainConfig {
     pub db: DbConfig,
     pub booking_id: TypedId,
     pub as_of: AsOf,
@@ -112,7 +112,7 @@ pub struct ExplainConfig {
 }
 
 impl ExplainConfig {
-    pub fn from_args(args: &ExplainArgs) -> Result<Self> {
+    pub(crate) fn from_args(args: &ExplainArgs) -> Result<Self> {
         let db = super::db::from_args(&args.database)?;
         let kafka = match args.kafka.brokers.as_deref().map(str::trim) {
             Some(b) if !b.is_empty() => {
@@ -133,7 +133,7 @@ impl ExplainConfig {
 
 /// The resolved configuration of `pause` and `resume`.
 #[derive(Debug, Clone)]
-pub struct SwitchConfig {
+pub(crate) struct SwitchConfig {
     pub db: DbConfig,
     pub command: Pausable,
     pub actor: Actor,
@@ -144,7 +144,7 @@ pub struct SwitchConfig {
 
 impl SwitchConfig {
     /// `pause`.
-    pub fn pause(args: &PauseOnArgs) -> Result<Self> {
+    pub(crate) fn pause(args: &PauseOnArgs) -> Result<Self> {
         Ok(SwitchConfig {
             wait: Some(args.wait),
             ..SwitchConfig::resume(&args.switch)?
@@ -152,7 +152,7 @@ impl SwitchConfig {
     }
 
     /// `resume`.
-    pub fn resume(args: &PauseArgs) -> Result<Self> {
+    pub(crate) fn resume(args: &PauseArgs) -> Result<Self> {
         Ok(SwitchConfig {
             db: super::db::from_args(&args.database)?,
             command: args.command.into(),
@@ -165,7 +165,7 @@ impl SwitchConfig {
 
 /// The resolved configuration of `republish` and `retry-failed`.
 #[derive(Debug, Clone)]
-pub struct RequeueConfig {
+pub(crate) struct RequeueConfig {
     pub db: DbConfig,
     /// `retry-failed`: only rows the relay gave up on.
     pub failed_only: bool,
@@ -187,7 +187,7 @@ pub struct RequeueConfig {
 impl RequeueConfig {
     /// `republish` (`failed_only` = false) and `retry-failed` (true). The selection is
     /// checked before the database settings, as it was typed first.
-    pub fn from_args(args: &RequeueArgs, failed_only: bool) -> Result<Self> {
+    pub(crate) fn from_args(args: &RequeueArgs, failed_only: bool) -> Result<Self> {
         if args.all && !failed_only {
             return Err(fail(
                 Failure::Usage,
@@ -213,7 +213,7 @@ impl RequeueConfig {
     }
 
     /// The command's name, as its messages and the trail say it.
-    pub fn command(&self) -> &'static str {
+    pub(crate) fn command(&self) -> &'static str {
         if self.failed_only {
             "retry-failed"
         } else {

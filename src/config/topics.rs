@@ -9,7 +9,7 @@ use crate::domain::ContractVersion;
 use crate::exit::{Failure, fail};
 
 /// The flag and its environment variable, as errors name them.
-pub const TOPICS_INPUT: &str = "--topics / BOOKING_EXPIRATION_TOPICS";
+pub(crate) const TOPICS_INPUT: &str = "--topics / BOOKING_EXPIRATION_TOPICS";
 
 /// The topics a run publishes to, in the order given: never empty, no repeats, known
 /// versions only (so at most one entry per known version).

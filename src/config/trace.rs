@@ -8,7 +8,7 @@ use crate::cli::{Command, OtlpProtocol, TraceArgs};
 
 /// The OTLP protocol of the export.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Protocol {
+pub(crate) enum Protocol {
     HttpProtobuf,
     HttpJson,
     /// Not built in: tracing stays off, with a warning.
@@ -16,7 +16,7 @@ pub enum Protocol {
 }
 
 impl Protocol {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Protocol::HttpProtobuf => "http/protobuf",
             Protocol::HttpJson => "http/json",
@@ -27,7 +27,7 @@ impl Protocol {
 
 /// The resolved tracing settings of a run.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TraceConfig {
+pub(crate) struct TraceConfig {
     /// The URL the spans are posted to: the traces endpoint as given, or the base
     /// endpoint with `/v1/traces`; `None` when tracing is off (no endpoint, or
     /// `OTEL_SDK_DISABLED=true`).
@@ -67,7 +67,7 @@ fn given(value: &Option<String>) -> Option<String> {
 impl TraceConfig {
     /// The tracing of the command typed: `run-once` and `relay-outbox` trace, with the
     /// command's name for the resource; the others never do.
-    pub fn of(command: &Command) -> Option<(TraceConfig, &'static str)> {
+    pub(crate) fn of(command: &Command) -> Option<(TraceConfig, &'static str)> {
         match command {
             Command::RunOnce(args) => Some((TraceConfig::from_args(&args.trace), "run-once")),
             Command::RelayOutbox(args) => {
@@ -77,7 +77,7 @@ impl TraceConfig {
         }
     }
 
-    pub fn from_args(args: &TraceArgs) -> Self {
+    pub(crate) fn from_args(args: &TraceArgs) -> Self {
         let disabled = args.otel_sdk_disabled == Some(true);
         let traces = given(&args.otlp_traces_endpoint).map(|url| {
             let checked = check_endpoint(

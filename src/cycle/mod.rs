@@ -22,6 +22,5 @@ mod side_by_side;
 mod types;
 mod upkeep;
 
-pub use poison::UPDATE_DROPPED;
 pub use run::{run_cycle, run_once};
 pub use types::CycleResult;

@@ -51,7 +51,7 @@ pub(super) fn dropped_updates(
 }
 
 /// The quarantine reason of an update the database dropped without an error.
-pub const UPDATE_DROPPED: &str = "update_dropped";
+pub(crate) const UPDATE_DROPPED: &str = "update_dropped";
 
 /// Why the one booking of a batch taken `alone` failed, when the failure is the
 /// booking's to carry: a server error while the session is open, no signal came and

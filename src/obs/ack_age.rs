@@ -7,7 +7,8 @@
 use prometheus_client::metrics::histogram::Histogram;
 
 /// Upper bounds of the ack age buckets, around the delivery objective of one minute.
-pub const RELAY_ACK_AGE_BUCKETS: &[f64] = &[0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
+pub(crate) const RELAY_ACK_AGE_BUCKETS: &[f64] =
+    &[0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
 
 /// A relay run's ack ages, counted into `RELAY_ACK_AGE_BUCKETS` as rows are marked: the
 /// memory stays the same however long a `--follow` run publishes.

@@ -23,7 +23,7 @@ use crate::domain::Phase;
 /// The values are the ones a run already holds (counts, durations, ages), so they are
 /// registered as constant metrics rather than updated live.
 #[derive(Debug, Default)]
-pub struct Exposition(Registry);
+pub(crate) struct Exposition(Registry);
 
 /// A sample value as the text format shows it: whole numbers without a fraction (`6`,
 /// as Prometheus's own clients print them), anything else as the shortest decimal that
@@ -78,7 +78,7 @@ fn phase_label(phase: Phase) -> Vec<(String, String)> {
 }
 
 /// A histogram of `observations` with the upper bounds `buckets` (`+Inf` added).
-pub fn histogram_of(buckets: &[f64], observations: &[f64]) -> Histogram {
+pub(crate) fn histogram_of(buckets: &[f64], observations: &[f64]) -> Histogram {
     let h = Histogram::new(buckets.iter().copied());
     for o in observations {
         h.observe(*o);
@@ -93,11 +93,11 @@ impl Exposition {
         self.0.register(f.name, help, metric);
     }
 
-    pub fn gauge(&mut self, f: Family, value: f64) {
+    pub(crate) fn gauge(&mut self, f: Family, value: f64) {
         self.register(f, ConstGauge::new(Number(value)));
     }
 
-    pub fn per_phase(&mut self, f: Family, value: impl Fn(Phase) -> f64) {
+    pub(crate) fn per_phase(&mut self, f: Family, value: impl Fn(Phase) -> f64) {
         let samples = Phase::ALL
             .iter()
             .map(|p| (phase_label(*p), ConstGauge::new(Number(value(*p)))))
@@ -106,12 +106,12 @@ impl Exposition {
     }
 
     /// A histogram of `observations` with the upper bounds `buckets` (+Inf added).
-    pub fn histogram(&mut self, f: Family, buckets: &[f64], observations: &[f64]) {
+    pub(crate) fn histogram(&mut self, f: Family, buckets: &[f64], observations: &[f64]) {
         self.register(f, histogram_of(buckets, observations));
     }
 
     /// A histogram per phase.
-    pub fn histogram_per_phase(&mut self, f: Family, of: impl Fn(Phase) -> Histogram) {
+    pub(crate) fn histogram_per_phase(&mut self, f: Family, of: impl Fn(Phase) -> Histogram) {
         let samples = Phase::ALL
             .iter()
             .map(|p| (phase_label(*p), of(*p)))
@@ -120,7 +120,7 @@ impl Exposition {
     }
 
     /// A gauge with one sample per label set.
-    pub fn labelled(&mut self, f: Family, samples: &[(Vec<(&str, &str)>, f64)]) {
+    pub(crate) fn labelled(&mut self, f: Family, samples: &[(Vec<(&str, &str)>, f64)]) {
         let samples = samples
             .iter()
             .map(|(labels, v)| (owned(labels), ConstGauge::new(Number(*v))))
@@ -128,7 +128,7 @@ impl Exposition {
         self.register(f, Labelled { samples });
     }
 
-    pub fn into_text(self) -> String {
+    pub(crate) fn into_text(self) -> String {
         let mut text = String::new();
         // Writing into a String cannot fail, and every value here encodes.
         prometheus_text::encode(&mut text, &self.0).expect("metrics encode as text");

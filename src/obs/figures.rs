@@ -14,7 +14,7 @@ use crate::domain::Phase;
 
 /// How a run ended, for the gauges of either step.
 #[derive(Debug, Clone)]
-pub struct RunEnd {
+pub(crate) struct RunEnd {
     /// True when the run failed (it exits non-zero).
     pub failed: bool,
     pub duration: Duration,
@@ -26,7 +26,7 @@ pub struct RunEnd {
 
 /// What a `run-once` run did.
 #[derive(Debug, Clone, Default)]
-pub struct CycleFigures {
+pub(crate) struct CycleFigures {
     pub reserve_expired: u64,
     pub booking_expired: u64,
     pub skipped_locked: u64,
@@ -39,7 +39,7 @@ pub struct CycleFigures {
 
 impl CycleFigures {
     /// The bookings expired in `phase`.
-    pub fn expired(&self, phase: Phase) -> u64 {
+    pub(crate) fn expired(&self, phase: Phase) -> u64 {
         match phase {
             Phase::Reserve => self.reserve_expired,
             Phase::Booking => self.booking_expired,
@@ -49,7 +49,7 @@ impl CycleFigures {
 
 /// What a `relay-outbox` run did.
 #[derive(Debug, Clone, Default)]
-pub struct RelayFigures {
+pub(crate) struct RelayFigures {
     pub published: u64,
     /// Rows marked failed (never to be delivered).
     pub failed: u64,
@@ -70,7 +70,7 @@ pub struct RelayFigures {
 
 /// Rows published to one topic for one Phase of the event ("none" when it has none).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Publications {
+pub(crate) struct Publications {
     pub topic: String,
     pub phase: String,
     pub rows: u64,
@@ -79,7 +79,7 @@ pub struct Publications {
 /// The backlog read from the database: each part is `None` when it was not read (a
 /// run reads the figures its role may read).
 #[derive(Debug, Clone, Default)]
-pub struct BacklogFigures {
+pub(crate) struct BacklogFigures {
     /// Per phase, in [`Phase::ALL`] order.
     pub overdue: Option<Vec<(Phase, OverdueFigures)>>,
     pub poison: Option<u64>,
@@ -93,14 +93,14 @@ pub struct BacklogFigures {
 /// The relay's sweep: seconds since it last moved the floor (a relay that does not
 /// sweep holds it), and the transactions in progress then.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct SweepFigures {
+pub(crate) struct SweepFigures {
     pub floor_age_seconds: f64,
     pub in_progress: u64,
 }
 
 /// The active bookings of a phase whose deadline has passed.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct OverdueFigures {
+pub(crate) struct OverdueFigures {
     pub count: u64,
     /// Seconds since the oldest one's deadline (0 when none, `+Inf` for `-infinity`).
     pub oldest_age_seconds: f64,
@@ -108,7 +108,7 @@ pub struct OverdueFigures {
 
 /// The outbox's lag.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct OutboxFigures {
+pub(crate) struct OutboxFigures {
     pub pending: u64,
     /// Seconds since the oldest pending row was written (0 when none).
     pub oldest_pending_age_seconds: f64,
@@ -120,7 +120,7 @@ pub struct OutboxFigures {
 
 /// The outbox rows of one topic not due yet.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TopicWaitingFigures {
+pub(crate) struct TopicWaitingFigures {
     pub topic: String,
     pub waiting: u64,
     /// Unix time when the first of them is due (`+Inf` for `infinity`); `None` when they
@@ -130,7 +130,7 @@ pub struct TopicWaitingFigures {
 
 /// How long each step has been paused, in seconds (0 when it runs), for `backlog`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct PausedFor {
+pub(crate) struct PausedFor {
     pub run_once: f64,
     pub relay_outbox: f64,
 }

@@ -19,7 +19,7 @@ fn unix_seconds(at: DateTime<Utc>) -> f64 {
 /// The backlog gauges of the figures read: the same for the push after a run and for
 /// `backlog --format prometheus`. Ages are 0 when there is nothing to be old, so an
 /// alert on them never sees a missing series.
-pub fn backlog_gauges(out: &mut Exposition, b: &BacklogFigures) {
+pub(crate) fn backlog_gauges(out: &mut Exposition, b: &BacklogFigures) {
     if let Some(overdue) = &b.overdue {
         let of = |phase: Phase| {
             overdue
@@ -66,7 +66,7 @@ pub fn backlog_gauges(out: &mut Exposition, b: &BacklogFigures) {
 
 /// How long each step has been paused (0 when it runs), for `backlog`: the push of a
 /// run reports its own step's pause without a label, the grouping key names the step.
-pub fn paused_gauges(out: &mut Exposition, paused: &PausedFor) {
+pub(crate) fn paused_gauges(out: &mut Exposition, paused: &PausedFor) {
     out.labelled(
         PAUSED,
         &[
@@ -77,7 +77,7 @@ pub fn paused_gauges(out: &mut Exposition, paused: &PausedFor) {
 }
 
 /// The gauges of a `run-once` run.
-pub fn cycle_metrics(cycle: &CycleFigures, run: &RunEnd) -> String {
+pub(crate) fn cycle_metrics(cycle: &CycleFigures, run: &RunEnd) -> String {
     let mut out = Exposition::default();
     out.per_phase(ITEMS, |phase| cycle.expired(phase) as f64);
     out.gauge(SKIP_LOCKED, cycle.skipped_locked as f64);
@@ -102,7 +102,7 @@ pub fn cycle_metrics(cycle: &CycleFigures, run: &RunEnd) -> String {
 /// The gauges of a `relay-outbox` run. A relay that found another one holding the
 /// lock did not relay anything: it is not a success to report, or a relay hung while
 /// holding the lock would look healthy.
-pub fn relay_metrics(relay: &RelayFigures, run: &RunEnd) -> String {
+pub(crate) fn relay_metrics(relay: &RelayFigures, run: &RunEnd) -> String {
     let mut out = Exposition::default();
     out.gauge(RELAY_PUBLISHED, relay.published as f64);
     out.gauge(RELAY_FAILED, relay.failed as f64);

@@ -14,7 +14,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use crate::domain::Phase;
 
 /// Upper bounds of the lateness buckets, in seconds (`+Inf` is added).
-pub const LATENESS_BUCKETS: &[f64] = &[
+pub(crate) const LATENESS_BUCKETS: &[f64] = &[
     1.0, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0, 70.0, 85.0, 120.0, 300.0, 900.0, 3600.0,
 ];
 

@@ -17,7 +17,7 @@ use crate::render::{escape_lines, is_control, json_safe};
 
 /// Installs the logger. `RUST_LOG` may change the filter; by default `filter`
 /// (`cli::Cli::default_log_filter`).
-pub fn init_logging(format: LogFormat, filter: &str, run_id: Uuid) {
+pub(crate) fn init_logging(format: LogFormat, filter: &str, run_id: Uuid) {
     let env = env_logger::Env::default()
         .filter_or("RUST_LOG", filter)
         .write_style_or("LOG_STYLE", "never");

@@ -4,17 +4,17 @@
 //! traces over OTLP (`trace`). It receives plain figures (`figures`), never the
 //! cycle's, the relay's or the store's own types.
 
-pub mod ack_age;
+pub(crate) mod ack_age;
 pub mod backlog_only;
-pub mod exposition;
-pub mod fields;
-pub mod figures;
-pub mod gauges;
-pub mod lateness;
+pub(crate) mod exposition;
+pub(crate) mod fields;
+pub(crate) mod figures;
+pub(crate) mod gauges;
+pub(crate) mod lateness;
 mod log;
-pub mod metrics;
-pub mod push_client;
-pub mod pushgateway;
-pub mod trace;
+pub(crate) mod metrics;
+pub(crate) mod push_client;
+pub(crate) mod pushgateway;
+pub(crate) mod trace;
 
-pub use self::log::init_logging;
+pub(crate) use self::log::init_logging;

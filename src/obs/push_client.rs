@@ -15,7 +15,12 @@ use crate::config::{PushAuth, Pushgateway};
 
 /// POSTs `body` (text exposition format) to `url`, within `timeout` in all. A 2xx is
 /// success; otherwise the error has the status and the first line of the body.
-pub fn post(settings: &Pushgateway, url: &str, body: String, timeout: Duration) -> Result<()> {
+pub(crate) fn post(
+    settings: &Pushgateway,
+    url: &str,
+    body: String,
+    timeout: Duration,
+) -> Result<()> {
     let mut builder = reqwest::blocking::Client::builder()
         .timeout(timeout)
         .connect_timeout(timeout)

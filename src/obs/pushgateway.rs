@@ -17,11 +17,11 @@ use anyhow::Result;
 use log::{info, warn};
 
 use crate::clock::{Monotonic, SystemMonotonic};
-pub use crate::config::{PushStep, Pushgateway};
+pub(crate) use crate::config::{PushStep, Pushgateway};
 use crate::obs::push_client;
 
 /// The `job` of the grouping key, the same for both steps.
-pub const JOB: &str = "crm_booking_expiration";
+pub(crate) const JOB: &str = "crm_booking_expiration";
 
 /// How long a push may take in all: name lookup, connect, send, response.
 const PUSH_TIMEOUT: Duration = Duration::from_secs(2);
@@ -29,7 +29,7 @@ const PUSH_TIMEOUT: Duration = Duration::from_secs(2);
 /// The push of a resolved Pushgateway (`config` parses its URL and credentials).
 impl Pushgateway {
     /// The URL, for logs (it never holds a credential).
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         let scheme = if self.https { "https" } else { "http" };
         format!("{scheme}://{}{}", self.authority(), self.prefix)
     }
@@ -43,13 +43,13 @@ impl Pushgateway {
     }
 
     /// The path of a step's group.
-    pub fn path(&self, step: PushStep) -> String {
+    pub(crate) fn path(&self, step: PushStep) -> String {
         format!("{}/metrics/job/{JOB}/step/{}", self.prefix, step.as_str())
     }
 
     /// Pushes and logs the outcome; never fails (a failed push never changes a run's
     /// outcome).
-    pub fn push_logged(&self, step: PushStep, body: &str) {
+    pub(crate) fn push_logged(&self, step: PushStep, body: &str) {
         let started = SystemMonotonic.now();
         match self.push(step, body) {
             Ok(()) => info!(Pushgateway = self.url().as_str(), Step = step.as_str(),
@@ -63,7 +63,7 @@ impl Pushgateway {
 
     /// POSTs `body` (text exposition format) to the step's group, within
     /// [`PUSH_TIMEOUT`] in all.
-    pub fn push(&self, step: PushStep, body: &str) -> Result<()> {
+    pub(crate) fn push(&self, step: PushStep, body: &str) -> Result<()> {
         let scheme = if self.https { "https" } else { "http" };
         let url = format!("{scheme}://{}{}", self.authority(), self.path(step));
         push_client::post(self, &url, body.to_owned(), PUSH_TIMEOUT)

@@ -34,10 +34,10 @@ use uuid::Uuid;
 
 use crate::config::{Protocol, TraceConfig};
 
-pub use opentelemetry::KeyValue as Attr;
+pub(crate) use opentelemetry::KeyValue as Attr;
 
 /// The longest the run waits at its end for the last spans to be sent.
-pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
 
 const SCOPE: &str = "booking-expire";
 
@@ -46,14 +46,14 @@ static TRACE_ID: OnceLock<TraceId> = OnceLock::new();
 
 /// Tracing for one run: hold it until the run's work is done, then [`Tracing::finish`].
 #[derive(Debug)]
-pub struct Tracing {
+pub(crate) struct Tracing {
     provider: Option<SdkTracerProvider>,
     /// Where the spans go (for the messages about it).
     endpoint: String,
 }
 
 /// No tracing (for the commands that export none).
-pub fn init_off() -> Tracing {
+pub(crate) fn init_off() -> Tracing {
     Tracing {
         provider: None,
         endpoint: String::new(),
@@ -63,7 +63,7 @@ pub fn init_off() -> Tracing {
 /// Starts tracing for run `run_id` of `command` as `cfg` says (off without an
 /// endpoint). Never fails: a configuration the SDK refuses is logged and tracing stays
 /// off.
-pub fn init(run_id: Uuid, command: &'static str, cfg: &TraceConfig) -> Tracing {
+pub(crate) fn init(run_id: Uuid, command: &'static str, cfg: &TraceConfig) -> Tracing {
     let off = init_off();
     if let Some(why) = &cfg.refused {
         log::warn!(Error = why.as_str(); "{why}");
@@ -133,7 +133,7 @@ fn resource(command: &'static str, cfg: &TraceConfig) -> Resource {
 
 impl Tracing {
     /// Sends what is left, waiting at most [`FLUSH_TIMEOUT`]; a failure is logged.
-    pub fn finish(self) {
+    pub(crate) fn finish(self) {
         let Some(provider) = self.provider else {
             return;
         };
@@ -206,18 +206,18 @@ fn tracer() -> global::BoxedTracer {
 
 /// A span that is the current one until dropped (then it ends). Spans nest: one
 /// started while another is current is its child.
-pub struct Scope {
+pub(crate) struct Scope {
     cx: Context,
     _guard: ContextGuard,
 }
 
 /// Starts an internal span, current until the returned scope drops.
-pub fn span(name: &'static str, attributes: Vec<KeyValue>) -> Scope {
+pub(crate) fn span(name: &'static str, attributes: Vec<KeyValue>) -> Scope {
     span_of_kind(name, SpanKind::Internal, attributes)
 }
 
 /// Starts a span of `kind`, current until the returned scope drops.
-pub fn span_of_kind(name: &'static str, kind: SpanKind, attributes: Vec<KeyValue>) -> Scope {
+pub(crate) fn span_of_kind(name: &'static str, kind: SpanKind, attributes: Vec<KeyValue>) -> Scope {
     let span = tracer()
         .span_builder(name)
         .with_kind(kind)
@@ -231,13 +231,13 @@ pub fn span_of_kind(name: &'static str, kind: SpanKind, attributes: Vec<KeyValue
 }
 
 impl Scope {
-    pub fn set(&self, attributes: impl IntoIterator<Item = KeyValue>) {
+    pub(crate) fn set(&self, attributes: impl IntoIterator<Item = KeyValue>) {
         self.cx.span().set_attributes(attributes);
     }
 
     /// Marks the span failed with `error` (its full chain), as an `exception` event
     /// and the span's status.
-    pub fn fail(&self, error: &anyhow::Error) {
+    pub(crate) fn fail(&self, error: &anyhow::Error) {
         let message = format!("{error:#}");
         let span = self.cx.span();
         span.add_event(
@@ -251,7 +251,7 @@ impl Scope {
     }
 
     /// Sets `Outcome` (and the error, if any) from a result.
-    pub fn outcome<T>(&self, result: &anyhow::Result<T>) {
+    pub(crate) fn outcome<T>(&self, result: &anyhow::Result<T>) {
         match result {
             Ok(_) => self.set([KeyValue::new("Outcome", "success")]),
             Err(e) => {
@@ -269,13 +269,13 @@ impl Drop for Scope {
 }
 
 /// Adds an event to the current span.
-pub fn event(name: impl Into<Cow<'static, str>>, attributes: Vec<KeyValue>) {
+pub(crate) fn event(name: impl Into<Cow<'static, str>>, attributes: Vec<KeyValue>) {
     Context::current().span().add_event(name, attributes);
 }
 
 /// Records a finished child span of the current span, from `start` to now: for work
 /// whose timing is known only afterwards (a message between send and acknowledgement).
-pub fn record_child(
+pub(crate) fn record_child(
     name: String,
     kind: SpanKind,
     start: SystemTime,
@@ -300,21 +300,21 @@ pub fn record_child(
 
 /// The current span, to be made current on another thread ([`Carried::enter`]), so
 /// what that thread records nests under it.
-pub struct Carried(Context);
+pub(crate) struct Carried(Context);
 
-pub fn carry() -> Carried {
+pub(crate) fn carry() -> Carried {
     Carried(Context::current())
 }
 
 impl Carried {
     /// Makes the carried span current on this thread until the guard drops.
-    pub fn enter(self) -> ContextGuard {
+    pub(crate) fn enter(self) -> ContextGuard {
         self.0.attach()
     }
 }
 
 /// The W3C `traceparent` of the current span, when tracing is on and one is current.
-pub fn current_traceparent() -> Option<String> {
+pub(crate) fn current_traceparent() -> Option<String> {
     let cx = Context::current();
     let sc = cx.span().span_context().clone();
     sc.is_valid().then(|| {
@@ -328,7 +328,7 @@ pub fn current_traceparent() -> Option<String> {
 }
 
 /// The span context a `traceparent` header names (version 00), if it is well formed.
-pub fn parse_traceparent(header: &str) -> Option<SpanContext> {
+pub(crate) fn parse_traceparent(header: &str) -> Option<SpanContext> {
     let mut parts = header.trim().split('-');
     let (version, trace, span, flags) =
         (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
@@ -349,7 +349,7 @@ pub fn parse_traceparent(header: &str) -> Option<SpanContext> {
 }
 
 /// For log lines while tracing is on: the trace id, and the current span's id if any.
-pub fn log_ids() -> Option<(String, Option<String>)> {
+pub(crate) fn log_ids() -> Option<(String, Option<String>)> {
     let trace_id = TRACE_ID.get()?;
     let cx = Context::current();
     let sc = cx.span().span_context().clone();

@@ -16,7 +16,7 @@ const SHOWN: u32 = 10;
 /// the one id starting with it when unique, `None` when no id starts with it. An
 /// ambiguous start is a usage error (64) listing the candidates; `flag` names the
 /// input in it.
-pub fn resolve(
+pub(crate) fn resolve(
     client: &mut impl Conn,
     table: IdTable,
     arg: &TypedId,

@@ -23,7 +23,7 @@ struct MigrateResult {
 }
 
 /// Runs `migrate` as `cfg` says.
-pub fn migrate(cfg: &MigrateConfig, shutdown: &Shutdown) -> Result<()> {
+pub(crate) fn migrate(cfg: &MigrateConfig, shutdown: &Shutdown) -> Result<()> {
     // What the server says on the migrator's session is logged at WARN per statement.
     let (db_cfg, notices) = runner::attach_notices(&cfg.db);
     let mut db = store::connect(&db_cfg)?;

@@ -3,12 +3,12 @@
 //! an audit trail, `audit` the outbox against its topics, and the pooler guard. Their
 //! SQL lives in `store::ops`.
 
-pub mod audit;
-pub mod explain;
-pub mod ids;
-pub mod migrate;
-pub mod pause;
-pub mod republish;
+pub(crate) mod audit;
+pub(crate) mod explain;
+pub(crate) mod ids;
+pub(crate) mod migrate;
+pub(crate) mod pause;
+pub(crate) mod republish;
 
 use crate::store::Conn;
 use anyhow::Result;
@@ -19,7 +19,7 @@ use crate::exit::Failure;
 
 /// Who does an operator's action, for the trail: the name given (`--actor`, else the
 /// operator's login name) and the database user, which the database vouches for.
-pub fn actor(client: &mut impl Conn, actor: &Actor) -> Result<String> {
+pub(crate) fn actor(client: &mut impl Conn, actor: &Actor) -> Result<String> {
     let db_user = crate::store::ops::session_user(client)
         .classify(Failure::Temporary, "cannot read the database user")?;
     Ok(match actor.name.clone() {

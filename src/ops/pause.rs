@@ -147,7 +147,7 @@ struct Outcome<'a> {
 /// `pause COMMAND --reason TEXT [--wait D]` (`cfg.wait` set) and `resume COMMAND
 /// --reason TEXT`: switches the pause of `cfg.command` on (with the wait for working
 /// runs) or off.
-pub fn switch(cfg: &SwitchConfig) -> Result<()> {
+pub(crate) fn switch(cfg: &SwitchConfig) -> Result<()> {
     let wait = cfg.wait;
     let on = wait.is_some();
     let mut db = store::connect(&cfg.db)?;

@@ -91,7 +91,7 @@ fn over_max_rows(command: &str, rows: u64, max_rows: u32) -> anyhow::Error {
 }
 
 /// `republish` and `retry-failed` (`cfg.failed_only`).
-pub fn republish(cfg: &RequeueConfig) -> Result<()> {
+pub(crate) fn republish(cfg: &RequeueConfig) -> Result<()> {
     let command = cfg.command();
     let failed_only = cfg.failed_only;
     let now = SystemClock.now();

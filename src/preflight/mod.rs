@@ -19,13 +19,13 @@ use chrono::{DateTime, Utc};
 use crate::config::DbConfig;
 use crate::store::{self, Db};
 
-pub use pause::{PauseWatch, Paused, announce_working, stopped_mid_run};
-pub use row_security::{Defence, check as check_row_security};
-pub use writer::Writer;
+pub(crate) use pause::{PauseWatch, Paused, announce_working, stopped_mid_run};
+pub(crate) use row_security::{Defence, check as check_row_security};
+pub(crate) use writer::Writer;
 
 /// What the preflight asks of a command.
 #[derive(Debug, Clone, Copy)]
-pub struct Checks {
+pub(crate) struct Checks {
     pub writer: Writer,
     /// The clock guard's limit (`run-once`), or none.
     pub max_clock_skew: Option<Duration>,
@@ -36,7 +36,7 @@ pub struct Checks {
 
 /// How the preflight ended, when no check failed.
 #[derive(Debug)]
-pub enum Preflight {
+pub(crate) enum Preflight {
     /// The command's switch is on: do nothing (logged).
     Paused(Paused),
     /// Every check passed: work. `pause` watches the switch while it works.
@@ -46,7 +46,7 @@ pub enum Preflight {
 /// Fails with 78 unless `db` has a server session of its own (no transaction pooler
 /// in between), as the writing commands' preflight proves it: `command` needs one for
 /// a session advisory lock and its session settings.
-pub fn require_own_session(db: &mut Db, cfg: &DbConfig, command: &str) -> Result<()> {
+pub(crate) fn require_own_session(db: &mut Db, cfg: &DbConfig, command: &str) -> Result<()> {
     let first = store::backend_pid(&mut db.client, false)?;
     let second = store::connect_another(cfg);
     pooler::require_session(&mut db.client, first, second, command, true)
@@ -55,7 +55,12 @@ pub fn require_own_session(db: &mut Db, cfg: &DbConfig, command: &str) -> Result
 /// Runs the preflight of `checks` on `db` (opened from `cfg`) at `now`. Fails with the
 /// first check that does not hold: writable (75), pooler (78), clock (78), schema and
 /// privileges (78).
-pub fn check(db: &mut Db, cfg: &DbConfig, checks: Checks, now: DateTime<Utc>) -> Result<Preflight> {
+pub(crate) fn check(
+    db: &mut Db,
+    cfg: &DbConfig,
+    checks: Checks,
+    now: DateTime<Utc>,
+) -> Result<Preflight> {
     let writer = checks.writer;
     // The pooler check's second session connects beside the read (a new backend's start
     // is most of its cost), but sends its first statement only after the first

@@ -58,7 +58,7 @@ pub(super) fn honour(writer: Writer, row: &PauseRow, now: DateTime<Utc>) -> Paus
 /// that ends each batch's transaction ([`PauseWatch::switch`]), the relay after each
 /// fetch ([`PauseWatch::check`]).
 #[derive(Debug, Clone, Copy)]
-pub struct PauseWatch {
+pub(crate) struct PauseWatch {
     writer: Writer,
     /// False on a schema without the switches, or for a role that may not read them:
     /// nothing pauses the run then (as the preflight).
@@ -66,18 +66,18 @@ pub struct PauseWatch {
 }
 
 impl PauseWatch {
-    pub fn new(writer: Writer, readable: bool) -> Self {
+    pub(crate) fn new(writer: Writer, readable: bool) -> Self {
         PauseWatch { writer, readable }
     }
 
     /// The switch to read with a statement the run makes anyway, or `None` when it
     /// cannot be read.
-    pub fn switch(&self) -> Option<Worker> {
+    pub(crate) fn switch(&self) -> Option<Worker> {
         self.readable.then(|| self.writer.worker())
     }
 
     /// The pause, if the switch is on now: one round trip.
-    pub fn check(&self, client: &mut Session, now: DateTime<Utc>) -> Result<Option<Paused>> {
+    pub(crate) fn check(&self, client: &mut Session, now: DateTime<Utc>) -> Result<Option<Paused>> {
         let Some(worker) = self.switch() else {
             return Ok(None);
         };
@@ -89,7 +89,7 @@ impl PauseWatch {
 
 /// Logs the one line of a run that the pause stopped while it worked; `done` says what
 /// it did up to the boundary and what still finishes.
-pub fn stopped_mid_run(writer: Writer, paused: &Paused, done: &str) {
+pub(crate) fn stopped_mid_run(writer: Writer, paused: &Paused, done: &str) {
     let command = writer.as_str();
     info!(Command = command, PausedSince = paused.since.as_str(),
           PausedBy = paused.by.as_str(), Reason = paused.reason.as_str(),
@@ -101,7 +101,11 @@ pub fn stopped_mid_run(writer: Writer, paused: &Paused, done: &str) {
 
 /// Marks this session as a working run of `writer` until it ends, at the latest at
 /// `ends` (see [`running`]): what `pause --wait` waits for.
-pub fn announce_working(client: &mut Session, writer: Writer, ends: DateTime<Utc>) -> Result<()> {
+pub(crate) fn announce_working(
+    client: &mut Session,
+    writer: Writer,
+    ends: DateTime<Utc>,
+) -> Result<()> {
     running::announce_working(client, writer.worker(), ends)
         .classify(Failure::Temporary, "cannot mark this run as working")
 }

@@ -14,7 +14,7 @@ use crate::store::{self, RowSecurity};
 
 /// How the defence stands for this session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Defence {
+pub(crate) enum Defence {
     /// Row security is on and narrows this role to the listed types.
     On,
     /// Row security is off on `crm.outbox` (or migration 15 is not applied).
@@ -25,7 +25,7 @@ pub enum Defence {
 }
 
 impl Defence {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Defence::On => "on",
             Defence::Off => "off",
@@ -56,7 +56,7 @@ fn hidden<'a>(wanted: &'a OutboxTypes, listed: &[String]) -> Vec<&'a str> {
 
 /// Reads and logs how the defence stands for `command`, whose outbox types are
 /// `wanted`. Fails with 78 when row security is on for this role and hides some of them.
-pub fn check(
+pub(crate) fn check(
     client: &mut crate::store::Session,
     command: &str,
     wanted: &OutboxTypes,

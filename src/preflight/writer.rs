@@ -6,13 +6,13 @@ use crate::store::running::Worker;
 
 /// A command that writes, and so honours a pause switch; its name is the switch's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Writer {
+pub(crate) enum Writer {
     RunOnce,
     RelayOutbox,
 }
 
 impl Writer {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Writer::RunOnce => "run-once",
             Writer::RelayOutbox => "relay-outbox",
@@ -20,7 +20,7 @@ impl Writer {
     }
 
     /// Its pause switch and working lock in the store.
-    pub fn worker(self) -> Worker {
+    pub(crate) fn worker(self) -> Worker {
         match self {
             Writer::RunOnce => Worker::Cycle,
             Writer::RelayOutbox => Worker::Relay,

@@ -39,13 +39,13 @@ pub fn is_control(c: char) -> bool {
 
 /// `text` for one line of output (a table's cell, a reason, an actor): every control
 /// character as a visible escape, line breaks and tabs included.
-pub fn escape(text: &str) -> Cow<'_, str> {
+pub(crate) fn escape(text: &str) -> Cow<'_, str> {
     escaped(text, |_| false)
 }
 
 /// `text` of one or more lines (an error message with its DETAIL line, a whole
 /// report): as [`escape`], but line breaks and tabs are kept.
-pub fn escape_lines(text: &str) -> Cow<'_, str> {
+pub(crate) fn escape_lines(text: &str) -> Cow<'_, str> {
     escaped(text, |c| matches!(c, '\n' | '\t'))
 }
 
@@ -71,7 +71,7 @@ fn escaped(text: &str, keep: impl Fn(char) -> bool) -> Cow<'_, str> {
 
 /// `value` as one JSON line (ending in `\n`), its strings safe on a terminal as the
 /// module says: DEL, C1, bidirectional controls and separators as `\uXXXX`.
-pub fn json_line(value: &impl Serialize) -> Result<String> {
+pub(crate) fn json_line(value: &impl Serialize) -> Result<String> {
     let mut text = json_safe(serde_json::to_string(value)?);
     text.push('\n');
     Ok(text)
@@ -80,7 +80,7 @@ pub fn json_line(value: &impl Serialize) -> Result<String> {
 /// Serialized JSON with the characters serde_json leaves as they are (DEL, C1, the
 /// bidirectional controls, the separators) as `\uXXXX` escapes. Outside strings, JSON
 /// is ASCII without controls, so only strings change, and only in how they are written.
-pub fn json_safe(json: String) -> String {
+pub(crate) fn json_safe(json: String) -> String {
     if !json.chars().any(is_control) {
         return json;
     }

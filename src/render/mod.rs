@@ -12,11 +12,13 @@ mod table;
 mod text;
 mod time;
 
-pub use escape::{escape, escape_lines, is_control, json_line, json_safe};
-pub use stdout::{Stdout, print, print_json, write_error};
-pub use table::{StreamTable, Table};
-pub use text::{SCREEN_WIDTH, fit, note, width, wrap};
-pub use time::{
+pub use escape::is_control;
+pub(crate) use escape::{escape, escape_lines, json_line, json_safe};
+pub(crate) use stdout::{Stdout, print, print_json};
+pub(crate) use table::{StreamTable, Table};
+pub use text::width;
+pub(crate) use text::{SCREEN_WIDTH, fit, note, wrap};
+pub(crate) use time::{
     SHORT_ID_WIDTH, TIME_S_WIDTH, TIME_WIDTH, UUID_WIDTH, duration, seconds, seconds_since,
     short_id, since, time, time_s,
 };

@@ -7,14 +7,14 @@ use anyhow::Result;
 /// Writes the report for people to stdout at once, its control characters escaped
 /// ([`escape_lines`](super::escape_lines)). A reader that went away (`| head`) is not
 /// an error of the report.
-pub fn print(text: &str) -> Result<()> {
+pub(crate) fn print(text: &str) -> Result<()> {
     let mut out = Stdout::new();
     out.text(text)?;
     out.finish()
 }
 
 /// Writes `value` to stdout as one JSON line ([`json_line`](super::json_line)).
-pub fn print_json(value: &impl serde::Serialize) -> Result<()> {
+pub(crate) fn print_json(value: &impl serde::Serialize) -> Result<()> {
     let mut out = Stdout::new();
     out.json(value)?;
     out.finish()
@@ -23,13 +23,13 @@ pub fn print_json(value: &impl serde::Serialize) -> Result<()> {
 /// The report's stdout, locked and buffered, for a report written as it is read. A
 /// reader that went away (`| head`) is not an error of the report: writing then stops
 /// quietly and [`Stdout::closed`] says so, so the report can stop reading too.
-pub struct Stdout {
+pub(crate) struct Stdout {
     out: BufWriter<StdoutLock<'static>>,
     closed: bool,
 }
 
 impl Stdout {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Stdout {
             out: BufWriter::with_capacity(64 * 1024, io::stdout().lock()),
             closed: false,
@@ -37,24 +37,24 @@ impl Stdout {
     }
 
     /// Whether the reader went away: nothing more will be written.
-    pub fn closed(&self) -> bool {
+    pub(crate) fn closed(&self) -> bool {
         self.closed
     }
 
     /// Text for people, its control characters escaped (line breaks and tabs kept).
-    pub fn text(&mut self, text: &str) -> Result<()> {
+    pub(crate) fn text(&mut self, text: &str) -> Result<()> {
         let text = super::escape_lines(text);
         self.write_all(text.as_bytes()).map_err(write_error)
     }
 
     /// `value` as one JSON line, safe on a terminal ([`json_line`](super::json_line)).
-    pub fn json(&mut self, value: &impl serde::Serialize) -> Result<()> {
+    pub(crate) fn json(&mut self, value: &impl serde::Serialize) -> Result<()> {
         let line = super::json_line(value)?;
         self.write_all(line.as_bytes()).map_err(write_error)
     }
 
     /// Flushes what is buffered; the end of the report.
-    pub fn finish(mut self) -> Result<()> {
+    pub(crate) fn finish(mut self) -> Result<()> {
         self.flush().map_err(write_error)
     }
 
@@ -93,6 +93,6 @@ impl Write for Stdout {
     }
 }
 
-pub fn write_error(e: io::Error) -> anyhow::Error {
+pub(crate) fn write_error(e: io::Error) -> anyhow::Error {
     anyhow::Error::new(e).context("cannot write the report to stdout")
 }

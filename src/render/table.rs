@@ -7,21 +7,21 @@ use super::{escape, width};
 
 /// A plain-text table: columns padded to their widest cell in terminal columns
 /// ([`width`]: a CJK character takes two), two spaces apart, no trailing blanks.
-pub struct Table {
+pub(crate) struct Table {
     headers: Vec<&'static str>,
     /// Each row with the lines of text under it (see [`Table::note`]).
     rows: Vec<(Vec<String>, Vec<String>)>,
 }
 
 impl Table {
-    pub fn new(headers: &[&'static str]) -> Self {
+    pub(crate) fn new(headers: &[&'static str]) -> Self {
         Table {
             headers: headers.to_vec(),
             rows: Vec::new(),
         }
     }
 
-    pub fn row(&mut self, cells: Vec<String>) {
+    pub(crate) fn row(&mut self, cells: Vec<String>) {
         debug_assert_eq!(cells.len(), self.headers.len());
         self.rows.push((cells, Vec::new()));
     }
@@ -29,14 +29,14 @@ impl Table {
     /// A line of text under the last row, indented and outside the columns: for a cell
     /// too long to share a line with the others (an error message). It is printed as
     /// given; [`note`](crate::render::note) makes one that fits the screen.
-    pub fn note(&mut self, line: String) {
+    pub(crate) fn note(&mut self, line: String) {
         if let Some((_, notes)) = self.rows.last_mut() {
             notes.push(line);
         }
     }
 
     /// The table, its cells and notes escaped ([`escape`]) and aligned as escaped.
-    pub fn render(&self, out: &mut String) {
+    pub(crate) fn render(&self, out: &mut String) {
         let rows: Vec<Vec<Cow<str>>> = self
             .rows
             .iter()
@@ -64,26 +64,26 @@ impl Table {
 /// comes and the layout does not depend on the other rows. A longer cell is never cut;
 /// it shifts the rest of its row. Like [`Table`]: two spaces apart, no trailing blanks
 /// (so the last column's width does not matter).
-pub struct StreamTable {
+pub(crate) struct StreamTable {
     headers: Vec<&'static str>,
     widths: Vec<usize>,
 }
 
 impl StreamTable {
     /// `columns`: each header with the width its cells take at most.
-    pub fn new(columns: &[(&'static str, usize)]) -> Self {
+    pub(crate) fn new(columns: &[(&'static str, usize)]) -> Self {
         StreamTable {
             headers: columns.iter().map(|(h, _)| *h).collect(),
             widths: columns.iter().map(|(h, w)| width(h).max(*w)).collect(),
         }
     }
 
-    pub fn header(&self, out: &mut String) {
+    pub(crate) fn header(&self, out: &mut String) {
         push_line(out, &self.headers, &self.widths);
     }
 
     /// One row, its cells escaped ([`escape`]).
-    pub fn row(&self, cells: &[String], out: &mut String) {
+    pub(crate) fn row(&self, cells: &[String], out: &mut String) {
         debug_assert_eq!(cells.len(), self.widths.len());
         let cells: Vec<Cow<str>> = cells.iter().map(|c| escape(c)).collect();
         push_line(out, &cells, &self.widths);

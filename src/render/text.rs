@@ -8,7 +8,7 @@ use super::escape;
 
 /// The width the default layout of a table fits in, in terminal columns ([`width`]).
 /// `--wide` layouts may exceed it; they cut nothing.
-pub const SCREEN_WIDTH: usize = 120;
+pub(crate) const SCREEN_WIDTH: usize = 120;
 
 /// How many terminal columns `text` takes: `→` one, `予` two (unicode-width).
 pub fn width(text: &str) -> usize {
@@ -18,7 +18,7 @@ pub fn width(text: &str) -> usize {
 /// `text` on one line of at most `width` columns: line breaks and tabs become
 /// spaces, other control characters visible escapes ([`escape`]), and a longer text is
 /// cut with `…` as its last character.
-pub fn fit(text: &str, width: usize) -> String {
+pub(crate) fn fit(text: &str, width: usize) -> String {
     let flat = flat(text);
     if flat.width() <= width {
         return flat;
@@ -40,7 +40,7 @@ pub fn fit(text: &str, width: usize) -> String {
 }
 
 /// A note under a table's row ([`Table::note`](crate::render::Table::note)): `  ↳ text`, cut to [`SCREEN_WIDTH`].
-pub fn note(text: &str) -> String {
+pub(crate) fn note(text: &str) -> String {
     format!("  {}", fit(&format!("↳ {text}"), SCREEN_WIDTH - 2))
 }
 
@@ -51,7 +51,7 @@ pub fn note(text: &str) -> String {
 /// one line (`explain`'s reasons), where cutting would lose it. Control characters are
 /// escaped ([`escape`]) as in [`fit`]. Widths are terminal
 /// columns (`→` is one, a CJK character two).
-pub fn wrap(text: &str, first: &str, rest: &str) -> String {
+pub(crate) fn wrap(text: &str, first: &str, rest: &str) -> String {
     let flat = flat(text);
     let options = textwrap::Options::new(SCREEN_WIDTH)
         .initial_indent(first)

@@ -5,17 +5,17 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use crate::domain::Timestamp;
 
 /// The widest [`time`] of a PostgreSQL timestamp (microseconds), years 1–9999.
-pub const TIME_WIDTH: usize = "2026-11-29T18:00:00.000000Z".len();
+pub(crate) const TIME_WIDTH: usize = "2026-11-29T18:00:00.000000Z".len();
 
 /// The width of a UUID as it is printed (hyphenated).
-pub const UUID_WIDTH: usize = uuid::fmt::Hyphenated::LENGTH;
+pub(crate) const UUID_WIDTH: usize = uuid::fmt::Hyphenated::LENGTH;
 
 /// The width of an id as a table shows it by default ([`short_id`]).
-pub const SHORT_ID_WIDTH: usize = 8;
+pub(crate) const SHORT_ID_WIDTH: usize = 8;
 
 /// The first eight characters of an id, as `git log --oneline` shortens hashes: enough
 /// to tell rows apart on screen and to find the row (`id::text LIKE 'b1000004%'`).
-pub fn short_id(id: uuid::Uuid) -> String {
+pub(crate) fn short_id(id: uuid::Uuid) -> String {
     let mut s = id.to_string();
     s.truncate(SHORT_ID_WIDTH);
     s
@@ -23,7 +23,7 @@ pub fn short_id(id: uuid::Uuid) -> String {
 
 /// A moment for people: UTC, fractions of a second only when there are any; a stored
 /// moment that is not finite as PostgreSQL writes it (`infinity`, `-infinity`).
-pub fn time(at: impl Into<Timestamp>) -> String {
+pub(crate) fn time(at: impl Into<Timestamp>) -> String {
     let at = at.into();
     at.finite().map_or_else(
         || at.to_string(),
@@ -32,11 +32,11 @@ pub fn time(at: impl Into<Timestamp>) -> String {
 }
 
 /// The width of [`time_s`], years 1–9999.
-pub const TIME_S_WIDTH: usize = "2026-11-29T18:00:00Z".len();
+pub(crate) const TIME_S_WIDTH: usize = "2026-11-29T18:00:00Z".len();
 
 /// A moment at whole seconds (the fraction cut, not rounded), UTC: what a table's
 /// default layout shows; `--wide` and JSON keep [`time`] / microseconds.
-pub fn time_s(at: impl Into<Timestamp>) -> String {
+pub(crate) fn time_s(at: impl Into<Timestamp>) -> String {
     let at = at.into();
     at.finite().map_or_else(
         || at.to_string(),
@@ -46,7 +46,7 @@ pub fn time_s(at: impl Into<Timestamp>) -> String {
 
 /// How long `as_of` is after the stored moment `at`, for people: [`duration`], or
 /// `infinite` after `-infinity` (`-infinite` before `infinity`).
-pub fn since(as_of: DateTime<Utc>, at: Timestamp) -> String {
+pub(crate) fn since(as_of: DateTime<Utc>, at: Timestamp) -> String {
     match at.until(as_of) {
         Some(d) => duration(d),
         None if at == Timestamp::NEG_INFINITY => "infinite".to_owned(),
@@ -55,14 +55,14 @@ pub fn since(as_of: DateTime<Utc>, at: Timestamp) -> String {
 }
 
 /// [`since`] in seconds: `±∞` for the infinities (JSON shows them as `null`).
-pub fn seconds_since(as_of: DateTime<Utc>, at: Timestamp) -> f64 {
+pub(crate) fn seconds_since(as_of: DateTime<Utc>, at: Timestamp) -> f64 {
     at.seconds_until(as_of)
 }
 
 /// A duration for people: `2d 3h 0m 5s`, `4m 10s`, `45s`, `250ms`.
-pub use crate::store::duration::show_elapsed as duration;
+pub(crate) use crate::store::duration::show_elapsed as duration;
 
-pub use crate::clock::seconds;
+pub(crate) use crate::clock::seconds;
 
 #[cfg(test)]
 mod tests {

@@ -70,7 +70,7 @@ fn age(b: &Backlog, oldest: Option<Timestamp>) -> Option<f64> {
 }
 
 /// `backlog`.
-pub fn backlog(cfg: &BacklogConfig, clock: &dyn Clock, shutdown: &Shutdown) -> Result<()> {
+pub(crate) fn backlog(cfg: &BacklogConfig, clock: &dyn Clock, shutdown: &Shutdown) -> Result<()> {
     let mut db = store::connect(&cfg.db)?;
     shutdown.on_signal(db.interrupter());
     store::check_schema(&mut db.client, SchemaNeed::Report)?;

@@ -13,7 +13,7 @@ use crate::store::Backlog;
 
 /// The gauges' figures of `b`: ages at its `as_of`, 0 when there is nothing to be old
 /// (a `-infinity` oldest deadline is infinitely old: `+Inf`).
-pub fn backlog(b: &Backlog) -> BacklogFigures {
+pub(crate) fn backlog(b: &Backlog) -> BacklogFigures {
     let age =
         |oldest: Option<Timestamp>| oldest.map_or(0.0, |at| at.seconds_until(b.as_of).max(0.0));
     BacklogFigures {
@@ -64,7 +64,7 @@ pub fn backlog(b: &Backlog) -> BacklogFigures {
 }
 
 /// How long each step has been paused at `b`'s `as_of` (0 when it runs).
-pub fn paused(b: &Backlog) -> PausedFor {
+pub(crate) fn paused(b: &Backlog) -> PausedFor {
     let paused_for = |step: &str| {
         b.pauses
             .iter()

@@ -4,10 +4,10 @@
 //! works under a read-only database role.
 
 mod backlog;
-pub mod backlog_figures;
+pub(crate) mod backlog_figures;
 mod dry_run;
 mod hygiene;
 mod read_failure;
 
-pub use backlog::backlog;
-pub use dry_run::dry_run;
+pub(crate) use backlog::backlog;
+pub(crate) use dry_run::dry_run;

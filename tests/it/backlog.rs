@@ -7,8 +7,8 @@ use crate::postgres;
 
 use std::collections::BTreeMap;
 
-use booking_expire::domain::Phase;
-use booking_expire::store::{
+use booking_expire_domain::Phase;
+use booking_expire_store::{
     OUTBOX_FAILED_SQL, OUTBOX_OTHERS_SQL, OUTBOX_PENDING_SQL, OUTBOX_WAITING_FOR_TOPIC_SQL,
     candidates_sql, overdue_sql, poison_sql, quarantined_sql,
 };
@@ -577,7 +577,7 @@ fn backlog_queries_use_the_partial_indexes_with_much_history() {
     let limit: Option<i64> = Some(200);
     let one: Option<i64> = Some(1);
     // The job's outbox types, bound as backlog binds them: a filter on the same indexes.
-    let own = booking_expire::domain::OutboxTypes::default();
+    let own = booking_expire_domain::OutboxTypes::default();
     let types = own.as_slice();
     let no_topic: Vec<String> = Vec::new();
     let a_topic = vec!["pin.crm.booking-expired.v9".to_owned()];
@@ -606,13 +606,13 @@ fn backlog_queries_use_the_partial_indexes_with_much_history() {
         (
             OUTBOX_WAITING_FOR_TOPIC_SQL.to_owned(),
             "ix_outbox_backing_off",
-            vec![&booking_expire::store::WAITING_FOR_TOPIC, &types, &no_topic],
+            vec![&booking_expire_store::WAITING_FOR_TOPIC, &types, &no_topic],
         ),
         // The pending rows of a topic that waits for its topic: the pending index.
         (
             OUTBOX_WAITING_FOR_TOPIC_SQL.to_owned(),
             "ix_outbox_pending",
-            vec![&booking_expire::store::WAITING_FOR_TOPIC, &types, &a_topic],
+            vec![&booking_expire_store::WAITING_FOR_TOPIC, &types, &a_topic],
         ),
         // The other producers' rows, apart: both partial indexes, one count each.
         (
@@ -801,7 +801,7 @@ fn paused_by_and_reason_cannot_steer_the_terminal() {
     let bad: Vec<char> = run
         .stdout
         .chars()
-        .filter(|&c| c != '\n' && booking_expire::render::is_control(c))
+        .filter(|&c| c != '\n' && booking_expire::testing::render::is_control(c))
         .collect();
     assert!(bad.is_empty(), "{bad:?} in:\n{}", run.stdout);
     let said: Vec<&str> = run
@@ -835,7 +835,7 @@ fn paused_by_and_reason_cannot_steer_the_terminal() {
         !run.stdout
             .trim_end()
             .chars()
-            .any(booking_expire::render::is_control)
+            .any(booking_expire::testing::render::is_control)
     );
     let v: Value = serde_json::from_str(run.stdout.trim()).unwrap();
     assert_eq!(v["Paused"][0]["Reason"], reason, "{v}");

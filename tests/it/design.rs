@@ -5,8 +5,8 @@
 use crate::common;
 use crate::postgres;
 
-use booking_expire::domain::Phase;
-use booking_expire::store::{
+use booking_expire_domain::Phase;
+use booking_expire_store::{
     MARK_PUBLISHED_SQL, PENDING_SQL, SchemaNeed, WAITING_SQL, catalog_statements,
     claim_counting_sql, claim_sql,
 };
@@ -327,7 +327,7 @@ fn the_relays_statements_keep_their_index_plans_on_an_outbox_a_burst_filled_afte
     let receipts = serde_json::Value::Object(receipts);
     let now = chrono::Utc::now();
     // The job's outbox types, as the relay binds them: a filter on the same indexes.
-    let own = booking_expire::domain::OutboxTypes::default();
+    let own = booking_expire_domain::OutboxTypes::default();
     let types = own.as_slice();
     // Stale first, then once ANALYZE has seen the burst: the same plans.
     for (analyze, mode) in [
@@ -356,10 +356,10 @@ fn the_relays_statements_keep_their_index_plans_on_an_outbox_a_burst_filled_afte
                 &now,
                 &in_flight,
                 &1_000_000_i64,
-                &booking_expire::store::FETCH_BYTES,
+                &booking_expire_store::FETCH_BYTES,
                 &types,
                 &waiting_topics,
-                &booking_expire::store::WAITING_FOR_TOPIC,
+                &booking_expire_store::WAITING_FOR_TOPIC,
             ],
         );
         let lines: Vec<&str> = plan.lines().map(str::trim).collect();
@@ -435,7 +435,7 @@ fn the_relays_statements_keep_their_index_plans_on_an_outbox_a_burst_filled_afte
             WAITING_SQL,
             &[
                 &now,
-                &booking_expire::store::WAITING_FOR_TOPIC,
+                &booking_expire_store::WAITING_FOR_TOPIC,
                 &types,
                 &no_topic,
             ],
@@ -465,7 +465,7 @@ fn the_relays_statements_keep_their_index_plans_on_an_outbox_a_burst_filled_afte
             WAITING_SQL,
             &[
                 &now,
-                &booking_expire::store::WAITING_FOR_TOPIC,
+                &booking_expire_store::WAITING_FOR_TOPIC,
                 &types,
                 &a_topic,
             ],

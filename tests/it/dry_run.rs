@@ -13,7 +13,7 @@ use crate::postgres;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use booking_expire::cli::{AsOf, parse_as_of};
+use booking_expire::testing::cli::{AsOf, parse_as_of};
 use chrono::{DateTime, Duration, SecondsFormat, TimeZone, Utc};
 use common::*;
 use serde_json::{Value, json};

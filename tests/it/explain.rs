@@ -463,7 +463,7 @@ fn text_from_the_database_cannot_steer_the_terminal() {
 fn assert_no_controls(text: &str) {
     let bad: Vec<char> = text
         .chars()
-        .filter(|&c| c != '\n' && booking_expire::render::is_control(c))
+        .filter(|&c| c != '\n' && booking_expire::testing::render::is_control(c))
         .collect();
     assert!(bad.is_empty(), "{bad:?} in:\n{text}");
 }

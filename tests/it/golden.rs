@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use booking_expire::domain::{ContractVersion, ExpiredEvent, Expiry, Phase, event_headers};
+use booking_expire_domain::{ContractVersion, ExpiredEvent, Expiry, Phase, event_headers};
 use chrono::{DateTime, Utc};
 use common::kafka::*;
 use common::*;
@@ -46,7 +46,7 @@ fn uuid(s: &str) -> Uuid {
 /// The fixed inputs: an expiry, its message id (v1's; v2's is the same id with `b` in
 /// place of the twelfth-last digit); the run id is shared.
 fn fixed(phase: Phase) -> (Expiry, Uuid) {
-    use booking_expire::domain::Status;
+    use booking_expire_domain::Status;
     let at: DateTime<Utc> = "2026-11-29T18:00:00.123456Z".parse().unwrap();
     let (booking, from, to, message) = match phase {
         Phase::Reserve => (

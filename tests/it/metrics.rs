@@ -447,7 +447,7 @@ fn the_relay_pushes_its_own_group() {
     let pushed = gateway.exposition();
     // (Lateness and the database's upkeep are printed by backlog only, never pushed.)
     let backlog_only = |l: &str| {
-        booking_expire::obs::backlog_only::FAMILIES
+        booking_expire::testing::obs::backlog_only::FAMILIES
             .iter()
             .any(|f| l.starts_with(&format!("# HELP {} ", f.name)))
     };

@@ -20,7 +20,7 @@ use crate::postgres;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use booking_expire::store::migrate::{BASELINE, MIGRATIONS, Policy, checksum, run_one};
+use booking_expire_store::migrate::{BASELINE, MIGRATIONS, Policy, checksum, run_one};
 use common::*;
 use postgres::Client;
 use serde_json::Value;

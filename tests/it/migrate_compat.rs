@@ -8,7 +8,7 @@
 
 use crate::common;
 
-use booking_expire::store::migrate::{MIGRATIONS, latest};
+use booking_expire_store::migrate::{MIGRATIONS, latest};
 use common::*;
 
 /// A history row of a migration this binary does not know, as a later release writes

@@ -9,7 +9,7 @@
 use crate::common;
 use crate::postgres;
 
-use booking_expire::store::migrate::{MIGRATIONS, statements};
+use booking_expire_store::migrate::{MIGRATIONS, statements};
 use common::*;
 use postgres::{Client, NoTls};
 use serde_json::Value;

@@ -10,7 +10,7 @@ use crate::common;
 
 use std::process::Command;
 
-use booking_expire::store::migrate::{MIGRATIONS, checksum, statements};
+use booking_expire_store::migrate::{MIGRATIONS, checksum, statements};
 use common::*;
 use serde_json::Value;
 

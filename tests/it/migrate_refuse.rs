@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use booking_expire::store::migrate::{BASELINE, MIGRATIONS};
+use booking_expire_store::migrate::{BASELINE, MIGRATIONS};
 use common::*;
 
 /// Whether the runner's tables exist.

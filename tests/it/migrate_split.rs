@@ -12,8 +12,8 @@ use crate::postgres;
 
 use std::time::Duration;
 
-use booking_expire::store::Session;
-use booking_expire::store::migrate::{MIGRATIONS, Migration, Policy, run_one, split, statements};
+use booking_expire_store::Session;
+use booking_expire_store::migrate::{MIGRATIONS, Migration, Policy, run_one, split, statements};
 use common::*;
 use postgres::Client;
 

@@ -184,11 +184,11 @@ impl World {
     /// [`World::relay`] in process, its clock `ahead` hours on: its result, or the code
     /// the binary would have exited with and the error.
     pub fn relay_in_process(&self, ahead: u32, extra: &[&str]) -> Result<Value, (u8, String)> {
-        use booking_expire::cli::{Cli, Command};
-        use booking_expire::clock::{Ambient, SystemMonotonic};
-        use booking_expire::config::RelayConfig;
-        use booking_expire::relay::{RelayResult, relay_outbox};
-        use booking_expire::shutdown::Shutdown;
+        use booking_expire::testing::cli::{Cli, Command};
+        use booking_expire::testing::clock::{Ambient, SystemMonotonic};
+        use booking_expire::testing::config::RelayConfig;
+        use booking_expire::testing::relay::{RelayResult, relay_outbox};
+        use booking_expire::testing::shutdown::Shutdown;
         use clap::Parser;
         let mut args = vec!["booking-expire"];
         args.extend(self.relay_args(extra));
@@ -210,7 +210,7 @@ impl World {
         match relay_outbox(&cfg, ambient, &mut result) {
             Ok(()) => Ok(serde_json::to_value(&result).unwrap()),
             Err(e) => Err((
-                booking_expire::exit::failure_of(&e).code(),
+                booking_expire::testing::exit::failure_of(&e).code(),
                 format!("{e:#}"),
             )),
         }
@@ -335,9 +335,9 @@ impl World {
 /// The system clock, `.0` ahead.
 struct Ahead(chrono::TimeDelta);
 
-impl booking_expire::clock::Clock for Ahead {
+impl booking_expire::testing::clock::Clock for Ahead {
     fn now(&self) -> chrono::DateTime<chrono::Utc> {
-        booking_expire::clock::to_micros(chrono::Utc::now() + self.0)
+        booking_expire::testing::clock::to_micros(chrono::Utc::now() + self.0)
     }
 }
 

@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use booking_expire::cli::{AsOf, Cli, Command, parse_as_of, parse_duration};
-use booking_expire::config::RunOnceConfig;
-use booking_expire::domain::{BookingRow, Phase, Timestamp, expire};
+use booking_expire::testing::cli::{AsOf, Cli, Command, parse_as_of, parse_duration};
+use booking_expire::testing::config::RunOnceConfig;
+use booking_expire_domain::{BookingRow, Phase, Timestamp, expire};
 use chrono::{DateTime, FixedOffset, TimeDelta, TimeZone, Utc};
 use clap::Parser;
 use proptest::prelude::*;

@@ -11,8 +11,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use booking_expire::cli::reference::{self, CLI_MARKDOWN_PATH, MAN_DIR, REGENERATE};
-use booking_expire::exit::{EXIT_CODES_HELP, Failure};
+use booking_expire::testing::cli::reference::{self, CLI_MARKDOWN_PATH, MAN_DIR, REGENERATE};
+use booking_expire::testing::exit::{EXIT_CODES_HELP, Failure};
 
 use common::{BIN, TestDb};
 

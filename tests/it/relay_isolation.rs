@@ -267,11 +267,11 @@ fn a_row_that_keeps_failing_is_given_up_at_the_cap_and_counters_never_overflow()
     .unwrap();
     let now: chrono::DateTime<chrono::Utc> = c.query_one("SELECT now()", &[]).unwrap().get(0);
     let refused = "Broker: refused for a reason of its own".to_owned();
-    let gave_up = booking_expire::store::mark_retry(
+    let gave_up = booking_expire_store::mark_retry(
         &mut c,
         now,
         &[(doomed, refused.clone()), (young, refused)],
-        &booking_expire::domain::OutboxTypes::default(),
+        &booking_expire_domain::OutboxTypes::default(),
     )
     .unwrap();
     assert_eq!(gave_up, [doomed]);

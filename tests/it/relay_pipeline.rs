@@ -188,8 +188,8 @@ fn a_relay_killed_after_the_acknowledgements_and_before_the_mark_sends_again() {
 /// back off as refused when a slow broker delayed the batch before it).
 #[test]
 fn a_batch_collected_after_its_deadline_keeps_the_reports_that_came_in_time() {
-    use booking_expire::config::{KafkaConfig, KafkaSecurity};
-    use booking_expire::kafka::{Delivery, KafkaProducer, OutMessage};
+    use booking_expire::testing::config::{KafkaConfig, KafkaSecurity};
+    use booking_expire::testing::kafka::{Delivery, KafkaProducer, OutMessage};
 
     let brokers = shared_brokers();
     let topic = unique_topic();
@@ -199,7 +199,7 @@ fn a_batch_collected_after_its_deadline_keeps_the_reports_that_came_in_time() {
         brokers: brokers.clone(),
         security: KafkaSecurity::Plaintext,
         message_timeout,
-        max_message_bytes: booking_expire::config::DEFAULT_MAX_MESSAGE_BYTES,
+        max_message_bytes: booking_expire::testing::config::DEFAULT_MAX_MESSAGE_BYTES,
     })
     .unwrap();
     let keys: Vec<String> = (0..200).map(|i| format!("key-{i}")).collect();

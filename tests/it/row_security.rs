@@ -753,7 +753,7 @@ fn under_row_security_the_relays_queue_and_mark_keep_their_index_plans() {
     );
     let (first, last) = (seqs[0], seqs[seqs.len() - 1]);
     let now = chrono::Utc::now();
-    let own = booking_expire::domain::OutboxTypes::default();
+    let own = booking_expire_domain::OutboxTypes::default();
     let types = own.as_slice();
     let in_flight: Vec<String> = vec![Uuid::new_v4().to_string()];
     let waiting: Vec<String> = vec![];
@@ -771,16 +771,16 @@ fn under_row_security_the_relays_queue_and_mark_keep_their_index_plans() {
             };
         let plan = explain(
             &mut c,
-            booking_expire::store::PENDING_SQL,
+            booking_expire_store::PENDING_SQL,
             &[
                 &500_i64,
                 &now,
                 &in_flight,
                 &1_000_000_i64,
-                &booking_expire::store::FETCH_BYTES,
+                &booking_expire_store::FETCH_BYTES,
                 &types,
                 &waiting,
-                &booking_expire::store::WAITING_FOR_TOPIC,
+                &booking_expire_store::WAITING_FOR_TOPIC,
             ],
         );
         // The queue in seq order from the pending index; the policy's list, read once
@@ -797,7 +797,7 @@ fn under_row_security_the_relays_queue_and_mark_keep_their_index_plans() {
         assert!(!plan.contains("Sort"), "{mode}:\n{plan}");
         let plan = explain(
             &mut c,
-            booking_expire::store::MARK_PUBLISHED_SQL,
+            booking_expire_store::MARK_PUBLISHED_SQL,
             &[&seqs, &receipts, &now, &first, &last, &types],
         );
         assert!(

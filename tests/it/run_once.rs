@@ -599,8 +599,8 @@ const SMALL_BATCHES: &[&str] = &[
 
 #[test]
 fn a_second_session_that_cannot_be_opened_leaves_the_phases_taking_turns_on_one() {
-    use booking_expire::cycle::{self, CycleResult};
-    use booking_expire::store::{self, CycleStatements};
+    use booking_expire::testing::cycle::{self, CycleResult};
+    use booking_expire_store::{self as store, CycleStatements};
     let db = TestDb::new();
     let mut c = db.client();
     seed_many(&mut c, 24, |i| {
@@ -632,7 +632,9 @@ fn a_second_session_that_cannot_be_opened_leaves_the_phases_taking_turns_on_one(
         &stmts,
         &unreachable,
         chrono::Utc::now(),
-        booking_expire::clock::Ambient::system(&booking_expire::shutdown::Shutdown::new()),
+        booking_expire::testing::clock::Ambient::system(
+            &booking_expire::testing::shutdown::Shutdown::new(),
+        ),
         &mut result,
     )
     .unwrap();

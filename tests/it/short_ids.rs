@@ -194,7 +194,7 @@ fn plan(c: &mut postgres::Client, mode: &str, sql: &str, low: Uuid, high: Uuid) 
         .unwrap();
     let explain = format!("EXPLAIN (COSTS OFF) {sql}");
     // The outbox's look-ups take the job's outbox types too (`$4` or `$3`).
-    let own = booking_expire::domain::OutboxTypes::default();
+    let own = booking_expire_domain::OutboxTypes::default();
     let types = own.as_slice();
     let rows = if sql.contains("$4") {
         c.query(&explain, &[&low, &high, &11_i64, &types])
@@ -214,7 +214,7 @@ fn plan(c: &mut postgres::Client, mode: &str, sql: &str, low: Uuid, high: Uuid) 
 
 #[test]
 fn a_start_of_an_id_is_looked_up_on_the_primary_key_never_by_a_scan() {
-    use booking_expire::store::ids::{
+    use booking_expire_store::ids::{
         BOOKINGS_IN_RANGE_COUNT_SQL, BOOKINGS_IN_RANGE_SQL, OUTBOX_IN_RANGE_COUNT_SQL,
         OUTBOX_IN_RANGE_SQL, prefix_range,
     };

@@ -42,7 +42,7 @@ fn ms_time(ms: i64) -> Option<String> {
 }
 
 /// `audit`.
-pub fn audit(cfg: &AuditConfig, shutdown: &Shutdown) -> Result<()> {
+pub(crate) fn audit(cfg: &AuditConfig, shutdown: &Shutdown) -> Result<()> {
     let now = SystemClock.now();
     let at = |t: AsOf| match t {
         AsOf::Now => now,

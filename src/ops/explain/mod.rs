@@ -24,7 +24,7 @@ use crate::shutdown::Shutdown;
 use crate::store::{self, SchemaNeed};
 
 /// `explain BOOKING_ID`.
-pub fn explain(args: &ExplainConfig, shutdown: &Shutdown) -> Result<()> {
+pub(crate) fn explain(args: &ExplainConfig, shutdown: &Shutdown) -> Result<()> {
     let (cfg, kafka) = (&args.db, &args.kafka);
     let as_of = match args.as_of {
         AsOf::Now => SystemClock.now(),

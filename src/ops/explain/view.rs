@@ -17,7 +17,7 @@ use crate::store::ops::{AuditEntry, OutboxEntry, PoisonEntry, RowLock, TimelineE
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "PascalCase")]
-pub struct Explanation {
+pub(super) struct Explanation {
     /// The whole id, or the start typed when no booking's id starts with it.
     pub(super) booking_id: String,
     pub(super) as_of: String,

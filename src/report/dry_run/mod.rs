@@ -29,7 +29,7 @@ use crate::shutdown::Shutdown;
 use crate::store::{self, CHUNK_ROWS, SchemaNeed};
 
 /// `dry-run --as-of T`.
-pub fn dry_run(
+pub(crate) fn dry_run(
     cfg: &DryRunConfig,
     run_id: Uuid,
     clock: &dyn Clock,

@@ -12,7 +12,7 @@ fn unix_seconds(at: Option<DateTime<Utc>>) -> f64 {
 }
 
 /// The upkeep gauges (families in `obs::backlog_only`).
-pub fn prometheus(h: &Hygiene, as_of: DateTime<Utc>, out: &mut Exposition) {
+pub(crate) fn prometheus(h: &Hygiene, as_of: DateTime<Utc>, out: &mut Exposition) {
     let o = &h.outbox;
     out.gauge(families::OUTBOX_LIVE_TUPLES, o.live_tuples as f64);
     out.gauge(families::OUTBOX_DEAD_TUPLES, o.dead_tuples as f64);

@@ -11,7 +11,7 @@ use crate::store::{
 
 #[derive(Serialize)]
 #[serde(rename_all = "PascalCase")]
-pub struct Json {
+pub(crate) struct Json {
     outbox: OutboxJson,
     partial_indexes: Vec<IndexJson>,
     xmin_horizon: HorizonJson,
@@ -99,7 +99,7 @@ struct SlotJson {
     retained_wal_bytes: Option<i64>,
 }
 
-pub fn json(h: &Hygiene, as_of: DateTime<Utc>) -> Json {
+pub(crate) fn json(h: &Hygiene, as_of: DateTime<Utc>) -> Json {
     let TableHealth {
         live_tuples,
         dead_tuples,

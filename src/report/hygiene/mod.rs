@@ -11,6 +11,6 @@ mod gauges;
 mod json;
 mod table;
 
-pub use gauges::prometheus;
-pub use json::{Json, json};
-pub use table::table;
+pub(super) use gauges::prometheus;
+pub(super) use json::{Json, json};
+pub(super) use table::table;

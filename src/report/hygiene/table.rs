@@ -7,7 +7,7 @@ use crate::render::{self, Table};
 use crate::store::{Hygiene, Listed, SessionHolder};
 
 /// A size as people read it: bytes, KiB, MiB, GiB, TiB (one decimal above bytes).
-pub fn bytes(n: i64) -> String {
+pub(super) fn bytes(n: i64) -> String {
     const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
     if n < 1024 {
         return format!("{n} B");
@@ -43,7 +43,7 @@ fn more<T>(l: &Listed<T>, what: &str, out: &mut String) {
 }
 
 /// The table: the outbox's upkeep, the partial indexes, then what holds the horizon.
-pub fn table(h: &Hygiene, as_of: DateTime<Utc>, out: &mut String) {
+pub(crate) fn table(h: &Hygiene, as_of: DateTime<Utc>, out: &mut String) {
     let o = &h.outbox;
     out.push('\n');
     let mut t = Table::new(&["Upkeep", "Value"]);

@@ -239,7 +239,7 @@ fn every_parsed_flag_and_variable_refuses_bad_values_with_64_naming_it() {
 /// and the brokers are unreachable, so a value wrongly accepted shows as 69).
 #[test]
 fn no_argument_of_any_subcommand_panics_on_a_hostile_value() {
-    let cli = booking_expire::cli::Cli::command();
+    let cli = booking_expire::testing::cli::Cli::command();
     let mut cases = 0;
     for sub in cli.get_subcommands() {
         let name = sub.get_name();

@@ -353,13 +353,18 @@ impl Drop for Background {
 
 /// A cycle's settings as `run-once` reads them from its command line: the database at
 /// `url`, then `flags` (for tests that call the library's cycle in process).
-pub fn run_once_config(url: &str, flags: &[&str]) -> booking_expire::config::RunOnceConfig {
-    use booking_expire::cli::{Cli, Command};
+pub fn run_once_config(
+    url: &str,
+    flags: &[&str],
+) -> booking_expire::testing::config::RunOnceConfig {
+    use booking_expire::testing::cli::{Cli, Command};
     use clap::Parser;
     let mut args = vec!["booking-expire", "run-once", "--database-url", url];
     args.extend_from_slice(flags);
     match Cli::try_parse_from(args).unwrap().command {
-        Command::RunOnce(args) => booking_expire::config::RunOnceConfig::from_args(&args).unwrap(),
+        Command::RunOnce(args) => {
+            booking_expire::testing::config::RunOnceConfig::from_args(&args).unwrap()
+        }
         _ => unreachable!(),
     }
 }

@@ -338,7 +338,7 @@ pub fn break_demo_booking(c: &mut Client) {
 /// (`render::width`: `→`, `↳` and `…` one column each, a CJK character two), not bytes.
 pub fn assert_fits_120(text: &str) {
     for line in text.lines() {
-        let columns = booking_expire::render::width(line);
+        let columns = booking_expire::testing::render::width(line);
         assert!(columns <= 120, "{columns} columns: {line}\nin:\n{text}");
     }
 }

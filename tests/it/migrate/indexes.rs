@@ -31,7 +31,7 @@ fn an_invalid_index_left_by_a_failed_build_is_dropped_and_built_again() {
     // ... that IF NOT EXISTS alone would skip; the runner drops it and builds it again.
     c.batch_execute("DELETE FROM crm.outbox WHERE seq = (SELECT max(seq) FROM crm.outbox)")
         .unwrap();
-    let mut session = booking_expire::store::Session::from_driver(db.client());
+    let mut session = booking_expire_store::Session::from_driver(db.client());
     run_one(&mut session, None, build, "013_test.sql", &policy()).unwrap();
     let (valid, rebuilt) = index(&mut c, "ix_outbox_test_once").expect("the index");
     assert!(valid);
@@ -45,7 +45,7 @@ fn an_invalid_index_left_by_a_failed_build_is_dropped_and_built_again() {
 /// crm.table …`: (version, index, table).
 fn first_concurrent_build() -> Option<(i32, String, String)> {
     MIGRATIONS.iter().find_map(|m| {
-        booking_expire::store::migrate::statements(m.sql)
+        booking_expire_store::migrate::statements(m.sql)
             .unwrap()
             .iter()
             .find_map(|s| {
