@@ -2,7 +2,9 @@
 //! marked published by a thread while the relay fetches and enqueues the next batch on
 //! its main session, so the database's two statements per batch overlap the relay's
 //! own work. A batch's keys stay in flight (out of the next fetch) until its mark has
-//! committed; at most a few batches wait for their marks.
+//! committed; at most a few batches wait for their marks. The same session reads the
+//! next batch ahead when the relay asks ([`Marker::read_ahead`]): the read's wait then
+//! overlaps the relay's settling of the batch before.
 
 use std::collections::VecDeque;
 use std::sync::mpsc;
@@ -13,7 +15,8 @@ use chrono::{DateTime, Utc};
 
 use super::RelayResult;
 use super::failures::Marks;
-use crate::config::DbConfig;
+use super::queue::{Read, ReadAt, ReadStatements};
+use crate::config::{DbConfig, RelayConfig};
 use crate::domain::OutboxTypes;
 use crate::store::{self, Delivered, Receipt};
 
@@ -32,7 +35,14 @@ impl HighMark {
     }
 }
 
-struct Job {
+/// What the mark session is asked to do, in order.
+enum Job {
+    Mark(MarkJob),
+    /// The next batch's read, ahead ([`Marker::read_ahead`]).
+    Read(ReadAt),
+}
+
+struct MarkJob {
     now: DateTime<Utc>,
     acked: Vec<Delivered>,
     seqs: (i64, i64),
@@ -43,28 +53,34 @@ struct Job {
 struct Worker {
     jobs: mpsc::Sender<Job>,
     done: mpsc::Receiver<Result<u64>>,
+    reads: mpsc::Receiver<Result<Read>>,
     thread: JoinHandle<()>,
 }
 
 /// Marks submitted and not yet confirmed, with the keys they keep in flight.
 pub(super) struct Marker<'a> {
     db: &'a DbConfig,
-    /// The relay's outbox types: a mark touches no other row.
-    types: &'a OutboxTypes,
+    cfg: &'a RelayConfig,
     marks: Marks,
     /// Started on the first mark: a run with nothing to publish opens no second session.
     worker: Option<Worker>,
     waiting: VecDeque<Vec<String>>,
+    /// A read ahead was asked for and its result not taken yet.
+    reading: bool,
+    /// A read ahead failed: the run reads on its main session from then on.
+    reads_off: bool,
 }
 
 impl<'a> Marker<'a> {
-    pub(super) fn new(db: &'a DbConfig, types: &'a OutboxTypes, marks: Marks) -> Self {
+    pub(super) fn new(cfg: &'a RelayConfig, marks: Marks) -> Self {
         Marker {
-            db,
-            types,
+            db: &cfg.db,
+            cfg,
             marks,
             worker: None,
             waiting: VecDeque::new(),
+            reading: false,
+            reads_off: false,
         }
     }
 
@@ -81,7 +97,7 @@ impl<'a> Marker<'a> {
     /// that no row goes out that could not then be marked (a read-only server fails here).
     pub(super) fn ready(&mut self) -> Result<()> {
         if self.worker.is_none() {
-            self.worker = Some(start(self.db, self.types, self.marks)?);
+            self.worker = Some(start(self.db, self.cfg, self.marks)?);
         }
         Ok(())
     }
@@ -100,15 +116,50 @@ impl<'a> Marker<'a> {
         let worker = self.worker.as_ref().expect("started above");
         worker
             .jobs
-            .send(Job {
+            .send(Job::Mark(MarkJob {
                 now,
                 acked,
                 seqs,
                 high,
-            })
+            }))
             .map_err(|_| anyhow!("the relay's mark session ended"))?;
         self.waiting.push_back(keys);
         Ok(())
+    }
+
+    /// Asks the mark session to read the next batch (the relay's own state and the rows
+    /// above `at.high`) while the relay goes on; [`Marker::take_ahead`] takes it. Not
+    /// when the session is not open, a read is already asked for, or one failed.
+    pub(super) fn read_ahead(&mut self, at: ReadAt) {
+        if self.reading || self.reads_off {
+            return;
+        }
+        if let Some(worker) = &self.worker {
+            self.reading = worker.jobs.send(Job::Read(at)).is_ok();
+        }
+    }
+
+    /// The read asked for ahead, once it is done (waiting for it), or none. A read
+    /// that failed is logged and none is asked for again: the relay reads on its main
+    /// session, where a failure takes its usual course.
+    pub(super) fn take_ahead(&mut self) -> Option<Read> {
+        if !std::mem::take(&mut self.reading) {
+            return None;
+        }
+        // The session ended (a mark failed, which the marks report): no read.
+        let Ok(read) = self.worker.as_ref()?.reads.recv() else {
+            self.reads_off = true;
+            return None;
+        };
+        match read {
+            Ok(read) => Some(read),
+            Err(e) => {
+                log::warn!(Error = format!("{e:#}").as_str();
+                           "the relay's read ahead on its mark session failed: it reads on its main session from now on");
+                self.reads_off = true;
+                None
+            }
+        }
     }
 
     /// Counts the marks confirmed so far, without waiting.
@@ -184,8 +235,9 @@ pub(super) fn needs_two(e: anyhow::Error) -> anyhow::Error {
     })
 }
 
-fn start(db: &DbConfig, types: &OutboxTypes, marks: Marks) -> Result<Worker> {
-    let types = types.clone();
+fn start(db: &DbConfig, cfg: &RelayConfig, marks: Marks) -> Result<Worker> {
+    let cfg = cfg.clone();
+    let types: OutboxTypes = cfg.outbox_types.clone();
     let mut session = store::connect_another(db).map_err(|e| needs_two(e.into()))?;
     session.require_writable(db, "relay-outbox")?;
     let mark = store::prepare_mark_published(&mut session.client)?;
@@ -196,10 +248,27 @@ fn start(db: &DbConfig, types: &OutboxTypes, marks: Marks) -> Result<Worker> {
     let legacy = matches!(marks, Marks::Own { legacy: true });
     let (jobs, inbox) = mpsc::channel::<Job>();
     let (outbox, done) = mpsc::channel();
+    let (read_out, reads) = mpsc::channel();
     let thread = std::thread::Builder::new()
         .name("relay-marks".to_owned())
         .spawn(move || {
+            // Prepared on the first read ahead: a run that never reads ahead prepares none.
+            let mut read_stmts: Option<ReadStatements> = None;
             for job in inbox {
+                let job = match job {
+                    Job::Mark(job) => job,
+                    Job::Read(at) => {
+                        let read = match &read_stmts {
+                            Some(stmts) => Ok(stmts),
+                            None => ReadStatements::prepare(&mut session.client)
+                                .map(|stmts| &*read_stmts.insert(stmts)),
+                        }
+                        .and_then(|stmts| Read::above(&mut session.client, stmts, &cfg, at));
+                        // The relay may have ended meanwhile: nobody takes it then.
+                        let _ = read_out.send(read);
+                        continue;
+                    }
+                };
                 let marked = match (&receipts, job.high) {
                     (Some(receipts), Some(high)) => store::mark_receipts(
                         &mut session.client,
@@ -232,5 +301,10 @@ fn start(db: &DbConfig, types: &OutboxTypes, marks: Marks) -> Result<Worker> {
                 }
             }
         })?;
-    Ok(Worker { jobs, done, thread })
+    Ok(Worker {
+        jobs,
+        done,
+        reads,
+        thread,
+    })
 }

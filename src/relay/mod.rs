@@ -204,7 +204,7 @@ fn drain(
         run.ambient.monotonic.now(),
         result,
     )?;
-    let mut marker = Marker::new(&run.cfg.db, &run.cfg.outbox_types, queue.marks());
+    let mut marker = Marker::new(run.cfg, queue.marks());
     let outcome = pipeline::pipeline(
         client,
         &mut queue,

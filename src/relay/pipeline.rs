@@ -76,6 +76,8 @@ pub(super) fn pipeline(
                 let idle = in_flight.is_empty() && marker.len() == 0;
                 queue.check_gap_if_due(client, cfg, clock.now(), now, idle, result)?;
             }
+            // The read asked for ahead, if any (the fetch below uses it if it holds).
+            let ahead = marker.take_ahead();
             // A key with a row in flight has no newer row sent before that one is
             // acknowledged and marked: its keys stay out of this fetch.
             let keys: Vec<&str> = in_flight
@@ -83,7 +85,7 @@ pub(super) fn pipeline(
                 .flat_map(InFlight::keys)
                 .chain(marker.keys())
                 .collect();
-            let fetched = queue.next(client, cfg, clock.now(), &keys, &topics.excluded())?;
+            let fetched = queue.next(client, cfg, clock.now(), &keys, &topics.excluded(), ahead)?;
             // Asked after the fetch: a row sent was fetched before the pause committed.
             if let Some(paused) = run.pause.check(client, clock.now())? {
                 let done = format!(
@@ -100,6 +102,7 @@ pub(super) fn pipeline(
             // The session that will mark these rows is open and can write before any
             // of them is sent.
             marker.ready()?;
+            let more = fetched.more;
             match settle::enqueue(
                 producer,
                 cfg,
@@ -110,6 +113,19 @@ pub(super) fn pipeline(
             ) {
                 Ok(batch) => in_flight.push_back(batch),
                 Err(e) => stop = Some(e),
+            }
+            // More rows are there: the mark session reads the next batch while this
+            // one's reports come in and the one before is settled, with every key in
+            // flight now (a superset of those when it is used).
+            if more && stop.is_none() {
+                let keys: Vec<&str> = in_flight
+                    .iter()
+                    .flat_map(InFlight::keys)
+                    .chain(marker.keys())
+                    .collect();
+                if let Some(at) = queue.read_at(clock.now(), &keys, &topics.excluded()) {
+                    marker.read_ahead(at);
+                }
             }
         }
         let Some(batch) = in_flight.pop_front() else {

@@ -26,9 +26,7 @@ pub(super) const GAP_CHECK_EVERY: Duration = Duration::from_secs(3);
 
 /// The relay's own state for its run.
 pub(super) struct Own {
-    fetch: Prepared,
-    /// The exceptions and the receipts above `high`, read before every fetch.
-    settling: Prepared,
+    reads: ReadStatements,
     /// The highest `seq` dealt with by this run's fetches (in flight included).
     high: i64,
     pub(super) floor: i64,
@@ -52,6 +50,112 @@ pub(super) struct Fetched {
     pub snapshot: Option<String>,
     /// Rows were dealt with (sent or held): fetch again even when none is sent.
     pub progressed: bool,
+    /// The fetch was cut by its limit or its byte budget: more rows are likely there,
+    /// and the next read may start at once ([`ReadAt`]).
+    pub more: bool,
+}
+
+/// The statements of a read above the watermark, prepared on the session that reads
+/// (the main session, or the mark session reading ahead).
+pub(super) struct ReadStatements {
+    fetch: Prepared,
+    /// The exceptions and the receipts above `high`, read before every fetch.
+    settling: Prepared,
+}
+
+impl ReadStatements {
+    pub(super) fn prepare(client: &mut Session) -> Result<Self> {
+        Ok(ReadStatements {
+            fetch: store::prepare_pending_above(client)?,
+            settling: store::prepare_settling(client)?,
+        })
+    }
+}
+
+/// What a read above the watermark is asked with: the `high` it reads above, the
+/// moment its back-offs are judged at, the keys with a row in flight and the topics
+/// that cannot take their rows. A read made ahead (on the mark session, while the
+/// relay settles a batch) is used only if `high` and the waiting topics are still
+/// these; its keys in flight are a superset of those when it is used (keys only
+/// leave), so a row it holds behind one of them waits one batch more, never goes
+/// before an older row of its key.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct ReadAt {
+    pub high: i64,
+    pub now: DateTime<Utc>,
+    pub in_flight: HashSet<String>,
+    pub waiting: HashSet<String>,
+}
+
+/// One read above the watermark: the state it read (the exceptions and the receipts
+/// above `high`) and the rows it fetched, with its snapshot.
+pub(super) struct Read {
+    at: ReadAt,
+    exceptions: Vec<Exception>,
+    delivered_above: Vec<i64>,
+    rows: Vec<OutboxRow>,
+    snapshot: Option<String>,
+}
+
+impl Read {
+    /// Reads the relay's state and then the rows above `at.high`, two statements on
+    /// `client`: all a batch needs of the database before it is sorted and sent.
+    pub(super) fn above(
+        client: &mut Session,
+        stmts: &ReadStatements,
+        cfg: &RelayConfig,
+        at: ReadAt,
+    ) -> Result<Self> {
+        let store::Settling {
+            exceptions,
+            delivered_above,
+            fetch_upto,
+        } = store::settling(client, &stmts.settling, &cfg.outbox_types, at.high)?;
+        let (waiting, in_flight) = (borrowed(&at.waiting), borrowed(&at.in_flight));
+        // Never a new row: the exceptions (theirs is another path), and the rows above
+        // `high` an exception's delivery already has a receipt for.
+        let skip: Vec<i64> = exceptions
+            .iter()
+            .map(|e| e.seq)
+            .chain(delivered_above.iter().copied())
+            .collect();
+        let blocking = blocking(&exceptions, at.now, &waiting, &in_flight);
+        let due: Vec<i64> = exceptions
+            .iter()
+            .filter(|e| {
+                is_due(e, at.now, &waiting)
+                    && !in_flight.contains(e.key.as_str())
+                    && !blocked(&blocking, &e.topic, &e.key, e.seq)
+            })
+            .map(|e| e.seq)
+            .take(cfg.batch_size as usize)
+            .collect();
+        let store::FetchedAbove { rows, snapshot } = store::pending_above(
+            client,
+            &stmts.fetch,
+            at.now,
+            cfg.batch_size,
+            store::FetchAbove {
+                high: at.high,
+                upto: fetch_upto,
+                skip: &skip,
+                due: &due,
+            },
+            cfg.kafka.max_message_bytes,
+            &cfg.outbox_types,
+        )?;
+        Ok(Read {
+            at,
+            exceptions,
+            delivered_above,
+            rows,
+            snapshot,
+        })
+    }
+}
+
+fn borrowed(set: &HashSet<String>) -> HashSet<&str> {
+    set.iter().map(String::as_str).collect()
 }
 
 impl Queue {
@@ -88,8 +192,7 @@ impl Queue {
         )?;
         log_gap(&checked, result);
         Ok(Queue::Own(Own {
-            fetch: store::prepare_pending_above(client)?,
-            settling: store::prepare_settling(client)?,
+            reads: ReadStatements::prepare(client)?,
             high: checked.watermark.high,
             floor: checked.watermark.floor,
             legacy_marks,
@@ -144,8 +247,28 @@ impl Queue {
         Ok(checked.late > 0)
     }
 
+    /// What the next read would be asked with now (the relay's own state only): for a
+    /// read ahead.
+    pub(super) fn read_at(
+        &self,
+        now: DateTime<Utc>,
+        in_flight: &[&str],
+        waiting: &[&str],
+    ) -> Option<ReadAt> {
+        match self {
+            Queue::Own(own) => Some(ReadAt {
+                high: own.high,
+                now,
+                in_flight: in_flight.iter().map(|k| (*k).to_owned()).collect(),
+                waiting: waiting.iter().map(|t| (*t).to_owned()).collect(),
+            }),
+            Queue::Columns(_) => None,
+        }
+    }
+
     /// The next batch. `in_flight` = the keys with a row in flight, `waiting` = the
-    /// topics that cannot take their rows.
+    /// topics that cannot take their rows; `ahead` = a read made ahead, used when it
+    /// still holds ([`ReadAt`]).
     pub(super) fn next(
         &mut self,
         client: &mut Session,
@@ -153,6 +276,7 @@ impl Queue {
         now: DateTime<Utc>,
         in_flight: &[&str],
         waiting: &[&str],
+        ahead: Option<Read>,
     ) -> Result<Fetched> {
         match self {
             Queue::Columns(fetch) => {
@@ -174,9 +298,28 @@ impl Queue {
                     high: None,
                     snapshot: None,
                     progressed,
+                    more: false,
                 })
             }
-            Queue::Own(own) => own.next(client, cfg, now, in_flight, waiting),
+            Queue::Own(own) => {
+                let waiting_now: HashSet<&str> = waiting.iter().copied().collect();
+                let current = |read: &Read| {
+                    read.at.high == own.high && borrowed(&read.at.waiting) == waiting_now
+                };
+                let read = match ahead.filter(current) {
+                    Some(read) => read,
+                    None => {
+                        let at = ReadAt {
+                            high: own.high,
+                            now,
+                            in_flight: in_flight.iter().map(|k| (*k).to_owned()).collect(),
+                            waiting: waiting.iter().map(|t| (*t).to_owned()).collect(),
+                        };
+                        Read::above(client, &own.reads, cfg, at)?
+                    }
+                };
+                own.next(client, cfg, read)
+            }
         }
     }
 }
@@ -196,53 +339,19 @@ pub(super) fn log_gap(checked: &store::GapCheck, result: &mut RelayResult) {
 }
 
 impl Own {
-    fn next(
-        &mut self,
-        client: &mut Session,
-        cfg: &RelayConfig,
-        now: DateTime<Utc>,
-        in_flight: &[&str],
-        waiting: &[&str],
-    ) -> Result<Fetched> {
-        let store::Settling {
+    /// Sorts a read into the batch to send and the rows held (written as exceptions),
+    /// and moves the run's `high` past what it dealt with.
+    fn next(&mut self, client: &mut Session, cfg: &RelayConfig, read: Read) -> Result<Fetched> {
+        let Read {
+            at,
             exceptions,
             delivered_above,
-            fetch_upto,
-        } = store::settling(client, &self.settling, &cfg.outbox_types, self.high)?;
-        let waiting: HashSet<&str> = waiting.iter().copied().collect();
-        let in_flight: HashSet<&str> = in_flight.iter().copied().collect();
-        // Never a new row: the exceptions (theirs is another path), and the rows above
-        // `high` an exception's delivery already has a receipt for.
-        let skip: Vec<i64> = exceptions
-            .iter()
-            .map(|e| e.seq)
-            .chain(delivered_above.iter().copied())
-            .collect();
+            rows,
+            snapshot,
+        } = read;
+        let now = at.now;
+        let (waiting, in_flight) = (borrowed(&at.waiting), borrowed(&at.in_flight));
         let blocking = blocking(&exceptions, now, &waiting, &in_flight);
-        let due: Vec<i64> = exceptions
-            .iter()
-            .filter(|e| {
-                is_due(e, now, &waiting)
-                    && !in_flight.contains(e.key.as_str())
-                    && !blocked(&blocking, &e.topic, &e.key, e.seq)
-            })
-            .map(|e| e.seq)
-            .take(cfg.batch_size as usize)
-            .collect();
-        let store::FetchedAbove { rows, snapshot } = store::pending_above(
-            client,
-            &self.fetch,
-            now,
-            cfg.batch_size,
-            store::FetchAbove {
-                high: self.high,
-                upto: fetch_upto,
-                skip: &skip,
-                due: &due,
-            },
-            cfg.kafka.max_message_bytes,
-            &cfg.outbox_types,
-        )?;
         // A fetch its limit or its byte budget did not cut saw every new row above
         // `high`: the watermark passes the delivered rows above them too (else a
         // delivered row stays above `high`, unpurged, until a newer row comes), in a
@@ -275,6 +384,7 @@ impl Own {
             high: Some(self.high),
             snapshot,
             progressed,
+            more: cut,
         })
     }
 }
