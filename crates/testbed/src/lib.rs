@@ -13,6 +13,7 @@
 
 pub mod detach;
 pub mod kafka;
+pub mod kube;
 pub mod observe;
 pub mod ports;
 pub mod postgres;
