@@ -6,6 +6,10 @@
 //! "restricted", with strict field validation: the server accepts them without a
 //! warning, the CronJob controller creates a Job at the next minute and the Job
 //! controller its Pod, admitted and left Pending (nothing runs it).
+//!
+//! `node` is a test node that runs the pods' containers (the job's own binary) and
+//! reports their status as a kubelet would; `scenarios` runs the CronJob's minutes and
+//! the operator Jobs on it against the test's database and topic.
 
 use crate::common;
 
@@ -15,7 +19,16 @@ use booking_expire_testbed::kube::{Api, ControlPlane, Response};
 use common::*;
 use serde_json::{Value, json};
 
+mod node;
+mod scenarios;
+
 const NS: &str = "crm";
+/// The Secrets the manifests read: the CronJob's, the operator Jobs', the migrate Job's.
+const SECRETS: [&str; 3] = [
+    "booking-expire",
+    "booking-expire-operator",
+    "booking-expire-migrate",
+];
 /// Server-side apply, the field manager named, unknown or duplicate fields refused.
 const APPLY: &str = "fieldManager=booking-expire-it&fieldValidation=Strict";
 
@@ -60,17 +73,18 @@ fn restricted_namespace(api: &Api) {
     );
 }
 
-/// The Secret the manifests read (its keys: docs/guides/deploying.md's).
-fn secret(api: &Api, name: &str) {
+/// A Secret the manifests read (its keys: docs/guides/deploying.md's), of `data`.
+fn secret(api: &Api, name: &str, data: &[(&str, &str)]) {
+    let data: serde_json::Map<String, Value> = data
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), Value::from(*v)))
+        .collect();
     let secret = json!({
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": { "name": name },
         "type": "Opaque",
-        "stringData": {
-            "DATABASE_URL": "postgres://booking_expire@db.invalid:5432/crm",
-            "KAFKA_BROKERS": "kafka.invalid:9092",
-        },
+        "stringData": data,
     });
     accepted(
         &format!("the Secret {name}"),
@@ -176,9 +190,16 @@ fn the_cronjob_makes_a_job_at_the_minute_and_the_job_a_pod_in_a_restricted_names
 
     restricted_namespace(api);
     checks_bite(api);
-    secret(api, "booking-expire");
-    secret(api, "booking-expire-operator");
-    secret(api, "booking-expire-migrate");
+    let unreachable = [
+        (
+            "DATABASE_URL",
+            "postgres://booking_expire@db.invalid:5432/crm",
+        ),
+        ("KAFKA_BROKERS", "kafka.invalid:9092"),
+    ];
+    for name in SECRETS {
+        secret(api, name, &unreachable);
+    }
 
     let manifest = std::fs::read_to_string(common::repo().join("cronjob.yaml")).unwrap();
     let cronjob = apply(api, "cronjobs", &manifest);
