@@ -437,3 +437,261 @@ fn a_run_that_outlives_its_minute_holds_the_next_back_and_the_one_after_catches_
     assert_eq!(keys_on_topic(&w, 8), all);
     assert_eq!(w.node.errors(), Vec::<String>::new());
 }
+
+/// A failed run: the Secret names a database that does not exist, so both containers
+/// end 78 (configuration, docs/reference/exit-codes.md); with `backoffLimit: 0` the Job
+/// fails at once with `BackoffLimitExceeded`, and nothing in the database changed.
+#[test]
+fn a_container_ending_78_fails_its_job_with_backoff_limit_exceeded() {
+    let w = World::new();
+    let mut c = w.client();
+    let (reserved, booked) = overdue(&mut c, 1);
+    let wrong = with_database(&w.db.url, &format!("{}_missing", w.db.name));
+    let patch = serde_json::json!({ "stringData": { "DATABASE_URL": wrong } });
+    let r = w
+        .api()
+        .patch(
+            &format!("/api/v1/namespaces/{NS}/secrets/{}", SECRETS[0]),
+            "application/merge-patch+json",
+            &patch.to_string(),
+        )
+        .unwrap();
+    assert!(r.ok(), "{} {}", r.status, r.body);
+
+    w.cronjob(|m| m);
+    let job = w.first_job();
+    let at = scheduled(&job);
+    let job_name = name(&job);
+    let (job, failed) = w.finished(&job_name, "Failed", Duration::from_secs(90));
+    assert_eq!(failed["reason"], "BackoffLimitExceeded", "{failed}");
+    assert_eq!(job["status"]["failed"], 1, "{}", job["status"]);
+    assert_eq!(job["status"]["succeeded"], Value::Null, "{}", job["status"]);
+    let pods = w.pods(&job_name);
+    assert_eq!(pods.len(), 1, "{pods:#?}");
+    let pod = name(&pods[0]);
+    assert_eq!(
+        w.exits(&pod),
+        BTreeMap::from([("relay-outbox".into(), 78), ("run-once".into(), 78)]),
+        "run-once:\n{}\nrelay-outbox:\n{}",
+        w.node.log(&pod, "run-once"),
+        w.node.log(&pod, "relay-outbox"),
+    );
+    assert_eq!(
+        pods[0]["status"]["phase"], "Failed",
+        "{}",
+        pods[0]["status"]
+    );
+    let codes: Vec<(String, i64)> = pods[0]["status"]["containerStatuses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["name"].as_str().unwrap().to_owned(),
+                s["state"]["terminated"]["exitCode"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        codes,
+        [("run-once".to_owned(), 78), ("relay-outbox".to_owned(), 78)]
+    );
+    assert!(
+        w.node
+            .log(&pod, "run-once")
+            .contains(&format!("{}_missing", w.db.name)),
+        "{}",
+        w.node.log(&pod, "run-once")
+    );
+    assert_eq!(in_status(&mut c, "Reserved"), reserved);
+    assert_eq!(in_status(&mut c, "Booked"), booked);
+    let status = w.cronjob_status();
+    assert_eq!(status["lastScheduleTime"], at.as_str(), "{status}");
+    assert_eq!(status["lastSuccessfulTime"], Value::Null, "{status}");
+    assert_eq!(w.node.errors(), Vec::<String>::new());
+}
+
+/// A pod evicted through the Eviction API while its run-once waits in its first batch
+/// (a gate on the timeline's insert): the API server marks it `DisruptionTarget`, the
+/// node stops its containers (SIGTERM, the grace period), the batch rolls back; the
+/// podFailurePolicy ignores the failure, so the Job controller starts another pod in
+/// the same Job, which expires everything and completes the Job.
+#[test]
+fn an_evicted_pod_is_ignored_by_the_failure_policy_and_its_replacement_does_the_work() {
+    let w = World::new();
+    let mut c = w.client();
+    let (reserved, booked) = overdue(&mut c, 2);
+    let key = 4_404;
+    let mut gate = hold_gate(
+        &w.db.url,
+        key,
+        "TRIGGER gate AFTER INSERT ON crm.deal_timeline FOR EACH STATEMENT",
+    );
+    w.cronjob(|m| m);
+    let job = w.first_job();
+    let job_name = name(&job);
+    let pod = wait_for(
+        Duration::from_secs(60),
+        "the Job's pod running",
+        || {
+            w.pods(&job_name)
+                .into_iter()
+                .find(|p| p["status"]["phase"] == "Running")
+        },
+        String::new,
+    );
+    let pod = name(&pod);
+    wait_until(
+        Duration::from_secs(30),
+        "run-once waiting at the gate",
+        || job_waits_in(&mut c, &w.db.name, ""),
+    );
+    let eviction = serde_json::json!({
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": { "name": pod, "namespace": NS },
+    });
+    let r = w
+        .api()
+        .post(
+            &format!("/api/v1/namespaces/{NS}/pods/{pod}/eviction"),
+            "application/json",
+            &eviction.to_string(),
+        )
+        .unwrap();
+    assert!(r.ok(), "the eviction: {} {}", r.status, r.body);
+    let exits = w.exits(&pod);
+    open_gate(&mut gate, key);
+    assert_eq!(
+        exits,
+        BTreeMap::from([("relay-outbox".into(), 143), ("run-once".into(), 143)]),
+        "run-once:\n{}\nrelay-outbox:\n{}",
+        w.node.log(&pod, "run-once"),
+        w.node.log(&pod, "relay-outbox"),
+    );
+
+    let (job, complete) = w.finished(&job_name, "Complete", Duration::from_secs(90));
+    assert_eq!(complete["reason"], "CompletionsReached", "{complete}");
+    // Not counted against backoffLimit 0: ignored.
+    assert_eq!(job["status"]["failed"], Value::Null, "{}", job["status"]);
+    assert_eq!(job["status"]["succeeded"], 1, "{}", job["status"]);
+    let pods = w.pods(&job_name);
+    let evicted: Vec<&Value> = pods.iter().filter(|p| name(p) == pod).collect();
+    // The evicted pod is gone once its end was reported (the node deleted it), or
+    // still there as Failed with the condition the API server wrote.
+    for p in &evicted {
+        let disruption = p["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "DisruptionTarget")
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            (&disruption["status"], &disruption["reason"]),
+            (&Value::from("True"), &Value::from("EvictionByEvictionAPI")),
+            "{}",
+            p["status"]
+        );
+    }
+    let others: Vec<String> = pods.iter().map(name).filter(|n| *n != pod).collect();
+    assert_eq!(others.len(), 1, "one replacement: {others:?}");
+    assert_eq!(
+        w.exits(&others[0]),
+        BTreeMap::from([("relay-outbox".into(), 0), ("run-once".into(), 0)])
+    );
+    assert_eq!(in_status(&mut c, "ReserveExpired"), reserved);
+    assert_eq!(in_status(&mut c, "BookingExpired"), booked);
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM crm.outbox WHERE published_at IS NULL"
+        ),
+        0
+    );
+    let expired: BTreeSet<Uuid> = reserved.union(&booked).copied().collect();
+    assert_eq!(keys_on_topic(&w, 4), expired);
+    assert_eq!(w.node.errors(), Vec::<String>::new());
+}
+
+/// The operator Jobs of docs/runbooks/operator-jobs.yaml that need no window: migrate
+/// (with its own Secret: nothing left to apply), dry-run and backlog (the read-only
+/// login), each to `Complete`, each container ending 0 with what its runbook reads.
+#[test]
+fn the_operator_jobs_run_to_completion() {
+    let w = World::new();
+    let mut c = w.client();
+    let (reserved, booked) = overdue(&mut c, 2);
+    let runbook =
+        std::fs::read_to_string(common::repo().join("docs/runbooks/operator-jobs.yaml")).unwrap();
+    let wanted = [
+        "booking-expire-migrate",
+        "booking-expire-dry-run",
+        "booking-expire-backlog",
+    ];
+    let mut applied = Vec::new();
+    for document in runbook.split("\n---\n") {
+        let job = apply(w.api(), "jobs", document);
+        if wanted.contains(&name(&job).as_str()) {
+            applied.push(name(&job));
+        } else {
+            // The audit Job needs a window set on the way in: not this test's.
+            let r = w
+                .api()
+                .delete(&format!(
+                    "/apis/batch/v1/namespaces/{NS}/jobs/{}?propagationPolicy=Background",
+                    name(&job)
+                ))
+                .unwrap();
+            assert!(r.ok(), "{} {}", r.status, r.body);
+        }
+    }
+    applied.sort();
+    let mut expected: Vec<String> = wanted.iter().map(|s| (*s).to_owned()).collect();
+    expected.sort();
+    assert_eq!(applied, expected);
+    let mut logs = BTreeMap::new();
+    for job in &applied {
+        let (_, complete) = w.finished(job, "Complete", Duration::from_secs(120));
+        assert_eq!(
+            complete["reason"], "CompletionsReached",
+            "{job}: {complete}"
+        );
+        let pods = w.pods(job);
+        assert_eq!(pods.len(), 1, "{job}: {pods:#?}");
+        let pod = name(&pods[0]);
+        let exits = w.exits(&pod);
+        assert_eq!(exits.values().collect::<Vec<_>>(), [&0], "{job}: {exits:?}");
+        let container = exits.keys().next().unwrap().clone();
+        logs.insert(container.clone(), w.node.log(&pod, &container));
+    }
+    assert!(
+        logs["migrate"].contains("\"SchemaVersion\""),
+        "{}",
+        logs["migrate"]
+    );
+    // The dry run's tables name each booking by its id's first eight characters.
+    for id in reserved.iter().chain(&booked) {
+        let short = &id.to_string()[..8];
+        assert!(
+            logs["dry-run"].contains(short),
+            "dry-run lists {id}:\n{}",
+            logs["dry-run"]
+        );
+    }
+    assert!(
+        logs["dry-run"].contains("Reserve: 2 would expire")
+            && logs["dry-run"].contains("Booking: 2 would expire"),
+        "{}",
+        logs["dry-run"]
+    );
+    let total = logs["backlog"]
+        .lines()
+        .find(|l| l.starts_with("overdue total"))
+        .map(|l| l.split_whitespace().nth(2).unwrap_or_default().to_owned());
+    assert_eq!(total.as_deref(), Some("4"), "{}", logs["backlog"]);
+    // Read-only: nothing expired.
+    assert_eq!(in_status(&mut c, "Reserved"), reserved);
+    assert_eq!(in_status(&mut c, "Booked"), booked);
+    assert_eq!(w.node.errors(), Vec::<String>::new());
+}
