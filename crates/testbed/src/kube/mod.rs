@@ -76,6 +76,17 @@ pub fn binaries(scripts: &Path) -> Result<Binaries, String> {
     }
 }
 
+/// Why the controller manager could not be stopped or started.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerManagerError {
+    #[error("stopping kube-controller-manager: {0}")]
+    Stop(#[source] std::io::Error),
+    #[error("starting kube-controller-manager: {0}")]
+    Start(#[source] std::io::Error),
+    #[error("kube-controller-manager is running: stop it first")]
+    Running,
+}
+
 /// A control plane; its servers stopped (the controller manager, the API server, then
 /// etcd: the fields' order) and its directory removed when dropped.
 #[derive(Debug)]
@@ -186,6 +197,35 @@ impl ControlPlane {
     /// the keys, the kubeconfigs, etcd's data).
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// Stops the controller manager (SIGTERM, its grace, KILL): no controller runs
+    /// until [`ControlPlane::start_controller_manager`]; the API server goes on.
+    pub fn stop_controller_manager(&mut self) -> Result<(), ControllerManagerError> {
+        self.controller_manager
+            .stop()
+            .map(|_| ())
+            .map_err(ControllerManagerError::Stop)
+    }
+
+    /// Starts the controller manager again, as it was started (its port, its
+    /// flags); returns once its process runs (its controllers start within seconds).
+    pub fn start_controller_manager(&mut self) -> Result<(), ControllerManagerError> {
+        if self
+            .controller_manager
+            .try_wait()
+            .map_err(ControllerManagerError::Start)?
+            .is_none()
+        {
+            return Err(ControllerManagerError::Running);
+        }
+        self.controller_manager = self
+            .controller_manager
+            .spawned()
+            .clone()
+            .spawn()
+            .map_err(ControllerManagerError::Start)?;
+        Ok(())
     }
 
     /// The PIDs of etcd, the API server and the controller manager.
