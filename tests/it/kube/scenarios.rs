@@ -695,3 +695,89 @@ fn the_operator_jobs_run_to_completion() {
     assert_eq!(in_status(&mut c, "Booked"), booked);
     assert_eq!(w.node.errors(), Vec::<String>::new());
 }
+
+/// Waits for the wall clock to reach `at` (an API time): what the scenario is about is
+/// a moment of the CronJob's schedule, not an event.
+fn wait_clock(at: &str) {
+    let t: chrono::DateTime<chrono::Utc> = at.parse().unwrap();
+    wait_until(
+        Duration::from_secs(180),
+        &format!("the clock at {at}"),
+        || chrono::Utc::now() >= t,
+    );
+}
+
+/// Seconds from the API time `from` to `to`.
+fn seconds(from: &str, to: &str) -> i64 {
+    let from: chrono::DateTime<chrono::Utc> = from.parse().unwrap();
+    let to: chrono::DateTime<chrono::Utc> = to.parse().unwrap();
+    (to - from).num_seconds()
+}
+
+/// A late start: the controller manager stopped 10 s before a scheduled minute T and
+/// started 45 s after it: past `startingDeadlineSeconds` (30), that run is skipped and
+/// T+60's Job is created on time. Stopped across T+120 and started 15 s after it: the
+/// run of T+120 starts late, once.
+#[test]
+fn a_controller_manager_back_after_the_starting_deadline_skips_the_run_and_within_it_runs_late() {
+    let mut w = World::new();
+    let mut c = w.client();
+    let (reserved, booked) = overdue(&mut c, 1);
+    w.cronjob(|m| m);
+    let soon = chrono::Utc::now() + chrono::Duration::seconds(20);
+    let t = format!("{}:00Z", soon.format("%Y-%m-%dT%H:%M"));
+    let t = plus(&t, 60);
+
+    wait_clock(&plus(&t, -10));
+    w.kube.stop_controller_manager().unwrap();
+    wait_clock(&plus(&t, 45));
+    w.kube.start_controller_manager().unwrap();
+    // The first Job after the stop: T+60's, on time; none for T.
+    let (first, on_time) = wait_for(
+        Duration::from_secs(60),
+        &format!("a Job of {t} or later"),
+        || {
+            w.jobs()
+                .into_iter()
+                .find(|(at, _)| at.as_str() >= t.as_str())
+        },
+        String::new,
+    );
+    assert_eq!(first, plus(&t, 60), "the run of {t} was skipped");
+    let created = on_time["metadata"]["creationTimestamp"].as_str().unwrap();
+    assert!(
+        seconds(&first, created) < 10,
+        "{created}: T+60's Job on time"
+    );
+    let (_, complete) = w.finished(&name(&on_time), "Complete", Duration::from_secs(90));
+    assert_eq!(complete["reason"], "CompletionsReached", "{complete}");
+    assert_eq!(in_status(&mut c, "ReserveExpired"), reserved);
+    assert_eq!(in_status(&mut c, "BookingExpired"), booked);
+
+    let t2 = plus(&t, 120);
+    wait_clock(&plus(&t2, -10));
+    w.kube.stop_controller_manager().unwrap();
+    wait_clock(&plus(&t2, 15));
+    w.kube.start_controller_manager().unwrap();
+    let late = w.job_at(&t2, Duration::from_secs(60));
+    let created = late["metadata"]["creationTimestamp"].as_str().unwrap();
+    let lateness = seconds(&t2, created);
+    assert!((15..30).contains(&lateness), "{created}: {lateness} s late");
+    let (_, complete) = w.finished(&name(&late), "Complete", Duration::from_secs(90));
+    assert_eq!(complete["reason"], "CompletionsReached", "{complete}");
+    let scheduled: Vec<String> = w
+        .jobs()
+        .into_keys()
+        .filter(|at| at.as_str() >= t.as_str())
+        .collect();
+    assert_eq!(
+        scheduled,
+        [plus(&t, 60), t2.clone()],
+        "one late run, of {t2}"
+    );
+    let status = w.cronjob_status();
+    assert_eq!(status["lastScheduleTime"], t2.as_str(), "{status}");
+    let expired: BTreeSet<Uuid> = reserved.union(&booked).copied().collect();
+    assert_eq!(keys_on_topic(&w, 2), expired);
+    assert_eq!(w.node.errors(), Vec::<String>::new());
+}
