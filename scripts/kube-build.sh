@@ -2,11 +2,13 @@
 # Build a Kubernetes control plane (etcd, kube-apiserver,
 # kube-controller-manager) once from Go modules and print the binaries' paths.
 #
-# Usage: scripts/kube-build.sh [--kubectl]
+# Usage: scripts/kube-build.sh [--kubectl | --cached]
 #
 #   Prints one line per binary, NAME=PATH, in this order:
 #     etcd=…  kube-apiserver=…  kube-controller-manager=…  [kubectl=…]
-#   (`--kubectl` also builds kubectl, for poking at a server by hand.)
+#   (`--kubectl` also builds kubectl, for poking at a server by hand;
+#   `--cached` builds nothing: it prints the paths if all is built, else
+#   exits 1; scripts/test.sh asks it whether Go is needed.)
 #
 #   The versions are pinned below. Binaries are cached outside the clone in
 #   ${XDG_CACHE_HOME:-~/.cache}/booking-expire/go-tools/:
@@ -38,10 +40,12 @@ KUBE_VERSION=v1.34.12
 die() { echo "kube-build: $*" >&2; exit 1; }
 
 want_kubectl=false
+only_cached=false
 case "${1:-}" in
 "") ;;
 --kubectl) want_kubectl=true ;;
-*) die "usage: $(basename "$0") [--kubectl]" ;;
+--cached) only_cached=true ;;
+*) die "usage: $(basename "$0") [--kubectl | --cached]" ;;
 esac
 
 root=${XDG_CACHE_HOME:-$HOME/.cache}/booking-expire/go-tools
@@ -66,6 +70,7 @@ if all_built "$etcd_dir" etcd && all_built "$kube_dir" "${kube_cmds[@]}"; then
     print_paths
     exit 0
 fi
+$only_cached && exit 1
 
 go_minor=$(go env GOVERSION 2>/dev/null | sed -n 's/^go1\.\([0-9]*\).*/\1/p' || true)
 if [[ -z $go_minor ]] || ((go_minor < 24)); then
