@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use booking_expire_testbed::kube::ControlPlane;
 use common::kafka::{consume, create_topic, shared_brokers, unique_topic};
+use common::pushgateway::{JOB, Pushgateway, samples};
 use common::*;
 use serde_json::Value;
 use uuid::Uuid;
@@ -447,7 +448,11 @@ fn a_container_ending_78_fails_its_job_with_backoff_limit_exceeded() {
     let mut c = w.client();
     let (reserved, booked) = overdue(&mut c, 1);
     let wrong = with_database(&w.db.url, &format!("{}_missing", w.db.name));
-    let patch = serde_json::json!({ "stringData": { "DATABASE_URL": wrong } });
+    let gateway = Pushgateway::start();
+    let patch = serde_json::json!({ "stringData": {
+        "DATABASE_URL": wrong,
+        "PUSHGATEWAY_URL": gateway.url(),
+    } });
     let r = w
         .api()
         .patch(
@@ -508,7 +513,78 @@ fn a_container_ending_78_fails_its_job_with_backoff_limit_exceeded() {
     let status = w.cronjob_status();
     assert_eq!(status["lastScheduleTime"], at.as_str(), "{status}");
     assert_eq!(status["lastSuccessfulTime"], Value::Null, "{status}");
+
+    // What the failed run pushed makes the failed-runs alert fire once it lasts.
+    for step in ["run-once", "relay-outbox"] {
+        let group = gateway.group(step);
+        assert_eq!(
+            group.get("crm_booking_expiration_errors"),
+            Some(&1.0),
+            "{step}: {group:?}"
+        );
+    }
+    runs_failing_fires_on(&gateway.exposition());
     assert_eq!(w.node.errors(), Vec::<String>::new());
+}
+
+/// Runs `promtool test rules` with the shipped rules on `exposition` (every sample the
+/// Pushgateway holds of the job), as if each failed minute pushed the same again: the
+/// alert on failed runs (`BookingExpirationRunsFailing`, for 3m) fires at 4 minutes for
+/// both steps, and not at 2.
+fn runs_failing_fires_on(exposition: &str) {
+    let series: Vec<String> = samples(exposition)
+        .into_iter()
+        .filter(|(_, labels, v)| {
+            labels.get("job").map(String::as_str) == Some(JOB) && v.is_finite()
+        })
+        .map(|(name, labels, v)| {
+            let labels: Vec<String> = labels
+                .iter()
+                .filter(|(_, v)| !v.is_empty())
+                .map(|(k, v)| format!("{k}=\\\"{v}\\\""))
+                .collect();
+            format!(
+                "      - series: \"{name}{{{}}}\"\n        values: '{v}x5'\n",
+                labels.join(",")
+            )
+        })
+        .collect();
+    let firing = |step: &str| {
+        format!(
+            "          - labels: 'ALERTS{{alertname=\"BookingExpirationRunsFailing\",\
+             alertstate=\"firing\",job=\"{JOB}\",severity=\"warning\",step=\"{step}\"}}'\n\
+             \x20           value: 1\n"
+        )
+    };
+    let rules = common::repo().join("monitoring/booking-expiration.rules.yml");
+    let test = format!(
+        "rule_files: ['{}']\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    \
+         input_series:\n{}    promql_expr_test:\n      - expr: \
+         'ALERTS{{alertname=\"BookingExpirationRunsFailing\",alertstate=\"firing\"}}'\n        \
+         eval_time: 4m\n        exp_samples:\n{}{}      - expr: \
+         'ALERTS{{alertname=\"BookingExpirationRunsFailing\",alertstate=\"firing\"}}'\n        \
+         eval_time: 2m\n        exp_samples: []\n",
+        rules.display(),
+        series.concat(),
+        firing("relay-outbox"),
+        firing("run-once"),
+    );
+    let dir = std::env::temp_dir().join(format!("be-promtool-{}", Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("failed-runs.test.yml");
+    std::fs::write(&file, &test).unwrap();
+    let out = std::process::Command::new("promtool")
+        .args(["test", "rules"])
+        .arg(&file)
+        .output()
+        .expect("promtool");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "promtool test rules:\n{}{}\n{test}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// A pod evicted through the Eviction API while its run-once waits in its first batch
