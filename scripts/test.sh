@@ -58,11 +58,14 @@ a line at least once a minute while it runs):
   light-checks      contracts, squawk, changelog, shellcheck, this script's --help
                     and --dry-run (beside)
   jaeger            Jaeger for tests/it/trace.rs, built once and cached (beside)
+  kube              etcd and the Kubernetes control plane for tests/it/kube.rs,
+                    built once and cached (beside)
   previous-release  the release before for tests/it/upgrade.rs, built once (beside)
   first-pass        the unit tests and the integration tests (PostgreSQL 15, Kafka 4)
   second-pass       the tests of SQL, plans and the Kafka protocol on PostgreSQL 18
                     and Kafka 3.9
-  long-tests        the longest modules (cluster, simulation, tls, acl) (beside)
+  long-tests        the longest modules (cluster, simulation, tls, acl, no_loss,
+                    kube) (beside)
 
 Environment:
   DATABASE_URL, KAFKA_BROKERS  use this server / broker instead of throwaway ones
@@ -189,7 +192,7 @@ readonly GO_MIN_MINOR=24   # `go get -tool`, scripts/go-tool.sh
 
 STARTED=$SECONDS
 # Every stage, in the order of the table; those not reached are listed as not run.
-PLANNED=(prerequisites fmt build-tests deny clippy check-deploy light-checks jaeger previous-release first-pass)
+PLANNED=(prerequisites fmt build-tests deny clippy check-deploy light-checks jaeger kube previous-release first-pass)
 test_second_pass && PLANNED+=(second-pass)
 (($#)) || PLANNED+=(long-tests) # split_first_pass below
 STAGE_NAMES=()
@@ -261,7 +264,7 @@ report() { # the time table and the verdict line; $1 the exit status
     if ((rc)) && ! ((DRY_RUN)); then failed_tests >&2; fi
     local dry=""
     ((DRY_RUN)) && dry="; DRY: a dry run's, not run"
-    echo "== stages (seconds of wall time; deny, clippy, jaeger, previous-release, light-checks, check-deploy and long-tests run beside the others$dry)" >&2
+    echo "== stages (seconds of wall time; deny, clippy, jaeger, kube, previous-release, light-checks, check-deploy and long-tests run beside the others$dry)" >&2
     for i in "${!STAGE_NAMES[@]}"; do
         printf '   %-18s %-4s %6s\n' "${STAGE_NAMES[$i]}" "${STAGE_RESULTS[$i]}" "${STAGE_SECONDS[$i]}" >&2
         case ${STAGE_RESULTS[$i]} in
@@ -511,16 +514,18 @@ prerequisites() {
             lacks "rustfmt and clippy: rustup component add rustfmt clippy"
         fi
     fi
-    # Go, for the Jaeger tests/it/trace.rs runs, unless it is built already.
+    # Go, for the Jaeger tests/it/trace.rs runs and the control plane of
+    # tests/it/kube.rs, unless both are built already (kube-build.sh prints the cached
+    # paths at once and builds nothing then).
     local jaeger=${XDG_CACHE_HOME:-$HOME/.cache}/booking-expire/go-tools/jaeger-$JAEGER_VERSION/jaeger
-    if [[ -x $jaeger ]]; then
-        found "Jaeger $JAEGER_VERSION, built before ($jaeger): Go not needed"
+    if [[ -x $jaeger ]] && scripts/kube-build.sh --cached >/dev/null 2>&1; then
+        found "Jaeger $JAEGER_VERSION and the Kubernetes control plane, built before: Go not needed"
     else
         if command -v go >/dev/null; then go=$(go env GOVERSION 2>/dev/null || true); fi
         if [[ -z $go || $(minor_of "$go") -lt $GO_MIN_MINOR ]]; then
-            lacks "Go 1.$GO_MIN_MINOR or newer (found: ${go:-none}; Debian 12's golang-go is 1.19), to build Jaeger $JAEGER_VERSION for tests/it/trace.rs once: install Go from its release archive and put its bin/ on PATH"
+            lacks "Go 1.$GO_MIN_MINOR or newer (found: ${go:-none}; Debian 12's golang-go is 1.19), to build Jaeger $JAEGER_VERSION for tests/it/trace.rs and etcd and Kubernetes for tests/it/kube.rs once: install Go from its release archive and put its bin/ on PATH"
         else
-            found "Go ${go#go}, to build Jaeger $JAEGER_VERSION once"
+            found "Go ${go#go}, to build Jaeger $JAEGER_VERSION and the Kubernetes control plane once"
         fi
     fi
     # The release before (tests/it/upgrade.rs, scripts/changelog-check.sh): its commit.
@@ -734,12 +739,14 @@ second_pass() {
 # KAFKA_BROKERS, whose runs never touch each other's objects). Per-test times
 # measured at 8 threads: cluster 121 + 77 + 55 s (one cluster at a time), simulation
 # 150 + 51 + 41 s, tls 4 x 40 s, acl 63 s, no_loss (its seeded random run about 2 min,
-# on a server of its own it restarts); the other 300 tests about 930 s together.
-# A thread for each of their 22 tests, so that each starts at once: the days simulated
+# on a server of its own it restarts), kube (a control plane each; the CronJob's
+# minutes bound them: 16 s to 241 s, 268 s the eight side by side); the other 300
+# tests about 930 s together.
+# A thread for each of their 30 tests, so that each starts at once: the days simulated
 # are the longest single test, and libtest took it eighth in name order. The cluster
 # tests take turns on one cluster the process shares, so they wait for each other.
-long_modules=(cluster simulation tls acl no_loss)
-long_threads=24
+long_modules=(cluster simulation tls acl no_loss kube)
+long_threads=30
 # With extra cargo test arguments (a filter, say), the first pass runs as one process.
 split_first_pass() { [[ $# -eq 0 ]]; }
 long_tests() {
@@ -777,6 +784,11 @@ ALWAYS=1 stage prerequisites "everything the suite needs, checked first (all tha
 # shellcheck disable=SC2016 # $1 is the inner shell's
 BG_LIVE=1 stage_bg jaeger "Jaeger $JAEGER_VERSION for tests/it/trace.rs, built once and cached by version" \
     sh -c 'scripts/go-tool.sh github.com/jaegertracing/jaeger/cmd/jaeger "$1" >/dev/null' sh "$JAEGER_VERSION"
+# etcd and the Kubernetes control plane for tests/it/kube.rs, the same way (versions
+# pinned in the script; about 20 minutes on 2 loaded cores, once): the tests' own call
+# waits for this build (a lock per cache directory) and then finds the binaries.
+BG_LIVE=1 stage_bg kube "etcd and kube-apiserver/kube-controller-manager for tests/it/kube.rs, built once and cached by version" \
+    sh -c 'scripts/kube-build.sh >/dev/null'
 # The previous release's binary for tests/it/upgrade.rs (the newest line of
 # scripts/releases.tsv): built once from its commit and cached by it (a debug build of
 # its own, with the crates fetched: 91 s on 2 quiet cores, 4½ min on 2 cores at load 5).
@@ -821,6 +833,7 @@ fi
 join clippy
 join light-checks
 join jaeger
+join kube
 join previous-release
 join check-deploy
 if split_first_pass "$@"; then join long-tests; fi

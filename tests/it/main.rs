@@ -43,6 +43,7 @@ mod host_matrix;
 mod host_rows;
 mod host_sessions;
 mod hygiene;
+mod kube;
 mod long_running;
 mod metrics;
 mod migrate;

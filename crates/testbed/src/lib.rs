@@ -15,6 +15,7 @@ pub mod detach;
 pub mod error;
 pub mod kafka;
 pub mod kept;
+pub mod kube;
 pub mod observe;
 pub mod ports;
 pub mod postgres;

@@ -4,7 +4,8 @@
 //! arrives, then stops it and removes its directory. If this process is killed, the
 //! server gets its death signal (a fast shutdown) all the same. `testbed serve kafka`
 //! and `testbed serve jaeger` do the same for a broker (or three nodes) and Jaeger
-//! (`kafka::cli`: their arguments, what they print).
+//! (`kafka::cli`: their arguments, what they print); `testbed serve kube` for a
+//! Kubernetes control plane (`kube`: its `KUBE_URL=…` and `KUBECONFIG=…` lines).
 //!
 //! `testbed start postgres|kafka STATE_DIR …` starts a server that outlives it instead,
 //! detached, its files in STATE_DIR, prints its address and exits; `testbed stop
@@ -13,12 +14,15 @@
 use std::path::PathBuf;
 use std::sync::mpsc;
 
+use booking_expire_testbed::kube::ControlPlane;
 use booking_expire_testbed::postgres::Postgres;
+use booking_expire_testbed::process::remove_at_exit;
 use booking_expire_testbed::{Error, Result, detach, kafka};
 
 const USAGE: &str = "usage: testbed serve postgres [--tls DIR]
        testbed serve kafka [--nodes 3] [--tls DIR] [--authorizer] [--user NAME:PASSWORD]...
        testbed serve jaeger
+       testbed serve kube
        testbed start postgres|kafka STATE_DIR ...   (testbed start for its flags)
        testbed stop STATE_DIR [--kill]";
 
@@ -31,6 +35,8 @@ enum Service {
     /// `serve kafka` and `serve jaeger`, parsed by `kafka::cli`.
     Kafka(Vec<String>),
     Jaeger(Vec<String>),
+    /// `serve kube`: etcd, the API server and the controller manager.
+    Kube,
 }
 
 fn parse(args: &[String]) -> Result<Service> {
@@ -58,6 +64,10 @@ fn parse(args: &[String]) -> Result<Service> {
         }
         Some("kafka") => Ok(Service::Kafka(args.map(str::to_owned).collect())),
         Some("jaeger") => Ok(Service::Jaeger(args.map(str::to_owned).collect())),
+        Some("kube") => match args.next() {
+            None => Ok(Service::Kube),
+            Some(other) => Err(Error::Usage(format!("unknown argument {other}\n{USAGE}"))),
+        },
         Some(other) => Err(Error::Usage(format!("unknown service {other}\n{USAGE}"))),
         None => Err(Error::Usage(USAGE.into())),
     }
@@ -100,6 +110,18 @@ fn serve(service: Service) -> Result<()> {
         }
         Service::Kafka(args) => serve_until_the_end(kafka::cli::start(&args)?),
         Service::Jaeger(args) => serve_until_the_end(kafka::cli::start_jaeger(&args)?),
+        Service::Kube => {
+            let kube = ControlPlane::start()?;
+            remove_at_exit(kube.dir());
+            println!(
+                "KUBE_URL={}\nKUBECONFIG={}",
+                kube.url,
+                kube.kubeconfig.display()
+            );
+            wait_for_the_end()?;
+            drop(kube);
+            Ok(())
+        }
     }
 }
 
@@ -172,6 +194,7 @@ mod tests {
     fn anything_else_is_refused_with_the_usage() {
         assert_eq!(refused(""), USAGE);
         assert_eq!(refused("serve"), USAGE);
+        assert!(refused("serve kube -x").starts_with("unknown argument -x"));
         assert!(refused("serve mysql").starts_with("unknown service mysql"));
         assert_eq!(refused("serve postgres --tls"), "--tls needs a directory");
         assert!(refused("serve postgres -x").starts_with("unknown argument -x"));

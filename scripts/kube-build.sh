@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# Build a Kubernetes control plane (etcd, kube-apiserver,
+# kube-controller-manager) once from Go modules and print the binaries' paths.
+#
+# Usage: scripts/kube-build.sh [--kubectl | --cached]
+#
+#   Prints one line per binary, NAME=PATH, in this order:
+#     etcd=…  kube-apiserver=…  kube-controller-manager=…  [kubectl=…]
+#   (`--kubectl` also builds kubectl, for poking at a server by hand;
+#   `--cached` builds nothing: it prints the paths if all is built, else
+#   exits 1; scripts/test.sh asks it whether Go is needed.)
+#
+#   The versions are pinned below. Binaries are cached outside the clone in
+#   ${XDG_CACHE_HOME:-~/.cache}/booking-expire/go-tools/:
+#     etcd-$ETCD_VERSION/etcd
+#     kubernetes-$KUBE_VERSION/{kube-apiserver,kube-controller-manager,kubectl}
+#   A warm call prints the paths at once. Concurrent calls wait for one build
+#   (flock on each directory). Build output goes to build.log in the
+#   directory; on failure its tail is shown on stderr.
+#
+#   etcd: `go.etcd.io/etcd/server/v3` (its main package is etcd) is built in a
+#   throwaway module, like scripts/go-tool.sh does.
+#
+#   Kubernetes: the module `k8s.io/kubernetes` cannot be built by `go install`
+#   because its go.mod replaces each staging module (k8s.io/api,
+#   k8s.io/client-go, …) by a directory of its own repository. The throwaway
+#   module here requires k8s.io/kubernetes at $KUBE_VERSION and replaces each
+#   of those staging modules (read from that go.mod) by its published
+#   version v0.MINOR.PATCH, which is the same source. The version variables
+#   of k8s.io/component-base/version are set so `/version` reports
+#   $KUBE_VERSION.
+#
+#   Needs `go` 1.24 or newer (a newer toolchain a module asks for is fetched
+#   by go itself through the module proxy).
+set -euo pipefail
+
+ETCD_VERSION=v3.6.17
+KUBE_VERSION=v1.34.12
+
+die() { echo "kube-build: $*" >&2; exit 1; }
+
+want_kubectl=false
+only_cached=false
+case "${1:-}" in
+"") ;;
+--kubectl) want_kubectl=true ;;
+--cached) only_cached=true ;;
+*) die "usage: $(basename "$0") [--kubectl | --cached]" ;;
+esac
+
+root=${XDG_CACHE_HOME:-$HOME/.cache}/booking-expire/go-tools
+etcd_dir=$root/etcd-$ETCD_VERSION
+kube_dir=$root/kubernetes-$KUBE_VERSION
+kube_cmds=(kube-apiserver kube-controller-manager)
+$want_kubectl && kube_cmds+=(kubectl)
+
+all_built() { # DIR NAME…
+    local dir=$1 name
+    shift
+    for name in "$@"; do [[ -x $dir/$name ]] || return 1; done
+}
+
+print_paths() {
+    echo "etcd=$etcd_dir/etcd"
+    local name
+    for name in "${kube_cmds[@]}"; do echo "$name=$kube_dir/$name"; done
+}
+
+if all_built "$etcd_dir" etcd && all_built "$kube_dir" "${kube_cmds[@]}"; then
+    print_paths
+    exit 0
+fi
+$only_cached && exit 1
+
+go_minor=$(go env GOVERSION 2>/dev/null | sed -n 's/^go1\.\([0-9]*\).*/\1/p' || true)
+if [[ -z $go_minor ]] || ((go_minor < 24)); then
+    die "go 1.24 or newer is needed (found: $(go env GOVERSION 2>/dev/null || echo none))"
+fi
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# build DIR LABEL SETUP_FUNCTION NAME… : under DIR's lock, unless every NAME is
+# there, run SETUP_FUNCTION in a fresh module (it builds into $out), then move
+# the binaries in place.
+build() {
+    local dir=$1 label=$2 setup=$3
+    shift 3
+    mkdir -p "$dir"
+    (
+        exec 9>"$dir/.lock"
+        flock 9
+        all_built "$dir" "$@" && exit 0
+        local mod=$work/$label out=$work/$label-bin start=$SECONDS name
+        mkdir -p "$mod" "$out"
+        echo "kube-build: building $label (once; cached in $dir)" >&2
+        if ! (cd "$mod" && "$setup" "$out" "$@") >"$dir/build.log" 2>&1; then
+            tail -n 30 "$dir/build.log" >&2
+            die "building $label failed (log: $dir/build.log)"
+        fi
+        for name in "$@"; do mv "$out/$name" "$dir/$name"; done
+        echo "kube-build: built $label ($*) in $((SECONDS - start)) s" >&2
+    )
+}
+
+setup_etcd() { # OUT NAME
+    local out=$1
+    go mod init booking-expire-etcd
+    go get -tool "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+    CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$out/etcd" go.etcd.io/etcd/server/v3
+}
+
+setup_kube() { # OUT NAME…
+    local out=$1 gomod staging m minor patch pkgs=() name
+    shift
+    gomod=$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/^\s*"GoMod": "\(.*\)",\?$/\1/p')
+    [[ -f $gomod ]] || { echo "no go.mod for k8s.io/kubernetes@$KUBE_VERSION"; return 1; }
+    staging=$(sed -n 's|^\s*\(k8s\.io/[a-z0-9-]*\) => \./staging/src/.*|\1|p' "$gomod")
+    [[ -n $staging ]] || { echo "no staging replaces in $gomod"; return 1; }
+    IFS=. read -r _ minor patch <<<"${KUBE_VERSION#v}"
+    go mod init booking-expire-kube
+    # Same language version and GODEBUG defaults as Kubernetes' own go.mod.
+    go mod edit -go="$(sed -n 's/^go //p' "$gomod")"
+    if grep -q '^godebug ' "$gomod"; then
+        go mod edit -godebug="$(sed -n 's/^godebug //p' "$gomod")"
+    fi
+    for m in $staging; do
+        go mod edit -replace="$m=$m@v0.$minor.$patch"
+    done
+    for name in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$name"); done
+    go get "k8s.io/kubernetes@$KUBE_VERSION" "${pkgs[@]/%/@$KUBE_VERSION}"
+    local v=k8s.io/component-base/version
+    local ldflags="-s -w -X $v.gitVersion=$KUBE_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean"
+    CGO_ENABLED=0 go build -trimpath -ldflags="$ldflags" -o "$out/" "${pkgs[@]}"
+}
+
+build "$etcd_dir" "etcd-$ETCD_VERSION" setup_etcd etcd
+build "$kube_dir" "kubernetes-$KUBE_VERSION" setup_kube "${kube_cmds[@]}"
+print_paths
