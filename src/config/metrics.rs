@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 
 use super::Secret;
+use super::invalid::Invalid;
 use crate::cli::MetricsArgs;
 use crate::exit::{Failure, fail};
 
@@ -169,44 +170,54 @@ fn push_settings(args: &MetricsArgs, https: bool) -> Result<(Option<PathBuf>, Pu
 impl Pushgateway {
     /// Parses `http[s]://host[:port][/path-prefix]`; the error says what is wrong and
     /// never repeats a credential.
-    pub(crate) fn parse(text: &str) -> Result<Self, String> {
+    pub(crate) fn parse(text: &str) -> std::result::Result<Self, Invalid> {
         if !text.contains("://") {
-            return Err(format!("no scheme; {EXPECTED}"));
+            return Err(Invalid(format!("no scheme; {EXPECTED}")));
         }
         // The url crate drops tabs and newlines silently; a URL with them is a typo.
         if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(format!("it contains whitespace; {EXPECTED}"));
+            return Err(Invalid(format!("it contains whitespace; {EXPECTED}")));
         }
-        let url = url::Url::parse(text).map_err(|e| match e {
-            url::ParseError::EmptyHost => format!("no host; {EXPECTED}"),
-            url::ParseError::InvalidPort => format!("bad port {:?}; {EXPECTED}", port_text(text)),
-            url::ParseError::InvalidIpv6Address => {
-                format!("unclosed [ or a bad IPv6 address in the host; {EXPECTED}")
-            }
-            other => format!("{other}; {EXPECTED}"),
+        let url = url::Url::parse(text).map_err(|e| {
+            Invalid(match e {
+                url::ParseError::EmptyHost => format!("no host; {EXPECTED}"),
+                url::ParseError::InvalidPort => {
+                    format!("bad port {:?}; {EXPECTED}", port_text(text))
+                }
+                url::ParseError::InvalidIpv6Address => {
+                    format!("unclosed [ or a bad IPv6 address in the host; {EXPECTED}")
+                }
+                other => format!("{other}; {EXPECTED}"),
+            })
         })?;
         let https = match url.scheme() {
             "http" => false,
             "https" => true,
-            other => return Err(format!("scheme {other:?} is not supported; {EXPECTED}")),
+            other => {
+                return Err(Invalid(format!(
+                    "scheme {other:?} is not supported; {EXPECTED}"
+                )));
+            }
         };
         if url.query().is_some() || url.fragment().is_some() {
-            return Err(format!("a query or fragment is not allowed; {EXPECTED}"));
+            return Err(Invalid(format!(
+                "a query or fragment is not allowed; {EXPECTED}"
+            )));
         }
         if !url.username().is_empty() || url.password().is_some() {
-            return Err(format!(
+            return Err(Invalid(format!(
                 "credentials in the URL are not supported; {EXPECTED}"
-            ));
+            )));
         }
         let host = match url.host() {
             Some(url::Host::Ipv6(addr)) => addr.to_string(),
             Some(host) => host.to_string(),
-            None => return Err(format!("no host; {EXPECTED}")),
+            None => return Err(Invalid(format!("no host; {EXPECTED}"))),
         };
         let port = match url.port_or_known_default() {
-            Some(0) => return Err(format!("bad port \"0\"; {EXPECTED}")),
+            Some(0) => return Err(Invalid(format!("bad port \"0\"; {EXPECTED}"))),
             Some(port) => port,
-            None => return Err(format!("no port; {EXPECTED}")),
+            None => return Err(Invalid(format!("no port; {EXPECTED}"))),
         };
         Ok(Pushgateway {
             host,
@@ -294,8 +305,8 @@ mod tests {
             ("http://pg\t:9091", "whitespace"),
         ] {
             let err = Pushgateway::parse(url).unwrap_err();
-            assert!(err.contains(reason), "{url}: {err}");
-            assert!(!err.contains("secret"), "{url}: {err}");
+            assert!(err.0.contains(reason), "{url}: {err}");
+            assert!(!err.0.contains("secret"), "{url}: {err}");
         }
     }
 

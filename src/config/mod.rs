@@ -7,6 +7,7 @@ mod audit;
 mod conninfo;
 mod db;
 pub(crate) mod env;
+mod invalid;
 mod kafka;
 mod metrics;
 mod migrate;

@@ -116,7 +116,7 @@ impl TraceConfig {
             timeout: args.otlp_timeout.map(Duration::from_millis),
             service_name,
             resource_attributes,
-            refused: refused.filter(|_| !disabled),
+            refused: refused.filter(|_| !disabled).map(|why| why.0),
         }
     }
 }
@@ -124,7 +124,7 @@ impl TraceConfig {
 /// An OTLP/HTTP endpoint must be an `http` or `https` URL with a host (the `url`
 /// crate's reading); otherwise says which input, which value (its start) and what is
 /// allowed.
-fn check_endpoint(url: &str, input: &str) -> Result<(), String> {
+fn check_endpoint(url: &str, input: &str) -> Result<(), super::invalid::Invalid> {
     let usable = url::Url::parse(url)
         .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
     if usable {
@@ -132,10 +132,10 @@ fn check_endpoint(url: &str, input: &str) -> Result<(), String> {
     }
     let shown: String = url.chars().take(80).collect();
     let cut = if shown.len() < url.len() { "…" } else { "" };
-    Err(format!(
+    Err(super::invalid::Invalid(format!(
         "invalid {input} {shown:?}{cut}: expected http[s]://host[:port][/path], e.g. \
          http://otel-collector.monitoring:4318; tracing is off"
-    ))
+    )))
 }
 
 #[cfg(test)]

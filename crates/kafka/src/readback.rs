@@ -11,6 +11,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use serde::Serialize;
 
 use crate::settings::KafkaConfig;
+use crate::{Error, Kind};
 
 /// The message found at a receipt's partition and offset.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -55,7 +56,7 @@ pub(crate) fn consumer(
     cfg: &KafkaConfig,
     group: &str,
     extra: &[(&str, &str)],
-) -> Result<BaseConsumer, String> {
+) -> Result<BaseConsumer, Error> {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &cfg.brokers)
         .set("group.id", group)
@@ -66,8 +67,12 @@ pub(crate) fn consumer(
         c.set(*k, *v);
     }
     crate::security(&mut c, cfg);
-    c.create()
-        .map_err(|e| format!("cannot set up the Kafka consumer: {e}"))
+    c.create().map_err(|e| {
+        Error::new(
+            Kind::Config,
+            format!("cannot set up the Kafka consumer: {e}"),
+        )
+    })
 }
 
 /// Reads the message at `topic[partition]` `offset`, waiting up to `timeout` for it:
@@ -86,7 +91,7 @@ pub fn read_back(
 ) -> ReadBack {
     let consumer = match consumer(cfg, "booking-expire-explain", &[]) {
         Ok(consumer) => consumer,
-        Err(e) => return ReadBack::failed(e),
+        Err(e) => return ReadBack::failed(e.message),
     };
     let mut tpl = TopicPartitionList::new();
     if let Err(e) = tpl.add_partition_offset(topic, partition, Offset::Offset(offset)) {

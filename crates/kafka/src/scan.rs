@@ -86,8 +86,7 @@ impl<'a> TopicScan<'a> {
                 // default (64 MiB), as the read hands out one message at a time.
                 ("queued.max.messages.kbytes", "8192"),
             ],
-        )
-        .map_err(|e| Error::new(Kind::Config, e))?;
+        )?;
         let metadata = consumer
             .fetch_metadata(Some(topic), timeout)
             .map_err(|e| unavailable(topic, "its metadata", e))?;

@@ -123,10 +123,10 @@ impl Conninfo {
 }
 
 /// Whether `pem` is a PEM certificate TLS can trust; the TLS library's reason if not.
-pub fn check_ca_pem(pem: &[u8]) -> Result<(), String> {
+pub fn check_ca_pem(pem: &[u8]) -> crate::error::Result<()> {
     native_tls::Certificate::from_pem(pem)
         .map(|_| ())
-        .map_err(|e| e.to_string())
+        .map_err(|e| crate::error::StoreError::Other(Box::new(e)))
 }
 
 /// How to reach PostgreSQL. `Debug` never shows the password (the driver's own
