@@ -19,7 +19,7 @@ use crate::obs::gauges;
 use crate::obs::pushgateway::PushStep;
 use crate::relay::{self, RelayResult};
 use crate::shutdown::Shutdown;
-use crate::store::{self, Backlog, Figures};
+use crate::store::{self, Backlog, BacklogScope};
 use crate::{exit, report};
 
 /// Limits for the short read of the backlog gauges after a run.
@@ -234,8 +234,8 @@ fn read_after_run(db: &DbConfig, types: &OutboxTypes, step: PushStep) -> Option<
         quick.lock_timeout = quick.lock_timeout.min(READ_TIMEOUT / 2);
         let mut session = store::connect(&quick)?;
         let figures = match step {
-            PushStep::RunOnce => Figures::Bookings,
-            PushStep::RelayOutbox => Figures::Outbox,
+            PushStep::RunOnce => BacklogScope::Bookings,
+            PushStep::RelayOutbox => BacklogScope::Outbox,
         };
         // The cycle's clock, as `backlog` reads it.
         Ok(store::read_backlog(

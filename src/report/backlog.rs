@@ -20,7 +20,7 @@ use crate::preflight::Defence;
 use crate::render::{self, Table};
 use crate::shutdown::Shutdown;
 use crate::store::{
-    self, Backlog, Figures, NextClaim, OtherRows, OutboxLag, Overdue, SchemaNeed, TopicWait,
+    self, Backlog, BacklogScope, NextClaim, OtherRows, OutboxLag, Overdue, SchemaNeed, TopicWait,
 };
 
 /// The figures of the report: all of them were read.
@@ -83,7 +83,7 @@ pub(crate) fn backlog(cfg: &BacklogConfig, clock: &dyn Clock, shutdown: &Shutdow
     let report = store::read_report(
         &mut db.client,
         as_of,
-        Figures::All,
+        BacklogScope::All,
         &cfg.outbox_types,
         Some(threshold),
     )

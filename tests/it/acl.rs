@@ -312,7 +312,7 @@ fn only_the_relay_writes_and_only_the_listed_consumers_read() {
         .collect();
     want.sort();
 
-    // Listed consumers read with their own group.
+    // FirstOf consumers read with their own group.
     for user in ["chessboard", "messenger"] {
         let mut got = read_as(&broker, &certs, user, user, 3).expect(user);
         got.sort();

@@ -90,16 +90,16 @@ pub struct SlotHolder {
     pub retained_wal_bytes: Option<i64>,
 }
 
-/// Some of a longer list and how long it is.
+/// The first few of a longer list (`shown`) and how long the list is (`total`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Listed<T> {
+pub struct FirstOf<T> {
     pub shown: Vec<T>,
     pub total: u64,
 }
 
-impl<T> Listed<T> {
+impl<T> FirstOf<T> {
     fn of(shown: Vec<T>, rows: &[postgres::Row]) -> Self {
-        Listed {
+        FirstOf {
             shown,
             total: rows
                 .first()
@@ -117,18 +117,18 @@ pub struct XminHorizon {
     pub can_read_all_stats: bool,
     /// Sessions of this database whose transaction began before `as_of - threshold`,
     /// oldest first.
-    pub sessions: Listed<SessionHolder>,
+    pub sessions: FirstOf<SessionHolder>,
     /// Sessions of this database holding an xid or a snapshot whose details the role
     /// may not see, the most transactions behind first. Always empty for a member of
     /// `pg_read_all_stats`.
-    pub hidden_sessions: Listed<SessionHolder>,
+    pub hidden_sessions: FirstOf<SessionHolder>,
     /// Prepared transactions of this database older than the threshold, oldest first.
-    pub prepared: Listed<PreparedHolder>,
+    pub prepared: FirstOf<PreparedHolder>,
     /// Inactive slots of this database, or of the whole server (physical), that hold
     /// an xmin or catalog_xmin, the most transactions behind first. A slot records no
     /// time, so an inactive one is named whatever its age: nothing moves its horizon
     /// until a consumer comes back.
-    pub slots: Listed<SlotHolder>,
+    pub slots: FirstOf<SlotHolder>,
 }
 
 /// The upkeep figures of the `backlog` report.
@@ -309,15 +309,15 @@ pub fn hygiene(
     let rows = client
         .query(&old_sessions_sql(source), &[&as_of, &seconds, &SHOWN])
         .context("cannot read the sessions holding the xmin horizon")?;
-    let sessions = Listed::of(rows.iter().map(session).collect(), &rows);
+    let sessions = FirstOf::of(rows.iter().map(session).collect(), &rows);
     let rows = client
         .query(&hidden_sessions_sql(source), &[&SHOWN])
         .context("cannot read the sessions holding the xmin horizon")?;
-    let hidden_sessions = Listed::of(rows.iter().map(session).collect(), &rows);
+    let hidden_sessions = FirstOf::of(rows.iter().map(session).collect(), &rows);
     let rows = client
         .query(OLD_PREPARED_SQL, &[&as_of, &seconds, &SHOWN])
         .context("cannot read the prepared transactions")?;
-    let prepared = Listed::of(
+    let prepared = FirstOf::of(
         rows.iter()
             .map(|r| PreparedHolder {
                 gid: r.get("gid"),
@@ -332,7 +332,7 @@ pub fn hygiene(
     let rows = client
         .query(IDLE_SLOTS_SQL, &[&SHOWN])
         .context("cannot read the replication slots")?;
-    let slots = Listed::of(
+    let slots = FirstOf::of(
         rows.iter()
             .map(|r| SlotHolder {
                 name: r.get("name"),

@@ -63,7 +63,8 @@ pub use expiration::{
     status_type, write_direct, write_isolating,
 };
 pub use hygiene::{
-    Hygiene, IndexSize, Listed, PreparedHolder, SessionHolder, SlotHolder, TableHealth, XminHorizon,
+    FirstOf, Hygiene, IndexSize, PreparedHolder, SessionHolder, SlotHolder, TableHealth,
+    XminHorizon,
 };
 pub use outbox::{
     FETCH_BYTES, Fetch, LeftOut, MARK_PUBLISHED_SQL, MAX_FAILURES, OUTBOX_CHANNEL, OutboxRow,
@@ -84,7 +85,7 @@ pub use relay_state::{
     load_watermark, prepare_settling, put_exceptions, relay_state_usable, settling, types_key,
 };
 pub use report::{
-    Backlog, CHUNK_ROWS, Figures, NextClaim, Overdue, Quarantined, begin_read_only,
+    Backlog, BacklogScope, CHUNK_ROWS, NextClaim, Overdue, Quarantined, begin_read_only,
     candidates_in_chunks, count_candidates, overdue, overdue_sql, poison_count, poison_sql,
     quarantined_in_chunks, quarantined_sql, read_backlog, read_report,
 };

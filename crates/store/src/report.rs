@@ -231,7 +231,7 @@ pub fn poison_count(client: &mut impl Conn) -> Result<u64> {
 /// (after the cycle: the worker's role may not read the outbox), the outbox's (after
 /// `relay-outbox`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Figures {
+pub enum BacklogScope {
     All,
     Bookings,
     Outbox,
@@ -306,10 +306,10 @@ pub fn next_claim(
 pub fn read_backlog(
     client: &mut Session,
     as_of: DateTime<Utc>,
-    figures: Figures,
+    scope: BacklogScope,
     types: &OutboxTypes,
 ) -> Result<Backlog> {
-    read_report(client, as_of, figures, types, None)
+    read_report(client, as_of, scope, types, None)
 }
 
 /// [`read_backlog`], and with `hygiene = Some(threshold)` (the `backlog` report) also
@@ -319,7 +319,7 @@ pub fn read_backlog(
 pub fn read_report(
     client: &mut Session,
     as_of: DateTime<Utc>,
-    figures: Figures,
+    scope: BacklogScope,
     types: &OutboxTypes,
     hygiene: Option<chrono::TimeDelta>,
 ) -> Result<Backlog> {
@@ -339,10 +339,10 @@ pub fn read_report(
         hygiene: None,
         sweep: None,
     };
-    if figures == Figures::All {
+    if scope == BacklogScope::All {
         backlog.pauses = super::ops::pauses(&mut tx)?;
     }
-    if figures != Figures::Outbox {
+    if scope != BacklogScope::Outbox {
         let mut overdue = Vec::new();
         for phase in Phase::ALL {
             overdue.push((phase, self::overdue(&mut tx, phase, as_of)?));
@@ -357,7 +357,7 @@ pub fn read_report(
             backlog.next_claims = Some(claims);
         }
     }
-    if figures != Figures::Bookings {
+    if scope != BacklogScope::Bookings {
         backlog.topic_waits = super::topic_waits(&mut tx, false)?;
         let topics: Vec<&str> = backlog
             .topic_waits
@@ -369,7 +369,7 @@ pub fn read_report(
         backlog.waiting = Some(super::waiting(&mut tx, as_of, types, &topics)?);
         backlog.sweep = super::sweep_state(&mut tx, types)?;
     }
-    if hygiene.is_some() && figures == Figures::All {
+    if hygiene.is_some() && scope == BacklogScope::All {
         backlog.others = Some(super::other_rows(&mut tx, types)?);
     }
     if let Some(threshold) = hygiene {

@@ -6,7 +6,7 @@ use serde::Serialize;
 use crate::domain::rfc3339;
 use crate::render;
 use crate::store::{
-    Hygiene, IndexSize, Listed, PreparedHolder, SessionHolder, SlotHolder, TableHealth,
+    FirstOf, Hygiene, IndexSize, PreparedHolder, SessionHolder, SlotHolder, TableHealth,
 };
 
 #[derive(Serialize)]
@@ -55,7 +55,7 @@ struct ListJson<T> {
     shown: Vec<T>,
 }
 
-fn list<T, J>(l: &Listed<T>, f: impl Fn(&T) -> J) -> ListJson<J> {
+fn list<T, J>(l: &FirstOf<T>, f: impl Fn(&T) -> J) -> ListJson<J> {
     ListJson {
         total: l.total,
         shown: l.shown.iter().map(f).collect(),

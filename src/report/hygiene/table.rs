@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 
 use crate::render::{self, Table};
-use crate::store::{Hygiene, Listed, SessionHolder};
+use crate::store::{FirstOf, Hygiene, SessionHolder};
 
 /// A size as people read it: bytes, KiB, MiB, GiB, TiB (one decimal above bytes).
 pub(super) fn bytes(n: i64) -> String {
@@ -35,7 +35,7 @@ fn opt(v: &Option<impl ToString>) -> String {
     v.as_ref().map_or("-".to_owned(), ToString::to_string)
 }
 
-fn more<T>(l: &Listed<T>, what: &str, out: &mut String) {
+fn more<T>(l: &FirstOf<T>, what: &str, out: &mut String) {
     let hidden = l.total.saturating_sub(l.shown.len() as u64);
     if hidden > 0 {
         out.push_str(&format!("… and {hidden} more {what}\n"));
@@ -188,19 +188,19 @@ mod tests {
             xmin_horizon: crate::store::XminHorizon {
                 threshold: TimeDelta::minutes(15),
                 can_read_all_stats: true,
-                sessions: Listed {
+                sessions: FirstOf {
                     shown: (1..=sessions.min(5) as i32).map(session).collect(),
                     total: sessions,
                 },
-                hidden_sessions: Listed {
+                hidden_sessions: FirstOf {
                     shown: vec![],
                     total: 0,
                 },
-                prepared: Listed {
+                prepared: FirstOf {
                     shown: vec![],
                     total: 0,
                 },
-                slots: Listed {
+                slots: FirstOf {
                     shown: vec![SlotHolder {
                         name: "cdc".into(),
                         slot_type: "logical".into(),
@@ -234,7 +234,7 @@ mod tests {
         );
         let mut quiet = String::new();
         let mut none = hygiene(0);
-        none.xmin_horizon.slots = Listed {
+        none.xmin_horizon.slots = FirstOf {
             shown: vec![],
             total: 0,
         };
@@ -253,7 +253,7 @@ mod tests {
         s.state = Some("idle in transaction (aborted)".into());
         s.transaction_start = Some(at("2029-01-01T00:00:01Z"));
         s.xid_age = Some(i32::MAX);
-        h.xmin_horizon.prepared = Listed {
+        h.xmin_horizon.prepared = FirstOf {
             shown: vec![crate::store::PreparedHolder {
                 gid: long.clone(),
                 owner: "z".repeat(63),
@@ -300,7 +300,7 @@ mod tests {
     #[test]
     fn the_note_on_sessions_of_unknown_age_wraps_to_120_columns() {
         let mut h = hygiene(1);
-        h.xmin_horizon.hidden_sessions = Listed {
+        h.xmin_horizon.hidden_sessions = FirstOf {
             shown: vec![SessionHolder {
                 pid: 7,
                 application_name: "etl".into(),
