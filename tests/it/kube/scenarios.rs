@@ -707,20 +707,17 @@ fn the_operator_jobs_run_to_completion() {
     ];
     let mut applied = Vec::new();
     for document in runbook.split("\n---\n") {
-        let job = apply(w.api(), "jobs", document);
-        if wanted.contains(&name(&job).as_str()) {
-            applied.push(name(&job));
-        } else {
-            // The audit Job needs a window set on the way in: not this test's.
-            let r = w
-                .api()
-                .delete(&format!(
-                    "/apis/batch/v1/namespaces/{NS}/jobs/{}?propagationPolicy=Background",
-                    name(&job)
-                ))
-                .unwrap();
-            assert!(r.ok(), "{} {}", r.status, r.body);
+        // The audit Job needs a window set on the way in: not this test's (the API
+        // server's acceptance of it is kube.rs's). Not applied at all: a pod the test
+        // node had started, deleted with its Job, raced the node's status write.
+        if !wanted
+            .iter()
+            .any(|job| document.contains(&format!("\n  name: {job}\n")))
+        {
+            continue;
         }
+        let job = apply(w.api(), "jobs", document);
+        applied.push(name(&job));
     }
     applied.sort();
     let mut expected: Vec<String> = wanted.iter().map(|s| (*s).to_owned()).collect();
