@@ -22,13 +22,8 @@ use std::time::Duration;
 pub use api::{Api, Response};
 use pki::Pki;
 
-use crate::observe::http_get;
-use crate::ports::free_ports;
-use crate::process::{Owned, Spawn, TempDir, now, pause};
-
-/// How many times a server is started on other ports after it exited before it was
-/// ready.
-const ATTEMPTS: usize = 5;
+use crate::observe::{http_get, start_on_free_ports};
+use crate::process::{Owned, Spawn, TempDir};
 
 /// The controllers the controller manager runs (its `--controllers`): the CronJob's
 /// and the Job's, the garbage collector (a Job's pods, a CronJob's Jobs), the
@@ -124,6 +119,7 @@ impl ControlPlane {
             "etcd",
             2,
             limit,
+            Duration::from_millis(200),
             |p| Ok(etcd(&bin.etcd, &home, p[0], p[1])),
             |p| http_get(&format!("127.0.0.1:{}", p[0]), "/readyz").is_ok_and(|(s, _)| s == 200),
         )?;
@@ -133,6 +129,7 @@ impl ControlPlane {
             "kube-apiserver",
             1,
             limit,
+            Duration::from_millis(200),
             |p| Ok(apiserver(&bin.apiserver, &home, &pki, &etcd_url, p[0])),
             |p| {
                 Api::new(&format!("127.0.0.1:{}", p[0]), &pki.ca, &pki.admin_token)
@@ -161,6 +158,7 @@ impl ControlPlane {
             "kube-controller-manager",
             1,
             limit,
+            Duration::from_millis(200),
             |p| {
                 Ok(controller_manager(
                     &bin.controller_manager,
@@ -309,46 +307,6 @@ fn controller_manager(bin: &Path, home: &Path, pki: &Pki, kubeconfig: &Path, por
         .arg("--profiling=false")
         .log(home.join("kube-controller-manager.log"))
         .grace(Duration::from_secs(10))
-}
-
-/// Starts the server `spawn(ports)` makes on `n` free ports, until `ready(ports)` (for
-/// at most `limit` each time); one that exits first is started again on other ports.
-fn start_on_free_ports(
-    what: &str,
-    n: usize,
-    limit: Duration,
-    mut spawn: impl FnMut(&[u16]) -> crate::Result<Spawn>,
-    mut ready: impl FnMut(&[u16]) -> bool,
-) -> crate::Result<(Owned, Vec<u16>)> {
-    let mut exits = Vec::new();
-    for _ in 0..ATTEMPTS {
-        let ports = free_ports(n)?;
-        let spec = spawn(&ports)?;
-        let line = spec.command_line();
-        let mut child = spec
-            .spawn()
-            .map_err(|e| crate::Error::Server(format!("{what}: {line}: {e}")))?;
-        let started = now();
-        loop {
-            if ready(&ports) {
-                return Ok((child, ports));
-            }
-            if let Ok(Some(status)) = child.try_wait() {
-                exits.push(child.failure(&format!("exited before it was ready ({status})")));
-                break;
-            }
-            if now().duration_since(started) >= limit {
-                let why = child.failure(&format!("not ready after {} s", limit.as_secs()));
-                let _ = child.kill();
-                return Err(crate::Error::Server(why));
-            }
-            pause(Duration::from_millis(200));
-        }
-    }
-    Err(crate::Error::Server(format!(
-        "{what} exited before it was ready, {ATTEMPTS} times:\n{}",
-        exits.join("\n")
-    )))
 }
 
 #[cfg(test)]

@@ -119,6 +119,7 @@ impl Jaeger {
             "Jaeger",
             5,
             limit,
+            Duration::from_millis(50),
             |ports| {
                 let file = write(&home, "config.yaml", &config(ports))?;
                 Ok(Spawn::new("Jaeger", &bin)

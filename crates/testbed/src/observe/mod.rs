@@ -25,12 +25,14 @@ use crate::process::{Owned, Spawn, TempDir, now, pause};
 /// ready.
 const ATTEMPTS: usize = 5;
 
-/// Starts the server `spawn(ports)` makes on `n` free ports, until `ready(ports)` (for
-/// at most `limit` each time); one that exits first is started again on other ports.
-fn start_on_free_ports(
+/// Starts the server `spawn(ports)` makes on `n` free ports, until `ready(ports)` (asked
+/// every `poll`, for at most `limit` each time); one that exits first is started again
+/// on other ports. The observers' servers and the Kubernetes control plane's.
+pub(crate) fn start_on_free_ports(
     what: &str,
     n: usize,
     limit: Duration,
+    poll: Duration,
     mut spawn: impl FnMut(&[u16]) -> Result<Spawn>,
     mut ready: impl FnMut(&[u16]) -> bool,
 ) -> Result<(Owned, Vec<u16>)> {
@@ -56,7 +58,7 @@ fn start_on_free_ports(
                 let _ = child.kill();
                 return Err(Error::Server(why));
             }
-            pause(Duration::from_millis(50));
+            pause(poll);
         }
     }
     Err(Error::Server(format!(
@@ -127,6 +129,7 @@ mod tests {
             "a shell",
             1,
             Duration::from_secs(10),
+            Duration::from_millis(50),
             |ports| {
                 tries += 1;
                 Ok(Spawn::new("a shell", "sh").args(["-c", "exit 3", "sh", &ports[0].to_string()]))
@@ -150,6 +153,7 @@ mod tests {
                 "a listener",
                 1,
                 Duration::from_secs(10),
+                Duration::from_millis(50),
                 |ports| {
                     let script = "exec python3 -m http.server --bind 127.0.0.1 \"$1\"";
                     Ok(Spawn::new("a listener", "sh").args([

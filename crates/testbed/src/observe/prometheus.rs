@@ -42,6 +42,7 @@ impl Prometheus {
             "Prometheus",
             1,
             Duration::from_secs(30),
+            Duration::from_millis(50),
             |ports| {
                 Ok(Spawn::new("Prometheus", &bin)
                     .arg(format!("--config.file={}", file.display()))

@@ -52,6 +52,7 @@ impl Pushgateway {
             "the Pushgateway",
             1,
             Duration::from_secs(30),
+            Duration::from_millis(50),
             |ports| {
                 let _ = std::fs::remove_file(&log);
                 let mut spawn = Spawn::new("the Pushgateway", &bin)
