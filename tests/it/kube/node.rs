@@ -108,6 +108,9 @@ impl Node {
         let thread = std::thread::spawn(move || {
             while !stopping.load(Ordering::Relaxed) {
                 kubelet.tick();
+                // Behaviour: a kubelet's sync period (it lists its pods, starts, stops
+                // and reports them every TICK); no test waits on it: each waits for the
+                // condition it asserts, through the API.
                 std::thread::sleep(TICK);
             }
             for pod in kubelet.pods.values_mut() {
