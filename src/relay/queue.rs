@@ -91,7 +91,8 @@ pub(super) struct ReadAt {
 /// above `high`) and the rows it fetched, with its snapshot.
 pub(super) struct Read {
     at: ReadAt,
-    exceptions: Vec<Exception>,
+    /// The keys (per topic) the exceptions not sent by this read hold ([`Due`]).
+    blocking: HashMap<(String, String), i64>,
     delivered_above: Vec<i64>,
     rows: Vec<OutboxRow>,
     snapshot: Option<String>,
@@ -119,17 +120,13 @@ impl Read {
             .map(|e| e.seq)
             .chain(delivered_above.iter().copied())
             .collect();
-        let blocking = blocking(&exceptions, at.now, &waiting, &in_flight);
-        let due: Vec<i64> = exceptions
-            .iter()
-            .filter(|e| {
-                is_due(e, at.now, &waiting)
-                    && !in_flight.contains(e.key.as_str())
-                    && !blocked(&blocking, &e.topic, &e.key, e.seq)
-            })
-            .map(|e| e.seq)
-            .take(cfg.batch_size as usize)
-            .collect();
+        let Due { due, blocking } = Due::of(
+            &exceptions,
+            at.now,
+            &waiting,
+            &in_flight,
+            cfg.batch_size as usize,
+        );
         let store::FetchedAbove { rows, snapshot } = store::pending_above(
             client,
             &stmts.fetch,
@@ -146,7 +143,7 @@ impl Read {
         )?;
         Ok(Read {
             at,
-            exceptions,
+            blocking,
             delivered_above,
             rows,
             snapshot,
@@ -344,14 +341,13 @@ impl Own {
     fn next(&mut self, client: &mut Session, cfg: &RelayConfig, read: Read) -> Result<Fetched> {
         let Read {
             at,
-            exceptions,
+            blocking,
             delivered_above,
             rows,
             snapshot,
         } = read;
         let now = at.now;
         let (waiting, in_flight) = (borrowed(&at.waiting), borrowed(&at.in_flight));
-        let blocking = blocking(&exceptions, now, &waiting, &in_flight);
         // A fetch its limit or its byte budget did not cut saw every new row above
         // `high`: the watermark passes the delivered rows above them too (else a
         // delivered row stays above `high`, unpurged, until a newer row comes), in a
@@ -394,30 +390,53 @@ fn is_due(e: &Exception, now: DateTime<Utc>, waiting: &HashSet<&str>) -> bool {
     !e.failed && e.next_attempt_at.is_none_or(|at| at <= now) && !waiting.contains(e.topic.as_str())
 }
 
-/// The keys (per topic) that an exception still to be settled and not going now holds,
-/// by its lowest `seq`: a later row of the key waits behind it (per-key order).
-fn blocking(
-    exceptions: &[Exception],
-    now: DateTime<Utc>,
-    waiting: &HashSet<&str>,
-    in_flight: &HashSet<&str>,
-) -> HashMap<(String, String), i64> {
-    let mut blocking: HashMap<(String, String), i64> = HashMap::new();
-    for e in exceptions.iter().filter(|e| !e.failed) {
-        if !is_due(e, now, waiting) || in_flight.contains(e.key.as_str()) {
-            let at = blocking
-                .entry((e.topic.clone(), e.key.clone()))
-                .or_insert(e.seq);
-            *at = (*at).min(e.seq);
-        }
-    }
-    blocking
+/// The exceptions one read sends, and the keys the others hold.
+#[derive(Debug, PartialEq)]
+struct Due {
+    /// The exceptions to send now, by `seq`: at most a batch of them.
+    due: Vec<i64>,
+    /// Per key and topic, the lowest `seq` of an exception still to be settled and not
+    /// sent by this read: a later row of the key waits behind it (per-key order). That
+    /// is one backing off, in flight or on a waiting topic, and also one due that the
+    /// batch had no room for: a new row of its key must not overtake it.
+    blocking: HashMap<(String, String), i64>,
 }
 
-fn blocked(blocking: &HashMap<(String, String), i64>, topic: &str, key: &str, seq: i64) -> bool {
-    blocking
-        .get(&(topic.to_owned(), key.to_owned()))
-        .is_some_and(|&at| at < seq)
+impl Due {
+    /// `exceptions` in `seq` order; `limit`: the batch size.
+    fn of(
+        exceptions: &[Exception],
+        now: DateTime<Utc>,
+        waiting: &HashSet<&str>,
+        in_flight: &HashSet<&str>,
+        limit: usize,
+    ) -> Self {
+        let live = || exceptions.iter().filter(|e| !e.failed);
+        let may_go = |e: &Exception| is_due(e, now, waiting) && !in_flight.contains(e.key.as_str());
+        let mut blocking = HashMap::new();
+        for e in live().filter(|e| !may_go(e)) {
+            hold(&mut blocking, (e.topic.clone(), e.key.clone()), e.seq);
+        }
+        let mut due = Vec::new();
+        for e in live().filter(|e| may_go(e)) {
+            let pair = (e.topic.clone(), e.key.clone());
+            if blocking.get(&pair).is_some_and(|&at| at < e.seq) {
+                continue;
+            }
+            if due.len() < limit {
+                due.push(e.seq);
+            } else {
+                hold(&mut blocking, pair, e.seq);
+            }
+        }
+        Due { due, blocking }
+    }
+}
+
+/// Holds a key (per topic) behind `seq`, unless a lower `seq` holds it already.
+fn hold(blocking: &mut HashMap<(String, String), i64>, pair: (String, String), seq: i64) {
+    let at = blocking.entry(pair).or_insert(seq);
+    *at = (*at).min(seq);
 }
 
 /// Why a new row is held, and the back-off the release before gave it.
@@ -465,8 +484,7 @@ impl Sorted {
                 if legacy_marks && row.extra.legacy_published {
                     sorted.settled.push(row.seq);
                 } else if row.fetch == Fetch::Later || behind {
-                    let at = blocking.entry(pair).or_insert(row.seq);
-                    *at = (*at).min(row.seq);
+                    hold(&mut blocking, pair, row.seq);
                 } else {
                     taken.insert(pair);
                     sorted.take.push(row);
@@ -497,8 +515,7 @@ impl Sorted {
             };
             match reason {
                 Some(reason) => {
-                    let at = blocking.entry(pair).or_insert(row.seq);
-                    *at = (*at).min(row.seq);
+                    hold(&mut blocking, pair, row.seq);
                     sorted.hold.push((row, reason));
                 }
                 None => {
@@ -508,5 +525,116 @@ impl Sorted {
             }
         }
         sorted
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uuid::Uuid;
+
+    fn exception(seq: i64, key: &str) -> Exception {
+        Exception {
+            seq,
+            key: key.to_owned(),
+            topic: "t".to_owned(),
+            attempts: 0,
+            failures: 0,
+            next_attempt_at: None,
+            failed: false,
+        }
+    }
+
+    fn row(seq: i64, key: &str, excepted: bool) -> OutboxRow {
+        OutboxRow {
+            id: Uuid::from_u128(seq as u128),
+            seq,
+            key: key.to_owned(),
+            topic: "t".to_owned(),
+            payload: "{}".to_owned(),
+            headers: "{}".to_owned(),
+            occurred_at: DateTime::UNIX_EPOCH,
+            size: 4,
+            fetch: Fetch::Loaded,
+            extra: store::RowExtra {
+                excepted,
+                ..Default::default()
+            },
+        }
+    }
+
+    fn pair(key: &str) -> (String, String) {
+        ("t".to_owned(), key.to_owned())
+    }
+
+    #[test]
+    fn a_due_exception_the_batch_has_no_room_for_holds_its_key() {
+        // Six exceptions due (a topic came back), batches of three: a, b and c go; d, e
+        // and f wait for the next batch, and the new rows of d and f wait behind them.
+        let exceptions: Vec<Exception> = ["a", "b", "c", "d", "e", "f"]
+            .iter()
+            .zip(1..)
+            .map(|(key, seq)| exception(seq, key))
+            .collect();
+        let none = HashSet::new();
+        let now = DateTime::UNIX_EPOCH;
+        let read = Due::of(&exceptions, now, &none, &none, 3);
+        assert_eq!(read.due, [1, 2, 3]);
+        assert_eq!(
+            read.blocking,
+            HashMap::from([(pair("d"), 4), (pair("e"), 5), (pair("f"), 6)])
+        );
+        let fetched = vec![
+            row(1, "a", true),
+            row(2, "b", true),
+            row(3, "c", true),
+            row(7, "d", false),
+            row(8, "g", false),
+            row(9, "f", false),
+        ];
+        let sorted = Sorted::of(fetched, read.blocking, now, &none, &none, false);
+        let taken: Vec<i64> = sorted.take.iter().map(|r| r.seq).collect();
+        let held: Vec<(i64, &str)> = sorted.hold.iter().map(|(r, why)| (r.seq, *why)).collect();
+        assert_eq!(taken, [1, 2, 3, 8]);
+        assert_eq!(held, [(7, "behind"), (9, "behind")]);
+        assert_eq!(sorted.high, Some(9));
+    }
+
+    #[test]
+    fn exceptions_backing_off_or_in_flight_hold_their_keys_and_the_rest_go() {
+        let now = DateTime::UNIX_EPOCH;
+        let later = now + chrono::Duration::seconds(5);
+        let exceptions = vec![
+            Exception {
+                next_attempt_at: Some(later),
+                ..exception(1, "a")
+            },
+            exception(2, "b"),
+            exception(3, "a"),
+            Exception {
+                failed: true,
+                ..exception(4, "c")
+            },
+            exception(5, "c"),
+            exception(6, "d"),
+            Exception {
+                topic: "waits".to_owned(),
+                ..exception(7, "e")
+            },
+        ];
+        let in_flight = HashSet::from(["b"]);
+        let waiting = HashSet::from(["waits"]);
+        let read = Due::of(&exceptions, now, &waiting, &in_flight, 10);
+        // a's second waits behind its first (backing off), b is in flight, c's failed
+        // row holds nothing, e's topic waits.
+        assert_eq!(read.due, [5, 6]);
+        assert_eq!(
+            read.blocking,
+            HashMap::from([
+                (pair("a"), 1),
+                (pair("b"), 2),
+                (("waits".to_owned(), "e".to_owned()), 7)
+            ])
+        );
     }
 }

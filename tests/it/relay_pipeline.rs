@@ -95,6 +95,72 @@ fn rows_of_one_key_in_successive_batches_are_sent_once_each_in_write_order() {
 }
 
 #[test]
+fn rows_held_for_a_topic_go_before_newer_rows_of_their_keys_when_a_batch_cannot_take_them_all() {
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    let db = TestDb::new();
+    let mut c = db.client();
+    let keys: Vec<String> = (0..4).map(|_| Uuid::new_v4().to_string()).collect();
+    let mut written: HashMap<String, Vec<Uuid>> = HashMap::new();
+    let mut write = |c: &mut postgres::Client, key: &str, n: i32| {
+        let id = insert_outbox_row(c, &topic, key, n);
+        written.entry(key.to_owned()).or_default().push(id);
+    };
+    // One row of each key while the topic is missing: the relay holds all four.
+    for (n, key) in keys.iter().enumerate() {
+        write(&mut c, key, n as i32);
+    }
+    let relay = |batch: &str| {
+        db.run(&[
+            "relay-outbox",
+            "--brokers",
+            &brokers,
+            "--message-timeout",
+            "5s",
+            "--batch-size",
+            batch,
+        ])
+    };
+    let run = relay("500");
+    assert_eq!(run.code, 78, "{}", run.stderr);
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM crm.booking_expiration_exception WHERE reason = 'topic'"
+        ),
+        4
+    );
+    // A newer row of each key, the last two keys' first: with batches of two, the
+    // first batch has room for two of the four held rows and takes the first two new
+    // rows, which are of the keys whose held rows it left.
+    for (n, key) in [&keys[2], &keys[3], &keys[0], &keys[1]]
+        .into_iter()
+        .enumerate()
+    {
+        write(&mut c, key, 10 + n as i32);
+    }
+    create_topic(&brokers, &topic, 6, &[]);
+    let run = relay("2");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(json_lines(&run.stdout)[0]["Published"], json!(8));
+    let got = consume(&brokers, &topic, 6, 8, Duration::from_secs(90));
+    assert_eq!(got.len(), 8, "each row sent once");
+    let mut by_key: BTreeMap<&str, Vec<(i64, Uuid)>> = BTreeMap::new();
+    for m in &got {
+        by_key
+            .entry(m.key.as_str())
+            .or_default()
+            .push((m.offset, m.headers["ce_id"].parse().unwrap()));
+    }
+    for key in &keys {
+        let mut seen = by_key[key.as_str()].clone();
+        seen.sort();
+        let order: Vec<Uuid> = seen.iter().map(|s| s.1).collect();
+        assert_eq!(order, written[key], "{key}: in write order");
+    }
+}
+
+#[test]
 fn a_relay_killed_after_the_acknowledgements_and_before_the_mark_sends_again() {
     let brokers = shared_brokers();
     let topic = unique_topic();
