@@ -247,6 +247,103 @@ fn a_relay_killed_after_the_acknowledgements_and_before_the_mark_sends_again() {
     }
 }
 
+/// The mark session reads the next batch ahead while the relay settles the one before.
+/// A read ahead that fails is logged once, and the run reads on its main session from
+/// then on: it neither ends nor loses a row.
+#[test]
+fn a_read_ahead_that_fails_is_logged_and_the_run_reads_on_its_main_session() {
+    let brokers = shared_brokers();
+    let topic = unique_topic();
+    create_topic(&brokers, &topic, 6, &[]);
+    let db = TestDb::new();
+    let mut c = db.client();
+    let ids: Vec<Uuid> = (0..200)
+        .map(|n| insert_outbox_row(&mut c, &topic, &Uuid::new_v4().to_string(), n))
+        .collect();
+    // The first batch's mark (with the legacy marks, an update of the rows) waits for
+    // one row's lock; the mark session then has the next batch's read queued behind it.
+    let mut gate = db.client();
+    gate.batch_execute("BEGIN").unwrap();
+    gate.execute(
+        "SELECT 1 FROM crm.outbox WHERE id = $1 FOR UPDATE",
+        &[&ids[7]],
+    )
+    .unwrap();
+    let relay = Background::start(db.command(&[
+        "relay-outbox",
+        "--brokers",
+        &brokers,
+        "--batch-size",
+        "20",
+        "--legacy-marks",
+        "on",
+        "--lock-timeout",
+        "60s",
+    ]));
+    let waiting = |c: &mut postgres::Client, query: &str| {
+        count(
+            c,
+            &format!(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE datname = current_database() AND application_name = 'booking-expire'
+                    AND wait_event_type = 'Lock' AND query LIKE '{query}%'"
+            ),
+        )
+    };
+    wait_until(
+        Duration::from_secs(90),
+        "the mark waiting for the lock",
+        || waiting(&mut c, "UPDATE crm.outbox o") == 1,
+    );
+    // The exceptions locked: the read ahead, next on the mark session, waits for them
+    // once the mark is through. The main session reads nothing while reads come ahead.
+    let mut exceptions = db.client();
+    exceptions
+        .batch_execute(
+            "BEGIN; LOCK TABLE crm.booking_expiration_exception IN ACCESS EXCLUSIVE MODE",
+        )
+        .unwrap();
+    gate.batch_execute("ROLLBACK").unwrap();
+    // The read ahead waiting, on the session without the relay's advisory lock (the
+    // mark session), is cancelled: it fails.
+    let read_ahead = "SELECT count(*) FROM pg_stat_activity a
+      WHERE datname = current_database() AND application_name = 'booking-expire'
+        AND wait_event_type = 'Lock' AND query LIKE 'SELECT seq, key, topic%'
+        AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = 'advisory')";
+    wait_until(Duration::from_secs(90), "the read ahead waiting", || {
+        count(&mut c, read_ahead) == 1
+    });
+    c.execute(
+        &read_ahead.replace("SELECT count(*)", "SELECT pg_cancel_backend(a.pid)"),
+        &[],
+    )
+    .unwrap();
+    exceptions.batch_execute("COMMIT").unwrap();
+    let run = relay.wait();
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(json_lines(&run.stdout)[0]["Published"], json!(200));
+    assert_eq!(
+        run.stderr
+            .matches("the relay's read ahead on its mark session failed: it reads on its main session from now on")
+            .count(),
+        1,
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr
+            .contains("canceling statement due to user request"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(pending(&mut c), 0);
+    let got = consume(&brokers, &topic, 6, 200, Duration::from_secs(90));
+    let sent: std::collections::HashSet<String> =
+        got.iter().map(|m| m.headers["ce_id"].clone()).collect();
+    assert_eq!(got.len(), 200, "each row once");
+    assert!(ids.iter().all(|id| sent.contains(&id.to_string())));
+}
+
 /// The relay collects a batch's delivery reports only after it has fetched, enqueued
 /// and settled others, so it may come to a batch after the batch's deadline (its
 /// message timeout and a margin). The reports that arrived in time are still served
