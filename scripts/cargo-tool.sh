@@ -10,7 +10,7 @@
 #   ${XDG_CACHE_HOME:-~/.cache}/booking-expire/cargo-tools/CRATE-VERSION/bin/BINARY
 #   (BINARY defaults to CRATE) and reused from there afterwards: a warm call prints the
 #   path at once. Concurrent calls wait for one install (flock). Build output goes to
-#   CRATE-VERSION/install.log; on failure its tail is shown on stderr.
+#   CRATE-VERSION/bin/build.log; on failure its tail is shown on stderr.
 set -euo pipefail
 
 die() { echo "cargo-tool: $*" >&2; exit 1; }
@@ -18,31 +18,18 @@ die() { echo "cargo-tool: $*" >&2; exit 1; }
 crate=$1 version=$2 binary=${3:-$1}
 [[ $version =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "VERSION must look like 1.2.3, got '$version'"
 
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/booking-expire/cargo-tools/$crate-$version
-bin=$cache/bin/$binary
-if [[ -x $bin ]]; then
-    echo "$bin"
-    exit 0
-fi
 
-mkdir -p "$cache"
-exec 9>"$cache/.lock"
-flock 9
-if [[ -x $bin ]]; then
-    echo "$bin"
-    exit 0
-fi
+# Its own target directory (in the scratch directory): the project's CARGO_TARGET_DIR
+# holds the project's build.
+cargo_install() { # OUT BINARY
+    CARGO_TARGET_DIR=$PWD/target cargo install --locked --quiet --version "$version" \
+        --root "$PWD/root" "$crate" &&
+        mv "root/bin/$2" "$1/"
+}
 
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-start=$SECONDS
-echo "cargo-tool: installing $crate $version (once; cached in $cache)" >&2
-# Its own target directory: the project's CARGO_TARGET_DIR holds the project's build.
-if ! CARGO_TARGET_DIR=$work cargo install --locked --quiet --version "$version" \
-    --root "$cache" "$crate" >"$cache/install.log" 2>&1; then
-    tail -n 30 "$cache/install.log" >&2
-    die "installing $crate $version failed (log: $cache/install.log)"
-fi
-[[ -x $bin ]] || die "$crate $version installed no $binary (log: $cache/install.log)"
-echo "cargo-tool: installed $crate $version in $((SECONDS - start)) s" >&2
-echo "$bin"
+build_once cargo-tool "$cache/bin" "$crate $version" cargo_install "$binary" || exit 1
+echo "$cache/bin/$binary"

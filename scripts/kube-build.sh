@@ -38,6 +38,8 @@ ETCD_VERSION=v3.6.17
 KUBE_VERSION=v1.34.12
 
 die() { echo "kube-build: $*" >&2; exit 1; }
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 want_kubectl=false
 only_cached=false
@@ -54,59 +56,26 @@ kube_dir=$root/kubernetes-$KUBE_VERSION
 kube_cmds=(kube-apiserver kube-controller-manager)
 $want_kubectl && kube_cmds+=(kubectl)
 
-all_built() { # DIR NAME…
-    local dir=$1 name
-    shift
-    for name in "$@"; do [[ -x $dir/$name ]] || return 1; done
-}
-
 print_paths() {
     echo "etcd=$etcd_dir/etcd"
     local name
     for name in "${kube_cmds[@]}"; do echo "$name=$kube_dir/$name"; done
 }
 
-if all_built "$etcd_dir" etcd && all_built "$kube_dir" "${kube_cmds[@]}"; then
+if all_executable "$etcd_dir" etcd && all_executable "$kube_dir" "${kube_cmds[@]}"; then
     print_paths
     exit 0
 fi
 $only_cached && exit 1
 
-go_minor=$(go env GOVERSION 2>/dev/null | sed -n 's/^go1\.\([0-9]*\).*/\1/p' || true)
-if [[ -z $go_minor ]] || ((go_minor < 24)); then
-    die "go 1.24 or newer is needed (found: $(go env GOVERSION 2>/dev/null || echo none))"
-fi
+require_go kube-build "etcd and Kubernetes"
 
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-
-# build DIR LABEL SETUP_FUNCTION NAME… : under DIR's lock, unless every NAME is
-# there, run SETUP_FUNCTION in a fresh module (it builds into $out), then move
-# the binaries in place.
-build() {
-    local dir=$1 label=$2 setup=$3
-    shift 3
-    mkdir -p "$dir"
-    (
-        exec 9>"$dir/.lock"
-        flock 9
-        all_built "$dir" "$@" && exit 0
-        local mod=$work/$label out=$work/$label-bin start=$SECONDS name
-        mkdir -p "$mod" "$out"
-        echo "kube-build: building $label (once; cached in $dir)" >&2
-        if ! (cd "$mod" && "$setup" "$out" "$@") >"$dir/build.log" 2>&1; then
-            tail -n 30 "$dir/build.log" >&2
-            die "building $label failed (log: $dir/build.log)"
-        fi
-        for name in "$@"; do mv "$out/$name" "$dir/$name"; done
-        echo "kube-build: built $label ($*) in $((SECONDS - start)) s" >&2
-    )
-}
-
+# The two builds below run where `set -e` does not stop them (build_once): each step
+# returns on failure.
 setup_etcd() { # OUT NAME
     local out=$1
-    go mod init booking-expire-etcd
-    go get -tool "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+    go mod init booking-expire-etcd || return 1
+    go get -tool "go.etcd.io/etcd/server/v3@$ETCD_VERSION" || return 1
     CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$out/etcd" go.etcd.io/etcd/server/v3
 }
 
@@ -118,22 +87,22 @@ setup_kube() { # OUT NAME…
     staging=$(sed -n 's|^\s*\(k8s\.io/[a-z0-9-]*\) => \./staging/src/.*|\1|p' "$gomod")
     [[ -n $staging ]] || { echo "no staging replaces in $gomod"; return 1; }
     IFS=. read -r _ minor patch <<<"${KUBE_VERSION#v}"
-    go mod init booking-expire-kube
+    go mod init booking-expire-kube || return 1
     # Same language version and GODEBUG defaults as Kubernetes' own go.mod.
-    go mod edit -go="$(sed -n 's/^go //p' "$gomod")"
+    go mod edit -go="$(sed -n 's/^go //p' "$gomod")" || return 1
     if grep -q '^godebug ' "$gomod"; then
-        go mod edit -godebug="$(sed -n 's/^godebug //p' "$gomod")"
+        go mod edit -godebug="$(sed -n 's/^godebug //p' "$gomod")" || return 1
     fi
     for m in $staging; do
-        go mod edit -replace="$m=$m@v0.$minor.$patch"
+        go mod edit -replace="$m=$m@v0.$minor.$patch" || return 1
     done
     for name in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$name"); done
-    go get "k8s.io/kubernetes@$KUBE_VERSION" "${pkgs[@]/%/@$KUBE_VERSION}"
+    go get "k8s.io/kubernetes@$KUBE_VERSION" "${pkgs[@]/%/@$KUBE_VERSION}" || return 1
     local v=k8s.io/component-base/version
     local ldflags="-s -w -X $v.gitVersion=$KUBE_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean"
     CGO_ENABLED=0 go build -trimpath -ldflags="$ldflags" -o "$out/" "${pkgs[@]}"
 }
 
-build "$etcd_dir" "etcd-$ETCD_VERSION" setup_etcd etcd
-build "$kube_dir" "kubernetes-$KUBE_VERSION" setup_kube "${kube_cmds[@]}"
+build_once kube-build "$etcd_dir" "etcd-$ETCD_VERSION" setup_etcd etcd || exit 1
+build_once kube-build "$kube_dir" "kubernetes-$KUBE_VERSION" setup_kube "${kube_cmds[@]}" || exit 1
 print_paths

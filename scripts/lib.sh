@@ -234,3 +234,52 @@ squawk_migrations() {
         return 1
     fi
 }
+
+# build_once TOOL DIR LABEL BUILD NAME… — makes each NAME an executable in DIR, built
+# at most once however many callers run at the same moment (they wait on DIR/.lock):
+# unless all are there, BUILD OUT NAME… runs in a scratch directory (its working
+# directory; OUT beside it) and leaves each NAME in OUT, which then moves into DIR.
+# BUILD's output goes to DIR/build.log; on failure its tail is shown and build_once
+# returns 1. BUILD runs where `set -e` does not stop it: chain its steps with &&. TOOL names the caller in its messages (stderr).
+build_once() {
+    local tool=$1 dir=$2 label=$3 build=$4
+    shift 4
+    all_executable "$dir" "$@" && return 0
+    mkdir -p "$dir"
+    (
+        exec 9>"$dir/.lock"
+        flock 9
+        all_executable "$dir" "$@" && exit 0
+        scratch=$(mktemp -d)
+        trap 'rm -rf "$scratch"' EXIT
+        mkdir -p "$scratch/work" "$scratch/out"
+        start=$SECONDS
+        echo "$tool: building $label (once; cached in $dir)" >&2
+        if ! (cd "$scratch/work" && "$build" "$scratch/out" "$@") >"$dir/build.log" 2>&1; then
+            tail -n 30 "$dir/build.log" >&2
+            echo "$tool: building $label failed (log: $dir/build.log)" >&2
+            exit 1
+        fi
+        for name in "$@"; do mv "$scratch/out/$name" "$dir/$name"; done
+        echo "$tool: built $label in $((SECONDS - start)) s" >&2
+    )
+}
+
+# all_executable DIR NAME… — true when each NAME is an executable file in DIR.
+all_executable() {
+    local dir=$1 name
+    shift
+    for name in "$@"; do [[ -x $dir/$name ]] || return 1; done
+}
+
+# require_go TOOL WHAT — fails (exit 1, naming TOOL and WHAT) unless `go` is 1.24 or
+# newer: `go get -tool` needs it (Debian 12's golang-go is 1.19). A newer toolchain a
+# module asks for is fetched by go itself through the module proxy (GOTOOLCHAIN).
+require_go() {
+    local minor
+    minor=$(go env GOVERSION 2>/dev/null | sed -n 's/^go1\.\([0-9]*\).*/\1/p' || true)
+    if [[ -z $minor ]] || ((minor < 24)); then
+        echo "$1: go 1.24 or newer is needed to build $2 (found: $(go env GOVERSION 2>/dev/null || echo none)); install Go 1.24 or newer first" >&2
+        exit 1
+    fi
+}
