@@ -160,24 +160,73 @@ fn rows_held_for_a_topic_go_before_newer_rows_of_their_keys_when_a_batch_cannot_
     }
 }
 
+/// Rows of keys of their own on a new topic, and a session holding one row's lock (the
+/// eighth's): the mark of the batch that sent that row (with the legacy marks, an
+/// update of the rows) waits for it until `gate` ends its transaction.
+struct Gated {
+    brokers: String,
+    topic: String,
+    db: TestDb,
+    c: postgres::Client,
+    ids: Vec<Uuid>,
+    gate: postgres::Client,
+}
+
+impl Gated {
+    fn new(rows: i32) -> Self {
+        let brokers = shared_brokers();
+        let topic = unique_topic();
+        create_topic(&brokers, &topic, 6, &[]);
+        let db = TestDb::new();
+        let mut c = db.client();
+        let ids: Vec<Uuid> = (0..rows)
+            .map(|n| insert_outbox_row(&mut c, &topic, &Uuid::new_v4().to_string(), n))
+            .collect();
+        let mut gate = db.client();
+        gate.batch_execute("BEGIN").unwrap();
+        gate.execute(
+            "SELECT 1 FROM crm.outbox WHERE id = $1 FOR UPDATE",
+            &[&ids[7]],
+        )
+        .unwrap();
+        Gated {
+            brokers,
+            topic,
+            db,
+            c,
+            ids,
+            gate,
+        }
+    }
+}
+
+/// Waits until the relay's mark waits for the locked row ([`Gated`]).
+fn wait_for_the_gated_mark(c: &mut postgres::Client) {
+    wait_until(
+        Duration::from_secs(90),
+        "the mark waiting for the lock",
+        || {
+            count(
+                c,
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE datname = current_database() AND application_name = 'booking-expire'
+                    AND wait_event_type = 'Lock' AND query LIKE 'UPDATE crm.outbox o%'",
+            ) == 1
+        },
+    );
+}
+
 #[test]
 fn a_relay_killed_after_the_acknowledgements_and_before_the_mark_sends_again() {
-    let brokers = shared_brokers();
-    let topic = unique_topic();
-    create_topic(&brokers, &topic, 6, &[]);
-    let db = TestDb::new();
-    let mut c = db.client();
-    let ids: Vec<Uuid> = (0..20)
-        .map(|n| insert_outbox_row(&mut c, &topic, &Uuid::new_v4().to_string(), n))
-        .collect();
     // A session holding one row's lock: the mark of the batch waits for it.
-    let mut gate = db.client();
-    gate.batch_execute("BEGIN").unwrap();
-    gate.execute(
-        "SELECT 1 FROM crm.outbox WHERE id = $1 FOR UPDATE",
-        &[&ids[7]],
-    )
-    .unwrap();
+    let Gated {
+        brokers,
+        topic,
+        db,
+        mut c,
+        ids,
+        mut gate,
+    } = Gated::new(20);
     let mut relay = spawn(db.command(&[
         "relay-outbox",
         "--brokers",
@@ -190,21 +239,7 @@ fn a_relay_killed_after_the_acknowledgements_and_before_the_mark_sends_again() {
     // Every message acknowledged (on the topic), the mark waiting for the lock.
     let got = consume(&brokers, &topic, 6, 20, Duration::from_secs(90));
     assert_eq!(got.len(), 20);
-    wait_until(
-        Duration::from_secs(90),
-        "the mark waiting for the lock",
-        || {
-            c.query_one(
-                "SELECT count(*) FROM pg_stat_activity
-              WHERE datname = current_database() AND application_name = 'booking-expire'
-                AND wait_event_type = 'Lock' AND query LIKE 'UPDATE crm.outbox o%'",
-                &[],
-            )
-            .unwrap()
-            .get::<_, i64>(0)
-                == 1
-        },
-    );
+    wait_for_the_gated_mark(&mut c);
     relay.kill().unwrap();
     relay.wait().unwrap();
     // The server notices a dead client only when it next talks to it: the mark's
@@ -252,23 +287,16 @@ fn a_relay_killed_after_the_acknowledgements_and_before_the_mark_sends_again() {
 /// then on: it neither ends nor loses a row.
 #[test]
 fn a_read_ahead_that_fails_is_logged_and_the_run_reads_on_its_main_session() {
-    let brokers = shared_brokers();
-    let topic = unique_topic();
-    create_topic(&brokers, &topic, 6, &[]);
-    let db = TestDb::new();
-    let mut c = db.client();
-    let ids: Vec<Uuid> = (0..200)
-        .map(|n| insert_outbox_row(&mut c, &topic, &Uuid::new_v4().to_string(), n))
-        .collect();
-    // The first batch's mark (with the legacy marks, an update of the rows) waits for
-    // one row's lock; the mark session then has the next batch's read queued behind it.
-    let mut gate = db.client();
-    gate.batch_execute("BEGIN").unwrap();
-    gate.execute(
-        "SELECT 1 FROM crm.outbox WHERE id = $1 FOR UPDATE",
-        &[&ids[7]],
-    )
-    .unwrap();
+    // The first batch's mark waits for one row's lock; the mark session then has the
+    // next batch's read queued behind it.
+    let Gated {
+        brokers,
+        topic,
+        db,
+        mut c,
+        ids,
+        mut gate,
+    } = Gated::new(200);
     let relay = Background::start(db.command(&[
         "relay-outbox",
         "--brokers",
@@ -280,21 +308,7 @@ fn a_read_ahead_that_fails_is_logged_and_the_run_reads_on_its_main_session() {
         "--lock-timeout",
         "60s",
     ]));
-    let waiting = |c: &mut postgres::Client, query: &str| {
-        count(
-            c,
-            &format!(
-                "SELECT count(*) FROM pg_stat_activity
-                  WHERE datname = current_database() AND application_name = 'booking-expire'
-                    AND wait_event_type = 'Lock' AND query LIKE '{query}%'"
-            ),
-        )
-    };
-    wait_until(
-        Duration::from_secs(90),
-        "the mark waiting for the lock",
-        || waiting(&mut c, "UPDATE crm.outbox o") == 1,
-    );
+    wait_for_the_gated_mark(&mut c);
     // The exceptions locked: the read ahead, next on the mark session, waits for them
     // once the mark is through. The main session reads nothing while reads come ahead.
     let mut exceptions = db.client();
