@@ -113,11 +113,6 @@ const SQL_IN: &[&str] = &["store", "layout"];
 /// (modules by their root file): a circle all of whose files one entry lists is let
 /// pass. Delete an entry once its change has landed.
 const BEING_REMOVED: &[&[&str]] = &[
-    &[
-        "tests/it/common/database.rs",
-        "tests/it/common/kafka.rs",
-        "tests/it/common/leftovers.rs",
-    ],
     &["tests/it/common/failure.rs", "tests/it/common/process.rs"],
     &["tests/it/no_loss.rs", "tests/it/no_loss/random.rs"],
 ];
