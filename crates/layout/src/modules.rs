@@ -1,17 +1,17 @@
 //! The workspace's crates, their modules and what each file imports, read with syn.
 //!
 //! Each crate's module tree is walked from its root file (`src/lib.rs`, `src/main.rs`,
-//! `crates/NAME/src/{lib,main}.rs`, `tests/it/main.rs`) through its `mod x;` lines; an
-//! inline `mod x { … }` is a module of its file. Every path of a file (a `use`, a path
-//! of its code, one in a macro's arguments) is resolved as rustc's 2018 paths are:
-//! from `crate`, `self`, `super`, a crate of the workspace, or a name in the module's
-//! scope (a child module, an item, a `use`, a glob's names), through the `use`s that
-//! bring it in (re-exports too) to the module that defines the item, or to the module
-//! it names. A name the workspace does not hold is an outside crate's (its first
-//! segment). A re-export (`pub use`, any `pub(…)`) is marked: it is no import of its
-//! file for the circles, where the files that name the item through it import the
-//! file that defines it; a path that names a module is no import either, for the
-//! circles: the items named through it are.
+//! `crates/NAME/src/{lib,main}.rs`, a test crate's `tests/it/main.rs`, a build
+//! script's `build.rs`) through its `mod x;` lines; an inline `mod x { … }` is a module
+//! of its file. Every path of a file (a `use`, a path of its code, one in a macro's
+//! arguments) is resolved as rustc's 2018 paths are: from `crate`, `self`, `super`, a
+//! crate of the workspace, or a name in the module's scope (a child module, an item, a
+//! `use`, a glob's names), through the `use`s that bring it in (re-exports too) to the
+//! module that defines the item, or to the module it names. A name the workspace does
+//! not hold is an outside crate's (its first segment). A re-export (`pub use`, any
+//! `pub(…)`) is marked: it is no import of its file for the circles, where the files
+//! that name the item through it import the file that defines it; a path that names a
+//! module is no import either, for the circles: the items named through it are.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -73,30 +73,57 @@ pub struct Workspace {
     pub module_of: BTreeMap<String, (String, Vec<String>)>,
 }
 
-/// The crates of the workspace: (crate name, root file), from `files`' paths.
+/// The crates of the workspace: (crate name, root file), from `files`' paths: the
+/// application's library (`booking_expire`) and binary (`main`), each member's
+/// (`booking_expire_NAME`, `NAME_main`), the integration tests' crates (`tests/NAME.rs`
+/// or `tests/NAME/main.rs` as `NAME`, `it` for the suite; a member's as
+/// `MEMBER_tests_NAME`) and the build scripts (`build_script`, `MEMBER_build`).
 pub fn crates(files: &BTreeMap<String, String>) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for (path, name) in [
         ("src/lib.rs", "booking_expire"),
         ("src/main.rs", "main"),
-        ("tests/it/main.rs", "it"),
+        ("build.rs", "build_script"),
     ] {
         if files.contains_key(path) {
             out.push((name.to_owned(), path.to_owned()));
         }
     }
     for path in files.keys() {
+        if let Some(name) = path.strip_prefix("tests/").and_then(test_crate) {
+            out.push((name, path.clone()));
+        }
+    }
+    for path in files.keys() {
         let Some(rest) = path.strip_prefix(&format!("{CRATES}/")) else {
             continue;
         };
-        let member = rest.split('/').next().unwrap_or_default().replace('-', "_");
-        if rest.ends_with("/src/lib.rs") && rest.matches('/').count() == 2 {
+        let Some((member, inside)) = rest.split_once('/') else {
+            continue;
+        };
+        let member = member.replace('-', "_");
+        if inside == "src/lib.rs" {
             out.push((format!("booking_expire_{member}"), path.clone()));
-        } else if rest.ends_with("/src/main.rs") && rest.matches('/').count() == 2 {
+        } else if inside == "src/main.rs" {
             out.push((format!("{member}_main"), path.clone()));
+        } else if inside == "build.rs" {
+            out.push((format!("{member}_build"), path.clone()));
+        } else if let Some(name) = inside.strip_prefix("tests/").and_then(test_crate) {
+            out.push((format!("{member}_tests_{name}"), path.clone()));
         }
     }
     out
+}
+
+/// The test crate whose root is `path` in a `tests/` folder, as cargo finds them
+/// (`NAME.rs`, `NAME/main.rs`): its name, else `None`.
+fn test_crate(path: &str) -> Option<String> {
+    let name = match path.split_once('/') {
+        Some((name, "main.rs")) => name,
+        Some(_) => return None,
+        None => path.strip_suffix(".rs")?,
+    };
+    Some(name.replace('-', "_"))
 }
 
 /// The workspace of `files` (path from the root → text).

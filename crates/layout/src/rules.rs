@@ -375,7 +375,8 @@ fn the_domain_lists_only_pure_crates() {
     assert_eq!(listed(toml), ["chrono", "tokio", "libc"]);
 }
 
-/// The workspace's source (`src/`, `crates/*/src/`) and its modules, read once.
+/// The workspace's source (`src/`, `crates/*/src/`) and its modules, read once: the
+/// rooms and their rules.
 fn workspace() -> &'static (BTreeMap<String, String>, Workspace) {
     static READ: OnceLock<(BTreeMap<String, String>, Workspace)> = OnceLock::new();
     READ.get_or_init(|| {
@@ -383,6 +384,13 @@ fn workspace() -> &'static (BTreeMap<String, String>, Workspace) {
         let w = modules::read(&files);
         (files, w)
     })
+}
+
+/// Every crate of the workspace, read once: the source's, the integration tests'
+/// (`tests/`, `crates/*/tests/`) and the build scripts', for the circles.
+fn every_crate() -> &'static Workspace {
+    static READ: OnceLock<Workspace> = OnceLock::new();
+    READ.get_or_init(|| modules::read(&source::all_files()))
 }
 
 #[test]
@@ -394,7 +402,7 @@ fn the_rooms_keep_their_rules() {
 
 #[test]
 fn no_circle_of_imports_between_files_or_modules() {
-    let found = circles_in(&workspace().1, BEING_REMOVED);
+    let found = circles_in(every_crate(), BEING_REMOVED);
     assert!(found.is_empty(), "{}", found.join("\n"));
 }
 
@@ -478,6 +486,49 @@ mod tests {
             [
                 "a circle of files: src/a.rs → src/b.rs → src/a.rs: src/a.rs:1 `crate::B`; \
               src/b.rs:2 `crate::A`"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_circle_inside_a_test_crate_is_found() {
+        let w = modules::read(&files(&[
+            ("tests/it/main.rs", "mod common;\nmod relay;\n"),
+            (
+                "tests/it/common/mod.rs",
+                "mod database;\nmod process;\npub use database::*;\n",
+            ),
+            (
+                "tests/it/common/database.rs",
+                "pub struct TestDb;\nfn f() {\n    super::process::run();\n}\n",
+            ),
+            (
+                "tests/it/common/process.rs",
+                "pub fn run() {}\nfn g(_: crate::common::TestDb) {}\n",
+            ),
+            ("tests/it/relay.rs", "use crate::common::TestDb;\n"),
+            ("crates/kafka/src/lib.rs", "pub struct Producer;\n"),
+            ("crates/kafka/tests/wire.rs", "mod a;\nmod b;\n"),
+            (
+                "crates/kafka/tests/wire/a.rs",
+                "pub fn a() {\n    super::b::b();\n}\n",
+            ),
+            (
+                "crates/kafka/tests/wire/b.rs",
+                "pub fn b() {\n    super::a::a();\n}\n",
+            ),
+        ]));
+        assert_eq!(
+            circles_in(&w, &[]),
+            [
+                "a circle of files: crates/kafka/tests/wire/a.rs → \
+                 crates/kafka/tests/wire/b.rs → crates/kafka/tests/wire/a.rs: \
+                 crates/kafka/tests/wire/a.rs:2 `super::b::b`; \
+                 crates/kafka/tests/wire/b.rs:2 `super::a::a`",
+                "a circle of files: tests/it/common/database.rs → \
+                 tests/it/common/process.rs → tests/it/common/database.rs: \
+                 tests/it/common/database.rs:3 `super::process::run`; \
+                 tests/it/common/process.rs:2 `crate::common::TestDb`",
             ]
         );
     }

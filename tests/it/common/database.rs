@@ -1,7 +1,7 @@
 //! The database of each test: a fresh one per test, cloned from a template with every
 //! migration of `sql/` applied by the binary's `migrate` (made once per run on the
-//! suite's server, see [`admin_url`]), URLs, migrations for a server a test started
-//! itself, a read-only operator role. What it makes on the suite's server is on the
+//! suite's server, see [`admin_url`]), migrations for a server a test started itself,
+//! a read-only operator role (the URLs they hand out are `urls`'). What it makes on the suite's server is on the
 //! harness's record (`leftovers`), so a killed run's leftovers are swept by the next.
 
 use crate::postgres;
@@ -131,19 +131,6 @@ impl Drop for TestDb {
         }
     }
 }
-/// Replaces the database name of a URL (`…/postgres` → `…/name`), keeping the query.
-pub fn with_database(url: &str, name: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, format!("?{q}")),
-        None => (url, String::new()),
-    };
-    let scheme_end = base.find("://").map(|i| i + 3).unwrap_or(0);
-    let path_start = base[scheme_end..]
-        .find('/')
-        .map(|i| i + scheme_end)
-        .unwrap_or(base.len());
-    format!("{}/{name}{query}", &base[..path_start])
-}
 
 impl TestDb {
     /// A copy of this database with the same rows (`CREATE DATABASE … TEMPLATE`), so
@@ -206,14 +193,6 @@ fn clone_database(admin: &mut Client, name: &str, template: &str) {
             Err(e) => panic!("clone database {template}: {e}"),
         }
     }
-}
-
-/// Replaces the user of a URL (`postgres://old@host/db` → `postgres://new@host/db`).
-pub fn with_user(url: &str, user: &str) -> String {
-    let scheme_end = url.find("://").map(|i| i + 3).expect("a URL");
-    let rest = &url[scheme_end..];
-    let host = rest.find('@').map_or(rest, |at| &rest[at + 1..]);
-    format!("{}{user}@{host}", &url[..scheme_end])
 }
 
 /// The migrations of `sql/`, applied to the database at `url` (one that no `TestDb`

@@ -19,6 +19,8 @@ use rdkafka::{Offset, TopicPartitionList};
 
 pub use super::services::shared_brokers;
 
+use super::kafka_admin::runtime;
+
 /// What a relay test starts from: the suite's brokers, a topic of its own with
 /// `partitions` partitions, and a database of its own.
 pub struct Fresh {
@@ -59,26 +61,6 @@ fn recorded(topic: String) -> String {
         super::record_made(super::Made::Topic, &topic);
     }
     topic
-}
-
-/// Deletes `topic` on `brokers`; one that does not exist there counts as deleted.
-pub(super) fn delete_topic(brokers: &str, topic: &str) -> Result<(), String> {
-    use rdkafka::types::RDKafkaErrorCode;
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()
-        .map_err(|e| e.to_string())?;
-    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-    let results = runtime()
-        .block_on(admin.delete_topics(&[topic], &options))
-        .map_err(|e| e.to_string())?;
-    for r in results {
-        match r {
-            Ok(_) | Err((_, RDKafkaErrorCode::UnknownTopicOrPartition)) => {}
-            Err((t, e)) => return Err(format!("delete topic {t}: {e}")),
-        }
-    }
-    Ok(())
 }
 
 /// A single-node KRaft broker of the test's own (the testbed crate's, in a temporary
@@ -148,13 +130,6 @@ impl Drop for OwnBroker {
     fn drop(&mut self) {
         self.broker().kill();
     }
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 /// Creates a topic (replication 1) with the given configs.

@@ -147,7 +147,7 @@ fn sweep(session: &mut Client, admin: &mut Client) {
                     .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
                     .map_err(|e| e.to_string()),
                 "topic" => match &brokers {
-                    Some(brokers) => super::kafka::delete_topic(brokers, &name),
+                    Some(brokers) => super::kafka_admin::delete_topic(brokers, &name),
                     // Kept on record for a run that has the broker.
                     None => continue,
                 },

@@ -36,6 +36,20 @@ fn catalog_versions(c: &mut Client) -> Vec<(String, String)> {
     .collect()
 }
 
+/// Asserts that crm.outbox's storage parameters hold `option` (`name=value`), e.g. a
+/// DBA's setting that adopting must keep.
+#[track_caller]
+fn assert_outbox_keeps(c: &mut Client, option: &str) {
+    let options: Vec<String> = c
+        .query_one(
+            "SELECT reloptions FROM pg_class WHERE oid = 'crm.outbox'::regclass",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(options.contains(&option.to_owned()), "{options:?}");
+}
+
 #[test]
 fn a_database_migrated_the_old_way_is_adopted_and_nothing_runs_again() {
     // A marker 009 would put back (its autovacuum settings), had it run again.
@@ -66,17 +80,7 @@ fn a_database_migrated_the_old_way_is_adopted_and_nothing_runs_again() {
         .filter(|(what, _)| !what.starts_with("class booking_expiration_migration"))
         .collect();
     assert_eq!(after, before, "nothing of the job's catalog was rewritten");
-    let options: Vec<String> = c
-        .query_one(
-            "SELECT reloptions FROM pg_class WHERE oid = 'crm.outbox'::regclass",
-            &[],
-        )
-        .unwrap()
-        .get(0);
-    assert!(
-        options.contains(&"autovacuum_vacuum_threshold=4321".to_owned()),
-        "{options:?}"
-    );
+    assert_outbox_keeps(&mut c, "autovacuum_vacuum_threshold=4321");
     // Then the migrations after the baseline run, as on any database of 0.1.0.
     let rest = result_of(&db.run(&["migrate"]));
     assert_eq!(names(&rest["Adopted"]), Vec::<String>::new());
@@ -142,17 +146,7 @@ fn a_target_run_on_an_old_way_database_then_migrate_adopts_the_rest_of_the_basel
         "{}",
         run.stderr
     );
-    let options: Vec<String> = c
-        .query_one(
-            "SELECT reloptions FROM pg_class WHERE oid = 'crm.outbox'::regclass",
-            &[],
-        )
-        .unwrap()
-        .get(0);
-    assert!(
-        options.contains(&"autovacuum_vacuum_threshold=5000".to_owned()),
-        "{options:?}"
-    );
+    assert_outbox_keeps(&mut c, "autovacuum_vacuum_threshold=5000");
 }
 
 #[test]

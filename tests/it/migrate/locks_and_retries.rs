@@ -64,17 +64,23 @@ fn crm_insert(c: &mut Client) -> Duration {
     started.elapsed()
 }
 
-#[test]
-fn a_statement_gives_up_its_lock_so_that_the_crm_never_queues_behind_it_and_retries_until_free() {
+/// A database migrated through 007, a session on it, and one that reads crm.outbox in
+/// a long transaction (`BEGIN; LOCK TABLE … IN ACCESS SHARE MODE`, open until the test
+/// ends it): ALTER TABLE crm.outbox (008) waits for it.
+fn migrated_to_7_and_a_reader_of_the_outbox() -> (TestDb, Client, Client) {
     let db = TestDb::empty();
-    let mut c = db.client();
+    let c = db.client();
     result_of(&db.run(&["migrate", "--target", "7"]));
-    // A session that reads crm.outbox in a long transaction: ALTER TABLE crm.outbox
-    // (008) waits for it.
     let mut holder = db.client();
     holder
         .batch_execute("BEGIN; LOCK TABLE crm.outbox IN ACCESS SHARE MODE")
         .unwrap();
+    (db, c, holder)
+}
+
+#[test]
+fn a_statement_gives_up_its_lock_so_that_the_crm_never_queues_behind_it_and_retries_until_free() {
+    let (db, mut c, mut holder) = migrated_to_7_and_a_reader_of_the_outbox();
     let holder_pid: i32 = holder
         .query_one("SELECT pg_backend_pid()", &[])
         .unwrap()
@@ -123,13 +129,7 @@ fn a_statement_gives_up_its_lock_so_that_the_crm_never_queues_behind_it_and_retr
 
 #[test]
 fn a_lock_never_free_within_retry_for_ends_with_75_naming_the_file_statement_and_lock() {
-    let db = TestDb::empty();
-    let mut c = db.client();
-    result_of(&db.run(&["migrate", "--target", "7"]));
-    let mut holder = db.client();
-    holder
-        .batch_execute("BEGIN; LOCK TABLE crm.outbox IN ACCESS SHARE MODE")
-        .unwrap();
+    let (db, mut c, mut holder) = migrated_to_7_and_a_reader_of_the_outbox();
     let run = db.run(&["migrate", "--lock-timeout", "200ms", "--retry-for", "3s"]);
     assert_eq!(run.code, 75, "{}", run.stderr);
     let (file, k, n) = first_alter_of_the_outbox_after(7);

@@ -7,12 +7,13 @@
 
 use crate::common;
 
+use std::collections::HashSet;
 use std::sync::mpsc;
 use std::time::Duration;
 
 use common::{OwnPostgres, Seed, TestDb, seed_many, send_signal};
 
-use super::*;
+use super::world::*;
 
 /// Asserts that `row` is on the topic and was not deleted before.
 fn assert_sent(w: &World, got: &HashSet<String>, row: &Row, what: &str) {

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use common::{Background, OwnPostgres, Run, TestDb};
 use postgres::{Client, NoTls};
 
-use super::*;
+use super::world::*;
 
 use crate::common::rng::Rng;
 
