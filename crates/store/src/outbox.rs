@@ -345,28 +345,6 @@ pub fn mark_failed(
     )?)
 }
 
-/// A failed attempt that says nothing about the rows (the brokers were unreachable):
-/// counted and explained, the rows stay due and go first next run.
-pub fn mark_attempted(
-    client: &mut impl Conn,
-    failures: &[(Uuid, String)],
-    types: &OutboxTypes,
-) -> Result<u64> {
-    let client = client.pg();
-    if failures.is_empty() {
-        return Ok(0);
-    }
-    let (ids, errors) = split(failures);
-    Ok(client.execute(
-        "UPDATE crm.outbox o
-            SET attempts = least(o.attempts, 2147483646) + 1, last_error = f.error
-           FROM unnest($1::uuid[], $2::text[]) AS f(id, error)
-          WHERE o.id = ANY($1::uuid[]) AND o.id = f.id AND o.published_at IS NULL
-            AND o.type = ANY($3::text[])",
-        &[&ids, &errors, &types.as_slice()],
-    )?)
-}
-
 /// What `last_error` starts with in a row the relay of the release before marked
 /// waiting for its topic (with `next_attempt_at` 30 s on, each time it checked the
 /// topic). This relay writes no such mark: it keeps one fact per topic

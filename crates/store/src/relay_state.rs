@@ -15,9 +15,6 @@ use uuid::Uuid;
 use crate::domain::OutboxTypes;
 use crate::{Conn, Prepared, Sql};
 
-/// The migration that makes the tables, named when they are missing.
-pub const RELAY_STATE_MIGRATION: &str = "sql/016_relay_receipts.sql";
-
 /// A row's delivery state as operators read it (explain, republish, retry-failed), a
 /// derived table to name in a FROM (`(…) o`) with the columns of `crm.outbox` the
 /// operators' statements read: its exception, else its receipt, else what the release

@@ -365,12 +365,12 @@ pub fn read_report(
             .flatten()
             .map(|w| w.topic.as_str())
             .collect();
-        backlog.outbox = Some(super::outbox_lag(&mut tx, types, &topics)?);
+        backlog.outbox = Some(super::outbox_lag::outbox_lag(&mut tx, types, &topics)?);
         backlog.waiting = Some(super::waiting(&mut tx, as_of, types, &topics)?);
-        backlog.sweep = super::sweep_state(&mut tx, types)?;
+        backlog.sweep = super::sweep::sweep_state(&mut tx, types)?;
     }
     if hygiene.is_some() && scope == BacklogScope::All {
-        backlog.others = Some(super::other_rows(&mut tx, types)?);
+        backlog.others = Some(super::outbox_lag::other_rows(&mut tx, types)?);
     }
     if let Some(threshold) = hygiene {
         backlog.hygiene = Some(super::hygiene::hygiene(&mut tx, as_of, threshold)?);

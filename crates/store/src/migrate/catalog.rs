@@ -190,6 +190,7 @@ pub fn roles() -> Vec<&'static str> {
 
 /// What `after` adds to or changes in `before`; what it removes has the value
 /// [`ABSENT`].
+#[cfg(any(test, feature = "testing"))]
 pub fn diff(before: &Snapshot, after: &Snapshot) -> Vec<(Key, String)> {
     let mut out: Vec<(Key, String)> = after
         .iter()
@@ -210,6 +211,7 @@ pub fn diff(before: &Snapshot, after: &Snapshot) -> Vec<(Key, String)> {
 pub const ABSENT: &str = "(absent)";
 
 /// One line of `catalog.tsv`.
+#[cfg(any(test, feature = "testing"))]
 pub fn line(version: i32, key: &Key, value: &str) -> String {
     format!(
         "{version:03}\t{}\t{}\t{}",
@@ -219,6 +221,7 @@ pub fn line(version: i32, key: &Key, value: &str) -> String {
     )
 }
 
+#[cfg(any(test, feature = "testing"))]
 fn escape(s: &str) -> String {
     s.replace('\\', "\\\\")
         .replace('\t', "\\t")

@@ -288,7 +288,7 @@ mod tests {
                 // later file's entry is in that release's section.
                 None => {
                     assert!(
-                        m.version <= super::super::BASELINE,
+                        m.version <= super::super::embedded::BASELINE,
                         "{}: no \"{new}… rollback across it: safe …\" (or \"not safe\") in \
                          CHANGELOG.md's [Unreleased]",
                         m.file

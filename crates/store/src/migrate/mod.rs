@@ -11,18 +11,18 @@
 //! `postgres` driver the job already uses, with no second driver.
 
 mod adopt;
-pub mod catalog;
+pub(crate) mod catalog;
 mod check;
 pub mod compat;
-mod embedded;
+pub(crate) mod embedded;
 mod history;
-mod lock;
+pub(crate) mod lock;
 mod notices;
 mod partial;
 mod policy;
 mod refuse;
-mod run;
-mod split;
+pub(crate) mod run;
+pub(crate) mod split;
 mod stopped;
 mod verify;
 
@@ -33,13 +33,14 @@ use crate::error::Result;
 use log::{info, warn};
 use postgres::Client;
 
-pub use embedded::{BASELINE, MIGRATIONS, Migration, latest};
+use embedded::BASELINE;
+pub use embedded::{MIGRATIONS, Migration, latest};
 pub use history::{Applied, accepts, checksum};
-pub use lock::MIGRATE_LOCK;
 pub use notices::{Notice, Notices, attach as attach_notices};
 pub use partial::Partial;
 pub use policy::{Policy, backoff};
-pub use split::{SplitError, first_line, statements};
+use split::statements;
+pub use split::{SplitError, first_line};
 
 use crate::error::{Fault, StoreError, fail};
 use crate::schema::Lack;
@@ -510,23 +511,4 @@ fn apply_locked(
         }
     }
     Ok(outcome)
-}
-
-/// Runs one statement as the statements of a migration run (its policy, the check for
-/// an INVALID index before a concurrent build), as the only statement of `file`.
-pub fn run_one(
-    client: &mut Session,
-    watcher: Option<&mut Session>,
-    statement: &str,
-    file: &'static str,
-    policy: &Policy,
-) -> Result<()> {
-    let client = client.pg();
-    let watcher = watcher.map(|w| w.pg());
-    let at = run::StatementAt {
-        file,
-        number: 1,
-        count: 1,
-    };
-    run::statement(client, watcher, statement, &at, policy, &|| false)
 }
