@@ -387,7 +387,7 @@ fn has_io_error(e: &(dyn std::error::Error + 'static)) -> bool {
     find_in_chain::<std::io::Error>(e).is_some()
 }
 
-/// `--connect-timeout` bounds the whole attempt, startup and TLS exchange included:
+/// The connect timeout bounds the whole attempt, startup and TLS exchange included:
 /// tokio-postgres applies it to the TCP connect only, so a server that accepts and
 /// then never answers would otherwise hang the run past every deadline.
 fn connect_within(cfg: &DbConfig, tls: LazyTls) -> Result<Client> {
@@ -409,13 +409,9 @@ fn connect_within(cfg: &DbConfig, tls: LazyTls) -> Result<Client> {
         .classify(Fault::Temporary, "cannot start the connecting thread")?;
     match result.recv_timeout(limit) {
         Ok(connected) => connected.map_err(|e| connect_failure(cfg, e)),
-        Err(_) => Err(fail(
-            Fault::Unavailable,
-            format!(
-                "{}: no answer within {}ms (--connect-timeout)",
-                cannot_connect(cfg),
-                limit.as_millis()
-            ),
-        )),
+        Err(_) => Err(StoreError::ConnectTimedOut {
+            cannot: cannot_connect(cfg),
+            limit,
+        }),
     }
 }

@@ -3,8 +3,9 @@
 //! a retry, or the deployment), the message to show, and what a PostgreSQL error below
 //! it says (its SQLSTATE, a lost session, a row's refusal), read here so that nothing
 //! above names the driver's types. The kinds the program words itself (what the schema
-//! lacks, the migrators' lock, a stopped migration) carry their facts, never a command
-//! or a flag of the program's. What a [`Fault`] means for the process is the program's.
+//! lacks, the migrators' lock, a stopped migration, a connection that got no answer, a
+//! migration whose check fails, a refused adoption) carry their facts, never a command
+//! or a flag of the program's: their own messages say it in plain words. What a [`Fault`] means for the process is the program's.
 
 use std::fmt;
 use std::time::Duration;
@@ -61,6 +62,24 @@ pub enum StoreError {
     /// A signal stopped a migration run while it waited for the lock or between
     /// statements; what committed stays (a temporary fault).
     MigrationStopped,
+    /// No answer from PostgreSQL within `limit` (the connect timeout, for each host of
+    /// the URL); `cannot` says where it tried (unavailable).
+    ConnectTimedOut { cannot: String, limit: Duration },
+    /// Migration `file` ran, but what it is for does not hold (`what`); it is recorded
+    /// as partial and nothing after it ran; `fix` is what a superuser must do (a
+    /// configuration fault).
+    MigrationCheckFailed {
+        file: &'static str,
+        what: String,
+        fix: String,
+    },
+    /// Baseline files that can be neither adopted nor run (`refused`), and the files
+    /// that would then run again and why (`reruns`); nothing was done (a configuration
+    /// fault).
+    AdoptionRefused {
+        refused: Vec<String>,
+        reruns: Vec<String>,
+    },
 }
 
 /// A migration's statement that gave up waiting for its lock: `statement` ("k/n") of
@@ -125,6 +144,31 @@ impl fmt::Display for StoreError {
             StoreError::MigrationStopped => f.write_str(
                 "stopped by a signal; what committed stays, the next run goes on from there",
             )?,
+            StoreError::ConnectTimedOut { cannot, limit } => {
+                write!(f, "{cannot}: no answer within {}ms", limit.as_millis())?
+            }
+            StoreError::MigrationCheckFailed { file, what, fix } => write!(
+                f,
+                "migration {file} ran but did not do what it is for: {what}; it is recorded as \
+                 not done (partial), nothing after it ran. {fix}; then run the migrations again"
+            )?,
+            StoreError::AdoptionRefused { refused, reruns } => {
+                write!(
+                    f,
+                    "cannot adopt what the old script made, nor run the files again: {}; \
+                     nothing was done (not even the history table). Put each back as its file \
+                     in sql/ makes it (docs/guides/upgrading.md, \"Adoption\"), then run the \
+                     migrations again",
+                    refused.join("; ")
+                )?;
+                if !reruns.is_empty() {
+                    write!(
+                        f,
+                        ", which then also runs again what differs in a way running puts back: {}",
+                        reruns.join("; ")
+                    )?;
+                }
+            }
         }
         if f.alternate() {
             let mut below = std::error::Error::source(self);
@@ -148,7 +192,10 @@ impl std::error::Error for StoreError {
             | StoreError::RecordedButLacking(_)
             | StoreError::MigratorsLockBusy { .. }
             | StoreError::StatementLockGivenUp(_)
-            | StoreError::MigrationStopped => None,
+            | StoreError::MigrationStopped
+            | StoreError::ConnectTimedOut { .. }
+            | StoreError::MigrationCheckFailed { .. }
+            | StoreError::AdoptionRefused { .. } => None,
         }
     }
 }
@@ -181,7 +228,11 @@ impl StoreError {
             } => Some(*fault),
             StoreError::Context { source, .. } => source.fault(),
             StoreError::Other(_) => None,
-            StoreError::Lacks(_) | StoreError::RecordedButLacking(_) => Some(Fault::Config),
+            StoreError::Lacks(_)
+            | StoreError::RecordedButLacking(_)
+            | StoreError::MigrationCheckFailed { .. }
+            | StoreError::AdoptionRefused { .. } => Some(Fault::Config),
+            StoreError::ConnectTimedOut { .. } => Some(Fault::Unavailable),
             StoreError::MigratorsLockBusy { .. }
             | StoreError::StatementLockGivenUp(_)
             | StoreError::MigrationStopped => Some(Fault::Temporary),
@@ -338,5 +389,28 @@ mod tests {
         assert_eq!(other.fault(), None);
         assert_eq!(other.sqlstate(), None);
         assert!(!other.session_lost());
+    }
+
+    #[test]
+    fn the_findings_the_program_words_say_their_facts_in_plain_words() {
+        let timed_out = StoreError::ConnectTimedOut {
+            cannot: "cannot connect to PostgreSQL at db:5432".to_owned(),
+            limit: Duration::from_secs(2),
+        };
+        assert_eq!(
+            timed_out.to_string(),
+            "cannot connect to PostgreSQL at db:5432: no answer within 2000ms"
+        );
+        assert_eq!(timed_out.fault(), Some(Fault::Unavailable));
+        let refused = StoreError::AdoptionRefused {
+            refused: vec!["a".to_owned()],
+            reruns: vec![],
+        };
+        assert!(
+            refused
+                .to_string()
+                .ends_with("then run the migrations again")
+        );
+        assert_eq!(refused.fault(), Some(Fault::Config));
     }
 }

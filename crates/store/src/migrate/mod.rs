@@ -240,20 +240,11 @@ fn plan_on(client: &mut Client, target: i32) -> Result<Plan> {
 
 /// The refusal of baseline files that can be neither adopted nor run (`refused`),
 /// naming too the files that would then run again and why (`reruns`).
-pub fn adoption_refusal(plan: &Plan) -> String {
-    let mut out = format!(
-        "migrate cannot adopt what the old script made, nor run the files again: {}; nothing \
-         was done (not even the history table). Put each back as its file in sql/ makes it \
-         (docs/guides/upgrading.md, \"Adoption\"), then run booking-expire migrate again",
-        plan.refused.join("; ")
-    );
-    if !plan.reruns.is_empty() {
-        out.push_str(&format!(
-            ", which then also runs again what differs in a way running puts back: {}",
-            plan.reruns.join("; ")
-        ));
+fn adoption_refused(plan: &Plan) -> StoreError {
+    StoreError::AdoptionRefused {
+        refused: plan.refused.clone(),
+        reruns: plan.reruns.clone(),
     }
-    out
 }
 
 /// The INVALID index (`schema.name`) an earlier build left that `statement` would drop
@@ -358,7 +349,7 @@ fn apply_locked(
     // need? (The history may not exist yet: the plan reads it as empty.)
     let pending = plan_on(client, target)?;
     if !pending.refused.is_empty() {
-        return Err(fail(Fault::Config, adoption_refusal(&pending)));
+        return Err(adoption_refused(&pending));
     }
     let missing = refuse::missing(client, &pending.runs())?;
     if !missing.is_empty() {
@@ -374,7 +365,7 @@ fn apply_locked(
               "migrate: the history holds a migration this binary does not know (applied by a newer release); left as it is");
     }
     if !plan.refused.is_empty() {
-        return Err(fail(Fault::Config, adoption_refusal(&plan)));
+        return Err(adoption_refused(&plan));
     }
     for what in &plan.reruns {
         warn!("migrate: not adopted, runs again: {what}");
@@ -468,15 +459,11 @@ fn apply_locked(
                 run.release,
                 &failed.short,
             )?;
-            return Err(fail(
-                Fault::Config,
-                format!(
-                    "migration {} ran but did not do what it is for: {}; it is recorded as \
-                     not done (migrate status: partial), nothing after it ran. {}; then run \
-                     booking-expire migrate again",
-                    m.file, failed.what, failed.fix
-                ),
-            ));
+            return Err(StoreError::MigrationCheckFailed {
+                file: m.file,
+                what: failed.what,
+                fix: failed.fix,
+            });
         }
         let took = started.elapsed().as_millis() as i64;
         history::record(
