@@ -14,7 +14,7 @@ use super::schema::Lack;
 use super::sqlstate::{self, Class, class};
 
 /// A store call's result: its value or a [`StoreError`].
-pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 /// What a failed store call means for the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -302,7 +302,7 @@ macro_rules! other_errors {
 other_errors!(std::io::Error, native_tls::Error, uuid::Error);
 
 /// A new error of the given kind.
-pub fn fail(fault: Fault, message: impl Into<String>) -> StoreError {
+pub(crate) fn fail(fault: Fault, message: impl Into<String>) -> StoreError {
     StoreError::Failed {
         fault,
         message: message.into(),

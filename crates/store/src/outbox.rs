@@ -19,7 +19,7 @@ use crate::{Conn, Prepared, Sql};
 const RELAY_LOCK: i64 = 0x626b_6578_726c_6179;
 
 /// The channel `sql/006_outbox_notify.sql` notifies on every outbox insert.
-pub const OUTBOX_CHANNEL: &str = "crm_outbox";
+pub(crate) const OUTBOX_CHANNEL: &str = "crm_outbox";
 
 /// A pending outbox row, as the relay sends it.
 #[derive(Debug, Clone)]

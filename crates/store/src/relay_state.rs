@@ -23,7 +23,7 @@ use crate::{Conn, Prepared, Sql};
 /// latest word and wins. Not a view: nothing of the job's may depend on the CRM's
 /// columns (a view would keep the CRM from changing them). A filter on `o.id`,
 /// `o.aggregateid` or `o.seq` reaches `crm.outbox`'s index through it.
-pub const OUTBOX_STATE_SQL: &str = "\
+pub(crate) const OUTBOX_STATE_SQL: &str = "\
 SELECT s.id, s.aggregateid, s.type, s.topic, s.occurred_at, s.seq,
        CASE WHEN s.src = 'exception' THEN NULL
             WHEN s.src = 'receipt' THEN s.r_published_at
@@ -103,7 +103,10 @@ pub fn relay_state_usable(client: &mut impl Conn, write: bool) -> Result<bool> {
 /// marks (`--legacy-marks off`): then the columns of `crm.outbox` say nothing of the
 /// rows it relayed, and the figures are read from its own state. `None` when the
 /// columns tell the truth (the legacy marks on, no relay run yet, or no migration 16).
-pub fn own_watermark(client: &mut impl Conn, types: &OutboxTypes) -> Result<Option<Watermark>> {
+pub(crate) fn own_watermark(
+    client: &mut impl Conn,
+    types: &OutboxTypes,
+) -> Result<Option<Watermark>> {
     let client = client.pg();
     if !relay_state_usable(client, false)? {
         return Ok(None);
@@ -122,7 +125,7 @@ pub fn own_watermark(client: &mut impl Conn, types: &OutboxTypes) -> Result<Opti
 }
 
 /// The key of a set of outbox types in the state table: sorted, comma-separated.
-pub fn types_key(types: &OutboxTypes) -> String {
+pub(crate) fn types_key(types: &OutboxTypes) -> String {
     let mut names: Vec<&str> = types.as_slice().iter().map(String::as_str).collect();
     names.sort_unstable();
     names.join(",")
@@ -243,12 +246,12 @@ pub struct Settling {
 }
 
 /// The receipts above `high` one fetch reads at most ([`Settling::delivered_above`]).
-pub const DELIVERED_ABOVE: i64 = 10_000;
+pub(crate) const DELIVERED_ABOVE: i64 = 10_000;
 
 /// The exceptions of `$1` (the types) the fetch needs (see [`Exception`]), and the
 /// receipts above `$2` (`high`; [`Settling::delivered_above`]), in one statement: the
 /// receipts' part is one range of their key, bounded, almost always empty.
-pub const SETTLING_SQL: &str = "\
+pub(crate) const SETTLING_SQL: &str = "\
 SELECT seq, key, topic, attempts, failures, next_attempt_at,
        failed_at IS NOT NULL AS failed, false AS delivered
   FROM crm.booking_expiration_exception

@@ -208,7 +208,11 @@ pub struct Overdue {
     pub oldest_deadline: Option<Timestamp>,
 }
 
-pub fn overdue(client: &mut impl Conn, phase: Phase, as_of: DateTime<Utc>) -> Result<Overdue> {
+pub(crate) fn overdue(
+    client: &mut impl Conn,
+    phase: Phase,
+    as_of: DateTime<Utc>,
+) -> Result<Overdue> {
     let client = client.pg();
     let row = client
         .query_one(&overdue_sql(phase), &[&as_of])
@@ -219,7 +223,7 @@ pub fn overdue(client: &mut impl Conn, phase: Phase, as_of: DateTime<Utc>) -> Re
     })
 }
 
-pub fn poison_count(client: &mut impl Conn) -> Result<u64> {
+pub(crate) fn poison_count(client: &mut impl Conn) -> Result<u64> {
     let client = client.pg();
     let row = client
         .query_one(&poison_sql(), &[])
@@ -280,7 +284,7 @@ pub struct NextClaim {
 /// query ([`candidates_sql`], without the lock) limited to one row. It walks the
 /// phase's partial index from the oldest deadline and stops at the first row not in
 /// quarantine.
-pub fn next_claim(
+pub(crate) fn next_claim(
     client: &mut impl Conn,
     phase: Phase,
     as_of: DateTime<Utc>,

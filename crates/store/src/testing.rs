@@ -41,7 +41,7 @@ pub mod migrate {
 
     pub use crate::migrate::embedded::BASELINE;
     pub use crate::migrate::lock::MIGRATE_LOCK;
-    pub use crate::migrate::split::statements;
+    pub use crate::migrate::split::{SplitError, statements};
 
     /// The catalog's facts as the migrations make them (`catalog.tsv`), and the
     /// snapshot a database's own are compared with.

@@ -31,7 +31,7 @@ use crate::{Conn, Prepared, Session, Sql};
 /// No probe per row: the rows held back (a key with an older row backing off or in
 /// flight, a topic that cannot take its rows) are told apart by the relay from the
 /// exceptions it read once for this batch.
-pub const PENDING_ABOVE_SQL: &str = "\
+pub(crate) const PENDING_ABOVE_SQL: &str = "\
 SELECT id, seq, aggregateid, topic, type, occurred_at, size, attempts, failures,
        next_attempt_at, last_error, published,
        CASE WHEN nth = 1 THEN pg_current_snapshot()::text END AS snapshot,
@@ -144,7 +144,7 @@ pub fn pending_above(
 /// batches are in flight: [`super::sweep::SweepTop::LastMark`]). Plain inserts (a receipt is new: a re-queue
 /// deletes the old one), and one small row updated in place (its only index, the key,
 /// is not changed: a HOT update).
-pub const MARK_RECEIPTS_SQL: &str = "\
+pub(crate) const MARK_RECEIPTS_SQL: &str = "\
 WITH state AS (
     UPDATE crm.booking_expiration_relay_state
        SET high = greatest(high, $7::int8),

@@ -137,7 +137,7 @@ pub fn claim_counting_sql(phase: Phase) -> String {
 
 /// How many overdue bookings of a phase are left, counted up to `$2` (so the count
 /// stays cheap however large the backlog). `$1` = AsOf.
-pub fn left_sql(phase: Phase) -> String {
+pub(crate) fn left_sql(phase: Phase) -> String {
     format!(
         "SELECT count(*) AS left FROM (SELECT 1 FROM crm.bookings b WHERE {} LIMIT $2) x",
         overdue_predicate(phase),

@@ -16,8 +16,9 @@ use postgres::GenericClient;
 
 #[cfg(feature = "testing")]
 pub use claim::claim_sql;
+pub(crate) use claim::left_sql;
 pub(crate) use claim::{BOOKING_COLUMNS, booking_row, deadline_column, overdue_predicate};
-pub use claim::{Claim, ClaimKey, candidates_sql, claim, claim_counting_sql, count_left, left_sql};
+pub use claim::{Claim, ClaimKey, candidates_sql, claim, claim_counting_sql, count_left};
 pub use quarantine::{quarantine, release_stale_quarantine};
 pub use statements::CycleStatements;
 use statements::OnFirstUse;

@@ -35,12 +35,13 @@ use postgres::Client;
 
 use embedded::BASELINE;
 pub use embedded::{MIGRATIONS, Migration, latest};
-pub use history::{Applied, accepts, checksum};
-pub use notices::{Notice, Notices, attach as attach_notices};
+use history::accepts;
+pub use history::{Applied, checksum};
+pub use notices::{Notices, attach as attach_notices};
 pub use partial::Partial;
-pub use policy::{Policy, backoff};
+pub use policy::Policy;
+pub use split::first_line;
 use split::statements;
-pub use split::{SplitError, first_line};
 
 use crate::error::{Fault, StoreError, fail};
 use crate::schema::Lack;
