@@ -205,7 +205,8 @@ pub(crate) fn message(err: &anyhow::Error) -> String {
 }
 
 /// The message of a store's error whose facts this program words (the command that
-/// migrates, the commands a need is for, the flag that bounds a wait or a connection);
+/// migrates, the commands a need is for, the flags that bound a wait or a connection or
+/// name the database);
 /// `None` for one whose own message says it all.
 fn store_words(e: &store::StoreError) -> Option<String> {
     use store::StoreError as E;
@@ -238,6 +239,11 @@ fn store_words(e: &store::StoreError) -> Option<String> {
         }
         E::MigrationStopped => Some(format!("migrate: {e}")),
         E::ConnectTimedOut { .. } => Some(format!("{e} (--connect-timeout)")),
+        E::NotWritable(w) => Some(format!(
+            "{}; nothing was done: point --database-url / DATABASE_URL at the primary, {}",
+            w.found,
+            w.otherwise()
+        )),
         E::MigrationCheckFailed { file, what, fix } => Some(format!(
             "migration {file} ran but did not do what it is for: {what}; it is recorded as not \
              done (migrate status: partial), nothing after it ran. {fix}; then run \
@@ -509,6 +515,35 @@ mod tests {
                 StoreError::MigrationStopped,
                 "migrate: stopped by a signal; what committed stays, the next run goes on from \
                  there",
+                75,
+            ),
+            (
+                StoreError::NotWritable(store::NotWritable {
+                    found: "run-once writes, but the server at db:5432 is a standby in \
+                            recovery (pg_is_in_recovery() is true)"
+                        .to_owned(),
+                    listed: false,
+                }),
+                "run-once writes, but the server at db:5432 is a standby in recovery \
+                 (pg_is_in_recovery() is true); nothing was done: point --database-url / \
+                 DATABASE_URL at the primary, or list every server with \
+                 target_session_attrs=read-write (postgres://USER@primary:5432,standby:5432/DB\
+                 ?target_session_attrs=read-write) so that the primary is picked",
+                75,
+            ),
+            (
+                StoreError::NotWritable(store::NotWritable {
+                    found: "cannot connect to PostgreSQL at a:5432, b:5432: none of them \
+                            accepts writes (target_session_attrs=read-write, and each is a \
+                            standby or read-only, as servers are during a failover)"
+                        .to_owned(),
+                    listed: true,
+                }),
+                "cannot connect to PostgreSQL at a:5432, b:5432: none of them accepts writes \
+                 (target_session_attrs=read-write, and each is a standby or read-only, as \
+                 servers are during a failover); nothing was done: point --database-url / \
+                 DATABASE_URL at the primary, or add it to the URL's hosts \
+                 (postgres://USER@primary:5432,standby:5432/DB?target_session_attrs=read-write)",
                 75,
             ),
             (

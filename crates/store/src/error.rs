@@ -3,7 +3,8 @@
 //! a retry, or the deployment), the message to show, and what a PostgreSQL error below
 //! it says (its SQLSTATE, a lost session, a row's refusal), read here so that nothing
 //! above names the driver's types. The kinds the program words itself (what the schema
-//! lacks, the migrators' lock, a stopped migration, a connection that got no answer, a
+//! lacks, the migrators' lock, a stopped migration, a server that cannot write, a
+//! connection that got no answer, a
 //! migration whose check fails, a refused adoption) carry their facts, never a command
 //! or a flag of the program's: their own messages say it in plain words. What a [`Fault`] means for the process is the program's.
 
@@ -62,6 +63,10 @@ pub enum StoreError {
     /// A signal stopped a migration run while it waited for the lock or between
     /// statements; what committed stays (a temporary fault).
     MigrationStopped,
+    /// The session, or every server of the URL, cannot write where the work writes;
+    /// nothing was done (a temporary fault: a failover in progress ends with a writable
+    /// primary).
+    NotWritable(NotWritable),
     /// No answer from PostgreSQL within `limit` (the connect timeout, for each host of
     /// the URL); `cannot` says where it tried (unavailable).
     ConnectTimedOut { cannot: String, limit: Duration },
@@ -94,6 +99,29 @@ pub struct LockGivenUp {
     pub attempts: u32,
     pub retry_for: Duration,
     pub lock: String,
+}
+
+/// Servers that cannot write: `found` says which and why ("run-once writes, but the
+/// server at db:5432 is a standby…"); `listed` when the URL already lists several
+/// servers with `target_session_attrs=read-write`, none of them writable.
+#[derive(Debug)]
+pub struct NotWritable {
+    pub found: String,
+    pub listed: bool,
+}
+
+impl NotWritable {
+    /// What else than pointing the URL at the primary would do.
+    pub fn otherwise(&self) -> &'static str {
+        if self.listed {
+            "or add it to the URL's hosts \
+             (postgres://USER@primary:5432,standby:5432/DB?target_session_attrs=read-write)"
+        } else {
+            "or list every server with target_session_attrs=read-write \
+             (postgres://USER@primary:5432,standby:5432/DB?target_session_attrs=read-write) so \
+             that the primary is picked"
+        }
+    }
 }
 
 impl fmt::Display for StoreError {
@@ -144,6 +172,12 @@ impl fmt::Display for StoreError {
             StoreError::MigrationStopped => f.write_str(
                 "stopped by a signal; what committed stays, the next run goes on from there",
             )?,
+            StoreError::NotWritable(w) => write!(
+                f,
+                "{}; nothing was done: point the database URL at the primary, {}",
+                w.found,
+                w.otherwise()
+            )?,
             StoreError::ConnectTimedOut { cannot, limit } => {
                 write!(f, "{cannot}: no answer within {}ms", limit.as_millis())?
             }
@@ -193,6 +227,7 @@ impl std::error::Error for StoreError {
             | StoreError::MigratorsLockBusy { .. }
             | StoreError::StatementLockGivenUp(_)
             | StoreError::MigrationStopped
+            | StoreError::NotWritable(_)
             | StoreError::ConnectTimedOut { .. }
             | StoreError::MigrationCheckFailed { .. }
             | StoreError::AdoptionRefused { .. } => None,
@@ -235,7 +270,8 @@ impl StoreError {
             StoreError::ConnectTimedOut { .. } => Some(Fault::Unavailable),
             StoreError::MigratorsLockBusy { .. }
             | StoreError::StatementLockGivenUp(_)
-            | StoreError::MigrationStopped => Some(Fault::Temporary),
+            | StoreError::MigrationStopped
+            | StoreError::NotWritable(_) => Some(Fault::Temporary),
         }
     }
 

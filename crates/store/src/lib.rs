@@ -7,7 +7,10 @@
 //! The root exports what the program's code (the application's `src/`, its tests
 //! aside) names, and the types of the values it gets back; the modules it names as
 //! such (`duration`, `ids`, `locks`, `migrate`, `ops`, `running`, `sqlstate`) are
-//! public too, each with what the program uses of it.
+//! public too, each with what the program uses of it. Nothing here knows the command
+//! line: a message names no flag and tells no command to run; a finding the program
+//! words itself (a connection without an answer, a refused adoption, a migration lock
+//! given up) is a typed `StoreError` that carries its facts.
 //!
 //! What only the tests use goes through one door, the `testing` module, behind the
 //! `testing` feature: the driver crates for the tests' own client, the SQL texts the
@@ -62,7 +65,7 @@ mod watermark;
 
 pub use clock::ClockSkew;
 pub use connect::{Db, Opening, Writable, connect, connect_another, open_another};
-pub use error::{DbRejection, Fault, LockGivenUp, StoreError};
+pub use error::{DbRejection, Fault, LockGivenUp, NotWritable, StoreError};
 pub use expiration::{
     BatchWrite, Claim, ClaimKey, CycleStatements, Poison, WriteOutcome, claim, count_left,
     quarantine, release_stale_quarantine, status_type, write_direct, write_isolating,
