@@ -233,7 +233,7 @@ pub struct Exception {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Settling {
     pub exceptions: Vec<Exception>,
-    /// Rows above `high` delivered already, the lowest [`DELIVERED_ABOVE`] at most:
+    /// Rows above `high` delivered already, the lowest `DELIVERED_ABOVE` at most:
     /// exceptions above `high` sent as exceptions (a row held behind an older one of its
     /// key, or by its topic, by a run that ended before its batch's mark moved `high`
     /// past it), or rows of another set of types another relay delivered. Their
@@ -264,13 +264,13 @@ UNION ALL
   LIMIT $3::int8 + 1)
  ORDER BY seq";
 
-/// [`SETTLING_SQL`] prepared on the session that fetches: it runs before every fetch.
+/// `SETTLING_SQL` prepared on the session that fetches: it runs before every fetch.
 pub fn prepare_settling(client: &mut impl Conn) -> Result<Prepared> {
     let client = client.pg();
     Ok(Prepared(client.prepare(SETTLING_SQL)?))
 }
 
-/// Reads [`SETTLING_SQL`] (`sql`: it, or its prepared statement) for `types` above
+/// Reads `SETTLING_SQL` (`sql`: it, or its prepared statement) for `types` above
 /// `high`.
 pub fn settling(
     client: &mut impl Conn,

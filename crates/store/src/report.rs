@@ -136,7 +136,7 @@ pub fn quarantined_sql(phase: Phase) -> String {
     )
 }
 
-/// The quarantined bookings of [`quarantined_sql`], `chunk` rows at a time (see
+/// The quarantined bookings of `quarantined_sql`, `chunk` rows at a time (see
 /// [`in_chunks`]), each chunk with the total there is; returns the total (0 = none).
 pub fn quarantined_in_chunks<E: From<StoreError>>(
     tx: &mut Tx<'_>,

@@ -193,7 +193,7 @@ pub(crate) fn roles() -> Vec<&'static str> {
 }
 
 /// What `after` adds to or changes in `before`; what it removes has the value
-/// [`ABSENT`].
+/// `ABSENT`.
 #[cfg(any(test, feature = "testing"))]
 pub fn diff(before: &Snapshot, after: &Snapshot) -> Vec<(Key, String)> {
     let mut out: Vec<(Key, String)> = after
