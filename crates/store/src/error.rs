@@ -101,9 +101,10 @@ pub struct LockGivenUp {
     pub lock: String,
 }
 
-/// Servers that cannot write: `found` says which and why ("run-once writes, but the
-/// server at db:5432 is a standby…"); `listed` when the URL already lists several
-/// servers with `target_session_attrs=read-write`, none of them writable.
+/// Servers that cannot write: `found` says which and why (the command that writes, as
+/// the caller named it, and "the server at db:5432 is a standby…"); `listed` when the
+/// URL already lists several servers with `target_session_attrs=read-write`, none of
+/// them writable.
 #[derive(Debug)]
 pub struct NotWritable {
     pub found: String,
