@@ -205,8 +205,9 @@ pub(crate) fn message(err: &anyhow::Error) -> String {
 }
 
 /// The message of a store's error whose facts this program words (the command that
-/// migrates, the commands a need is for, the flag that bounds a wait); `None` for one
-/// whose own message says it all.
+/// migrates, the commands a need is for, the flags that bound a wait or a connection or
+/// name the database);
+/// `None` for one whose own message says it all.
 fn store_words(e: &store::StoreError) -> Option<String> {
     use store::StoreError as E;
     match e {
@@ -237,8 +238,39 @@ fn store_words(e: &store::StoreError) -> Option<String> {
             ))
         }
         E::MigrationStopped => Some(format!("migrate: {e}")),
+        E::ConnectTimedOut { .. } => Some(format!("{e} (--connect-timeout)")),
+        E::NotWritable(w) => Some(format!(
+            "{}; nothing was done: point --database-url / DATABASE_URL at the primary, {}",
+            w.found,
+            w.otherwise()
+        )),
+        E::MigrationCheckFailed { file, what, fix } => Some(format!(
+            "migration {file} ran but did not do what it is for: {what}; it is recorded as not \
+             done (migrate status: partial), nothing after it ran. {fix}; then run \
+             booking-expire migrate again"
+        )),
+        E::AdoptionRefused { refused, reruns } => Some(adoption_refusal(refused, reruns)),
         _ => None,
     }
+}
+
+/// `migrate`'s refusal of baseline files that can be neither adopted nor run
+/// (`refused`), naming too the files that would then run again and why (`reruns`): the
+/// error, and what `migrate --dry-run` says it would refuse.
+pub(crate) fn adoption_refusal(refused: &[String], reruns: &[String]) -> String {
+    let mut out = format!(
+        "migrate cannot adopt what the old script made, nor run the files again: {}; nothing \
+         was done (not even the history table). Put each back as its file in sql/ makes it \
+         (docs/guides/upgrading.md, \"Adoption\"), then run booking-expire migrate again",
+        refused.join("; ")
+    );
+    if !reruns.is_empty() {
+        out.push_str(&format!(
+            ", which then also runs again what differs in a way running puts back: {}",
+            reruns.join("; ")
+        ));
+    }
+    out
 }
 
 /// Whether a finding's message ends with what to run about it.
@@ -484,6 +516,74 @@ mod tests {
                 "migrate: stopped by a signal; what committed stays, the next run goes on from \
                  there",
                 75,
+            ),
+            (
+                StoreError::NotWritable(store::NotWritable {
+                    found: "run-once writes, but the server at db:5432 is a standby in \
+                            recovery (pg_is_in_recovery() is true)"
+                        .to_owned(),
+                    listed: false,
+                }),
+                "run-once writes, but the server at db:5432 is a standby in recovery \
+                 (pg_is_in_recovery() is true); nothing was done: point --database-url / \
+                 DATABASE_URL at the primary, or list every server with \
+                 target_session_attrs=read-write (postgres://USER@primary:5432,standby:5432/DB\
+                 ?target_session_attrs=read-write) so that the primary is picked",
+                75,
+            ),
+            (
+                StoreError::NotWritable(store::NotWritable {
+                    found: "cannot connect to PostgreSQL at a:5432, b:5432: none of them \
+                            accepts writes (target_session_attrs=read-write, and each is a \
+                            standby or read-only, as servers are during a failover)"
+                        .to_owned(),
+                    listed: true,
+                }),
+                "cannot connect to PostgreSQL at a:5432, b:5432: none of them accepts writes \
+                 (target_session_attrs=read-write, and each is a standby or read-only, as \
+                 servers are during a failover); nothing was done: point --database-url / \
+                 DATABASE_URL at the primary, or add it to the URL's hosts \
+                 (postgres://USER@primary:5432,standby:5432/DB?target_session_attrs=read-write)",
+                75,
+            ),
+            (
+                StoreError::ConnectTimedOut {
+                    cannot: "cannot connect to PostgreSQL at 127.0.0.1:5432".to_owned(),
+                    limit: std::time::Duration::from_secs(2),
+                },
+                "cannot connect to PostgreSQL at 127.0.0.1:5432: no answer within 2000ms \
+                 (--connect-timeout)",
+                69,
+            ),
+            (
+                StoreError::MigrationCheckFailed {
+                    file: "011_xmin_holders_function.sql",
+                    what: "the read-only role is still a member of pg_read_all_stats".to_owned(),
+                    fix: "Run as a superuser: REVOKE pg_read_all_stats FROM \
+                          crm_booking_expiration_readonly"
+                        .to_owned(),
+                },
+                "migration 011_xmin_holders_function.sql ran but did not do what it is for: the \
+                 read-only role is still a member of pg_read_all_stats; it is recorded as not \
+                 done (migrate status: partial), nothing after it ran. Run as a superuser: \
+                 REVOKE pg_read_all_stats FROM crm_booking_expiration_readonly; then run \
+                 booking-expire migrate again",
+                78,
+            ),
+            (
+                StoreError::AdoptionRefused {
+                    refused: vec![
+                        "007_roles.sql: a grant".to_owned(),
+                        "008: a column".to_owned(),
+                    ],
+                    reruns: vec!["009: an index".to_owned()],
+                },
+                "migrate cannot adopt what the old script made, nor run the files again: \
+                 007_roles.sql: a grant; 008: a column; nothing was done (not even the history \
+                 table). Put each back as its file in sql/ makes it (docs/guides/upgrading.md, \
+                 \"Adoption\"), then run booking-expire migrate again, which then also runs \
+                 again what differs in a way running puts back: 009: an index",
+                78,
             ),
         ];
         for (e, words, code) in cases {

@@ -56,7 +56,9 @@ pub(super) fn side_by_side(
             let (mut db2, stmts) = match opened {
                 Ok(opened) => opened,
                 Err(e) => {
-                    warn!(Error:% = format!("{e:#}");
+                    // In the program's words: a connection without an answer names
+                    // --connect-timeout, a server that cannot write the URL's flag.
+                    warn!(Error:% = crate::exit::message(&e.into());
                           "cannot open a second session; the phases go on taking turns on one");
                     return None;
                 }

@@ -118,7 +118,7 @@ fn dry_run(db: &mut Db, target: i32) -> Result<()> {
     if !plan.refused.is_empty() {
         out.push_str(&format!(
             "would refuse: {}\n",
-            runner::adoption_refusal(&plan)
+            crate::exit::adoption_refusal(&plan.refused, &plan.reruns)
         ));
     }
     if !missing.is_empty() {

@@ -8,7 +8,7 @@ use crate::postgres;
 use std::collections::BTreeMap;
 
 use booking_expire_domain::Phase;
-use booking_expire_store::{
+use booking_expire_store::testing::{
     OUTBOX_FAILED_SQL, OUTBOX_OTHERS_SQL, OUTBOX_PENDING_SQL, OUTBOX_WAITING_FOR_TOPIC_SQL,
     candidates_sql, overdue_sql, poison_sql, quarantined_sql,
 };

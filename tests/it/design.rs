@@ -6,9 +6,9 @@ use crate::common;
 use crate::postgres;
 
 use booking_expire_domain::Phase;
-use booking_expire_store::{
-    MARK_PUBLISHED_SQL, PENDING_SQL, SchemaNeed, WAITING_SQL, catalog_statements,
-    claim_counting_sql, claim_sql,
+use booking_expire_store::SchemaNeed;
+use booking_expire_store::testing::{
+    MARK_PUBLISHED_SQL, PENDING_SQL, WAITING_SQL, catalog_statements, claim_counting_sql, claim_sql,
 };
 use common::*;
 
@@ -356,7 +356,7 @@ fn the_relays_statements_keep_their_index_plans_on_an_outbox_a_burst_filled_afte
                 &now,
                 &in_flight,
                 &1_000_000_i64,
-                &booking_expire_store::FETCH_BYTES,
+                &booking_expire_store::testing::FETCH_BYTES,
                 &types,
                 &waiting_topics,
                 &booking_expire_store::WAITING_FOR_TOPIC,

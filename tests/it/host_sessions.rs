@@ -134,7 +134,7 @@ fn relay_listens(c: &mut postgres::Client) -> bool {
             AND state = 'idle'
             AND (starts_with($1::text, query)
                  OR query LIKE 'SELECT 1 FROM crm.booking_expiration_pause WHERE%')",
-        &[&booking_expire_store::PENDING_SQL],
+        &[&booking_expire_store::testing::PENDING_SQL],
     )
     .unwrap()
     .get::<_, i64>(0)

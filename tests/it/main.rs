@@ -14,11 +14,12 @@
 )]
 
 // The integration tests' own clients: the drivers as the store and the kafka crate
-// re-export them (their `driver` feature, which only the tests enable), so no package
-// but the store lists postgres and none but the kafka crate rdkafka. Each module names
-// them from here (`use crate::postgres;`).
+// re-export them (the store's `testing` door and the kafka crate's `driver` module,
+// behind features only the tests enable), so no package but the store lists postgres
+// and none but the kafka crate rdkafka. Each module names them from here
+// (`use crate::postgres;`).
 use booking_expire_kafka::driver::rdkafka;
-use booking_expire_store::driver::{native_tls, postgres, postgres_native_tls};
+use booking_expire_store::testing::{native_tls, postgres, postgres_native_tls};
 
 mod common;
 

@@ -20,7 +20,8 @@ use crate::postgres;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use booking_expire_store::migrate::{BASELINE, MIGRATIONS, Policy, checksum, run_one};
+use booking_expire_store::migrate::{MIGRATIONS, Policy, checksum};
+use booking_expire_store::testing::migrate::{BASELINE, run_one};
 use common::*;
 use postgres::Client;
 use serde_json::Value;

@@ -11,8 +11,9 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use booking_expire_store::Session;
-use booking_expire_store::migrate::catalog::{self, EXPECTED, Snapshot};
-use booking_expire_store::migrate::{MIGRATIONS, Policy, checksum, run_one, split};
+use booking_expire_store::migrate::{MIGRATIONS, Policy, checksum, split};
+use booking_expire_store::testing::migrate::catalog::{self, EXPECTED, Snapshot};
+use booking_expire_store::testing::migrate::run_one;
 use common::*;
 
 /// Set to write the built-in copy again from what the test generates.
@@ -95,7 +96,7 @@ fn no_baseline_file_changes_what_an_earlier_one_made() {
     // Adoption checks each baseline file's facts on their own: a later baseline file
     // that changed one would make the earlier file's fact never true.
     let facts = catalog::parse(EXPECTED);
-    let baseline = booking_expire_store::migrate::BASELINE;
+    let baseline = booking_expire_store::testing::migrate::BASELINE;
     for f in facts.iter().filter(|f| f.version <= baseline) {
         let later: Vec<i32> = facts
             .iter()

@@ -9,7 +9,8 @@
 use crate::common;
 use crate::postgres;
 
-use booking_expire_store::migrate::{MIGRATIONS, statements};
+use booking_expire_store::migrate::MIGRATIONS;
+use booking_expire_store::testing::migrate::statements;
 use common::*;
 use postgres::{Client, NoTls};
 use serde_json::Value;

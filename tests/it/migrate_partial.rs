@@ -10,7 +10,8 @@ use crate::common;
 
 use std::process::Command;
 
-use booking_expire_store::migrate::{MIGRATIONS, checksum, statements};
+use booking_expire_store::migrate::{MIGRATIONS, checksum};
+use booking_expire_store::testing::migrate::statements;
 use common::*;
 use serde_json::Value;
 

@@ -6,7 +6,8 @@
 
 use crate::common;
 
-use booking_expire_store::migrate::{BASELINE, MIGRATIONS};
+use booking_expire_store::migrate::MIGRATIONS;
+use booking_expire_store::testing::migrate::BASELINE;
 use common::*;
 
 /// Whether the runner's tables exist.

@@ -13,7 +13,8 @@ use crate::postgres;
 use std::time::Duration;
 
 use booking_expire_store::Session;
-use booking_expire_store::migrate::{MIGRATIONS, Migration, Policy, run_one, split, statements};
+use booking_expire_store::migrate::{MIGRATIONS, Migration, Policy, split};
+use booking_expire_store::testing::migrate::{run_one, statements};
 use common::*;
 use postgres::Client;
 

@@ -771,13 +771,13 @@ fn under_row_security_the_relays_queue_and_mark_keep_their_index_plans() {
             };
         let plan = explain(
             &mut c,
-            booking_expire_store::PENDING_SQL,
+            booking_expire_store::testing::PENDING_SQL,
             &[
                 &500_i64,
                 &now,
                 &in_flight,
                 &1_000_000_i64,
-                &booking_expire_store::FETCH_BYTES,
+                &booking_expire_store::testing::FETCH_BYTES,
                 &types,
                 &waiting,
                 &booking_expire_store::WAITING_FOR_TOPIC,
@@ -797,7 +797,7 @@ fn under_row_security_the_relays_queue_and_mark_keep_their_index_plans() {
         assert!(!plan.contains("Sort"), "{mode}:\n{plan}");
         let plan = explain(
             &mut c,
-            booking_expire_store::MARK_PUBLISHED_SQL,
+            booking_expire_store::testing::MARK_PUBLISHED_SQL,
             &[&seqs, &receipts, &now, &first, &last, &types],
         );
         assert!(

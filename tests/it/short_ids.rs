@@ -214,7 +214,7 @@ fn plan(c: &mut postgres::Client, mode: &str, sql: &str, low: Uuid, high: Uuid) 
 
 #[test]
 fn a_start_of_an_id_is_looked_up_on_the_primary_key_never_by_a_scan() {
-    use booking_expire_store::ids::{
+    use booking_expire_store::testing::ids::{
         BOOKINGS_IN_RANGE_COUNT_SQL, BOOKINGS_IN_RANGE_SQL, OUTBOX_IN_RANGE_COUNT_SQL,
         OUTBOX_IN_RANGE_SQL, prefix_range,
     };

@@ -384,7 +384,11 @@ fn sigterm_while_the_relay_waits_for_delivery_reports_marks_nothing_unacknowledg
                 AND (starts_with($3::text, query)
                      OR strpos(query, 'FROM crm.booking_expiration_pause WHERE') > 0)
                 AND query_start > $2",
-                &[&db.name, &woke_after, &booking_expire_store::PENDING_SQL],
+                &[
+                    &db.name,
+                    &woke_after,
+                    &booking_expire_store::testing::PENDING_SQL,
+                ],
             )
             .unwrap()
             .get::<_, i64>(0)

@@ -40,12 +40,12 @@ struct Module {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Target {
     /// A module of the workspace or an item it defines, by the module's file, its
-    /// crate, whether the path went through a member crate's `driver` module, and
-    /// whether it names the module itself.
+    /// crate, the member crate's door for the tests the path went through, if any (its
+    /// `driver` or `testing` module), and whether it names the module itself.
     File {
         file: String,
         krate: String,
-        driver: bool,
+        door: Option<&'static str>,
         module: bool,
     },
     /// A crate outside the workspace (or a name no module holds): its first segment.
@@ -302,22 +302,31 @@ impl Workspace {
         }
     }
 
-    fn is_driver(&self, id: usize) -> bool {
+    /// The name of module `id` when it is a member crate's door for the tests: its
+    /// `driver` module (the kafka crate's) or its `testing` module (the store's).
+    fn door(&self, id: usize) -> Option<&'static str> {
         let m = &self.modules[id];
-        m.path == ["driver"] && m.krate.starts_with("booking_expire_")
+        if !m.krate.starts_with("booking_expire_") {
+            return None;
+        }
+        match m.path.as_slice() {
+            [name] if name == "driver" => Some("driver"),
+            [name] if name == "testing" => Some("testing"),
+            _ => None,
+        }
     }
 
     /// What `segments`, written in module `from`, names.
     fn resolve(&self, from: usize, segments: &[String]) -> Target {
-        let file = |id: usize, driver: bool, module: bool| Target::File {
+        let file = |id: usize, door: Option<&'static str>, module: bool| Target::File {
             file: self.modules[id].file.clone(),
             krate: self.modules[id].krate.clone(),
-            driver,
+            door,
             module,
         };
         match self.walk(from, segments, 0) {
-            Walk::Module(id, driver) => file(id, driver, true),
-            Walk::Item(id, driver) => file(id, driver, false),
+            Walk::Module(id, door) => file(id, door, true),
+            Walk::Item(id, door) => file(id, door, false),
             Walk::External(name) => Target::External(name),
         }
     }
@@ -326,7 +335,7 @@ impl Workspace {
     /// bring in, to a module or to the module that defines the item named.
     fn walk(&self, from: usize, segments: &[String], depth: usize) -> Walk {
         let Some((first, rest)) = segments.split_first() else {
-            return Walk::Module(from, self.is_driver(from));
+            return Walk::Module(from, self.door(from));
         };
         if depth > 8 {
             return Walk::External(first.clone());
@@ -355,24 +364,24 @@ impl Workspace {
             },
         };
         let mut at = at;
-        let mut driver = self.is_driver(at);
+        let mut door = self.door(at);
         for segment in rest {
             let next = match segment.as_str() {
-                "self" => Some(Walk::Module(at, false)),
-                "super" => self.modules[at].parent.map(|p| Walk::Module(p, false)),
+                "self" => Some(Walk::Module(at, None)),
+                "super" => self.modules[at].parent.map(|p| Walk::Module(p, None)),
                 name => self.step(at, name, depth),
             };
             match next {
                 Some(Walk::Module(id, through)) => {
                     at = id;
-                    driver |= through || self.is_driver(at);
+                    door = door.or(through).or(self.door(at));
                 }
-                Some(Walk::Item(id, through)) => return Walk::Item(id, driver || through),
+                Some(Walk::Item(id, through)) => return Walk::Item(id, door.or(through)),
                 // An item a macro makes, or an outside crate's re-exported: `at`'s.
-                Some(Walk::External(_)) | None => return Walk::Item(at, driver),
+                Some(Walk::External(_)) | None => return Walk::Item(at, door),
             }
         }
-        Walk::Module(at, driver)
+        Walk::Module(at, door)
     }
 
     /// What `name` is in module `id`: a child module, an item it defines, what a `use`
@@ -383,10 +392,10 @@ impl Workspace {
         }
         let m = &self.modules[id];
         if let Some(child) = m.children.get(name) {
-            return Some(Walk::Module(*child, self.is_driver(*child)));
+            return Some(Walk::Module(*child, self.door(*child)));
         }
         if m.items.contains(name) {
-            return Some(Walk::Item(id, false));
+            return Some(Walk::Item(id, None));
         }
         if let Some(path) = m.aliases.get(name) {
             return Some(self.walk(id, path, depth + 1));
@@ -404,10 +413,10 @@ impl Workspace {
 }
 
 /// Where a path leads: a module, the module that defines the item it names (each with
-/// whether it went through a `driver` module), or outside the workspace.
+/// the door for the tests it went through, if any), or outside the workspace.
 enum Walk {
-    Module(usize, bool),
-    Item(usize, bool),
+    Module(usize, Option<&'static str>),
+    Item(usize, Option<&'static str>),
     External(String),
 }
 

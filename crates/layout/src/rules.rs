@@ -5,7 +5,8 @@
 //! the binary) or a member crate (`crates/x/`); the kafka crate and its adapter
 //! `src/kafka.rs` are the one room `kafka`. A file imports a room when one of its paths
 //! ends in a module of it ([`crate::modules`]), an outside crate by its name (`clap`),
-//! and a member crate's `driver` module as `NAME::driver`. A string literal that opens
+//! and a member crate's door for the tests (its `driver` or `testing` module) as
+//! `NAME::driver` or `NAME::testing`. A string literal that opens
 //! with an SQL statement is SQL. The circles are those between files, in every crate
 //! and the integration tests, and between the modules under each module (its own file
 //! and each child's subtree of files): the rooms at the top.
@@ -18,7 +19,7 @@ use crate::modules::{self, Target, Workspace};
 use crate::source;
 
 /// Some rooms: those named, or every room but those named (names of outside crates and
-/// drivers are never in it).
+/// the members' doors for the tests are never in it).
 #[derive(Clone, Copy)]
 enum Rooms {
     Only(&'static [&'static str]),
@@ -100,8 +101,8 @@ const NEVER: &[(Rooms, Rooms, &str)] = &[
     ),
     (
         AllBut(&[]),
-        Only(&["store::driver", "kafka::driver"]),
-        "the re-exported drivers are the integration tests' own clients",
+        Only(&["store::testing", "kafka::driver"]),
+        "the re-exported drivers and the store's test door are the integration tests' own",
     ),
 ];
 
@@ -151,21 +152,19 @@ fn room_of(path: &str) -> Option<String> {
     Some(first.trim_end_matches(".rs").to_owned())
 }
 
-/// What each file imports: room, outside crate or `NAME::driver` → (line, path).
+/// What each file imports: room, outside crate or a member's door for the tests
+/// (`NAME::driver`, `NAME::testing`) → (line, path).
 fn imports_of(w: &Workspace) -> BTreeMap<String, BTreeMap<String, (usize, String)>> {
     let mut out: BTreeMap<String, BTreeMap<String, (usize, String)>> = BTreeMap::new();
     for import in &w.imports {
         let mut targets = Vec::new();
         match &import.target {
             Target::File {
-                file,
-                krate,
-                driver,
-                ..
+                file, krate, door, ..
             } => {
-                if *driver {
+                if let Some(door) = door {
                     let member = krate.trim_start_matches("booking_expire_");
-                    targets.push(format!("{member}::driver"));
+                    targets.push(format!("{member}::{door}"));
                 }
                 targets.extend(room_of(file));
             }
@@ -543,7 +542,7 @@ mod tests {
             (
                 "src/cycle/mod.rs",
                 "use crate::kafka::Producer;\nfn f() {\n    let _ = \"SELECT 1\";\n    \
-                 crate::store::driver::postgres::connect();\n}\n",
+                 crate::store::testing::postgres::connect();\n}\n",
             ),
             ("src/kafka.rs", "pub struct Producer;\n"),
             (
@@ -552,7 +551,7 @@ mod tests {
             ),
             (
                 "crates/store/src/lib.rs",
-                "pub mod driver {\n    pub use postgres;\n}\npub const Q: &str = \"SELECT 1\";\n",
+                "pub mod testing {\n    pub use postgres;\n}\npub const Q: &str = \"SELECT 1\";\n",
             ),
         ]);
         let w = modules::read(&files);
@@ -561,9 +560,9 @@ mod tests {
             [
                 "src/cycle/mod.rs:1: `crate::kafka::Producer`: cycle imports kafka, which it \
                  never may: an outage of Kafka must not stop bookings from expiring",
-                "src/cycle/mod.rs:4: `crate::store::driver::postgres::connect`: cycle imports \
-                 store::driver, which it never may: the re-exported drivers are the \
-                 integration tests' own clients",
+                "src/cycle/mod.rs:4: `crate::store::testing::postgres::connect`: cycle imports \
+                 store::testing, which it never may: the re-exported drivers and the store's \
+                 test door are the integration tests' own",
                 "src/cycle/mod.rs:3: \"SELECT 1…\": SQL outside the store",
             ]
         );

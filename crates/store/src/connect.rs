@@ -7,7 +7,7 @@ use postgres::Client;
 
 use super::session::Session;
 use super::tls::{LazyTls, tls_connector};
-use crate::error::{Context, Fault, StoreError, fail};
+use crate::error::{Context, Fault, NotWritable, StoreError, fail};
 use crate::settings::{DbConfig, SslMode};
 
 /// An open session and what is needed to interrupt its statement in flight.
@@ -61,15 +61,10 @@ impl Db {
             "is read-only (transaction_read_only is on: default_transaction_read_only set \
              on the server, database or role, as on a demoted primary during a failover)"
         };
-        Err(fail(
-            Fault::Temporary,
-            format!(
-                "{command} writes, but {server} {what}; nothing was done: point \
-                 --database-url / DATABASE_URL at the primary, or list every server with \
-                 target_session_attrs=read-write (postgres://USER@primary:5432,standby:5432/DB\
-                 ?target_session_attrs=read-write) so that the primary is picked"
-            ),
-        ))
+        Err(StoreError::NotWritable(NotWritable {
+            found: format!("{command} writes, but {server} {what}"),
+            listed: false,
+        }))
     }
 }
 
@@ -243,7 +238,13 @@ fn set_up(cfg: &DbConfig, mut client: Client, tls: LazyTls) -> Result<Db> {
 fn connect_failure(cfg: &DbConfig, e: postgres::Error) -> StoreError {
     let context = cannot_connect(cfg);
     if refused_for_read_only(&e) {
-        return fail(Fault::Temporary, no_server_writable(cfg));
+        return StoreError::NotWritable(NotWritable {
+            found: format!(
+                "{context}: none of them accepts writes (target_session_attrs=read-write, and \
+                 each is a standby or read-only, as servers are during a failover)"
+            ),
+            listed: true,
+        });
     }
     if let Some(class) = crate::sqlstate::class(&e) {
         let failure = match class {
@@ -279,19 +280,6 @@ fn refused_for_read_only(e: &postgres::Error) -> bool {
         io.kind() == std::io::ErrorKind::PermissionDenied
             && io.to_string() == "database does not allow writes"
     })
-}
-
-/// The one line for a URL whose every server is read-only: temporary like a single
-/// read-only server, since a failover in progress ends with one of them (or another)
-/// writable.
-fn no_server_writable(cfg: &DbConfig) -> String {
-    format!(
-        "{}: none of them accepts writes (target_session_attrs=read-write, and each is a \
-         standby or read-only, as servers are during a failover); nothing was done: point \
-         --database-url / DATABASE_URL at the primary, or add it to the URL's hosts \
-         (postgres://USER@primary:5432,standby:5432/DB?target_session_attrs=read-write)",
-        cannot_connect(cfg)
-    )
 }
 
 /// "cannot connect to PostgreSQL at db:5432" (each host tried, with its port; a unix
@@ -387,7 +375,7 @@ fn has_io_error(e: &(dyn std::error::Error + 'static)) -> bool {
     find_in_chain::<std::io::Error>(e).is_some()
 }
 
-/// `--connect-timeout` bounds the whole attempt, startup and TLS exchange included:
+/// The connect timeout bounds the whole attempt, startup and TLS exchange included:
 /// tokio-postgres applies it to the TCP connect only, so a server that accepts and
 /// then never answers would otherwise hang the run past every deadline.
 fn connect_within(cfg: &DbConfig, tls: LazyTls) -> Result<Client> {
@@ -409,13 +397,9 @@ fn connect_within(cfg: &DbConfig, tls: LazyTls) -> Result<Client> {
         .classify(Fault::Temporary, "cannot start the connecting thread")?;
     match result.recv_timeout(limit) {
         Ok(connected) => connected.map_err(|e| connect_failure(cfg, e)),
-        Err(_) => Err(fail(
-            Fault::Unavailable,
-            format!(
-                "{}: no answer within {}ms (--connect-timeout)",
-                cannot_connect(cfg),
-                limit.as_millis()
-            ),
-        )),
+        Err(_) => Err(StoreError::ConnectTimedOut {
+            cannot: cannot_connect(cfg),
+            limit,
+        }),
     }
 }

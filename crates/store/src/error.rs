@@ -3,8 +3,10 @@
 //! a retry, or the deployment), the message to show, and what a PostgreSQL error below
 //! it says (its SQLSTATE, a lost session, a row's refusal), read here so that nothing
 //! above names the driver's types. The kinds the program words itself (what the schema
-//! lacks, the migrators' lock, a stopped migration) carry their facts, never a command
-//! or a flag of the program's. What a [`Fault`] means for the process is the program's.
+//! lacks, the migrators' lock, a stopped migration, a server that cannot write, a
+//! connection that got no answer, a
+//! migration whose check fails, a refused adoption) carry their facts, never a command
+//! or a flag of the program's: their own messages say it in plain words. What a [`Fault`] means for the process is the program's.
 
 use std::fmt;
 use std::time::Duration;
@@ -13,7 +15,7 @@ use super::schema::Lack;
 use super::sqlstate::{self, Class, class};
 
 /// A store call's result: its value or a [`StoreError`].
-pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 /// What a failed store call means for the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +63,28 @@ pub enum StoreError {
     /// A signal stopped a migration run while it waited for the lock or between
     /// statements; what committed stays (a temporary fault).
     MigrationStopped,
+    /// The session, or every server of the URL, cannot write where the work writes;
+    /// nothing was done (a temporary fault: a failover in progress ends with a writable
+    /// primary).
+    NotWritable(NotWritable),
+    /// No answer from PostgreSQL within `limit` (the connect timeout, for each host of
+    /// the URL); `cannot` says where it tried (unavailable).
+    ConnectTimedOut { cannot: String, limit: Duration },
+    /// Migration `file` ran, but what it is for does not hold (`what`); it is recorded
+    /// as partial and nothing after it ran; `fix` is what a superuser must do (a
+    /// configuration fault).
+    MigrationCheckFailed {
+        file: &'static str,
+        what: String,
+        fix: String,
+    },
+    /// Baseline files that can be neither adopted nor run (`refused`), and the files
+    /// that would then run again and why (`reruns`); nothing was done (a configuration
+    /// fault).
+    AdoptionRefused {
+        refused: Vec<String>,
+        reruns: Vec<String>,
+    },
 }
 
 /// A migration's statement that gave up waiting for its lock: `statement` ("k/n") of
@@ -75,6 +99,30 @@ pub struct LockGivenUp {
     pub attempts: u32,
     pub retry_for: Duration,
     pub lock: String,
+}
+
+/// Servers that cannot write: `found` says which and why (the command that writes, as
+/// the caller named it, and "the server at db:5432 is a standby…"); `listed` when the
+/// URL already lists several servers with `target_session_attrs=read-write`, none of
+/// them writable.
+#[derive(Debug)]
+pub struct NotWritable {
+    pub found: String,
+    pub listed: bool,
+}
+
+impl NotWritable {
+    /// What else than pointing the URL at the primary would do.
+    pub fn otherwise(&self) -> &'static str {
+        if self.listed {
+            "or add it to the URL's hosts \
+             (postgres://USER@primary:5432,standby:5432/DB?target_session_attrs=read-write)"
+        } else {
+            "or list every server with target_session_attrs=read-write \
+             (postgres://USER@primary:5432,standby:5432/DB?target_session_attrs=read-write) so \
+             that the primary is picked"
+        }
+    }
 }
 
 impl fmt::Display for StoreError {
@@ -125,6 +173,37 @@ impl fmt::Display for StoreError {
             StoreError::MigrationStopped => f.write_str(
                 "stopped by a signal; what committed stays, the next run goes on from there",
             )?,
+            StoreError::NotWritable(w) => write!(
+                f,
+                "{}; nothing was done: point the database URL at the primary, {}",
+                w.found,
+                w.otherwise()
+            )?,
+            StoreError::ConnectTimedOut { cannot, limit } => {
+                write!(f, "{cannot}: no answer within {}ms", limit.as_millis())?
+            }
+            StoreError::MigrationCheckFailed { file, what, fix } => write!(
+                f,
+                "migration {file} ran but did not do what it is for: {what}; it is recorded as \
+                 not done (partial), nothing after it ran. {fix}; then run the migrations again"
+            )?,
+            StoreError::AdoptionRefused { refused, reruns } => {
+                write!(
+                    f,
+                    "cannot adopt what the old script made, nor run the files again: {}; \
+                     nothing was done (not even the history table). Put each back as its file \
+                     in sql/ makes it (docs/guides/upgrading.md, \"Adoption\"), then run the \
+                     migrations again",
+                    refused.join("; ")
+                )?;
+                if !reruns.is_empty() {
+                    write!(
+                        f,
+                        ", which then also runs again what differs in a way running puts back: {}",
+                        reruns.join("; ")
+                    )?;
+                }
+            }
         }
         if f.alternate() {
             let mut below = std::error::Error::source(self);
@@ -148,7 +227,11 @@ impl std::error::Error for StoreError {
             | StoreError::RecordedButLacking(_)
             | StoreError::MigratorsLockBusy { .. }
             | StoreError::StatementLockGivenUp(_)
-            | StoreError::MigrationStopped => None,
+            | StoreError::MigrationStopped
+            | StoreError::NotWritable(_)
+            | StoreError::ConnectTimedOut { .. }
+            | StoreError::MigrationCheckFailed { .. }
+            | StoreError::AdoptionRefused { .. } => None,
         }
     }
 }
@@ -181,10 +264,15 @@ impl StoreError {
             } => Some(*fault),
             StoreError::Context { source, .. } => source.fault(),
             StoreError::Other(_) => None,
-            StoreError::Lacks(_) | StoreError::RecordedButLacking(_) => Some(Fault::Config),
+            StoreError::Lacks(_)
+            | StoreError::RecordedButLacking(_)
+            | StoreError::MigrationCheckFailed { .. }
+            | StoreError::AdoptionRefused { .. } => Some(Fault::Config),
+            StoreError::ConnectTimedOut { .. } => Some(Fault::Unavailable),
             StoreError::MigratorsLockBusy { .. }
             | StoreError::StatementLockGivenUp(_)
-            | StoreError::MigrationStopped => Some(Fault::Temporary),
+            | StoreError::MigrationStopped
+            | StoreError::NotWritable(_) => Some(Fault::Temporary),
         }
     }
 
@@ -251,7 +339,7 @@ macro_rules! other_errors {
 other_errors!(std::io::Error, native_tls::Error, uuid::Error);
 
 /// A new error of the given kind.
-pub fn fail(fault: Fault, message: impl Into<String>) -> StoreError {
+pub(crate) fn fail(fault: Fault, message: impl Into<String>) -> StoreError {
     StoreError::Failed {
         fault,
         message: message.into(),
@@ -338,5 +426,28 @@ mod tests {
         assert_eq!(other.fault(), None);
         assert_eq!(other.sqlstate(), None);
         assert!(!other.session_lost());
+    }
+
+    #[test]
+    fn the_findings_the_program_words_say_their_facts_in_plain_words() {
+        let timed_out = StoreError::ConnectTimedOut {
+            cannot: "cannot connect to PostgreSQL at db:5432".to_owned(),
+            limit: Duration::from_secs(2),
+        };
+        assert_eq!(
+            timed_out.to_string(),
+            "cannot connect to PostgreSQL at db:5432: no answer within 2000ms"
+        );
+        assert_eq!(timed_out.fault(), Some(Fault::Unavailable));
+        let refused = StoreError::AdoptionRefused {
+            refused: vec!["a".to_owned()],
+            reruns: vec![],
+        };
+        assert!(
+            refused
+                .to_string()
+                .ends_with("then run the migrations again")
+        );
+        assert_eq!(refused.fault(), Some(Fault::Config));
     }
 }

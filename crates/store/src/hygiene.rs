@@ -23,7 +23,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use postgres::GenericClient;
 
 /// Holders of each kind listed at most; the rest are counted.
-pub const SHOWN: i64 = 5;
+pub(crate) const SHOWN: i64 = 5;
 
 /// The outbox table's upkeep.
 #[derive(Debug, Clone, PartialEq)]
@@ -142,7 +142,7 @@ pub struct Hygiene {
 /// The outbox's row counts, vacuum times and sizes. The statistics are the server's
 /// cumulative counters: `n_dead_tup` counts row versions deleted or updated away and
 /// not yet removed by a VACUUM.
-pub const OUTBOX_HEALTH_SQL: &str = "\
+pub(crate) const OUTBOX_HEALTH_SQL: &str = "\
 SELECT coalesce(s.n_live_tup, 0) AS live, coalesce(s.n_dead_tup, 0) AS dead,
        s.last_autovacuum, s.last_autoanalyze,
        current_setting('autovacuum')::boolean
@@ -156,7 +156,7 @@ SELECT coalesce(s.n_live_tup, 0) AS live, coalesce(s.n_dead_tup, 0) AS dead,
 
 /// The partial indexes of the bookings and of the outbox (the claim's, the relay's
 /// queue, the failed rows, the back-off), by table and name.
-pub const PARTIAL_INDEXES_SQL: &str = "\
+pub(crate) const PARTIAL_INDEXES_SQL: &str = "\
 SELECT t.relname::text AS tab, c.relname::text AS idx, pg_relation_size(c.oid) AS bytes
   FROM pg_catalog.pg_index i
   JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
@@ -169,7 +169,7 @@ SELECT t.relname::text AS tab, c.relname::text AS idx, pg_relation_size(c.oid) A
 /// through `crm.booking_expiration_xmin_holders()` (`sql/011_xmin_holders_function.sql`:
 /// the read-only role's way, which never returns query text) rather than
 /// `pg_stat_activity` itself.
-pub const READ_ALL_STATS_SQL: &str = "\
+pub(crate) const READ_ALL_STATS_SQL: &str = "\
 SELECT f.ok AS via_function,
        f.ok OR (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user)
             OR pg_has_role(current_user, 'pg_read_all_stats', 'USAGE') AS can
@@ -183,7 +183,7 @@ const HOLDERS_VIEW: &str = "pg_catalog.pg_stat_activity";
 /// Sessions of this database, other than the report's own, holding an xid or a
 /// snapshot since before `$1 - $2` seconds; `$3` = how many to list. A hidden session
 /// has no `backend_type`, so it never passes the time filter (its `xact_start` is hidden).
-pub fn old_sessions_sql(source: &str) -> String {
+pub(crate) fn old_sessions_sql(source: &str) -> String {
     format!(
         "\
 SELECT a.pid, coalesce(a.application_name, '') AS app, a.usename::text AS usr, a.state,
@@ -205,7 +205,7 @@ SELECT a.pid, coalesce(a.application_name, '') AS app, a.usename::text AS usr, a
 /// an autovacuum worker (its `ANALYZE` holds a snapshot for as long as it reads a
 /// table): PostgreSQL's own upkeep, not a session anyone could end, and with no start
 /// time shown it would be listed however briefly it held the snapshot.
-pub fn hidden_sessions_sql(source: &str) -> String {
+pub(crate) fn hidden_sessions_sql(source: &str) -> String {
     format!(
         "\
 SELECT a.pid, coalesce(a.application_name, '') AS app, a.usename::text AS usr, a.state,
@@ -225,7 +225,7 @@ SELECT a.pid, coalesce(a.application_name, '') AS app, a.usename::text AS usr, a
 
 /// Prepared transactions of this database prepared before `$1 - $2` seconds; `$3` =
 /// how many to list.
-pub const OLD_PREPARED_SQL: &str = "\
+pub(crate) const OLD_PREPARED_SQL: &str = "\
 SELECT p.gid, p.owner::text AS owner, p.prepared, p.transaction::text AS xid,
        age(p.transaction) AS xid_age, count(*) OVER () AS total
   FROM pg_catalog.pg_prepared_xacts p
@@ -236,7 +236,7 @@ SELECT p.gid, p.owner::text AS owner, p.prepared, p.transaction::text AS xid,
 
 /// Inactive replication slots of this database (logical) or of the server (physical)
 /// keeping an xmin or a catalog_xmin; `$1` = how many to list.
-pub const IDLE_SLOTS_SQL: &str = "\
+pub(crate) const IDLE_SLOTS_SQL: &str = "\
 SELECT s.slot_name::text AS name, s.slot_type AS kind, s.database::text AS db,
        s.xmin::text AS xmin, s.catalog_xmin::text AS catalog_xmin,
        greatest(age(s.xmin), age(s.catalog_xmin)) AS xid_age,
@@ -265,7 +265,7 @@ fn session(r: &postgres::Row) -> SessionHolder {
 
 /// Reads the upkeep figures at `as_of`, naming what holds the horizon back longer
 /// than `threshold`.
-pub fn hygiene(
+pub(crate) fn hygiene(
     client: &mut impl Conn,
     as_of: DateTime<Utc>,
     threshold: TimeDelta,

@@ -20,22 +20,22 @@ pub enum IdTable<'a> {
 }
 
 /// The ids of `crm.bookings` in a key range, in order, at most `$3`.
-pub const BOOKINGS_IN_RANGE_SQL: &str =
+pub(crate) const BOOKINGS_IN_RANGE_SQL: &str =
     "SELECT id FROM crm.bookings WHERE id >= $1 AND id <= $2 ORDER BY id LIMIT $3";
 /// How many ids of `crm.bookings` lie in a key range.
-pub const BOOKINGS_IN_RANGE_COUNT_SQL: &str =
+pub(crate) const BOOKINGS_IN_RANGE_COUNT_SQL: &str =
     "SELECT count(*) FROM crm.bookings WHERE id >= $1 AND id <= $2";
 /// The ids of `crm.outbox` of the job's outbox types (`$4`, a filter) in a key range, in
 /// order, at most `$3`.
-pub const OUTBOX_IN_RANGE_SQL: &str = "SELECT id FROM crm.outbox \
+pub(crate) const OUTBOX_IN_RANGE_SQL: &str = "SELECT id FROM crm.outbox \
      WHERE id >= $1 AND id <= $2 AND type = ANY($4::text[]) ORDER BY id LIMIT $3";
 /// How many ids of `crm.outbox` of the job's outbox types (`$3`) lie in a key range.
-pub const OUTBOX_IN_RANGE_COUNT_SQL: &str =
+pub(crate) const OUTBOX_IN_RANGE_COUNT_SQL: &str =
     "SELECT count(*) FROM crm.outbox WHERE id >= $1 AND id <= $2 AND type = ANY($3::text[])";
 
 /// The smallest and the largest uuid that start with the hex digits `prefix`
 /// (lowercase, at most 32).
-pub fn prefix_range(prefix: &str) -> Result<(Uuid, Uuid)> {
+pub(crate) fn prefix_range(prefix: &str) -> Result<(Uuid, Uuid)> {
     let pad = |c: char| -> Result<Uuid> {
         let mut hex = prefix.to_owned();
         while hex.len() < 32 {

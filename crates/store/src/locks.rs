@@ -21,7 +21,7 @@ pub struct TableLockHolder {
 const SHOWN: i64 = 3;
 
 /// The sessions holding `ACCESS EXCLUSIVE` (the one lock a plain SELECT waits for) on a
-/// table of `crm` in this database, longest-held first, at most [`SHOWN`].
+/// table of `crm` in this database, longest-held first, at most `SHOWN`.
 pub fn table_lock_holders(client: &mut Session) -> Result<Vec<TableLockHolder>> {
     let client = client.pg();
     let rows = client

@@ -19,7 +19,7 @@ use crate::{Conn, Prepared, Sql};
 const RELAY_LOCK: i64 = 0x626b_6578_726c_6179;
 
 /// The channel `sql/006_outbox_notify.sql` notifies on every outbox insert.
-pub const OUTBOX_CHANNEL: &str = "crm_outbox";
+pub(crate) const OUTBOX_CHANNEL: &str = "crm_outbox";
 
 /// A pending outbox row, as the relay sends it.
 #[derive(Debug, Clone)]
@@ -41,7 +41,7 @@ pub struct OutboxRow {
     /// The payload's and headers' text length in bytes, read before either is fetched.
     pub size: i64,
     pub fetch: Fetch,
-    /// What the relay's own state needs of the row (empty from [`PENDING_SQL`]).
+    /// What the relay's own state needs of the row (empty from `PENDING_SQL`).
     pub extra: RowExtra,
 }
 
@@ -196,10 +196,10 @@ pub struct LeftOut<'a> {
 }
 
 /// The oldest rows due for sending, none of them left out (`left_out`: a key in flight,
-/// a topic that cannot take them), loaded up to [`FETCH_BYTES`]; a row over
-/// `max_bytes` is never loaded. See [`PENDING_SQL`].
+/// a topic that cannot take them), loaded up to `FETCH_BYTES`; a row over
+/// `max_bytes` is never loaded. See `PENDING_SQL`.
 ///
-/// `sql` is [`PENDING_SQL`] or the statement prepared from it ([`prepare_pending`]): the
+/// `sql` is `PENDING_SQL` or the statement prepared from it ([`prepare_pending`]): the
 /// relay prepares it once per session, so its 200 fetches of a 100k-row backlog are
 /// neither parsed nor, once the plan is cached, planned again.
 pub fn pending(
@@ -259,14 +259,14 @@ pub(crate) fn outbox_row(r: &postgres::Row, max_bytes: i64, extra: RowExtra) -> 
     }
 }
 
-/// [`PENDING_SQL`] prepared on the session that fetches: its plan is the same custom or
+/// `PENDING_SQL` prepared on the session that fetches: its plan is the same custom or
 /// generic (`tests/it/design.rs` checks both).
 pub fn prepare_pending(client: &mut impl Conn) -> Result<Prepared> {
     let client = client.pg();
     Ok(Prepared(client.prepare(PENDING_SQL)?))
 }
 
-/// [`MARK_PUBLISHED_SQL`] prepared on the session that marks.
+/// `MARK_PUBLISHED_SQL` prepared on the session that marks.
 pub fn prepare_mark_published(client: &mut impl Conn) -> Result<Prepared> {
     let client = client.pg();
     Ok(Prepared(client.prepare(MARK_PUBLISHED_SQL)?))
@@ -275,9 +275,9 @@ pub fn prepare_mark_published(client: &mut impl Conn) -> Result<Prepared> {
 /// Marks acknowledged rows published at `now`, in one statement, each with its
 /// delivery receipt: the row's `seq`, and the partition and offset the broker
 /// acknowledged. `span` spans the `seq` of every row in `acked` (see
-/// [`MARK_PUBLISHED_SQL`]).
+/// `MARK_PUBLISHED_SQL`).
 ///
-/// `sql` is [`MARK_PUBLISHED_SQL`] or the statement prepared from it
+/// `sql` is `MARK_PUBLISHED_SQL` or the statement prepared from it
 /// ([`prepare_mark_published`]), as the relay's mark session does once.
 pub fn mark_published(
     client: &mut impl Conn,
@@ -342,28 +342,6 @@ pub fn mark_failed(
           WHERE o.id = ANY($1::uuid[]) AND o.id = f.id AND o.published_at IS NULL
             AND o.type = ANY($4::text[])",
         &[&ids, &errors, &now, &types.as_slice()],
-    )?)
-}
-
-/// A failed attempt that says nothing about the rows (the brokers were unreachable):
-/// counted and explained, the rows stay due and go first next run.
-pub fn mark_attempted(
-    client: &mut impl Conn,
-    failures: &[(Uuid, String)],
-    types: &OutboxTypes,
-) -> Result<u64> {
-    let client = client.pg();
-    if failures.is_empty() {
-        return Ok(0);
-    }
-    let (ids, errors) = split(failures);
-    Ok(client.execute(
-        "UPDATE crm.outbox o
-            SET attempts = least(o.attempts, 2147483646) + 1, last_error = f.error
-           FROM unnest($1::uuid[], $2::text[]) AS f(id, error)
-          WHERE o.id = ANY($1::uuid[]) AND o.id = f.id AND o.published_at IS NULL
-            AND o.type = ANY($3::text[])",
-        &[&ids, &errors, &types.as_slice()],
     )?)
 }
 

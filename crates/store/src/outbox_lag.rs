@@ -42,7 +42,7 @@ SELECT count(*) AS failed FROM crm.outbox WHERE failed_at IS NOT NULL AND type =
 /// the release before; those at or below it that committed after the relay's last
 /// sweep (`$3`, the types' key: its swept snapshot), which its next sweep takes as
 /// late; and the exceptions not failed; `$1` = the job's outbox types.
-pub const OWN_PENDING_SQL: &str = "\
+pub(crate) const OWN_PENDING_SQL: &str = "\
 SELECT count(*) AS pending, min(occurred_at) AS oldest_pending_at,
        count(*) FILTER (WHERE late) AS late_unswept
   FROM (SELECT o.occurred_at, false AS late FROM crm.outbox o
@@ -70,7 +70,7 @@ SELECT count(*) AS pending, min(occurred_at) AS oldest_pending_at,
 
 /// The own state's failed rows (the legacy marks off): the failed exceptions, and the
 /// rows the release before failed that were neither delivered nor re-queued since.
-pub const OWN_FAILED_SQL: &str = "\
+pub(crate) const OWN_FAILED_SQL: &str = "\
 SELECT (SELECT count(*) FROM crm.booking_expiration_exception
          WHERE failed_at IS NOT NULL AND type = ANY($1::text[]))
      + (SELECT count(*) FROM crm.outbox o
@@ -82,7 +82,7 @@ SELECT (SELECT count(*) FROM crm.booking_expiration_exception
 /// The own state's rows waiting for their topic (`$2`, the topic waits): the
 /// exceptions of those topics not failed, and their rows above `high` (`$3`) not
 /// fetched yet; `$1` = the job's outbox types.
-pub const OWN_WAITING_FOR_TOPIC_SQL: &str = "\
+pub(crate) const OWN_WAITING_FOR_TOPIC_SQL: &str = "\
 SELECT (SELECT count(*) FROM crm.booking_expiration_exception
          WHERE failed_at IS NULL AND type = ANY($1::text[]) AND topic = ANY($2::text[]))
      + (SELECT count(*) FROM crm.outbox
@@ -126,7 +126,7 @@ pub struct OutboxLag {
 
 /// The job's own rows of the outbox: those of `types`; `topic_waits` = the topics that
 /// cannot take their rows.
-pub fn outbox_lag(
+pub(crate) fn outbox_lag(
     client: &mut impl Conn,
     types: &OutboxTypes,
     topic_waits: &[&str],
@@ -188,7 +188,7 @@ fn own_lag(
 }
 
 /// The other producers' rows of the outbox: of no type in `types`.
-pub fn other_rows(client: &mut impl Conn, types: &OutboxTypes) -> Result<OtherRows> {
+pub(crate) fn other_rows(client: &mut impl Conn, types: &OutboxTypes) -> Result<OtherRows> {
     let client = client.pg();
     let row = client
         .query_one(OUTBOX_OTHERS_SQL, &[&types.as_slice()])

@@ -15,9 +15,6 @@ use uuid::Uuid;
 use crate::domain::OutboxTypes;
 use crate::{Conn, Prepared, Sql};
 
-/// The migration that makes the tables, named when they are missing.
-pub const RELAY_STATE_MIGRATION: &str = "sql/016_relay_receipts.sql";
-
 /// A row's delivery state as operators read it (explain, republish, retry-failed), a
 /// derived table to name in a FROM (`(…) o`) with the columns of `crm.outbox` the
 /// operators' statements read: its exception, else its receipt, else what the release
@@ -26,7 +23,7 @@ pub const RELAY_STATE_MIGRATION: &str = "sql/016_relay_receipts.sql";
 /// latest word and wins. Not a view: nothing of the job's may depend on the CRM's
 /// columns (a view would keep the CRM from changing them). A filter on `o.id`,
 /// `o.aggregateid` or `o.seq` reaches `crm.outbox`'s index through it.
-pub const OUTBOX_STATE_SQL: &str = "\
+pub(crate) const OUTBOX_STATE_SQL: &str = "\
 SELECT s.id, s.aggregateid, s.type, s.topic, s.occurred_at, s.seq,
        CASE WHEN s.src = 'exception' THEN NULL
             WHEN s.src = 'receipt' THEN s.r_published_at
@@ -106,7 +103,10 @@ pub fn relay_state_usable(client: &mut impl Conn, write: bool) -> Result<bool> {
 /// marks (`--legacy-marks off`): then the columns of `crm.outbox` say nothing of the
 /// rows it relayed, and the figures are read from its own state. `None` when the
 /// columns tell the truth (the legacy marks on, no relay run yet, or no migration 16).
-pub fn own_watermark(client: &mut impl Conn, types: &OutboxTypes) -> Result<Option<Watermark>> {
+pub(crate) fn own_watermark(
+    client: &mut impl Conn,
+    types: &OutboxTypes,
+) -> Result<Option<Watermark>> {
     let client = client.pg();
     if !relay_state_usable(client, false)? {
         return Ok(None);
@@ -125,7 +125,7 @@ pub fn own_watermark(client: &mut impl Conn, types: &OutboxTypes) -> Result<Opti
 }
 
 /// The key of a set of outbox types in the state table: sorted, comma-separated.
-pub fn types_key(types: &OutboxTypes) -> String {
+pub(crate) fn types_key(types: &OutboxTypes) -> String {
     let mut names: Vec<&str> = types.as_slice().iter().map(String::as_str).collect();
     names.sort_unstable();
     names.join(",")
@@ -233,7 +233,7 @@ pub struct Exception {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Settling {
     pub exceptions: Vec<Exception>,
-    /// Rows above `high` delivered already, the lowest [`DELIVERED_ABOVE`] at most:
+    /// Rows above `high` delivered already, the lowest `DELIVERED_ABOVE` at most:
     /// exceptions above `high` sent as exceptions (a row held behind an older one of its
     /// key, or by its topic, by a run that ended before its batch's mark moved `high`
     /// past it), or rows of another set of types another relay delivered. Their
@@ -246,12 +246,12 @@ pub struct Settling {
 }
 
 /// The receipts above `high` one fetch reads at most ([`Settling::delivered_above`]).
-pub const DELIVERED_ABOVE: i64 = 10_000;
+pub(crate) const DELIVERED_ABOVE: i64 = 10_000;
 
 /// The exceptions of `$1` (the types) the fetch needs (see [`Exception`]), and the
 /// receipts above `$2` (`high`; [`Settling::delivered_above`]), in one statement: the
 /// receipts' part is one range of their key, bounded, almost always empty.
-pub const SETTLING_SQL: &str = "\
+pub(crate) const SETTLING_SQL: &str = "\
 SELECT seq, key, topic, attempts, failures, next_attempt_at,
        failed_at IS NOT NULL AS failed, false AS delivered
   FROM crm.booking_expiration_exception
@@ -264,13 +264,13 @@ UNION ALL
   LIMIT $3::int8 + 1)
  ORDER BY seq";
 
-/// [`SETTLING_SQL`] prepared on the session that fetches: it runs before every fetch.
+/// `SETTLING_SQL` prepared on the session that fetches: it runs before every fetch.
 pub fn prepare_settling(client: &mut impl Conn) -> Result<Prepared> {
     let client = client.pg();
     Ok(Prepared(client.prepare(SETTLING_SQL)?))
 }
 
-/// Reads [`SETTLING_SQL`] (`sql`: it, or its prepared statement) for `types` above
+/// Reads `SETTLING_SQL` (`sql`: it, or its prepared statement) for `types` above
 /// `high`.
 pub fn settling(
     client: &mut impl Conn,

@@ -136,7 +136,7 @@ pub fn quarantined_sql(phase: Phase) -> String {
     )
 }
 
-/// The quarantined bookings of [`quarantined_sql`], `chunk` rows at a time (see
+/// The quarantined bookings of `quarantined_sql`, `chunk` rows at a time (see
 /// [`in_chunks`]), each chunk with the total there is; returns the total (0 = none).
 pub fn quarantined_in_chunks<E: From<StoreError>>(
     tx: &mut Tx<'_>,
@@ -208,7 +208,11 @@ pub struct Overdue {
     pub oldest_deadline: Option<Timestamp>,
 }
 
-pub fn overdue(client: &mut impl Conn, phase: Phase, as_of: DateTime<Utc>) -> Result<Overdue> {
+pub(crate) fn overdue(
+    client: &mut impl Conn,
+    phase: Phase,
+    as_of: DateTime<Utc>,
+) -> Result<Overdue> {
     let client = client.pg();
     let row = client
         .query_one(&overdue_sql(phase), &[&as_of])
@@ -219,7 +223,7 @@ pub fn overdue(client: &mut impl Conn, phase: Phase, as_of: DateTime<Utc>) -> Re
     })
 }
 
-pub fn poison_count(client: &mut impl Conn) -> Result<u64> {
+pub(crate) fn poison_count(client: &mut impl Conn) -> Result<u64> {
     let client = client.pg();
     let row = client
         .query_one(&poison_sql(), &[])
@@ -280,7 +284,7 @@ pub struct NextClaim {
 /// query ([`candidates_sql`], without the lock) limited to one row. It walks the
 /// phase's partial index from the oldest deadline and stops at the first row not in
 /// quarantine.
-pub fn next_claim(
+pub(crate) fn next_claim(
     client: &mut impl Conn,
     phase: Phase,
     as_of: DateTime<Utc>,
@@ -365,12 +369,12 @@ pub fn read_report(
             .flatten()
             .map(|w| w.topic.as_str())
             .collect();
-        backlog.outbox = Some(super::outbox_lag(&mut tx, types, &topics)?);
+        backlog.outbox = Some(super::outbox_lag::outbox_lag(&mut tx, types, &topics)?);
         backlog.waiting = Some(super::waiting(&mut tx, as_of, types, &topics)?);
-        backlog.sweep = super::sweep_state(&mut tx, types)?;
+        backlog.sweep = super::sweep::sweep_state(&mut tx, types)?;
     }
     if hygiene.is_some() && scope == BacklogScope::All {
-        backlog.others = Some(super::other_rows(&mut tx, types)?);
+        backlog.others = Some(super::outbox_lag::other_rows(&mut tx, types)?);
     }
     if let Some(threshold) = hygiene {
         backlog.hygiene = Some(super::hygiene::hygiene(&mut tx, as_of, threshold)?);

@@ -12,7 +12,7 @@ use postgres::GenericClient;
 pub const ROW_SECURITY_MIGRATION: &str = "sql/015_outbox_row_security.sql";
 
 /// The restrictive policy of migration 15.
-pub const OWN_TYPES_POLICY: &str = "booking_expiration_own_types";
+pub(crate) const OWN_TYPES_POLICY: &str = "booking_expiration_own_types";
 
 /// What the catalog says about `crm.outbox`'s row security for the current role.
 #[derive(Debug, Clone, PartialEq, Eq)]

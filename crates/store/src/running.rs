@@ -95,7 +95,7 @@ pub fn working(client: &mut impl Conn, worker: Worker) -> Result<Vec<Working>> {
 /// in microseconds; no row when the switch is off. For the simple query protocol, so
 /// that it joins a round trip the run makes anyway; takes no lock but the table's
 /// share. The key is one of [`Worker::switch_key`]'s, never operator input.
-pub fn pause_statement(worker: Worker) -> String {
+pub(crate) fn pause_statement(worker: Worker) -> String {
     let command = worker.switch_key();
     format!(
         "SELECT command, paused_by, reason,

@@ -34,14 +34,16 @@ impl Session {
 
     /// The driver's client itself, for the integration tests' own statements on a
     /// session the store opened (a fault injected, a setting changed under a run).
-    /// The program's rooms never call it: their SQL is the store's.
-    #[doc(hidden)]
+    /// Only with the `testing` feature: the program's rooms never call it, their SQL
+    /// is the store's.
+    #[cfg(feature = "testing")]
     pub fn driver_for_tests(&mut self) -> &mut postgres::Client {
         &mut self.0
     }
 
-    /// A session of the driver's client, for the integration tests' own connections.
-    #[doc(hidden)]
+    /// A session of the driver's client, for the integration tests' own connections
+    /// (the `testing` feature only).
+    #[cfg(feature = "testing")]
     pub fn from_driver(client: postgres::Client) -> Self {
         Session(client)
     }
@@ -88,7 +90,7 @@ impl<'a> Tx<'a> {
 pub(crate) mod sealed {
     /// What the store's statements run on: the driver's client or transaction.
     pub trait Driver {
-        type Pg: postgres::GenericClient;
+        type Pg: postgres::GenericClient + Driver;
         fn pg(&mut self) -> &mut Self::Pg;
     }
 
@@ -145,11 +147,18 @@ impl<'a> sealed::Driver for Tx<'a> {
     }
 }
 
-/// The driver's own client or transaction, for the store's insides and the
-/// integration tests' sessions of their own.
-impl<G: postgres::GenericClient> sealed::Driver for G {
-    type Pg = G;
-    fn pg(&mut self) -> &mut G {
+/// The driver's own client and transaction: what the store's functions run on inside
+/// (a [`Session`]'s or a [`Tx`]'s), and the integration tests' sessions of their own.
+impl sealed::Driver for postgres::Client {
+    type Pg = postgres::Client;
+    fn pg(&mut self) -> &mut postgres::Client {
+        self
+    }
+}
+
+impl<'a> sealed::Driver for postgres::Transaction<'a> {
+    type Pg = postgres::Transaction<'a>;
+    fn pg(&mut self) -> &mut postgres::Transaction<'a> {
         self
     }
 }

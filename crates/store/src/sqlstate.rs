@@ -6,7 +6,7 @@
 
 /// What a PostgreSQL server error means for the job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Class {
+pub(crate) enum Class {
     /// Invalid authorization (28), invalid catalog name (3D), syntax error or access
     /// rule violation (42: a missing table or column, an insufficient privilege): the
     /// deployment is wrong; a retry will not help.

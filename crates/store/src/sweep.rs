@@ -49,7 +49,10 @@ pub struct SweepState {
 }
 
 /// The sweep of `types` (`None` before migration 17, or before the relay's first run).
-pub fn sweep_state(client: &mut impl Conn, types: &OutboxTypes) -> Result<Option<SweepState>> {
+pub(crate) fn sweep_state(
+    client: &mut impl Conn,
+    types: &OutboxTypes,
+) -> Result<Option<SweepState>> {
     let client = client.pg();
     if !relay_state_usable(client, false)? {
         return Ok(None);

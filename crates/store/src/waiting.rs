@@ -43,7 +43,7 @@ SELECT topic, count(*) AS waiting,
 /// [`WAITING_SQL`] from the relay's own state (the legacy marks off): the exceptions
 /// backing off of the other topics, the exceptions of the waiting topics, and those
 /// topics' rows above `high` (`$5`) not fetched yet.
-pub const OWN_WAITING_SQL: &str = "\
+pub(crate) const OWN_WAITING_SQL: &str = "\
 SELECT topic, count(*) AS waiting,
        count(*) FILTER (WHERE for_topic) AS waiting_for_topic,
        min(next_attempt_at) FILTER (WHERE next_attempt_at > $1) AS next_due

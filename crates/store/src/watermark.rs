@@ -31,7 +31,7 @@ use crate::{Conn, Prepared, Session, Sql};
 /// No probe per row: the rows held back (a key with an older row backing off or in
 /// flight, a topic that cannot take its rows) are told apart by the relay from the
 /// exceptions it read once for this batch.
-pub const PENDING_ABOVE_SQL: &str = "\
+pub(crate) const PENDING_ABOVE_SQL: &str = "\
 SELECT id, seq, aggregateid, topic, type, occurred_at, size, attempts, failures,
        next_attempt_at, last_error, published,
        CASE WHEN nth = 1 THEN pg_current_snapshot()::text END AS snapshot,
@@ -62,7 +62,7 @@ UNION ALL
         WINDOW w AS (ORDER BY q.seq ROWS UNBOUNDED PRECEDING)) s
  ORDER BY seq";
 
-/// [`PENDING_ABOVE_SQL`] prepared on the session that fetches.
+/// `PENDING_ABOVE_SQL` prepared on the session that fetches.
 pub fn prepare_pending_above(client: &mut impl Conn) -> Result<Prepared> {
     let client = client.pg();
     Ok(Prepared(client.prepare(PENDING_ABOVE_SQL)?))
@@ -88,7 +88,7 @@ pub struct FetchedAbove {
     pub snapshot: Option<String>,
 }
 
-/// The rows of [`PENDING_ABOVE_SQL`], each with its counters and whether it is one of
+/// The rows of `PENDING_ABOVE_SQL`, each with its counters and whether it is one of
 /// the exceptions (`due`), and the fetch's snapshot.
 #[allow(clippy::too_many_arguments)]
 pub fn pending_above(
@@ -144,7 +144,7 @@ pub fn pending_above(
 /// batches are in flight: [`super::sweep::SweepTop::LastMark`]). Plain inserts (a receipt is new: a re-queue
 /// deletes the old one), and one small row updated in place (its only index, the key,
 /// is not changed: a HOT update).
-pub const MARK_RECEIPTS_SQL: &str = "\
+pub(crate) const MARK_RECEIPTS_SQL: &str = "\
 WITH state AS (
     UPDATE crm.booking_expiration_relay_state
        SET high = greatest(high, $7::int8),
@@ -157,7 +157,7 @@ INSERT INTO crm.booking_expiration_receipt (seq, id, published_at, partition, \"
 SELECT t.seq, t.id, $5, t.partition, t.off
   FROM unnest($1::int8[], $2::uuid[], $3::int4[], $4::int8[]) AS t(seq, id, partition, off)";
 
-/// [`MARK_RECEIPTS_SQL`] prepared on the session that marks.
+/// `MARK_RECEIPTS_SQL` prepared on the session that marks.
 pub fn prepare_mark_receipts(client: &mut impl Conn) -> Result<Prepared> {
     let client = client.pg();
     Ok(Prepared(client.prepare(MARK_RECEIPTS_SQL)?))
@@ -179,7 +179,7 @@ pub struct NewHigh<'a> {
     pub snapshot: Option<&'a str>,
 }
 
-/// Records a batch's receipts and moves `high` (see [`MARK_RECEIPTS_SQL`]); the
+/// Records a batch's receipts and moves `high` (see `MARK_RECEIPTS_SQL`); the
 /// exceptions delivered are deleted in the same transaction. Returns the receipts
 /// written.
 pub fn mark_receipts(

@@ -388,7 +388,8 @@ fn the_path_through_0_1_0s_007_only_is_refused_with_the_steps_and_ends_as_a_fres
     assert!(warnings(&run.stderr).is_empty(), "{}", run.stderr);
     let fresh = TestDb::empty();
     result_of(&fresh.run(&["migrate"]));
-    let snapshot = |c: &mut Client| booking_expire_store::migrate::catalog::snapshot(c).unwrap();
+    let snapshot =
+        |c: &mut Client| booking_expire_store::testing::migrate::catalog::snapshot(c).unwrap();
     let (ours, theirs) = (snapshot(&mut c), snapshot(&mut fresh.client()));
     let differ: Vec<_> = ours
         .iter()

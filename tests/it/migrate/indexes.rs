@@ -45,7 +45,7 @@ fn an_invalid_index_left_by_a_failed_build_is_dropped_and_built_again() {
 /// crm.table …`: (version, index, table).
 fn first_concurrent_build() -> Option<(i32, String, String)> {
     MIGRATIONS.iter().find_map(|m| {
-        booking_expire_store::migrate::statements(m.sql)
+        booking_expire_store::testing::migrate::statements(m.sql)
             .unwrap()
             .iter()
             .find_map(|s| {

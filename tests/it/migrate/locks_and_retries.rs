@@ -13,7 +13,7 @@ fn two_migrators_at_once_on_a_fresh_database_both_exit_0_and_leave_one_history()
     holder
         .execute(
             "SELECT pg_advisory_lock($1)",
-            &[&booking_expire_store::migrate::MIGRATE_LOCK],
+            &[&booking_expire_store::testing::migrate::MIGRATE_LOCK],
         )
         .unwrap();
     let mut first = Background::start(db.command(&["migrate"]));
@@ -162,7 +162,7 @@ fn first_alter_of_the_outbox_after(after: i32) -> (&'static str, usize, usize) {
         .iter()
         .filter(|m| m.version > after)
         .find_map(|m| {
-            let statements = booking_expire_store::migrate::statements(m.sql).unwrap();
+            let statements = booking_expire_store::testing::migrate::statements(m.sql).unwrap();
             let k = statements
                 .iter()
                 .position(|s| s.starts_with("ALTER TABLE crm.outbox"))?;

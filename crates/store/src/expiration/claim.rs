@@ -137,7 +137,7 @@ pub fn claim_counting_sql(phase: Phase) -> String {
 
 /// How many overdue bookings of a phase are left, counted up to `$2` (so the count
 /// stays cheap however large the backlog). `$1` = AsOf.
-pub fn left_sql(phase: Phase) -> String {
+pub(crate) fn left_sql(phase: Phase) -> String {
     format!(
         "SELECT count(*) AS left FROM (SELECT 1 FROM crm.bookings b WHERE {} LIMIT $2) x",
         overdue_predicate(phase),
@@ -161,7 +161,7 @@ pub(crate) fn booking_row(row: &postgres::Row) -> BookingRow {
 }
 
 /// What a claim got: the rows, locked until the transaction ends, and how many
-/// eligible rows around them another holder had locked (see [`claim_counting_sql`]).
+/// eligible rows around them another holder had locked (see `claim_counting_sql`).
 #[derive(Debug, Default)]
 pub struct Claim {
     pub rows: Vec<BookingRow>,
@@ -169,7 +169,7 @@ pub struct Claim {
 }
 
 /// A phase's position in its index, `(deadline, id)`: where the next batch of a cycle
-/// starts (see [`claim_sql`]).
+/// starts (see `claim_sql`).
 pub type ClaimKey = (Timestamp, Uuid);
 
 impl Claim {

@@ -14,10 +14,11 @@ use crate::error::{Context, Fault, Result, StoreError, fail};
 use crate::{Conn, Session};
 use postgres::GenericClient;
 
+#[cfg(feature = "testing")]
+pub use claim::claim_sql;
+pub(crate) use claim::left_sql;
 pub(crate) use claim::{BOOKING_COLUMNS, booking_row, deadline_column, overdue_predicate};
-pub use claim::{
-    Claim, ClaimKey, candidates_sql, claim, claim_counting_sql, claim_sql, count_left, left_sql,
-};
+pub use claim::{Claim, ClaimKey, candidates_sql, claim, claim_counting_sql, count_left};
 pub use quarantine::{quarantine, release_stale_quarantine};
 pub use statements::CycleStatements;
 use statements::OnFirstUse;

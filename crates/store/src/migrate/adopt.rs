@@ -22,7 +22,7 @@ use super::embedded::BASELINE;
 
 /// What a baseline file without a history row gets.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Verdict {
+pub(super) struct Verdict {
     /// Nothing the file makes is there (the job's roles aside, which are the
     /// cluster's): it was never applied, and runs as any pending file does.
     pub absent: bool,
@@ -36,12 +36,12 @@ pub struct Verdict {
 
 impl Verdict {
     /// Adopted as it is: nothing to run, nothing refused (kept settings are named).
-    pub fn adopts(&self) -> bool {
+    pub(super) fn adopts(&self) -> bool {
         !self.absent && self.run.is_empty() && self.refused.is_empty()
     }
 
     /// Why the file cannot be adopted nor run, one phrase each; empty when it can.
-    pub fn refusals(&self) -> Vec<String> {
+    pub(super) fn refusals(&self) -> Vec<String> {
         let mut out = self.refused.clone();
         if !self.run.is_empty() && !self.refused.is_empty() {
             out.push(format!(
@@ -63,7 +63,7 @@ impl Verdict {
 }
 
 /// Compares baseline file `version`'s facts with the database's `actual`.
-pub fn judge(version: i32, actual: &Snapshot) -> Verdict {
+pub(super) fn judge(version: i32, actual: &Snapshot) -> Verdict {
     let facts = expected(version);
     let creates_table = |table: &str| {
         facts

@@ -158,11 +158,15 @@ pub fn snapshot(client: &mut Client) -> Result<Snapshot> {
 
 /// The kind of the facts [`with_roles`] adds: a role of the cluster that exists,
 /// whether or not it holds a privilege here (a `role` fact is a role that does).
-pub const ROLE_EXISTS: &str = "role exists";
+pub(crate) const ROLE_EXISTS: &str = "role exists";
 
 /// `snapshot` with a [`ROLE_EXISTS`] fact for each of `names` that is a role of the
 /// cluster. Reads only.
-pub fn with_roles(client: &mut Client, mut snapshot: Snapshot, names: &[&str]) -> Result<Snapshot> {
+pub(crate) fn with_roles(
+    client: &mut Client,
+    mut snapshot: Snapshot,
+    names: &[&str],
+) -> Result<Snapshot> {
     let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
     for row in client
         .query(
@@ -177,7 +181,7 @@ pub fn with_roles(client: &mut Client, mut snapshot: Snapshot, names: &[&str]) -
 }
 
 /// The roles the built-in facts name (those the files grant to).
-pub fn roles() -> Vec<&'static str> {
+pub(crate) fn roles() -> Vec<&'static str> {
     let mut out: Vec<&'static str> = built_in()
         .iter()
         .filter(|f| f.kind == "role")
@@ -189,7 +193,8 @@ pub fn roles() -> Vec<&'static str> {
 }
 
 /// What `after` adds to or changes in `before`; what it removes has the value
-/// [`ABSENT`].
+/// `ABSENT`.
+#[cfg(any(test, feature = "testing"))]
 pub fn diff(before: &Snapshot, after: &Snapshot) -> Vec<(Key, String)> {
     let mut out: Vec<(Key, String)> = after
         .iter()
@@ -207,9 +212,10 @@ pub fn diff(before: &Snapshot, after: &Snapshot) -> Vec<(Key, String)> {
 }
 
 /// The value of a fact a file removes.
-pub const ABSENT: &str = "(absent)";
+pub(crate) const ABSENT: &str = "(absent)";
 
 /// One line of `catalog.tsv`.
+#[cfg(any(test, feature = "testing"))]
 pub fn line(version: i32, key: &Key, value: &str) -> String {
     format!(
         "{version:03}\t{}\t{}\t{}",
@@ -219,6 +225,7 @@ pub fn line(version: i32, key: &Key, value: &str) -> String {
     )
 }
 
+#[cfg(any(test, feature = "testing"))]
 fn escape(s: &str) -> String {
     s.replace('\\', "\\\\")
         .replace('\t', "\\t")
@@ -271,7 +278,7 @@ fn built_in() -> &'static [Fact] {
 }
 
 /// The facts file `version` makes, as built in.
-pub fn expected(version: i32) -> Vec<Fact> {
+pub(crate) fn expected(version: i32) -> Vec<Fact> {
     built_in()
         .iter()
         .filter(|f| f.version == version)
@@ -281,7 +288,7 @@ pub fn expected(version: i32) -> Vec<Fact> {
 
 /// The definition (`pg_get_indexdef`) the files give index `object` (`schema.name`),
 /// as the last file that makes it leaves it.
-pub fn index_definition(object: &str) -> Option<&'static str> {
+pub(crate) fn index_definition(object: &str) -> Option<&'static str> {
     built_in()
         .iter()
         .rev()
@@ -291,7 +298,7 @@ pub fn index_definition(object: &str) -> Option<&'static str> {
 
 /// Whether a later file up to `last` makes the same fact otherwise (its value then is
 /// the one to find).
-pub fn superseded(fact: &Fact, last: i32) -> bool {
+pub(crate) fn superseded(fact: &Fact, last: i32) -> bool {
     built_in()
         .iter()
         .any(|f| f.version > fact.version && f.version <= last && f.key() == fact.key())

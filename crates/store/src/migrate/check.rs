@@ -39,14 +39,14 @@ const CHECKS: &[Check] = &[Check {
 
 /// A check that failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failed {
+pub(super) struct Failed {
     pub what: String,
     pub short: String,
     pub fix: String,
 }
 
 /// The failure of file `version`'s check, if it has one and it fails now.
-pub fn failure(client: &mut Client, version: i32) -> Result<Option<Failed>> {
+pub(super) fn failure(client: &mut Client, version: i32) -> Result<Option<Failed>> {
     let Some(check) = CHECKS.iter().find(|c| c.version == version) else {
         return Ok(None);
     };

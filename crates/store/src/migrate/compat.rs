@@ -27,7 +27,7 @@ pub fn set_release(release: &str) {
 }
 
 /// The release this binary is.
-pub fn this_release() -> &'static str {
+pub(crate) fn this_release() -> &'static str {
     RELEASE
         .get()
         .map_or(env!("CARGO_PKG_VERSION"), String::as_str)
@@ -36,7 +36,7 @@ pub fn this_release() -> &'static str {
 /// A release's number, `major.minor.patch`, from a release as the history or
 /// `--version` spell it (`0.1.0`, `0.2.0-dev+b2d6d3d27639`, `0.1.0 (commit …)`): a
 /// development build of 0.2.0 counts as 0.2.0 (it has that release's code so far).
-pub fn number(release: &str) -> Option<(u64, u64, u64)> {
+pub(crate) fn number(release: &str) -> Option<(u64, u64, u64)> {
     let core = release
         .split_whitespace()
         .next()?
@@ -52,7 +52,7 @@ pub fn number(release: &str) -> Option<(u64, u64, u64)> {
 /// commands' catalog batch that never fails; the rows themselves are read after it,
 /// only when there are some to read ([`read`]): a server without libxml has no
 /// dynamic read that would do it in the same batch.
-pub const PROBE_STATEMENT: &str =
+pub(crate) const PROBE_STATEMENT: &str =
     "SELECT (CASE WHEN to_regclass('crm.booking_expiration_migrations') IS NULL THEN false
              ELSE has_table_privilege('crm.booking_expiration_migrations', 'SELECT') END)::text
            AS history_readable,
@@ -62,7 +62,7 @@ pub const PROBE_STATEMENT: &str =
 
 /// The history's rows as far as compatibility goes, when [`PROBE_STATEMENT`]'s answer
 /// says it can be read: one more round trip, on a migrated database only.
-pub fn read(client: &mut postgres::Client, probe: &[SimpleQueryRow]) -> Result<Vec<Row>> {
+pub(crate) fn read(client: &mut postgres::Client, probe: &[SimpleQueryRow]) -> Result<Vec<Row>> {
     use crate::error::Context;
     let field = |name: &str| probe.first().and_then(|r| r.get(name)) == Some("true");
     if !field("history_readable") {
@@ -94,14 +94,14 @@ pub fn read(client: &mut postgres::Client, probe: &[SimpleQueryRow]) -> Result<V
 
 /// Whether the read-only role can read every session's SQL text (a member of
 /// `pg_read_all_stats`, directly or not).
-pub const READS_ALL_STATS_STATEMENT: &str =
+pub(crate) const READS_ALL_STATS_STATEMENT: &str =
     "SELECT CASE WHEN to_regrole('crm_booking_expiration_readonly') IS NULL THEN 'false'
              ELSE pg_has_role('crm_booking_expiration_readonly', 'pg_read_all_stats',
                               'MEMBER')::text END AS reads_all_stats";
 
 /// One history row, as far as compatibility goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Row {
+pub(crate) struct Row {
     pub version: i32,
     pub name: String,
     pub release: String,
@@ -110,7 +110,7 @@ pub struct Row {
 
 /// What the history says about this binary.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Nothing ahead of it, nothing it is too old for.
     Fine,
     /// Files ahead of the binary's, none needing a newer release: it runs.
@@ -121,7 +121,7 @@ pub enum Verdict {
 
 /// Judges the history `rows` for a binary of release `this` that knows the files up to
 /// `latest`.
-pub fn verdict(rows: &[Row], this: &str, latest: i32) -> Verdict {
+pub(crate) fn verdict(rows: &[Row], this: &str, latest: i32) -> Verdict {
     let this_number = number(this);
     let mut too_old: Option<&Row> = None;
     for row in rows {
@@ -169,7 +169,7 @@ fn rows(answer: &[SimpleQueryRow]) -> Vec<Row> {
 /// Fails (a configuration fault) when the history needs a newer release than this
 /// binary; logs once (per process) the files ahead of it and a read-only role that can
 /// still read other sessions' SQL.
-pub fn judge(history: &[Row], reads_all_stats: &[SimpleQueryRow]) -> Result<()> {
+pub(crate) fn judge(history: &[Row], reads_all_stats: &[SimpleQueryRow]) -> Result<()> {
     static AHEAD: Once = Once::new();
     static STATS: Once = Once::new();
     if reads_all_stats
@@ -213,7 +213,7 @@ pub fn judge(history: &[Row], reads_all_stats: &[SimpleQueryRow]) -> Result<()> 
 
 /// What `backlog` and the preflight say when the read-only role is a member of
 /// `pg_read_all_stats`.
-pub const STATS_WARNING: &str = "the read-only role crm_booking_expiration_readonly is a member \
+pub(crate) const STATS_WARNING: &str = "the read-only role crm_booking_expiration_readonly is a member \
     of pg_read_all_stats: it can read the SQL text of every session of the cluster \
     (pg_stat_activity), which migration 011 revokes; run as a superuser: REVOKE \
     pg_read_all_stats FROM crm_booking_expiration_readonly";
@@ -288,7 +288,7 @@ mod tests {
                 // later file's entry is in that release's section.
                 None => {
                     assert!(
-                        m.version <= super::super::BASELINE,
+                        m.version <= super::super::embedded::BASELINE,
                         "{}: no \"{new}… rollback across it: safe …\" (or \"not safe\") in \
                          CHANGELOG.md's [Unreleased]",
                         m.file

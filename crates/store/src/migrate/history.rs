@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{Context, Fault};
 
-pub const TABLE: &str = "crm.booking_expiration_migrations";
+pub(super) const TABLE: &str = "crm.booking_expiration_migrations";
 
 /// The sha256 of a file's text with every CRLF made LF, 64 lower-case hex digits: the
 /// line endings of a checkout are no part of a migration.
@@ -28,7 +28,7 @@ pub fn checksum(sql: &str) -> String {
 /// Whether a history row's `recorded` checksum is that of `sql`: its normalised one, or
 /// the sha256 of its raw bytes as an LF or a CRLF checkout held them (what the runner
 /// recorded before line endings were normalised).
-pub fn accepts(recorded: &str, sql: &str) -> bool {
+pub(super) fn accepts(recorded: &str, sql: &str) -> bool {
     if recorded == checksum(sql) || recorded == hex(sql) {
         return true;
     }
@@ -66,7 +66,7 @@ pub struct Applied {
 /// lock: two sessions creating the same table at once collide in the catalog. Each is
 /// made only when it is not there: `CREATE … IF NOT EXISTS` asks for the privilege to
 /// create first, which a role that owns what is there may lack.
-pub fn ensure(client: &mut Client) -> Result<()> {
+pub(super) fn ensure(client: &mut Client) -> Result<()> {
     let row = client
         .query_one(
             "SELECT to_regnamespace('crm') IS NOT NULL,
@@ -108,7 +108,7 @@ pub fn ensure(client: &mut Client) -> Result<()> {
 /// `crm.outbox` when another role made them (a member of that owner's role): the owner
 /// of the tables they describe can always read and write them. A failure is a warning:
 /// the run goes on, the DBA can fix the owner later.
-pub fn own_like_the_tables(client: &mut Client) {
+pub(super) fn own_like_the_tables(client: &mut Client) {
     let given = client.batch_execute(
         "DO $$
          DECLARE
@@ -176,7 +176,7 @@ const READERS: [&str; 4] = [
 
 /// Grants SELECT on the history to each of the job's roles that exists (they are made
 /// by 007_roles.sql and 009_operations.sql, after the table).
-pub fn grant_readers(client: &mut Client) -> Result<()> {
+pub(super) fn grant_readers(client: &mut Client) -> Result<()> {
     let roles = READERS
         .iter()
         .map(|r| format!("'{r}'"))
@@ -202,7 +202,7 @@ pub fn grant_readers(client: &mut Client) -> Result<()> {
 }
 
 /// The history, by version; `None` when the table does not exist (yet).
-pub fn read(client: &mut Client) -> Result<Option<Vec<Applied>>> {
+pub(super) fn read(client: &mut Client) -> Result<Option<Vec<Applied>>> {
     let exists: bool = client
         .query_one(
             "SELECT to_regclass('crm.booking_expiration_migrations') IS NOT NULL",
@@ -242,7 +242,7 @@ pub fn read(client: &mut Client) -> Result<Option<Vec<Applied>>> {
 /// Records a migration as applied (or adopted), its partial row gone with it, in a
 /// transaction of its own.
 #[allow(clippy::too_many_arguments, reason = "one row's columns")]
-pub fn record(
+pub(super) fn record(
     client: &mut Client,
     version: i32,
     name: &str,

@@ -27,7 +27,7 @@ const LOG_EVERY: Duration = Duration::from_secs(10);
     clippy::disallowed_methods,
     reason = "the migrators' lock is polled in real time, every POLL, bounded by its wait"
 )]
-pub fn take(client: &mut Client, wait: Duration, stopped: &dyn Fn() -> bool) -> Result<()> {
+pub(crate) fn take(client: &mut Client, wait: Duration, stopped: &dyn Fn() -> bool) -> Result<()> {
     let started = Instant::now();
     let mut logged: Option<(Instant, Option<i32>)> = None;
     loop {
@@ -79,6 +79,6 @@ fn holder(client: &mut Client) -> Result<Option<i32>> {
 }
 
 /// Lets the lock go (it goes with the session anyway).
-pub fn release(client: &mut Client) {
+pub(crate) fn release(client: &mut Client) {
     let _ = client.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATE_LOCK]);
 }

@@ -11,18 +11,18 @@
 //! `postgres` driver the job already uses, with no second driver.
 
 mod adopt;
-pub mod catalog;
+pub(crate) mod catalog;
 mod check;
 pub mod compat;
-mod embedded;
+pub(crate) mod embedded;
 mod history;
-mod lock;
+pub(crate) mod lock;
 mod notices;
 mod partial;
 mod policy;
 mod refuse;
-mod run;
-mod split;
+pub(crate) mod run;
+pub(crate) mod split;
 mod stopped;
 mod verify;
 
@@ -33,13 +33,15 @@ use crate::error::Result;
 use log::{info, warn};
 use postgres::Client;
 
-pub use embedded::{BASELINE, MIGRATIONS, Migration, latest};
-pub use history::{Applied, accepts, checksum};
-pub use lock::MIGRATE_LOCK;
-pub use notices::{Notice, Notices, attach as attach_notices};
+use embedded::BASELINE;
+pub use embedded::{MIGRATIONS, Migration, latest};
+use history::accepts;
+pub use history::{Applied, checksum};
+pub use notices::{Notices, attach as attach_notices};
 pub use partial::Partial;
-pub use policy::{Policy, backoff};
-pub use split::{SplitError, first_line, statements};
+pub use policy::Policy;
+pub use split::first_line;
+use split::statements;
 
 use crate::error::{Fault, StoreError, fail};
 use crate::schema::Lack;
@@ -239,20 +241,11 @@ fn plan_on(client: &mut Client, target: i32) -> Result<Plan> {
 
 /// The refusal of baseline files that can be neither adopted nor run (`refused`),
 /// naming too the files that would then run again and why (`reruns`).
-pub fn adoption_refusal(plan: &Plan) -> String {
-    let mut out = format!(
-        "migrate cannot adopt what the old script made, nor run the files again: {}; nothing \
-         was done (not even the history table). Put each back as its file in sql/ makes it \
-         (docs/guides/upgrading.md, \"Adoption\"), then run booking-expire migrate again",
-        plan.refused.join("; ")
-    );
-    if !plan.reruns.is_empty() {
-        out.push_str(&format!(
-            ", which then also runs again what differs in a way running puts back: {}",
-            plan.reruns.join("; ")
-        ));
+fn adoption_refused(plan: &Plan) -> StoreError {
+    StoreError::AdoptionRefused {
+        refused: plan.refused.clone(),
+        reruns: plan.reruns.clone(),
     }
-    out
 }
 
 /// The INVALID index (`schema.name`) an earlier build left that `statement` would drop
@@ -357,7 +350,7 @@ fn apply_locked(
     // need? (The history may not exist yet: the plan reads it as empty.)
     let pending = plan_on(client, target)?;
     if !pending.refused.is_empty() {
-        return Err(fail(Fault::Config, adoption_refusal(&pending)));
+        return Err(adoption_refused(&pending));
     }
     let missing = refuse::missing(client, &pending.runs())?;
     if !missing.is_empty() {
@@ -373,7 +366,7 @@ fn apply_locked(
               "migrate: the history holds a migration this binary does not know (applied by a newer release); left as it is");
     }
     if !plan.refused.is_empty() {
-        return Err(fail(Fault::Config, adoption_refusal(&plan)));
+        return Err(adoption_refused(&plan));
     }
     for what in &plan.reruns {
         warn!("migrate: not adopted, runs again: {what}");
@@ -467,15 +460,11 @@ fn apply_locked(
                 run.release,
                 &failed.short,
             )?;
-            return Err(fail(
-                Fault::Config,
-                format!(
-                    "migration {} ran but did not do what it is for: {}; it is recorded as \
-                     not done (migrate status: partial), nothing after it ran. {}; then run \
-                     booking-expire migrate again",
-                    m.file, failed.what, failed.fix
-                ),
-            ));
+            return Err(StoreError::MigrationCheckFailed {
+                file: m.file,
+                what: failed.what,
+                fix: failed.fix,
+            });
         }
         let took = started.elapsed().as_millis() as i64;
         history::record(
@@ -510,23 +499,4 @@ fn apply_locked(
         }
     }
     Ok(outcome)
-}
-
-/// Runs one statement as the statements of a migration run (its policy, the check for
-/// an INVALID index before a concurrent build), as the only statement of `file`.
-pub fn run_one(
-    client: &mut Session,
-    watcher: Option<&mut Session>,
-    statement: &str,
-    file: &'static str,
-    policy: &Policy,
-) -> Result<()> {
-    let client = client.pg();
-    let watcher = watcher.map(|w| w.pg());
-    let at = run::StatementAt {
-        file,
-        number: 1,
-        count: 1,
-    };
-    run::statement(client, watcher, statement, &at, policy, &|| false)
 }

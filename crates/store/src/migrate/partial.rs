@@ -11,7 +11,7 @@ use postgres::Client;
 
 use crate::error::{Context, Fault};
 
-pub const TABLE: &str = "crm.booking_expiration_migration_partial";
+pub(super) const TABLE: &str = "crm.booking_expiration_migration_partial";
 
 /// One file begun and not finished.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,7 +31,7 @@ pub struct Partial {
 }
 
 /// Makes the table when missing (under the migrators' lock, after the history).
-pub fn ensure(client: &mut Client) -> Result<()> {
+pub(super) fn ensure(client: &mut Client) -> Result<()> {
     let there: bool = client
         .query_one(
             "SELECT to_regclass('crm.booking_expiration_migration_partial') IS NOT NULL",
@@ -60,7 +60,7 @@ pub fn ensure(client: &mut Client) -> Result<()> {
 }
 
 /// The files begun and not finished, by version; none when the table does not exist.
-pub fn read(client: &mut Client) -> Result<Vec<Partial>> {
+pub(super) fn read(client: &mut Client) -> Result<Vec<Partial>> {
     let exists: bool = client
         .query_one(
             "SELECT to_regclass('crm.booking_expiration_migration_partial') IS NOT NULL",
@@ -98,7 +98,7 @@ pub fn read(client: &mut Client) -> Result<Vec<Partial>> {
 /// Records that `done` of the `statements` of file `version` committed (and why it
 /// stopped, `reason`, when that is not the end of a run).
 #[allow(clippy::too_many_arguments, reason = "one row's columns")]
-pub fn mark(
+pub(super) fn mark(
     client: &mut Client,
     version: i32,
     name: &str,

@@ -28,14 +28,14 @@ pub struct Policy {
 }
 
 /// The first back-off, and the most any back-off is.
-pub const FIRST_BACKOFF: Duration = Duration::from_secs(1);
-pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+pub(super) const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// The back-off before try `attempt + 1` after `attempt` failed tries (1, 2, …): 1s,
 /// 2s, 4s, … capped at 30s, of which a random part (`jitter` in 0..1) is left out so
 /// that migrators and the CRM's retries do not fall into step: between half of it and
 /// all of it. Never overflows, whatever `attempt`.
-pub fn backoff(attempt: u32, jitter: f64) -> Duration {
+pub(super) fn backoff(attempt: u32, jitter: f64) -> Duration {
     let doublings = attempt.saturating_sub(1).min(16);
     let full = FIRST_BACKOFF
         .checked_mul(1 << doublings)
@@ -50,7 +50,7 @@ pub fn backoff(attempt: u32, jitter: f64) -> Duration {
 }
 
 /// A random number in 0..1 for [`backoff`].
-pub fn jitter() -> f64 {
+pub(super) fn jitter() -> f64 {
     let bits = u64::from_le_bytes(
         uuid::Uuid::new_v4().as_bytes()[..8]
             .try_into()
@@ -61,7 +61,7 @@ pub fn jitter() -> f64 {
 
 /// What kind of statement it is, for its policy, as PostgreSQL's grammar reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Kind {
+pub(super) enum Kind {
     /// Anything that takes its locks in a queue: short lock_timeout, retried.
     Queued,
     /// A named concurrent index build (`IndexStmt` with `concurrent` and an `idxname`):
@@ -80,7 +80,7 @@ pub enum Kind {
 
 impl Kind {
     /// The limits a statement of this kind runs under: (lock_timeout, statement_timeout).
-    pub fn timeouts(&self, policy: &Policy) -> (Duration, Duration) {
+    pub(super) fn timeouts(&self, policy: &Policy) -> (Duration, Duration) {
         match self {
             Kind::Queued => (policy.lock_timeout, policy.statement_timeout),
             Kind::IndexBuild { .. } | Kind::Concurrent => {
@@ -94,7 +94,7 @@ impl Kind {
 /// from its parse tree: comments, quoting, letter case and layout do not matter, a word
 /// inside a string or a comment is no keyword. A statement the grammar refuses is
 /// queued (the server refuses it too, under the short limits).
-pub fn kind(statement: &str) -> Kind {
+pub(super) fn kind(statement: &str) -> Kind {
     let Ok(parsed) = pg_query::parse(statement, pg_query::ParserOptions::DEFAULT) else {
         return Kind::Queued;
     };

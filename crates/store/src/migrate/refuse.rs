@@ -23,7 +23,7 @@ const READ: &str = "cannot read the catalog for the privileges the migrations ne
 
 /// What the role lacks to run the files `runs` (their versions), one phrase each; empty
 /// when it may run them all.
-pub fn missing(client: &mut Client, runs: &[i32]) -> Result<Vec<String>> {
+pub(super) fn missing(client: &mut Client, runs: &[i32]) -> Result<Vec<String>> {
     if runs.is_empty() {
         return Ok(Vec::new());
     }

@@ -17,7 +17,7 @@ use crate::duration::show_duration;
 use crate::error::{Context, Fault, LockGivenUp, StoreError};
 
 /// Where a statement is: its file, and its place there (`number` of `count`, from 1).
-pub struct StatementAt {
+pub(crate) struct StatementAt {
     pub file: &'static str,
     pub number: usize,
     pub count: usize,
@@ -35,7 +35,7 @@ impl StatementAt {
     clippy::disallowed_methods,
     reason = "the runner's back-off between lock retries is real time, bounded by retry_for"
 )]
-pub fn statement(
+pub(crate) fn statement(
     client: &mut Client,
     mut watcher: Option<&mut Client>,
     statement: &str,

@@ -25,7 +25,8 @@ pub enum SplitError {
 }
 
 impl SplitError {
-    /// The line the error names, from 1.
+    /// The line the error names, from 1 (the tests' only: the message names it).
+    #[cfg(any(test, feature = "testing"))]
     pub fn line(&self) -> usize {
         match self {
             SplitError::Unterminated { line, .. } | SplitError::Invalid { line, .. } => *line,

@@ -24,7 +24,7 @@ const NEEDS: [SchemaNeed; 6] = [
 
 /// What the schema lacks of what the job needs (the preflights' own findings), each once;
 /// empty when every need's preflight would pass its schema and grant checks.
-pub fn missing(client: &mut Client) -> Result<Vec<Lack>> {
+pub(super) fn missing(client: &mut Client) -> Result<Vec<Lack>> {
     let roles: Vec<String> = client
         .query(
             "SELECT rolname::text FROM pg_catalog.pg_roles
@@ -71,7 +71,7 @@ pub fn missing(client: &mut Client) -> Result<Vec<Lack>> {
 /// Where the schema differs from a fresh database's in a way `migrate` leaves as it is,
 /// one warning each: reaching the fresh schema would need a rewrite under an ACCESS
 /// EXCLUSIVE lock, which is the DBA's to schedule.
-pub fn divergences(client: &mut Client) -> Result<Vec<String>> {
+pub(super) fn divergences(client: &mut Client) -> Result<Vec<String>> {
     let audit_version: Option<String> = client
         .query_opt(
             "SELECT format_type(atttypid, atttypmod) FROM pg_catalog.pg_attribute

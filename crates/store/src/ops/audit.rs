@@ -39,9 +39,9 @@ pub struct SeenMessage {
 
 /// Where the delivery state is read: the relay's own state, or on a database without
 /// it `crm.outbox`'s columns (as `republish` reads it).
-fn state_source(client: &mut impl GenericClient) -> Result<(String, bool)> {
+fn state_source(client: &mut (impl GenericClient + Conn)) -> Result<(String, bool)> {
     Ok(if crate::relay_state_usable(client, false)? {
-        (format!("({})", crate::OUTBOX_STATE_SQL), true)
+        (format!("({})", crate::relay_state::OUTBOX_STATE_SQL), true)
     } else {
         ("crm.outbox".to_owned(), false)
     })

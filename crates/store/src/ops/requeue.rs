@@ -87,7 +87,7 @@ fn entry(r: &postgres::Row) -> OutboxEntry {
 }
 
 /// Where a row's delivery state is read: the relay's own state
-/// (`sql/016_relay_receipts.sql`, [`crate::OUTBOX_STATE_SQL`]: its exception,
+/// (`sql/016_relay_receipts.sql`, [`crate::relay_state::OUTBOX_STATE_SQL`]: its exception,
 /// its receipt, then `crm.outbox`'s columns), or on a database without it
 /// `crm.outbox`'s columns alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,7 +97,7 @@ enum Source {
 }
 
 impl Source {
-    fn of(client: &mut impl GenericClient) -> Result<Self> {
+    fn of(client: &mut (impl GenericClient + Conn)) -> Result<Self> {
         Ok(if crate::relay_state_usable(client, false)? {
             Source::Own
         } else {
@@ -108,7 +108,7 @@ impl Source {
     fn from(self) -> String {
         match self {
             Source::Columns => "crm.outbox o".to_owned(),
-            Source::Own => format!("({}) o", crate::OUTBOX_STATE_SQL),
+            Source::Own => format!("({}) o", crate::relay_state::OUTBOX_STATE_SQL),
         }
     }
 }
@@ -278,7 +278,7 @@ pub fn existing_ids(
 
 /// The rows a selection names, in write order (a booking's few, for `explain`).
 pub(super) fn select_outbox(
-    client: &mut impl GenericClient,
+    client: &mut (impl GenericClient + Conn),
     sel: &Selection,
     types: &OutboxTypes,
 ) -> Result<Vec<OutboxEntry>> {
@@ -328,14 +328,17 @@ pub fn requeue(client: &mut impl Conn, ids: &[Uuid], types: &OutboxTypes) -> Res
     };
     if changed > 0 {
         client
-            .execute("SELECT pg_notify($1, '')", &[&crate::OUTBOX_CHANNEL])
+            .execute(
+                "SELECT pg_notify($1, '')",
+                &[&crate::outbox::OUTBOX_CHANNEL],
+            )
             .context("cannot notify the relay of the re-queued rows")?;
     }
     Ok(changed)
 }
 
 /// The re-queue on the relay's own state: each row published or failed (as
-/// [`crate::OUTBOX_STATE_SQL`] reads it) becomes an exception due at once (a row
+/// [`crate::relay_state::OUTBOX_STATE_SQL`] reads it) becomes an exception due at once (a row
 /// already one is reset), and its receipt goes (the relay writes the new one).
 /// `crm.outbox` is not written.
 fn requeue_own_sql() -> String {
@@ -359,7 +362,7 @@ WITH sel AS (
     RETURNING 1
 )
 SELECT count(*) FROM requeued",
-        state = crate::OUTBOX_STATE_SQL
+        state = crate::relay_state::OUTBOX_STATE_SQL
     )
 }
 
