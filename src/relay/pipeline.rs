@@ -180,7 +180,7 @@ pub(super) fn pipeline(
             // first's, and the operator reads what was left unacknowledged either way.
             stop = Some(match stop.take() {
                 None => e,
-                Some(first) => first.context(format!("{e:#}")),
+                Some(first) => first.context(crate::exit::message(&e)),
             });
         }
     }

@@ -68,7 +68,7 @@ pub(super) fn reopen(
         }
         if monotonic.since(started).saturating_add(pause) >= run_for {
             let detail = last
-                .map(|e| format!("; last attempt: {e:#}"))
+                .map(|e| format!("; last attempt: {}", crate::exit::message(&e)))
                 .unwrap_or_default();
             return Err(cause.context(Classified {
                 failure: Failure::Temporary,
