@@ -32,10 +32,10 @@ impl Pausable {
     }
 
     /// Its pause switch and working lock in the store.
-    pub(crate) fn worker(self) -> crate::store::running::Worker {
+    pub(crate) fn worker(self) -> crate::domain::Worker {
         match self {
-            Pausable::RunOnce => crate::store::running::Worker::Cycle,
-            Pausable::RelayOutbox => crate::store::running::Worker::Relay,
+            Pausable::RunOnce => crate::domain::Worker::Cycle,
+            Pausable::RelayOutbox => crate::domain::Worker::Relay,
         }
     }
 }

@@ -10,11 +10,12 @@ use log::info;
 use serde::Serialize;
 
 use super::writer::Writer;
+use crate::domain::Worker;
 use crate::domain::rfc3339;
 use crate::exit::{ClassifyExt, Failure};
 use crate::render::duration;
 use crate::store::ops::PauseRow;
-use crate::store::running::{self, Worker};
+use crate::store::running;
 
 /// A pause in force, as runs, `backlog` and `explain` show it.
 #[derive(Debug, Clone, PartialEq, Serialize)]

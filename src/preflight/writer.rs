@@ -1,8 +1,8 @@
 //! The commands that write, and so honour a pause switch: each one's name, the switch's,
 //! and what the preflight checks of its schema.
 
+use crate::domain::Worker;
 use crate::store::SchemaNeed;
-use crate::store::running::Worker;
 
 /// A command that writes, and so honours a pause switch; its name is the switch's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -50,7 +50,8 @@ struct MarkJob {
     high: Option<HighMark>,
 }
 
-struct Worker {
+/// The mark session's thread: its jobs in, its marks and reads out.
+struct MarkThread {
     jobs: mpsc::Sender<Job>,
     done: mpsc::Receiver<Result<u64>>,
     reads: mpsc::Receiver<Result<Read>>,
@@ -63,7 +64,7 @@ pub(super) struct Marker<'a> {
     cfg: &'a RelayConfig,
     marks: Marks,
     /// Started on the first mark: a run with nothing to publish opens no second session.
-    worker: Option<Worker>,
+    worker: Option<MarkThread>,
     waiting: VecDeque<Vec<String>>,
     /// A read ahead was asked for and its result not taken yet.
     reading: bool,
@@ -235,7 +236,7 @@ pub(super) fn needs_two(e: anyhow::Error) -> anyhow::Error {
     })
 }
 
-fn start(db: &DbConfig, cfg: &RelayConfig, marks: Marks) -> Result<Worker> {
+fn start(db: &DbConfig, cfg: &RelayConfig, marks: Marks) -> Result<MarkThread> {
     let cfg = cfg.clone();
     let types: OutboxTypes = cfg.outbox_types.clone();
     let mut session = store::connect_another(db).map_err(|e| needs_two(e.into()))?;
@@ -301,7 +302,7 @@ fn start(db: &DbConfig, cfg: &RelayConfig, marks: Marks) -> Result<Worker> {
                 }
             }
         })?;
-    Ok(Worker {
+    Ok(MarkThread {
         jobs,
         done,
         reads,

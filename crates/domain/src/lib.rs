@@ -17,6 +17,7 @@ mod payload_order;
 pub mod plan;
 mod status;
 mod time;
+mod worker;
 
 pub use booking::{BookingRow, Expiry, expire};
 pub use event::{
@@ -28,3 +29,4 @@ pub use payload_order::{PAYLOAD_FIELDS, payload_in_contract_order};
 pub use plan::{AsOf, BatchWrite, OutboxEvent, Poison, decide};
 pub use status::{Phase, Status};
 pub use time::Timestamp;
+pub use worker::Worker;

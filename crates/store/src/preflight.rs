@@ -14,9 +14,10 @@ use super::clock::ClockSkew;
 use super::migrate::compat;
 use super::ops::PauseRow;
 use super::privileges;
-use super::running::{Worker, pause_row, pause_statement};
+use super::running::{pause_row, pause_statement};
 use super::schema::{self, SchemaNeed};
 use crate::Session;
+use crate::domain::Worker;
 use crate::error::{Context, Fault, StoreError};
 
 /// What one preflight read found.

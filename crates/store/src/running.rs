@@ -15,30 +15,13 @@ use postgres::{GenericClient, SimpleQueryMessage, SimpleQueryRow};
 use super::ops::PauseRow;
 use crate::{Conn, Session};
 
-/// A kind of run that works on the database and has a pause switch: the expiration
-/// cycle and the relay.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Worker {
-    Cycle,
-    Relay,
-}
+use crate::domain::Worker;
 
-impl Worker {
-    /// Its switch's key in `crm.booking_expiration_pause.command`, as the table's check
-    /// constraint (`sql/009_operations.sql`) spells it.
-    pub fn switch_key(self) -> &'static str {
-        match self {
-            Worker::Cycle => "run-once",
-            Worker::Relay => "relay-outbox",
-        }
-    }
-
-    /// The first key of its working lock (ASCII "bkx1", "bkx2").
-    pub fn working_key(self) -> i32 {
-        match self {
-            Worker::Cycle => 0x626b_7831,
-            Worker::Relay => 0x626b_7832,
-        }
+/// The first key of a worker's working lock (ASCII "bkx1", "bkx2").
+fn working_key(worker: Worker) -> i32 {
+    match worker {
+        Worker::Cycle => 0x626b_7831,
+        Worker::Relay => 0x626b_7832,
     }
 }
 
@@ -53,7 +36,7 @@ pub fn announce_working(client: &mut Session, worker: Worker, ends: DateTime<Utc
     client
         .simple_query(&format!(
             "SELECT pg_advisory_lock_shared({}, {})",
-            worker.working_key(),
+            working_key(worker),
             ends as i32
         ))
         .context("cannot take the working lock")?;
@@ -78,7 +61,7 @@ pub fn working(client: &mut impl Conn, worker: Worker) -> Result<Vec<Working>> {
                 AND l.database = (SELECT oid FROM pg_catalog.pg_database
                                    WHERE datname = current_database())
               ORDER BY ends DESC, l.pid",
-            &[&i64::from(worker.working_key())],
+            &[&i64::from(working_key(worker))],
         )
         .context("cannot read which runs are working (pg_locks)")?;
     Ok(rows
@@ -94,9 +77,9 @@ pub fn working(client: &mut impl Conn, worker: Worker) -> Result<Vec<Working>> {
 /// clamped to years 1–9999 (a moment set by hand to `±infinity` reads as the nearest),
 /// in microseconds; no row when the switch is off. For the simple query protocol, so
 /// that it joins a round trip the run makes anyway; takes no lock but the table's
-/// share. The key is one of [`Worker::switch_key`]'s, never operator input.
+/// share. The key is one of [`Worker::pause_key`]'s, never operator input.
 pub(crate) fn pause_statement(worker: Worker) -> String {
-    let command = worker.switch_key();
+    let command = worker.pause_key();
     format!(
         "SELECT command, paused_by, reason,
                 (extract(epoch FROM least(greatest(paused_at, '0001-01-01 00:00:00Z'),
@@ -123,7 +106,7 @@ pub(crate) fn pause_row(rows: &[SimpleQueryRow]) -> Option<PauseRow> {
 /// Runs in whatever transaction the session has open.
 pub fn pause_switch(client: &mut Session, worker: Worker) -> Result<Option<PauseRow>> {
     let client = client.pg();
-    let command = worker.switch_key();
+    let command = worker.pause_key();
     let on = client
         .simple_query(&format!(
             "SELECT 1 FROM crm.booking_expiration_pause WHERE command = '{command}'"

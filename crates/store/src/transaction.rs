@@ -8,8 +8,9 @@
 use postgres::{Client, SimpleQueryMessage, SimpleQueryRow};
 
 use super::ops::PauseRow;
-use super::running::{Worker, pause_row, pause_statement};
+use super::running::{pause_row, pause_statement};
 use crate::Session;
+use crate::domain::Worker;
 
 /// Every batch's transaction checks each constraint at the statement that breaks it,
 /// also those the CRM declared `DEFERRABLE INITIALLY DEFERRED`: a refused row then
