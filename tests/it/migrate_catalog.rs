@@ -1,7 +1,7 @@
 //! What each file of `sql/` makes, generated here and held by the binary: a fresh
 //! database migrated file by file, its catalog read after each (`catalog::snapshot`),
 //! each file's facts being what it added or changed. The copy built into the binary
-//! (`crates/store/src/migrate/catalog.tsv`) must be what this generates; when it is
+//! (`sql/catalog.tsv`) must be what this generates; when it is
 //! not (a new file, a new PostgreSQL), the test fails with the difference and the
 //! command that writes it again.
 
@@ -70,7 +70,7 @@ fn the_built_in_catalog_is_what_the_files_make_on_a_fresh_database() {
     if generated == EXPECTED {
         return;
     }
-    let path = crate::common::repo().join("crates/store/src/migrate/catalog.tsv");
+    let path = crate::common::repo().join("sql/catalog.tsv");
     if std::env::var_os(REFRESH).is_some() {
         std::fs::write(&path, &generated).unwrap();
         return;
@@ -85,7 +85,7 @@ fn the_built_in_catalog_is_what_the_files_make_on_a_fresh_database() {
         diff.push_str(&format!("+ {l}\n"));
     }
     panic!(
-        "crates/store/src/migrate/catalog.tsv is not what sql/ makes on this server \
+        "sql/catalog.tsv is not what sql/ makes on this server \
          (- built in, + generated):\n{diff}\nwrite it again with: {REFRESH}=1 cargo test \
          --test it -- migrate_catalog::"
     );

@@ -18,7 +18,7 @@ use postgres::Client;
 use crate::error::{Context, Fault};
 
 /// The facts of every file, as generated: `version<TAB>kind<TAB>object<TAB>value`.
-pub const EXPECTED: &str = include_str!("catalog.tsv");
+pub const EXPECTED: &str = include_str!("../../../../sql/catalog.tsv");
 
 /// A fact's key: its kind (`column`, `index`, `grant` …) and the object it is about.
 pub type Key = (String, String);
@@ -358,7 +358,7 @@ mod tests {
             .collect();
         assert!(
             sums == want,
-            "crates/store/src/migrate/catalog.tsv was generated from other files than sql/ \
+            "sql/catalog.tsv was generated from other files than sql/ \
              holds: write it again with BOOKING_EXPIRE_REFRESH_CATALOG=1 cargo test --test it \
              -- migrate_catalog:: ({sums:?} against {want:?})"
         );
