@@ -259,15 +259,7 @@ mod tests {
 
     #[test]
     fn every_privilege_names_a_table_the_subcommand_checks() {
-        for need in [
-            SchemaNeed::Cycle,
-            SchemaNeed::Relay,
-            SchemaNeed::Report,
-            SchemaNeed::Explain,
-            SchemaNeed::Operate,
-            SchemaNeed::Requeue,
-            SchemaNeed::Audit,
-        ] {
+        for need in SchemaNeed::ALL {
             for p in need.privileges() {
                 let (_, cols) = need
                     .tables()

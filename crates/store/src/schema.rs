@@ -31,6 +31,19 @@ pub enum SchemaNeed {
     Audit,
 }
 
+impl SchemaNeed {
+    /// Every need, one per kind of command.
+    pub const ALL: [SchemaNeed; 7] = [
+        SchemaNeed::Cycle,
+        SchemaNeed::Relay,
+        SchemaNeed::Report,
+        SchemaNeed::Explain,
+        SchemaNeed::Operate,
+        SchemaNeed::Requeue,
+        SchemaNeed::Audit,
+    ];
+}
+
 impl fmt::Display for SchemaNeed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

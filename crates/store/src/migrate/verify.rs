@@ -12,16 +12,6 @@ use postgres::{Client, SimpleQueryMessage, SimpleQueryRow};
 use crate::error::{Context, Fault};
 use crate::schema::{self, Lack, SchemaNeed};
 
-/// Every need of the job's commands.
-const NEEDS: [SchemaNeed; 6] = [
-    SchemaNeed::Cycle,
-    SchemaNeed::Relay,
-    SchemaNeed::Report,
-    SchemaNeed::Explain,
-    SchemaNeed::Operate,
-    SchemaNeed::Requeue,
-];
-
 /// What the schema lacks of what the job needs (the preflights' own findings), each once;
 /// empty when every need's preflight would pass its schema and grant checks.
 pub(super) fn missing(client: &mut Client) -> Result<Vec<Lack>> {
@@ -43,7 +33,7 @@ pub(super) fn missing(client: &mut Client) -> Result<Vec<Lack>> {
             out.push(lack);
         }
     };
-    for need in NEEDS {
+    for need in SchemaNeed::ALL {
         let statements = schema::statements(need);
         let answers = run(client, &statements)
             .classify(Fault::Temporary, "cannot read the schema catalog")?;
