@@ -280,6 +280,22 @@ pub struct RelayConfig {
     pub legacy_marks: bool,
 }
 
+#[cfg(test)]
+impl RelayConfig {
+    /// A relay's configuration from `relay-outbox`'s flags: for the unit tests of the
+    /// rooms that take the configuration and may not name the command line.
+    pub(crate) fn from_flags(flags: &[&str]) -> Self {
+        use clap::Parser;
+        let argv = ["booking-expire", "relay-outbox"].iter().chain(flags);
+        let crate::cli::Command::RelayOutbox(args) =
+            crate::cli::Cli::try_parse_from(argv).unwrap().command
+        else {
+            unreachable!("relay-outbox parses as relay-outbox")
+        };
+        RelayConfig::from_args(&args).unwrap()
+    }
+}
+
 impl RelayConfig {
     pub fn from_args(args: &RelayArgs) -> Result<Self> {
         Ok(RelayConfig {

@@ -70,6 +70,8 @@ pub(super) struct Marker<'a> {
     reading: bool,
     /// A read ahead failed: the run reads on its main session from then on.
     reads_off: bool,
+    /// A batch could not be handed over: the session's thread had ended.
+    ended: bool,
 }
 
 impl<'a> Marker<'a> {
@@ -82,6 +84,7 @@ impl<'a> Marker<'a> {
             waiting: VecDeque::new(),
             reading: false,
             reads_off: false,
+            ended: false,
         }
     }
 
@@ -115,15 +118,19 @@ impl<'a> Marker<'a> {
     ) -> Result<()> {
         self.ready()?;
         let worker = self.worker.as_ref().expect("started above");
-        worker
-            .jobs
-            .send(Job::Mark(MarkJob {
-                now,
-                acked,
-                seqs,
-                high,
-            }))
-            .map_err(|_| anyhow!("the relay's mark session ended"))?;
+        let job = Job::Mark(MarkJob {
+            now,
+            acked,
+            seqs,
+            high,
+        });
+        if worker.jobs.send(job).is_err() {
+            // The session's thread ended after a mark failed; that mark's error waits
+            // among the marks' results, and the next collect returns it, so the run
+            // ends with the database's own error. These rows go again next run.
+            self.ended = true;
+            return Ok(());
+        }
         self.waiting.push_back(keys);
         Ok(())
     }
@@ -175,6 +182,9 @@ impl<'a> Marker<'a> {
                     return Err(anyhow!("the relay's mark session ended"));
                 }
             }
+        }
+        if self.ended && self.waiting.is_empty() {
+            return Err(anyhow!("the relay's mark session ended"));
         }
         Ok(())
     }
@@ -308,4 +318,65 @@ fn start(db: &DbConfig, cfg: &RelayConfig, marks: Marks) -> Result<MarkThread> {
         reads,
         thread,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn relay_config() -> RelayConfig {
+        RelayConfig::from_flags(&[
+            "--database-url",
+            "postgres://r@db/crm",
+            "--brokers",
+            "kafka:9092",
+        ])
+    }
+
+    /// A mark session's thread whose first mark failed: it sends the failure back and
+    /// ends, as the real one does.
+    fn failed_once() -> MarkThread {
+        let (jobs, inbox) = mpsc::channel::<Job>();
+        let (outbox, done) = mpsc::channel();
+        let (_read_out, reads) = mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let _first = inbox.recv();
+            let _ = outbox.send(Err(anyhow!("db error: the server closed the connection")));
+        });
+        MarkThread {
+            jobs,
+            done,
+            reads,
+            thread,
+        }
+    }
+
+    /// A batch handed over after the thread ended (its mark failed meanwhile) is not an
+    /// error of its own: the next collect returns the failed mark's error, so the run
+    /// ends with the database's words and exit code, not "the mark session ended".
+    #[test]
+    fn a_batch_handed_over_after_a_failed_mark_ends_the_run_with_that_marks_error() {
+        let cfg = relay_config();
+        let mut marker = Marker::new(&cfg, Marks::Columns);
+        marker.worker = Some(failed_once());
+        let now = DateTime::UNIX_EPOCH;
+        marker
+            .submit(vec!["a".into()], now, Vec::new(), (1, 1), None)
+            .unwrap();
+        // Until the thread has answered and ended (it does at once).
+        while !marker.worker.as_ref().unwrap().thread.is_finished() {
+            std::thread::yield_now();
+        }
+        marker
+            .submit(vec!["b".into()], now, Vec::new(), (2, 2), None)
+            .expect("handed over to an ended thread: no error of its own");
+        assert_eq!(marker.len(), 1, "only the first batch waits for a mark");
+        let mut result = RelayResult::default();
+        let e = marker.collect_ready(&mut result).unwrap_err();
+        assert_eq!(e.to_string(), "db error: the server closed the connection");
+        // Nothing waits any more, and the session is known to be gone.
+        let e = marker.collect_ready(&mut result).unwrap_err();
+        assert_eq!(e.to_string(), "the relay's mark session ended");
+        assert_eq!(result.published, 0);
+    }
 }
