@@ -9,6 +9,7 @@
 
 mod failures;
 mod marker;
+mod order;
 mod outgoing;
 mod pipeline;
 mod queue;
